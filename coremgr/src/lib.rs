@@ -1,0 +1,1 @@
+//! vadapt coremgr (to be written).

@@ -1,0 +1,1 @@
+//! vadapt dataplane (to be written).

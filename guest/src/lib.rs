@@ -1,0 +1,1 @@
+//! vadapt guest (to be written).

@@ -1,0 +1,1 @@
+//! Golden-section maximiser (to be written).

@@ -1,0 +1,1 @@
+//! vadapt sim (to be written).

@@ -1,0 +1,1 @@
+//! vadapt virtq (to be written).
