@@ -1,0 +1,532 @@
+"""Process harness for the interop tests: the vadapt daemon, DPDK testpmd and
+QEMU guests, each run in its own process group with bounded waits.
+
+Every process's output is read by a thread into a line list (and copied to a
+log file in the test's work directory), so tests wait for a regular
+expression with a timeout instead of sleeping. Stopping always signals the
+whole process group and escalates to SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("VADAPT_CACHE", Path.home() / ".cache" / "vadapt"))
+
+# Default bound for every wait that has no better-known duration (seconds).
+DEFAULT_TIMEOUT = 30.0
+
+
+class HarnessError(AssertionError):
+    """A process did not do what the test waited for (shows its log tail)."""
+
+
+# --- locating binaries --------------------------------------------------------
+
+
+def strict() -> bool:
+    """Missing prerequisites fail instead of skip (set by scripts/test.sh and CI)."""
+    return os.environ.get("VADAPT_INTEROP_STRICT") == "1" or os.environ.get("CI") == "true"
+
+
+def find_vadapt() -> Path | None:
+    """The vadapt binary: $VADAPT_BIN, else the newest of target/{release,debug}."""
+    env = os.environ.get("VADAPT_BIN")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    candidates = [ROOT / "target" / p / "vadapt" for p in ("release", "debug")]
+    existing = [c for c in candidates if c.is_file()]
+    return max(existing, key=lambda p: p.stat().st_mtime) if existing else None
+
+
+def help_text(binary: Path, *args: str) -> str:
+    """`binary [args] --help` output (stdout + stderr), '' when it cannot run."""
+    try:
+        r = subprocess.run(
+            [str(binary), *args, "--help"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout + r.stderr
+
+
+def has_subcommand(binary: Path, name: str) -> bool:
+    """True when `binary --help` lists subcommand `name`."""
+    return re.search(rf"^\s+{re.escape(name)}\b", help_text(binary), re.M) is not None
+
+
+def guest_files() -> tuple[Path, Path] | None:
+    """(kernel, initramfs) built by scripts/guest-image.sh, or None."""
+    env = CACHE / "guest" / "current.env"
+    if not env.is_file():
+        return None
+    vals = dict(line.split("=", 1) for line in env.read_text().splitlines() if "=" in line)
+    k = Path(vals.get("VADAPT_GUEST_KERNEL", ""))
+    i = Path(vals.get("VADAPT_GUEST_INITRD", ""))
+    return (k, i) if k.is_file() and i.is_file() else None
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def short_tmpdir(prefix: str) -> Path:
+    """A fresh directory under /tmp: unix socket paths must stay < 108 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def wait_path(path: Path, timeout: float, proc: Proc | None = None) -> None:
+    """Wait until `path` exists; fail early if `proc` died meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc is not None and not proc.alive():
+            raise HarnessError(f"{proc.name} exited before creating {path}\n{proc.tail()}")
+        if time.monotonic() > deadline:
+            tail = proc.tail() if proc else ""
+            raise HarnessError(f"{path} did not appear within {timeout} s\n{tail}")
+        time.sleep(0.05)
+
+
+# --- processes --------------------------------------------------------------
+
+
+class Proc:
+    """A child process in its own session, its output collected line by line."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_dir: Path,
+        stdin: bool = False,
+        env: dict[str, str] | None = None,
+    ):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_dir / f"{name}.log"
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._log = open(self.log_path, "w", buffering=1)
+        self._log.write("$ " + " ".join(argv) + "\n")
+        self.popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for raw in iter(self.popen.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            self._log.write(line + "\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, n: int = 40) -> str:
+        with self._cond:
+            lines = self.lines[-n:]
+        return f"--- last {len(lines)} lines of {self.log_path} ---\n" + "\n".join(lines)
+
+    def mark(self) -> int:
+        """Index of the next line: pass to wait_for(since=) to skip older output."""
+        with self._cond:
+            return len(self.lines)
+
+    def wait_for(
+        self, pattern: str, timeout: float = DEFAULT_TIMEOUT, since: int = 0
+    ) -> tuple[re.Match, int]:
+        """First line at or after `since` matching `pattern`: (match, index)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        i = since
+        with self._cond:
+            while True:
+                while i < len(self.lines):
+                    m = rx.search(self.lines[i])
+                    if m:
+                        return m, i
+                    i += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if self.popen.poll() is not None and not self._reader.is_alive():
+                    break
+                self._cond.wait(min(left, 0.2))
+        state = "running" if self.alive() else f"exited rc={self.popen.returncode}"
+        raise HarnessError(
+            f"{self.name} ({state}): no line matching {pattern!r} within {timeout} s\n"
+            + self.tail()
+        )
+
+    def send(self, line: str) -> None:
+        assert self.popen.stdin is not None, f"{self.name} has no stdin pipe"
+        self.popen.stdin.write((line + "\n").encode())
+        self.popen.stdin.flush()
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired as e:
+            raise HarnessError(f"{self.name} still running after {timeout} s\n{self.tail()}") from e
+
+    def stop(self, sig: int = signal.SIGTERM, grace: float = 5.0) -> int | None:
+        """Signal the process group, then SIGKILL it after `grace` seconds."""
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # The leader may be gone while children linger: always finish the group.
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reader.join(2)
+        if self.popen.stdin:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        self._log.close()
+        return self.popen.returncode
+
+
+class ProcGroup:
+    """Every process a test starts; stop_all() runs in the fixture's finally."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+
+    def add(self, p: Proc) -> Proc:
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+
+# --- vadapt -------------------------------------------------------------------
+
+
+@dataclass
+class Vadapt:
+    """A `vadapt serve` daemon with its control socket in `workdir`."""
+
+    binary: Path
+    workdir: Path
+    group: ProcGroup
+    args: list[str]
+    cpus: str | None = "1"
+    proc: Proc | None = None
+    control: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.control = self.workdir / "control.sock"
+
+    def start(self, wait_sockets: list[Path] = ()) -> Vadapt:
+        argv = [str(self.binary), "serve", "--control", str(self.control), *self.args]
+        if self.cpus is not None and which("taskset"):
+            # Pin the daemon away from the frontend's forwarding core (DESIGN.md).
+            argv = ["taskset", "-c", self.cpus, *argv]
+        self.proc = self.group.add(Proc("vadapt", argv, self.workdir, env={"RUST_BACKTRACE": "1"}))
+        for s in [self.control, *wait_sockets]:
+            wait_path(s, 20, self.proc)
+        return self
+
+    def stats(self) -> dict:
+        r = subprocess.run(
+            [str(self.binary), "stats", "--control", str(self.control), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if r.returncode != 0:
+            raise HarnessError(f"vadapt stats failed rc={r.returncode}: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def wait_stats(self, predicate, timeout: float = 10.0, settle: float = 0.5) -> dict:
+        """Poll stats until predicate(stats) holds, or until they stop changing
+        for `settle` s (then the caller's asserts show the difference)."""
+        deadline = time.monotonic() + timeout
+        last, stable_since = None, time.monotonic()
+        while True:
+            s = self.stats()
+            if predicate(s):
+                return s
+            now = time.monotonic()
+            if s != last:
+                last, stable_since = s, now
+            elif now - stable_since > settle and now > deadline - timeout / 2:
+                return s
+            if now > deadline:
+                return s
+            time.sleep(0.1)
+
+
+def port(stats: dict, name: str) -> dict:
+    for p in stats["ports"]:
+        if p["name"] == name:
+            return p
+    raise KeyError(f"no port {name!r} in stats: {[p['name'] for p in stats['ports']]}")
+
+
+def total(p: dict, key: str) -> int:
+    """Sum of a per-queue counter over the port's queues."""
+    return sum(q[key] for q in p["queues"])
+
+
+def dropped(p: dict) -> int:
+    return sum(sum(q.get("dropped", {}).values()) for q in p["queues"])
+
+
+# --- DPDK testpmd -------------------------------------------------------------
+
+TESTPMD = "dpdk-testpmd"
+
+
+@dataclass
+class PortStats:
+    """Counters testpmd printed at `stop` (packets)."""
+
+    rx: int
+    tx: int
+    tx_dropped: int
+
+
+class Testpmd:
+    """dpdk-testpmd in interactive mode (-i), driven over stdin."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    def __init__(
+        self,
+        group: ProcGroup,
+        name: str,
+        eal: list[str],
+        app: list[str],
+        lcores: str = "0@1,1@0",
+    ):
+        self.workdir = group.workdir
+        argv = [
+            # testpmd writes with stdio: line-buffer it, else a pipe holds the
+            # `stop` report back until exit.
+            "stdbuf",
+            "-oL",
+            TESTPMD,
+            "--lcores",
+            lcores,
+            "--no-huge",
+            "-m",
+            "1024",
+            "--no-pci",
+            f"--file-prefix={name}-{self.workdir.name}",
+            *eal,
+            "--",
+            "-i",
+            "--total-num-mbufs=8192",
+            *app,
+        ]
+        self.proc = group.add(Proc(name, argv, self.workdir, stdin=True))
+        self.proc.wait_for(r"testpmd>|Start automatic|Port 0: ", timeout=60)
+
+    def cmd(self, line: str) -> int:
+        mark = self.proc.mark()
+        self.proc.send(line)
+        return mark
+
+    def start(self) -> None:
+        mark = self.cmd("start")
+        self.proc.wait_for(r"forwarding packets|Packet forwarding already started", since=mark)
+
+    def stop(self) -> PortStats:
+        """`stop`: the forward stats since the last `start`."""
+        mark = self.cmd("stop")
+        _, done = self.proc.wait_for(r"^\s*Done\.", timeout=20, since=mark)
+        return parse_testpmd_stats(self.proc.lines[mark:done], self.proc.tail())
+
+    def run_for(self, seconds: float) -> PortStats:
+        """`start`, wait `seconds`, `stop`."""
+        self.start()
+        time.sleep(seconds)
+        return self.stop()
+
+    def quit(self, timeout: float = 30) -> int:
+        self.proc.send("quit")
+        return self.proc.wait_exit(timeout)
+
+
+def parse_testpmd_stats(lines: list[str], context: str = "") -> PortStats:
+    """Last RX-packets / TX-packets lines of a `stop` report: the accumulated
+    block when there are several ports, else the one port's block."""
+    rx = tx = txd = None
+    for line in lines:
+        m = re.search(r"RX-packets:\s*(\d+)", line)
+        if m:
+            rx = int(m.group(1))
+        m = re.search(r"TX-packets:\s*(\d+)\s+TX-dropped:\s*(\d+)", line)
+        if m:
+            tx, txd = int(m.group(1)), int(m.group(2))
+    if rx is None or tx is None:
+        raise HarnessError("no forward statistics in testpmd output\n" + context)
+    return PortStats(rx=rx, tx=tx, tx_dropped=txd)
+
+
+# --- QEMU guests --------------------------------------------------------------
+
+QEMU = "qemu-system-x86_64"
+RESULT = re.compile(r"VADAPT-RESULT (.*)$")
+
+
+def parse_result(line: str) -> dict[str, str]:
+    m = RESULT.search(line)
+    assert m, line
+    return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+
+
+class Guest:
+    """A QEMU TCG guest whose virtio-net device is a vhost-user client of `socket`.
+
+    The guest's /init (tests/interop/guest/init) configures eth0 from
+    `ip`, runs `role`, prints `VADAPT-RESULT k=v ...` lines on the serial
+    console (our stdout) and powers off.
+    """
+
+    MEM = "512M"
+
+    def __init__(
+        self,
+        group: ProcGroup,
+        name: str,
+        socket: Path,
+        mac: str,
+        ip: str,
+        role: str,
+        params: dict[str, str] | None = None,
+    ):
+        files = guest_files()
+        assert files, "guest image missing: run scripts/guest-image.sh"
+        kernel, initrd = files
+        cmdline = ["console=ttyS0", "quiet", "panic=-1", f"vadapt.ip={ip}", f"vadapt.role={role}"]
+        cmdline += [f"vadapt.{k}={v}" for k, v in (params or {}).items()]
+        argv = [
+            QEMU,
+            "-nodefaults",
+            "-display", "none",
+            "-no-reboot",
+            "-machine", "pc,accel=tcg",
+            "-cpu", "max",
+            "-smp", "1",
+            "-m", self.MEM,
+            # vhost-user needs guest memory the backend can map.
+            "-object", f"memory-backend-memfd,id=mem,size={self.MEM},share=on",
+            "-numa", "node,memdev=mem",
+            "-chardev", f"socket,id=c0,path={socket}",
+            "-netdev", "vhost-user,id=n0,chardev=c0",
+            # vectors=0: MSI-X off, else QEMU 7.2 under TCG segfaults in
+            # msix_set_vector_notifiers (DESIGN.md).
+            "-device", f"virtio-net-pci,netdev=n0,vectors=0,mac={mac}",
+            "-kernel", str(kernel),
+            "-initrd", str(initrd),
+            "-serial", "stdio",
+            "-append", " ".join(cmdline),
+        ]  # fmt: skip
+        self.name = name
+        self.proc = group.add(Proc(name, argv, group.workdir, stdin=True))
+
+    def result(self, key: str, timeout: float = 60, since: int = 0) -> dict[str, str]:
+        """The first VADAPT-RESULT line at or after `since` that has `key`."""
+        m, _ = self.proc.wait_for(rf"VADAPT-RESULT .*\b{re.escape(key)}=", timeout, since)
+        return parse_result(m.string)
+
+    def booted(self, timeout: float = 90) -> dict[str, str]:
+        r = self.result("boot", timeout)
+        assert r["boot"] == "ok", self.proc.tail()
+        return r
+
+    def shell(self, command: str, timeout: float = 60) -> list[str]:
+        """Run one command in the `shell` role; its output lines (rc must be 0)."""
+        mark = self.proc.mark()
+        self.proc.send(command)
+        m, i = self.proc.wait_for(r"VADAPT-DONE rc=(\d+)", timeout, since=mark)
+        out = self.proc.lines[mark:i]
+        assert m.group(1) == "0", f"{command!r} failed rc={m.group(1)}\n" + self.proc.tail()
+        return out
+
+    def shell_result(self, command: str, key: str, timeout: float = 60) -> dict[str, str]:
+        for line in self.shell(command, timeout):
+            if RESULT.search(line) and f"{key}=" in line:
+                return parse_result(line)
+        raise HarnessError(f"{command!r} printed no result with {key}=\n" + self.proc.tail())
+
+    def poweroff(self, timeout: float = 30) -> int:
+        self.proc.send("exit")
+        return self.proc.wait_exit(timeout)
+
+
+# --- one-shot commands --------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(argv: list[str], timeout: float = 10.0) -> CliResult:
+    """Run a command that must finish by itself within `timeout` s; a command
+    that hangs (e.g. a `serve` that accepted bad input) is killed with its
+    process group and reported as a failure."""
+    p = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise HarnessError(
+            f"{argv} still running after {timeout} s (it should have exited)\n{out}\n{err}"
+        ) from e
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return CliResult(p.returncode, out, err)

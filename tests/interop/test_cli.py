@@ -1,0 +1,92 @@
+"""The vadapt command line: help, and bad input rejected with one error line
+that names the offending field (no panic, no hang, exit code != 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "error" in line.lower()]
+
+
+def assert_clean_error(r: harness.CliResult, *names: str) -> str:
+    assert r.rc != 0, f"accepted bad input:\n{r.stdout}\n{r.stderr}"
+    assert "panicked" not in r.stderr and "RUST_BACKTRACE" not in r.stderr, r.stderr
+    errs = error_lines(r.stderr)
+    assert len(errs) == 1, f"expected one error line, got:\n{r.stderr}"
+    for n in names:
+        assert n in errs[0], f"error line does not name {n!r}: {errs[0]}"
+    return errs[0]
+
+
+def test_help_lists_subcommands(vadapt_bin):
+    r = harness.run_cli([str(vadapt_bin), "--help"])
+    assert r.rc == 0, r.stderr
+    for sub in ("serve", "stats", "set-policy"):
+        assert harness.has_subcommand(vadapt_bin, sub), r.stdout
+
+
+@pytest.mark.parametrize("sub", ["serve", "stats", "set-policy"])
+def test_subcommand_help(vadapt_bin, sub):
+    r = harness.run_cli([str(vadapt_bin), sub, "--help"])
+    assert r.rc == 0, r.stderr
+    assert "--control" in r.stdout
+
+
+def serve(vadapt_bin, tmp_path, *args: str) -> harness.CliResult:
+    # A control socket in the test's own directory: a `serve` that wrongly
+    # starts must not touch /run/vadapt.
+    return harness.run_cli([str(vadapt_bin), "serve", "--control", str(tmp_path / "c.sock"), *args])
+
+
+def test_vm_zero_queues(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/vm1.sock,queues=0")
+    assert_clean_error(r, "queues")
+    assert not (tmp_path / "vm1.sock").exists()
+
+
+def test_vm_unknown_key(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/v.sock,frobnicate=3")
+    assert_clean_error(r, "frobnicate")
+
+
+def test_vm_missing_socket(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--vm", "name=vm1,queues=1")
+    assert_clean_error(r, "socket")
+
+
+def test_vm_bad_mac(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/v.sock,mac=52:54:zz")
+    assert_clean_error(r, "mac")
+
+
+def test_bad_policy_name(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--sink", "s0", "--policy", "fastest-ever")
+    assert_clean_error(r, "fastest-ever")
+
+
+def test_config_unknown_key(vadapt_bin, tmp_path):
+    cfg = tmp_path / "vadapt.toml"
+    cfg.write_text(f'[[vm]]\nname = "vm1"\nsocket = "{tmp_path}/v.sock"\nqueuez = 2\n')
+    r = serve(vadapt_bin, tmp_path, "--config", str(cfg))
+    assert_clean_error(r, "queuez")
+
+
+def test_config_missing_file(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--config", str(tmp_path / "nope.toml"))
+    assert_clean_error(r, "nope.toml")
+
+
+def test_duplicate_port_names(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--sink", "p0", "--echo", "p0")
+    assert_clean_error(r, "p0")
+
+
+def test_stats_without_daemon(vadapt_bin, tmp_path):
+    r = harness.run_cli(
+        [str(vadapt_bin), "stats", "--control", str(tmp_path / "absent.sock"), "--json"]
+    )
+    assert_clean_error(r, "absent.sock")
