@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The whole check, as CI runs it (.ci/run): dependencies, guest image, Rust
+# format/lint/docs/tests, release build, the Python lab, and the interop tests
+# against the release binary. Fails fast at the first failing step, with a
+# banner naming it, and ends with one summary line and the time of each step.
+#
+#   scripts/test.sh              every step
+#   scripts/test.sh STEP...      only these steps (names as in the banners),
+#                                e.g. `scripts/test.sh interop`
+#
+# Honours CARGO_TARGET_DIR (the release binary is looked up there).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+VENV="$ROOT/.venv"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab interop)
+declare -A TIMES=()
+DONE=()
+
+banner() {
+    printf '\n==================== %s ====================\n' "$*"
+}
+
+summary() {
+    local line="" s
+    for s in "${DONE[@]}"; do line+=" $s=${TIMES[$s]}s"; done
+    echo "step times:${line:- none}"
+}
+
+# pytest exits 5 when it collected nothing: that is a failure here.
+pytest_run() {
+    local rc=0
+    "$VENV/bin/pytest" "$@" || rc=$?
+    if ((rc == 5)); then
+        echo "pytest collected no tests ($*): treated as a failure" >&2
+        return 1
+    fi
+    return "$rc"
+}
+
+step_deps() { bash scripts/install-deps.sh; }
+step_guest_image() { bash scripts/guest-image.sh; }
+step_fmt() { cargo fmt --all --check; }
+step_clippy() { cargo clippy --workspace --all-targets -- -D warnings; }
+step_doc() { RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; }
+step_cargo_test() { cargo test --workspace; }
+step_build_release() { cargo build --release -p vadapt; }
+step_lab() {
+    (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
+}
+step_interop() {
+    local bin="$TARGET_DIR/release/vadapt"
+    [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
+    "$VENV/bin/ruff" check tests/interop
+    "$VENV/bin/ruff" format --check tests/interop
+    # Strict: a missing prerequisite fails instead of skipping.
+    VADAPT_BIN="$bin" VADAPT_INTEROP_STRICT=1 pytest_run -v tests/interop
+}
+
+run_step() {
+    local name="$1" fn="step_${1//-/_}" t0 rc=0
+    banner "step: $name"
+    t0=$(date +%s)
+    # A subshell with errexit on: `"$fn" || rc=$?` would turn errexit off
+    # inside the step, so a failing command in its middle would go unnoticed.
+    set +e
+    (
+        set -e
+        "$fn"
+    )
+    rc=$?
+    set -e
+    TIMES[$name]=$(($(date +%s) - t0))
+    DONE+=("$name")
+    if ((rc != 0)); then
+        banner "FAILED: step $name (exit $rc, ${TIMES[$name]} s)"
+        summary
+        echo "test.sh: FAILED at step $name"
+        exit 1
+    fi
+    echo "---- step $name passed in ${TIMES[$name]} s"
+}
+
+selected=("$@")
+((${#selected[@]})) || selected=("${STEPS[@]}")
+for s in "${selected[@]}"; do
+    declare -F "step_${s//-/_}" >/dev/null || { echo "unknown step: $s (steps: ${STEPS[*]})" >&2; exit 2; }
+done
+
+t_all=$(date +%s)
+for s in "${selected[@]}"; do run_step "$s"; done
+banner "all steps passed"
+summary
+echo "test.sh: ${#DONE[@]} steps passed in $(($(date +%s) - t_all)) s"
