@@ -1,0 +1,192 @@
+//! Notification suppression rules on both sides (spec 2.7.7, 2.7.10).
+
+mod common;
+
+use common::*;
+use vadapt_virtq::spec::{VRING_AVAIL_F_NO_INTERRUPT, VRING_USED_F_NO_NOTIFY};
+use vadapt_virtq::RingFeatures;
+
+const EVENT: RingFeatures = RingFeatures {
+    event_idx: true,
+    in_order: false,
+    indirect: false,
+};
+const PLAIN: RingFeatures = RingFeatures {
+    event_idx: false,
+    in_order: false,
+    indirect: false,
+};
+
+/// Driver adds and publishes `n` one-segment TX buffers.
+fn send(s: &mut Setup, n: u16) {
+    for i in 0..n {
+        s.driver.add(&[readable(buf(u64::from(i)), 64)]).unwrap();
+    }
+    s.driver.publish();
+}
+
+/// Device consumes and publishes `n` buffers (one flush).
+fn serve(s: &mut Setup, n: u16) {
+    for _ in 0..n {
+        let head = s.device.pop(&s.mem, &mut s.chain).unwrap().unwrap();
+        s.device.push_used(head, 0);
+    }
+    assert_eq!(s.device.flush_used(), n);
+}
+
+#[test]
+fn calls_follow_no_interrupt_without_event_idx() {
+    let mut s = setup(16, PLAIN);
+    assert!(!s.device.needs_call(), "nothing published yet");
+    send(&mut s, 4);
+    serve(&mut s, 1);
+    assert!(s.device.needs_call());
+    assert!(!s.device.needs_call(), "nothing new since the last check");
+    s.driver.disable_cb();
+    assert_eq!(raw(&s).avail_flags(), VRING_AVAIL_F_NO_INTERRUPT);
+    serve(&mut s, 1);
+    assert!(!s.device.needs_call(), "suppressed by NO_INTERRUPT");
+    // Driver consumes, re-enables: the two used buffers are pending, so
+    // enable_cb reports them instead of waiting for a call.
+    assert!(!s.driver.enable_cb());
+    assert_eq!(raw(&s).avail_flags(), 0);
+    while s.driver.pop_used().is_some() {}
+    assert!(s.driver.enable_cb());
+    serve(&mut s, 2);
+    assert!(s.device.needs_call());
+}
+
+#[test]
+fn calls_follow_used_event_with_event_idx() {
+    let mut s = setup(16, EVENT);
+    let r = raw(&s);
+    send(&mut s, 10);
+    assert_eq!(r.avail_flags(), 0, "flags stay 0 with EVENT_IDX");
+    // Ask for a call when entry 3 is used (used.idx reaches 4).
+    r.set_used_event(3);
+    serve(&mut s, 1);
+    assert!(
+        s.device.needs_call(),
+        "first check after start always calls"
+    );
+    serve(&mut s, 1); // used.idx 2
+    assert!(!s.device.needs_call());
+    serve(&mut s, 1); // 3
+    assert!(!s.device.needs_call());
+    serve(&mut s, 1); // 4: crosses used_event 3
+    assert!(s.device.needs_call());
+    serve(&mut s, 1); // 5
+    assert!(!s.device.needs_call());
+    // A batch that jumps over the event also calls.
+    r.set_used_event(6);
+    serve(&mut s, 3); // 5 -> 8
+    assert!(s.device.needs_call());
+    // The flag is ignored with EVENT_IDX.
+    r.set_avail_flags(VRING_AVAIL_F_NO_INTERRUPT);
+    r.set_used_event(8);
+    serve(&mut s, 1);
+    assert!(s.device.needs_call());
+}
+
+#[test]
+fn driver_disable_cb_with_event_idx_suppresses_calls() {
+    let mut s = setup(16, EVENT);
+    send(&mut s, 8);
+    serve(&mut s, 1);
+    assert!(s.device.needs_call());
+    assert_eq!(s.driver.pop_used().map(|(_, l)| l), Some(0));
+    assert_eq!(raw(&s).used_event(), 1, "pop_used asks for the next one");
+    s.driver.disable_cb();
+    for _ in 0..5 {
+        serve(&mut s, 1);
+        assert!(!s.device.needs_call());
+    }
+    // Delayed enable: 7 outstanding, so the call is wanted after 3/4 of
+    // them (5); exactly 5 are already used, which is not more than that.
+    assert!(s.driver.enable_cb_delayed());
+    assert_eq!(raw(&s).used_event(), 1 + 5);
+    serve(&mut s, 1); // used.idx 7 crosses 6
+    assert!(s.device.needs_call());
+}
+
+#[test]
+fn kicks_follow_no_notify_without_event_idx() {
+    let mut s = setup(16, PLAIN);
+    assert!(!s.driver.kick_prepare(), "nothing published");
+    send(&mut s, 1);
+    assert!(s.driver.kick_prepare());
+    s.device.disable_notifications();
+    assert_eq!(raw(&s).used_flags(), VRING_USED_F_NO_NOTIFY);
+    send(&mut s, 1);
+    assert!(!s.driver.kick_prepare());
+    // Work is pending when the device re-enables: it must poll again.
+    assert_eq!(s.device.enable_notifications(), Ok(true));
+    assert_eq!(raw(&s).used_flags(), 0);
+    serve(&mut s, 2);
+    assert_eq!(s.device.enable_notifications(), Ok(false));
+    send(&mut s, 1);
+    assert!(s.driver.kick_prepare());
+}
+
+#[test]
+fn kicks_follow_avail_event_with_event_idx() {
+    let mut s = setup(16, EVENT);
+    let r = raw(&s);
+    assert_eq!(r.avail_event(), 0, "enabled at start");
+    send(&mut s, 1);
+    assert!(s.driver.kick_prepare(), "crossed avail_event 0");
+    send(&mut s, 1);
+    assert!(!s.driver.kick_prepare(), "avail_event 0 already behind");
+    // Device catches up and re-enables; race check sees the pending work.
+    assert_eq!(s.device.enable_notifications(), Ok(true));
+    serve(&mut s, 2);
+    assert_eq!(s.device.enable_notifications(), Ok(false));
+    assert_eq!(r.avail_event(), 2);
+    send(&mut s, 1);
+    assert!(s.driver.kick_prepare());
+    serve(&mut s, 1);
+
+    // Disabled: avail_event is left behind, no more kicks.
+    s.device.disable_notifications();
+    assert!(!s.device.notifications_enabled());
+    for _ in 0..3 {
+        send(&mut s, 1);
+        assert!(!s.driver.kick_prepare());
+    }
+    serve(&mut s, 3);
+
+    // Threshold: kick once 4 buffers are pending.
+    assert!(s.device.set_kick_threshold(4));
+    assert_eq!(r.avail_event(), s.device.last_avail() + 3);
+    for i in 1..=6 {
+        send(&mut s, 1);
+        assert_eq!(s.driver.kick_prepare(), i == 4, "pending {i}");
+    }
+    // A batch that jumps over the threshold kicks too.
+    serve(&mut s, 6);
+    assert!(s.device.set_kick_threshold(2));
+    send(&mut s, 3);
+    assert!(s.driver.kick_prepare());
+}
+
+#[test]
+fn kick_threshold_needs_event_idx() {
+    let mut s = setup(16, PLAIN);
+    assert!(!s.device.set_kick_threshold(4));
+}
+
+#[test]
+fn enable_notifications_closes_the_race() {
+    // The driver publishes after the device decided to sleep but before it
+    // re-enabled: enable_notifications must report the work.
+    for f in [PLAIN, EVENT] {
+        let mut s = setup(16, f);
+        s.device.disable_notifications();
+        send(&mut s, 1);
+        let kicked = s.driver.kick_prepare();
+        assert!(!kicked || f.event_idx, "no kick while suppressed ({f:?})");
+        assert_eq!(s.device.enable_notifications(), Ok(true), "{f:?}");
+        serve(&mut s, 1);
+        assert_eq!(s.device.enable_notifications(), Ok(false), "{f:?}");
+    }
+}
