@@ -14,7 +14,9 @@ use std::str::FromStr;
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
     /// The policy name is not one of [`PolicyKind::ALL`].
-    #[error("unknown policy `{0}` (expected one of: interrupt, busy-poll, netap, growshrink, eekbp)")]
+    #[error(
+        "unknown policy `{0}` (expected one of: interrupt, busy-poll, netap, growshrink, eekbp)"
+    )]
     UnknownPolicy(String),
     /// A parameter is invalid; `param` names it as written in config files.
     #[error("invalid policy parameter `{param}`: {reason}")]
@@ -130,7 +132,8 @@ impl Default for NetapParams {
 pub struct GrowShrinkParams {
     /// Cap of the poll window, ns (QEMU `poll-max-ns`, default 32768 ≈ 32 µs).
     pub poll_max_ns: u64,
-    /// First non-zero window when growing from 0, ns (QEMU: 4096 when grow is 0... see growshrink docs).
+    /// First non-zero window when growing from 0, ns (QEMU hard-codes 4000,
+    /// "start polling at 4 microseconds", in `adjust_polling_time`).
     pub poll_start_ns: u64,
     /// Growth factor (QEMU `poll-grow`, 0 = default 2).
     pub poll_grow: u64,
@@ -142,7 +145,7 @@ impl Default for GrowShrinkParams {
     fn default() -> Self {
         GrowShrinkParams {
             poll_max_ns: 32_768,
-            poll_start_ns: 4_096,
+            poll_start_ns: 4_000,
             poll_grow: 2,
             poll_shrink: 0,
         }
