@@ -227,6 +227,8 @@ class ProcGroup:
     def __init__(self, workdir: Path):
         self.workdir = workdir
         self.procs: list[Proc] = []
+        # Paths to remove after the processes stopped (e.g. DPDK runtime dirs).
+        self.leftovers: list[Path] = []
 
     def add(self, p: Proc) -> Proc:
         self.procs.append(p)
@@ -235,6 +237,8 @@ class ProcGroup:
     def stop_all(self) -> None:
         for p in reversed(self.procs):
             p.stop()
+        for path in self.leftovers:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # --- vadapt -------------------------------------------------------------------
@@ -339,6 +343,8 @@ class Testpmd:
         lcores: str = "0@1,1@0",
     ):
         self.workdir = group.workdir
+        prefix = f"{name}-{self.workdir.name}"
+        group.leftovers.append(Path("/var/run/dpdk") / prefix)
         argv = [
             # testpmd writes with stdio: line-buffer it, else a pipe holds the
             # `stop` report back until exit.
@@ -351,7 +357,7 @@ class Testpmd:
             "-m",
             "1024",
             "--no-pci",
-            f"--file-prefix={name}-{self.workdir.name}",
+            f"--file-prefix={prefix}",
             *eal,
             "--",
             "-i",
