@@ -1,0 +1,356 @@
+//! `vadapt guest ...`: the command-line face of the synthetic guest.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ConfigError, GuestConfig, Mode, DEFAULT_EXIT_COST_NS};
+use crate::guest::{error_chain, Guest};
+use crate::load::RateSpec;
+use crate::metrics::GuestReport;
+
+/// Flags of `vadapt guest`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GuestArgs {
+    /// vhost-user socket of the backend (the guest connects to it as the frontend).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Sending threads (netperf threads), each one flow on its own queue pair when the
+    /// backend offers enough pairs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: u32,
+    /// Message size: bytes of L2 payload (the frame adds a 14-byte Ethernet header).
+    #[arg(long, default_value_t = 64, value_name = "BYTES")]
+    pub size: u32,
+    /// Offered load of the whole guest: `closed` (send whenever the ring has room), a packet
+    /// rate (`100k`, `1Mpps`) or a bit rate of Ethernet frames (`2Gbit`).
+    #[arg(long, default_value = "closed", value_parser = parse_rate, value_name = "RATE")]
+    pub rate: RateArg,
+    /// Traffic pattern: `stream` (one way) or `rr` (request/response, latency percentiles).
+    #[arg(long, default_value = "stream", value_parser = parse_mode, value_name = "MODE")]
+    pub mode: Mode,
+    /// How long to run: `10s`, `500ms`, `2m`, or plain seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "TIME")]
+    pub duration: Duration,
+    /// Emulated CPU cost of each kick (VM exit) and each handled call (interrupt injection),
+    /// busy-waited on the sending thread; 0 turns the emulation off.
+    #[arg(long, default_value_t = DEFAULT_EXIT_COST_NS, value_name = "NS")]
+    pub exit_cost_ns: u64,
+    /// The guest's MAC address (default: the device's, else 02:00:00:00:00:01).
+    #[arg(long, value_parser = parse_mac, value_name = "MAC")]
+    pub mac: Option<[u8; 6]>,
+    /// Destination MAC address of every frame.
+    #[arg(long, default_value = "02:00:00:00:00:02", value_parser = parse_mac, value_name = "MAC")]
+    pub dst_mac: [u8; 6],
+    /// Queue pairs to use (default: one per thread, capped by the backend).
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u16>,
+    /// Descriptors per virtqueue (power of two).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub ring_size: u16,
+    /// Packets per publish/kick decision (1 = one sendmsg per packet; more emulates
+    /// `xmit_more` batching).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub tx_batch: u16,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A parsed `--rate` (kept apart from the load because bit rates need the message size).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateArg(pub RateSpec);
+
+fn parse_rate(s: &str) -> Result<RateArg, String> {
+    RateSpec::parse(s).map(RateArg).map_err(|e| e.to_string())
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "stream" => Ok(Mode::Stream),
+        "rr" | "request-response" => Ok(Mode::RequestResponse),
+        _ => Err(format!("`{s}` is not a mode: use stream or rr")),
+    }
+}
+
+/// Parses `10s`, `500ms`, `250us`, `2m`, `1h` or a plain number of seconds (`1.5`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration: use e.g. 10s"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("`{s}` is not a duration: use e.g. 10s, 500ms, 2m")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is out of range"))
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    let bad = || format!("`{s}` is not a MAC address: use e.g. 02:00:00:00:00:01");
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(parts) {
+        if p.len() != 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(m)
+}
+
+impl GuestArgs {
+    /// The configuration these flags describe, validated.
+    pub fn to_config(&self) -> Result<GuestConfig, ConfigError> {
+        let cfg = GuestConfig {
+            threads: self.threads,
+            size: self.size,
+            load: self.rate.0.to_load(self.size),
+            mode: self.mode,
+            duration: self.duration,
+            exit_cost_ns: self.exit_cost_ns,
+            mac: self.mac,
+            dst_mac: self.dst_mac,
+            queues: self.queues,
+            ring_size: self.ring_size,
+            tx_batch: self.tx_batch,
+            ..GuestConfig::new(self.socket.clone())
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Set by SIGINT/SIGTERM; the watcher thread forwards it to the run's stop flag.
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SIGNALLED.store(true, Ordering::Relaxed);
+}
+
+/// Runs `vadapt guest` to completion: connect, run, print the report (table or JSON).
+/// Exit code 0 on success, 1 when the configuration is refused, the connection fails or the
+/// run ended early (the report up to then is still printed).
+pub fn run_cli(args: GuestArgs) -> ExitCode {
+    let cfg = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let guest = match Guest::connect(cfg.clone()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // SAFETY: `on_signal` only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let forward = Arc::clone(&stop);
+    let done = Arc::new(AtomicBool::new(false));
+    let done2 = Arc::clone(&done);
+    let watcher = std::thread::spawn(move || {
+        while !done2.load(Ordering::Relaxed) {
+            if SIGNALLED.load(Ordering::Relaxed) {
+                forward.store(true, Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let result = guest.run(stop);
+    done.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    match result {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => eprintln!("error: cannot encode the report: {e}"),
+                }
+            } else {
+                print!("{}", render_table(&cfg, &report));
+            }
+            if let Some(e) = &report.error {
+                eprintln!("error: run ended early: {e}");
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The human-readable report.
+pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let _ = writeln!(
+        s,
+        "guest {} -> {}: {} thread(s) on {} queue pair(s), {}-byte messages, {:?}, {:.2} s",
+        r.mac,
+        cfg.socket.display(),
+        cfg.threads,
+        r.queue_pairs,
+        cfg.size,
+        cfg.mode,
+        secs
+    );
+    let t = &r.totals;
+    let _ = writeln!(
+        s,
+        "sent     {:>14} pkts {:>16} B  {:>10.3} Mpps {:>9.3} Gbit/s",
+        t.sent_packets,
+        t.sent_bytes,
+        t.sent_packets as f64 / secs / 1e6,
+        t.sent_bytes as f64 * 8.0 / secs / 1e9
+    );
+    let _ = writeln!(
+        s,
+        "received {:>14} pkts {:>16} B  {:>10.3} Mpps {:>9.3} Gbit/s",
+        t.recv_packets,
+        t.recv_bytes,
+        t.recv_packets as f64 / secs / 1e6,
+        t.recv_bytes as f64 * 8.0 / secs / 1e9
+    );
+    let _ = writeln!(
+        s,
+        "kicks {} (tx {}, rx {})  calls {} (tx {}, rx {})  ring-full stalls {}  wake timeouts {}",
+        t.kicks,
+        t.tx_kicks,
+        t.rx_kicks,
+        t.calls,
+        t.tx_calls,
+        t.rx_calls,
+        t.ring_full_stalls,
+        t.tx_wake_timeouts
+    );
+    if let Some(l) = r.latency {
+        let _ = writeln!(
+            s,
+            "latency  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us  max {:.1} us  ({} round trips, {} lost)",
+            l.p50 as f64 / 1e3,
+            l.p99 as f64 / 1e3,
+            l.p999 as f64 / 1e3,
+            l.max as f64 / 1e3,
+            l.count,
+            t.lost_requests
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: GuestArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<GuestArgs, String> {
+        let mut full = vec!["vadapt-guest"];
+        full.extend_from_slice(argv);
+        Cli::try_parse_from(full).map(|c| c.args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn full_command_line() {
+        let a = parse(&[
+            "--socket", "/tmp/a.sock", "--threads", "3", "--size", "128", "--rate", "1Mpps",
+            "--mode", "rr", "--duration", "500ms", "--exit-cost-ns", "0", "--mac",
+            "02:00:00:00:00:0a", "--dst-mac", "02-00-00-00-00-0b", "--json",
+        ])
+        .unwrap();
+        let c = a.to_config().unwrap();
+        assert_eq!(c.threads, 3);
+        assert_eq!(c.size, 128);
+        assert_eq!(c.load, crate::Load::Rate { pps: 1e6 });
+        assert_eq!(c.mode, Mode::RequestResponse);
+        assert_eq!(c.duration, Duration::from_millis(500));
+        assert_eq!(c.exit_cost_ns, 0);
+        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 10]));
+        assert_eq!(c.dst_mac, [2, 0, 0, 0, 0, 11]);
+        assert!(a.json);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&["--socket", "/s"]).unwrap().to_config().unwrap();
+        assert_eq!(c, GuestConfig::new("/s"));
+    }
+
+    #[test]
+    fn bad_flags_are_one_line_errors_naming_the_flag() {
+        let e = parse(&["--socket", "/s", "--threads", "0"]).unwrap().to_config().unwrap_err();
+        assert_eq!(e.to_string(), "--threads must be at least 1");
+        let e = parse(&["--socket", "/s", "--rate", "0"]).unwrap_err();
+        assert!(e.contains("--rate") && e.contains("positive"), "{e}");
+        let e = parse(&["--socket", "/s", "--rate", "lots"]).unwrap_err();
+        assert!(e.contains("--rate"), "{e}");
+        let e = parse(&["--socket", "/s", "--mac", "zz"]).unwrap_err();
+        assert!(e.contains("--mac"), "{e}");
+        let e = parse(&["--socket", "/s", "--duration", "10 parsecs"]).unwrap_err();
+        assert!(e.contains("--duration"), "{e}");
+        let e = parse(&["--socket", "/s", "--size", "9999"]).unwrap().to_config().unwrap_err();
+        assert!(e.to_string().starts_with("--size"));
+        assert!(parse(&["--threads", "1"]).unwrap_err().contains("--socket"));
+    }
+
+    #[test]
+    fn bit_rate_uses_the_message_size() {
+        let c = parse(&["--socket", "/s", "--size", "1486", "--rate", "12Mbit"])
+            .unwrap()
+            .to_config()
+            .unwrap();
+        // 1500-byte frames = 12000 bits -> 1000 pps.
+        assert_eq!(c.load, crate::Load::Rate { pps: 1000.0 });
+    }
+
+    #[test]
+    fn durations_and_macs() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_mac("ff:FF:00:01:02:03"), Ok([255, 255, 0, 1, 2, 3]));
+        assert!(parse_mac("ff:ff:00:01:02").is_err());
+        assert!(parse_mac("fff:f:00:01:02:03").is_err());
+    }
+
+    #[test]
+    fn unreachable_socket_is_a_one_line_error() {
+        let dir = std::env::temp_dir().join(format!("vadapt-guest-nosock-{}", std::process::id()));
+        let cfg = GuestConfig::new(dir.join("missing.sock"));
+        let e = Guest::connect(cfg).unwrap_err();
+        let msg = error_chain(&e);
+        assert!(msg.starts_with("--socket"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+}

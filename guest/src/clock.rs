@@ -1,0 +1,58 @@
+//! The guest's clock and the emulated cost of a VM exit.
+//!
+//! All threads of one guest read the same [`Clock`] (nanoseconds since the guest connected), so
+//! a send time stamped by one thread can be subtracted from a receive time read by another.
+
+use std::time::{Duration, Instant};
+
+/// Monotonic nanoseconds since an epoch shared by all threads of a guest.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    /// A clock whose zero is now.
+    pub fn start() -> Clock {
+        Clock { epoch: Instant::now() }
+    }
+
+    /// Nanoseconds since the epoch.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        // u64 nanoseconds overflow after 584 years.
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// The epoch plus `ns` as an [`Instant`].
+    pub fn instant_at(&self, ns: u64) -> Instant {
+        self.epoch + Duration::from_nanos(ns)
+    }
+}
+
+/// Emulated CPU cost of a kick (a VM exit on a KVM host) or of a handled call (an interrupt
+/// injection and the guest's interrupt entry/exit), paid by busy-waiting on the thread that
+/// caused it. This is an emulation: nothing exits, the thread only burns the time a vCPU
+/// would have lost. See the crate documentation for the default's justification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCost {
+    /// Busy-wait per event (ns); 0 disables the emulation.
+    pub ns: u64,
+}
+
+impl ExitCost {
+    /// Busy-waits `self.ns` nanoseconds (returns at once when 0).
+    #[inline]
+    pub fn pay(&self) {
+        if self.ns == 0 {
+            return;
+        }
+        let start = Instant::now();
+        let cost = Duration::from_nanos(self.ns);
+        // A spin, not a sleep: a VM exit keeps the physical CPU busy, and sleeping for
+        // microseconds would cost a scheduler round trip far longer than the exit itself.
+        while start.elapsed() < cost {
+            std::hint::spin_loop();
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! What a synthetic guest is asked to do, and the checks that need no backend.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::frame::MIN_SIZE;
+use crate::load::Load;
+
+/// Default emulated cost of a kick or a handled call (ns); see the crate documentation.
+pub const DEFAULT_EXIT_COST_NS: u64 = 2000;
+/// Largest message without `VIRTIO_NET_F_MRG_RXBUF` (bytes of L2 payload): a 1500-byte MTU.
+pub const MTU: u32 = 1500;
+/// Largest message at all (bytes of L2 payload): a 9000-byte jumbo frame.
+pub const MAX_SIZE: u32 = 9000;
+/// Most sending threads one guest runs (a VM with more vCPUs than this is not the point).
+pub const MAX_THREADS: u32 = 256;
+
+/// The traffic pattern of each thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One-way stream of messages (netperf TCP_STREAM / UDP_STREAM).
+    Stream,
+    /// One request outstanding per thread, timed until its reply comes back (netperf TCP_RR,
+    /// sockperf ping-pong), through an echo port.
+    RequestResponse,
+}
+
+/// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GuestConfig {
+    /// vhost-user socket of the backend (the guest connects as the frontend).
+    pub socket: PathBuf,
+    /// Sending threads (netperf threads); each is one flow.
+    pub threads: u32,
+    /// Message size: bytes of L2 payload; the frame is 14 + `size` bytes.
+    pub size: u32,
+    /// Offered load.
+    pub load: Load,
+    /// Traffic pattern.
+    pub mode: Mode,
+    /// How long to run.
+    pub duration: Duration,
+    /// Emulated cost of each kick and each handled call (ns, busy-wait); 0 disables it.
+    pub exit_cost_ns: u64,
+    /// The guest's MAC address; `None` = the device's (config space, when the backend offers
+    /// `VIRTIO_NET_F_MAC`), else [`GuestConfig::FALLBACK_MAC`].
+    pub mac: Option<[u8; 6]>,
+    /// Destination MAC address of every frame.
+    pub dst_mac: [u8; 6],
+    /// Queue pairs to use; `None` = one per thread. Capped by what the backend offers.
+    pub queues: Option<u16>,
+    /// Descriptors per virtqueue (power of two, 2..=32768).
+    pub ring_size: u16,
+    /// Packets added per publish/kick decision: 1 is one `sendmsg` per packet as netperf
+    /// does; larger values emulate `xmit_more` batching.
+    pub tx_batch: u16,
+    /// NAPI budget: packets handled per RX poll before yielding (Linux: 64).
+    pub napi_budget: u32,
+    /// Request/response: how long to wait for a reply before counting it lost.
+    pub rr_timeout: Duration,
+    /// Longest wait for a vhost-user reply from the backend.
+    pub vhost_timeout: Duration,
+}
+
+impl GuestConfig {
+    /// MAC address used when neither `--mac` nor the device gives one (locally administered).
+    pub const FALLBACK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+    /// Default destination (locally administered; unknown to a switch, so flooded to sinks).
+    pub const DEFAULT_DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+    /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
+    /// rings of 256, batch 1, NAPI budget 64.
+    pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
+        GuestConfig {
+            socket: socket.into(),
+            threads: 1,
+            size: 64,
+            load: Load::ClosedLoop,
+            mode: Mode::Stream,
+            duration: Duration::from_secs(10),
+            exit_cost_ns: DEFAULT_EXIT_COST_NS,
+            mac: None,
+            dst_mac: Self::DEFAULT_DST_MAC,
+            queues: None,
+            ring_size: 256,
+            tx_batch: 1,
+            napi_budget: 64,
+            rr_timeout: Duration::from_secs(1),
+            vhost_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks everything that does not depend on the backend (the MTU check without
+    /// `VIRTIO_NET_F_MRG_RXBUF` happens at connect time).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.threads == 0 {
+            return Err(ConfigError::ZeroThreads);
+        }
+        if self.threads > MAX_THREADS {
+            return Err(ConfigError::TooManyThreads(self.threads));
+        }
+        if self.size < MIN_SIZE || self.size > MAX_SIZE {
+            return Err(ConfigError::Size(self.size));
+        }
+        if let Load::Rate { pps } = self.load {
+            if !(pps.is_finite() && pps > 0.0) {
+                return Err(ConfigError::Rate(pps));
+            }
+        }
+        if self.duration.is_zero() {
+            return Err(ConfigError::ZeroDuration);
+        }
+        if self.queues == Some(0) {
+            return Err(ConfigError::ZeroQueues);
+        }
+        if self.ring_size < 2 || self.ring_size > 32768 || !self.ring_size.is_power_of_two() {
+            return Err(ConfigError::RingSize(self.ring_size));
+        }
+        if self.tx_batch == 0 || self.tx_batch > self.ring_size {
+            return Err(ConfigError::TxBatch(self.tx_batch));
+        }
+        if self.napi_budget == 0 {
+            return Err(ConfigError::NapiBudget);
+        }
+        if self.mac.is_some_and(|m| m[0] & 1 == 1) {
+            return Err(ConfigError::MulticastMac);
+        }
+        Ok(())
+    }
+}
+
+/// A knob out of range; each message names the command-line flag.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// No thread.
+    #[error("--threads must be at least 1")]
+    ZeroThreads,
+    /// Too many threads.
+    #[error("--threads {0} is more than the {MAX_THREADS} supported")]
+    TooManyThreads(u32),
+    /// Message size out of range.
+    #[error("--size {0} is out of range: messages are {MIN_SIZE}..={MAX_SIZE} bytes of L2 payload")]
+    Size(u32),
+    /// Rate not positive.
+    #[error("--rate must be positive, got {0} pps")]
+    Rate(f64),
+    /// Zero duration.
+    #[error("--duration must be longer than 0")]
+    ZeroDuration,
+    /// Zero queue pairs.
+    #[error("--queues must be at least 1")]
+    ZeroQueues,
+    /// Ring size not a power of two in range.
+    #[error("--ring-size {0} must be a power of two in 2..=32768")]
+    RingSize(u16),
+    /// Batch out of range.
+    #[error("--tx-batch {0} must be in 1..=ring size")]
+    TxBatch(u16),
+    /// Zero NAPI budget.
+    #[error("the NAPI budget must be at least 1")]
+    NapiBudget,
+    /// A multicast source address.
+    #[error("--mac must be a unicast address (lowest bit of the first byte clear)")]
+    MulticastMac,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(GuestConfig::new("/tmp/x.sock").validate(), Ok(()));
+    }
+
+    #[test]
+    fn each_bad_knob_is_named() {
+        let base = GuestConfig::new("/tmp/x.sock");
+        let cases: Vec<(GuestConfig, &str)> = vec![
+            (GuestConfig { threads: 0, ..base.clone() }, "--threads"),
+            (GuestConfig { threads: 1000, ..base.clone() }, "--threads"),
+            (GuestConfig { size: 10, ..base.clone() }, "--size"),
+            (GuestConfig { size: 9001, ..base.clone() }, "--size"),
+            (GuestConfig { load: Load::Rate { pps: 0.0 }, ..base.clone() }, "--rate"),
+            (GuestConfig { load: Load::Rate { pps: f64::NAN }, ..base.clone() }, "--rate"),
+            (GuestConfig { duration: Duration::ZERO, ..base.clone() }, "--duration"),
+            (GuestConfig { queues: Some(0), ..base.clone() }, "--queues"),
+            (GuestConfig { ring_size: 100, ..base.clone() }, "--ring-size"),
+            (GuestConfig { ring_size: 1, ..base.clone() }, "--ring-size"),
+            (GuestConfig { tx_batch: 0, ..base.clone() }, "--tx-batch"),
+            (GuestConfig { tx_batch: 512, ..base.clone() }, "--tx-batch"),
+            (GuestConfig { mac: Some([1, 0, 0, 0, 0, 1]), ..base.clone() }, "--mac"),
+        ];
+        for (cfg, flag) in cases {
+            let err = cfg.validate().expect_err(flag).to_string();
+            assert!(err.starts_with(flag), "{err}");
+            assert!(!err.contains('\n'));
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The vhost-user side of the guest: connect as the frontend, negotiate like QEMU with a Linux
+//! virtio-net driver behind it, share one memfd of guest memory, and hand out queue pairs.
+//!
+//! Order of messages (as QEMU sends them): `SET_OWNER`, `GET_FEATURES`,
+//! `GET_PROTOCOL_FEATURES` / `SET_PROTOCOL_FEATURES`, `GET_QUEUE_NUM`, `GET_CONFIG`,
+//! `SET_FEATURES`, `SET_MEM_TABLE`, then per ring `SET_VRING_NUM`, `SET_VRING_BASE`,
+//! `SET_VRING_ADDR`, `SET_VRING_CALL`, `SET_VRING_KICK`, and `SET_VRING_ENABLE` for the rings
+//! of the pairs in use. Every reply is awaited with the socket's read timeout, so a backend
+//! that stops answering turns into an error, not a hang.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vadapt_virtq::driver::DriverQueue;
+use vadapt_virtq::layout::QueueLayout;
+use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::RingFeatures;
+use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
+use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_STATUS,
+};
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+
+use crate::config::{GuestConfig, MTU};
+use crate::frame::{self, Stamp};
+use crate::queue::{QueueError, RxQueue, TxQueue, RX_BUF_LEN};
+
+/// `VHOST_USER_F_PROTOCOL_FEATURES`: the backend speaks protocol-feature negotiation.
+const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
+/// Page size used to align the parts of guest memory (bytes).
+const PAGE: u64 = 4096;
+
+/// The feature bits a Linux virtio-net driver (behind QEMU) acknowledges when offered, for
+/// what this guest uses: no checksum or segmentation offloads (netperf-style small messages
+/// do not need them, and they would only change the header the guest writes).
+pub fn wanted_features() -> u64 {
+    [
+        VIRTIO_F_VERSION_1,
+        VIRTIO_NET_F_MAC,
+        VIRTIO_NET_F_MRG_RXBUF,
+        VIRTIO_RING_F_EVENT_IDX,
+        VIRTIO_F_IN_ORDER,
+        VIRTIO_RING_F_INDIRECT_DESC,
+        VIRTIO_NET_F_STATUS,
+        VIRTIO_NET_F_MQ,
+        VIRTIO_NET_F_CTRL_VQ,
+        VHOST_USER_F_PROTOCOL_FEATURES,
+    ]
+    .iter()
+    .fold(0u64, |acc, bit| acc | (1u64 << bit))
+}
+
+/// Which offered features to acknowledge: the wanted ones, with `MQ` only together with
+/// `CTRL_VQ` (the spec makes `MQ` depend on it and Linux drops `MQ` otherwise).
+pub fn negotiate_features(offered: u64) -> u64 {
+    let mut acked = offered & wanted_features();
+    let has = |f: u64, bit: u32| f & (1u64 << bit) != 0;
+    if has(acked, VIRTIO_NET_F_MQ) && !has(acked, VIRTIO_NET_F_CTRL_VQ) {
+        acked &= !(1u64 << VIRTIO_NET_F_MQ);
+    }
+    acked
+}
+
+/// `true` if `bit` is set in `features`.
+pub fn has_feature(features: u64, bit: u32) -> bool {
+    features & (1u64 << bit) != 0
+}
+
+/// Why the guest could not set up its device.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The socket could not be reached.
+    #[error("--socket {path}: cannot connect")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// What `connect` said.
+        #[source]
+        source: io::Error,
+    },
+    /// A vhost-user request failed or timed out.
+    #[error("vhost-user {op} failed")]
+    Protocol {
+        /// The request.
+        op: &'static str,
+        /// The vhost crate's error.
+        #[source]
+        source: vhost::Error,
+    },
+    /// The backend does not offer `VIRTIO_F_VERSION_1` (legacy devices are out of scope).
+    #[error("the backend does not offer VIRTIO_F_VERSION_1")]
+    NoVersion1,
+    /// A message over the MTU without mergeable RX buffers.
+    #[error("--size {0} exceeds the {MTU}-byte MTU and the backend does not offer VIRTIO_NET_F_MRG_RXBUF")]
+    SizeOverMtu(u32),
+    /// Guest memory could not be created.
+    #[error("cannot create guest memory")]
+    Memory(#[source] vadapt_virtq::mem::MemError),
+    /// A driver ring could not be created.
+    #[error("cannot create virtqueue {index}: {reason}")]
+    Ring {
+        /// vhost-user queue index.
+        index: usize,
+        /// What the ring code said.
+        reason: String,
+    },
+    /// A queue could not be set up.
+    #[error("cannot set up queue pair {pair}")]
+    Queue {
+        /// Pair number.
+        pair: u16,
+        /// The cause.
+        #[source]
+        source: QueueError,
+    },
+}
+
+fn proto(op: &'static str) -> impl FnOnce(vhost::Error) -> DeviceError {
+    move |source| DeviceError::Protocol { op, source }
+}
+
+/// Where every part of guest memory goes (guest-physical addresses, bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Total size of the memfd (bytes, page multiple).
+    pub size: u64,
+    /// Per queue pair: RX ring layout, TX ring layout, RX buffers start, TX buffers start.
+    pub pairs: Vec<PairPlan>,
+}
+
+/// Guest-physical placement of one queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairPlan {
+    /// RX ring (queue `2*i`).
+    pub rx: QueueLayout,
+    /// TX ring (queue `2*i+1`).
+    pub tx: QueueLayout,
+    /// First RX buffer; `ring_size` buffers of [`RX_BUF_LEN`].
+    pub rx_bufs: u64,
+    /// First TX buffer; `ring_size` buffers of `tx_stride`.
+    pub tx_bufs: u64,
+}
+
+fn page_up(x: u64) -> u64 {
+    x.div_ceil(PAGE) * PAGE
+}
+
+/// TX buffer stride for messages of `size` bytes: the packet rounded up to a cache line.
+pub fn tx_stride(size: u32) -> u32 {
+    (frame::packet_len(size) as u32).div_ceil(64) * 64
+}
+
+/// Lays out `pairs` queue pairs with rings of `ring_size` from guest-physical 0: rings first
+/// (page-aligned, so the backend's ring accesses never share a page with packet data), then
+/// the buffers.
+pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
+    let mut at = 0u64;
+    let mut plans = Vec::with_capacity(usize::from(pairs));
+    for _ in 0..pairs {
+        let (rx, rx_len) = QueueLayout::contiguous(ring_size, at);
+        at = page_up(at + rx_len);
+        let (tx, tx_len) = QueueLayout::contiguous(ring_size, at);
+        at = page_up(at + tx_len);
+        plans.push(PairPlan { rx, tx, rx_bufs: 0, tx_bufs: 0 });
+    }
+    for p in &mut plans {
+        p.rx_bufs = at;
+        at = page_up(at + u64::from(RX_BUF_LEN) * u64::from(ring_size));
+        p.tx_bufs = at;
+        at = page_up(at + u64::from(tx_stride(size)) * u64::from(ring_size));
+    }
+    MemoryPlan { size: at, pairs: plans }
+}
+
+/// One queue pair: RX queue `2*index`, TX queue `2*index+1`.
+#[derive(Debug)]
+pub struct QueuePair {
+    /// Pair number.
+    pub index: u16,
+    /// Receive queue.
+    pub rx: RxQueue,
+    /// Transmit queue.
+    pub tx: TxQueue,
+}
+
+/// A connected, configured device.
+pub struct Device {
+    frontend: Frontend,
+    /// Guest memory (one memfd region at guest-physical 0).
+    pub mem: GuestMemory,
+    _memfd: File,
+    /// Feature bits acknowledged.
+    pub features: u64,
+    /// The guest's MAC address.
+    pub mac: [u8; 6],
+    /// Pairs the backend offers.
+    pub max_pairs: u16,
+    /// vhost-user queue indexes configured (for teardown).
+    rings: Vec<usize>,
+}
+
+/// Device config space fields the guest reads (`virtio_net_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NetConfig {
+    /// `mac`.
+    pub mac: [u8; 6],
+    /// `status`.
+    pub status: u16,
+    /// `max_virtqueue_pairs`.
+    pub max_virtqueue_pairs: u16,
+}
+
+impl NetConfig {
+    /// Parses the first 10 bytes of `virtio_net_config` (little-endian, as with VERSION_1).
+    pub fn parse(b: &[u8]) -> Option<NetConfig> {
+        if b.len() < 10 {
+            return None;
+        }
+        let mut mac = [0; 6];
+        mac.copy_from_slice(&b[..6]);
+        Some(NetConfig {
+            mac,
+            status: u16::from_le_bytes([b[6], b[7]]),
+            max_virtqueue_pairs: u16::from_le_bytes([b[8], b[9]]),
+        })
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `Frontend` has no Debug; show what identifies the device.
+        f.debug_struct("Device")
+            .field("features", &format_args!("{:#x}", self.features))
+            .field("mac", &self.mac)
+            .field("max_pairs", &self.max_pairs)
+            .field("rings", &self.rings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// Connects, negotiates, shares memory and starts `pairs` queue pairs (returned apart
+    /// from the device so that threads can own them).
+    pub fn connect(cfg: &GuestConfig) -> Result<(Device, Vec<QueuePair>), DeviceError> {
+        let sock = UnixStream::connect(&cfg.socket)
+            .map_err(|source| DeviceError::Connect { path: cfg.socket.clone(), source })?;
+        let timeout = Some(cfg.vhost_timeout.max(Duration::from_millis(1)));
+        sock.set_read_timeout(timeout)
+            .and_then(|_| sock.set_write_timeout(timeout))
+            .map_err(|source| DeviceError::Connect { path: cfg.socket.clone(), source })?;
+        let mut fe = Frontend::from_stream(sock, 2);
+
+        fe.set_owner().map_err(proto("SET_OWNER"))?;
+        let offered = fe.get_features().map_err(proto("GET_FEATURES"))?;
+        if !has_feature(offered, VIRTIO_F_VERSION_1) {
+            return Err(DeviceError::NoVersion1);
+        }
+        let features = negotiate_features(offered);
+
+        let mut queue_num = 2u64;
+        let mut net_cfg = None;
+        if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            let offered_p = fe.get_protocol_features().map_err(proto("GET_PROTOCOL_FEATURES"))?;
+            let acked_p = offered_p
+                & (VhostUserProtocolFeatures::MQ
+                    | VhostUserProtocolFeatures::CONFIG
+                    | VhostUserProtocolFeatures::REPLY_ACK);
+            fe.set_protocol_features(acked_p).map_err(proto("SET_PROTOCOL_FEATURES"))?;
+            if acked_p.contains(VhostUserProtocolFeatures::REPLY_ACK) {
+                // Ask for an ack on every request without a reply, so that a refused
+                // SET_MEM_TABLE or SET_VRING_ADDR is an error here rather than a silent stall.
+                fe.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+            }
+            if acked_p.contains(VhostUserProtocolFeatures::MQ) {
+                queue_num = fe.get_queue_num().map_err(proto("GET_QUEUE_NUM"))?;
+            }
+            if acked_p.contains(VhostUserProtocolFeatures::CONFIG) {
+                // A backend may refuse GET_CONFIG; the guest then falls back to defaults.
+                let len = 10u32;
+                match fe.get_config(0, len, VhostUserConfigFlags::WRITABLE, &[0u8; 10]) {
+                    Ok((_, payload)) => net_cfg = NetConfig::parse(&payload),
+                    Err(e) => tracing::warn!("GET_CONFIG refused ({e}); using defaults"),
+                }
+            }
+        }
+
+        if cfg.size > MTU && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF) {
+            return Err(DeviceError::SizeOverMtu(cfg.size));
+        }
+        let mac = cfg
+            .mac
+            .or_else(|| net_cfg.filter(|_| has_feature(features, VIRTIO_NET_F_MAC)).map(|c| c.mac))
+            .unwrap_or(GuestConfig::FALLBACK_MAC);
+        let max_pairs = match net_cfg {
+            Some(c) if has_feature(features, VIRTIO_NET_F_MQ) && c.max_virtqueue_pairs > 0 => {
+                c.max_virtqueue_pairs
+            }
+            _ => (queue_num / 2).clamp(1, u64::from(u16::MAX)) as u16,
+        };
+        let pairs = cfg.queues.unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16).min(max_pairs);
+
+        fe.set_features(features).map_err(proto("SET_FEATURES"))?;
+
+        let plan = plan_memory(pairs, cfg.ring_size, cfg.size);
+        let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(DeviceError::Memory)?;
+        let regions: Vec<VhostUserMemoryRegionInfo> = mem
+            .regions()
+            .iter()
+            .map(|r| VhostUserMemoryRegionInfo {
+                guest_phys_addr: r.gpa,
+                memory_size: r.size,
+                userspace_addr: r.uva,
+                mmap_offset: 0,
+                mmap_handle: memfd.as_raw_fd(),
+            })
+            .collect();
+        fe.set_mem_table(&regions).map_err(proto("SET_MEM_TABLE"))?;
+
+        let ring_features = RingFeatures::from_bits(features);
+        let mergeable = has_feature(features, VIRTIO_NET_F_MRG_RXBUF);
+        let mut template = vec![0u8; frame::packet_len(cfg.size)];
+        frame::write_packet(
+            &mut template,
+            cfg.dst_mac,
+            mac,
+            cfg.size,
+            Stamp { seq: 0, sent_ns: 0, thread: 0 },
+        );
+
+        let mut dev =
+            Device { frontend: fe, mem, _memfd: memfd, features, mac, max_pairs, rings: vec![] };
+        let mut out = Vec::with_capacity(usize::from(pairs));
+        for (i, p) in plan.pairs.iter().enumerate() {
+            let index = i as u16;
+            let rxq = dev.new_ring(2 * i, p.rx, ring_features)?;
+            let txq = dev.new_ring(2 * i + 1, p.tx, ring_features)?;
+            let qerr = |source| DeviceError::Queue { pair: index, source };
+            let mut rx = RxQueue::new(rxq, &dev.mem, p.rx_bufs, cfg.ring_size, mergeable)
+                .map_err(qerr)?;
+            let mut tx = TxQueue::new(
+                txq,
+                &dev.mem,
+                p.tx_bufs,
+                tx_stride(cfg.size),
+                cfg.ring_size,
+                &template,
+            )
+            .map_err(qerr)?;
+            // Linux posts its RX buffers before the device starts (`try_fill_recv` at open);
+            // the kick that follows is pointless before the ring is enabled, so none is sent.
+            rx.refill().map_err(qerr)?;
+            // NAPI RX: interrupts on. TX completions follow Linux's non-NAPI TX path: no
+            // interrupt until the queue stops on a full ring (`enable_cb_delayed` then).
+            let _ = rx.vq.enable_cb();
+            tx.vq.disable_cb();
+            dev.start_ring(2 * i, p.rx, &rx.notify.kick, &rx.notify.call)?;
+            dev.start_ring(2 * i + 1, p.tx, &tx.notify.kick, &tx.notify.call)?;
+            out.push(QueuePair { index, rx, tx });
+        }
+        if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            for &ring in &dev.rings {
+                dev.frontend.set_vring_enable(ring, true).map_err(proto("SET_VRING_ENABLE"))?;
+            }
+        }
+        Ok((dev, out))
+    }
+
+    fn new_ring(
+        &self,
+        index: usize,
+        layout: QueueLayout,
+        features: RingFeatures,
+    ) -> Result<DriverQueue, DeviceError> {
+        DriverQueue::new(&self.mem, layout, features)
+            .map_err(|e| DeviceError::Ring { index, reason: format!("{e:?}") })
+    }
+
+    fn start_ring(
+        &mut self,
+        index: usize,
+        l: QueueLayout,
+        kick: &vmm_sys_util::eventfd::EventFd,
+        call: &vmm_sys_util::eventfd::EventFd,
+    ) -> Result<(), DeviceError> {
+        let uva = |gpa: u64| -> u64 {
+            // The memfd region has uva == host address; rings are inside it by construction.
+            self.mem.translate(gpa, 1).map(|p| p as u64).unwrap_or(0)
+        };
+        let fe = &self.frontend;
+        fe.set_vring_num(index, l.size).map_err(proto("SET_VRING_NUM"))?;
+        fe.set_vring_base(index, 0).map_err(proto("SET_VRING_BASE"))?;
+        let addr = VringConfigData {
+            queue_max_size: l.size,
+            queue_size: l.size,
+            flags: 0,
+            desc_table_addr: uva(l.desc),
+            used_ring_addr: uva(l.used),
+            avail_ring_addr: uva(l.avail),
+            log_addr: None,
+        };
+        fe.set_vring_addr(index, &addr).map_err(proto("SET_VRING_ADDR"))?;
+        fe.set_vring_call(index, call).map_err(proto("SET_VRING_CALL"))?;
+        fe.set_vring_kick(index, kick).map_err(proto("SET_VRING_KICK"))?;
+        self.rings.push(index);
+        Ok(())
+    }
+
+    /// The vhost-user socket, to watch for the backend hanging up.
+    pub fn socket_fd(&self) -> RawFd {
+        self.frontend.as_raw_fd()
+    }
+
+    /// Stops every ring (`GET_VRING_BASE`, after which the backend no longer touches guest
+    /// memory) and returns the first error, if any. Bounded by the socket timeout.
+    pub fn stop_rings(&self) -> Result<(), DeviceError> {
+        let mut first = Ok(());
+        for &ring in &self.rings {
+            if let Err(e) = self.frontend.get_vring_base(ring) {
+                if first.is_ok() {
+                    first = Err(DeviceError::Protocol { op: "GET_VRING_BASE", source: e });
+                }
+                // A broken socket fails every following request the same way.
+                break;
+            }
+        }
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acks_only_wanted_and_mq_with_ctrl_vq() {
+        let all = u64::MAX;
+        let acked = negotiate_features(all);
+        assert_eq!(acked, wanted_features());
+        assert!(has_feature(acked, VIRTIO_NET_F_MQ));
+        let no_ctrl = all & !(1 << VIRTIO_NET_F_CTRL_VQ);
+        assert!(!has_feature(negotiate_features(no_ctrl), VIRTIO_NET_F_MQ));
+        // Offloads are never acknowledged.
+        assert!(!has_feature(acked, virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM));
+        assert!(!has_feature(acked, virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO4));
+    }
+
+    #[test]
+    fn memory_plan_has_no_overlaps() {
+        let plan = plan_memory(3, 256, 1500);
+        let mut spans = vec![];
+        for p in &plan.pairs {
+            for l in [p.rx, p.tx] {
+                assert!(l.is_valid());
+                spans.push((l.desc, l.used + 6 + 8 * 256));
+            }
+            spans.push((p.rx_bufs, p.rx_bufs + 2048 * 256));
+            spans.push((p.tx_bufs, p.tx_bufs + u64::from(tx_stride(1500)) * 256));
+        }
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{w:?} overlap");
+        }
+        assert!(spans.last().unwrap().1 <= plan.size);
+        assert_eq!(plan.size % PAGE, 0);
+        assert_eq!(tx_stride(64), 128); // 12 + 14 + 64 = 90 -> 128
+    }
+
+    #[test]
+    fn parses_net_config() {
+        let b = [2, 0, 0, 0, 0, 9, 1, 0, 4, 0, 0xdc, 5];
+        let c = NetConfig::parse(&b).unwrap();
+        assert_eq!(c.mac, [2, 0, 0, 0, 0, 9]);
+        assert_eq!(c.status, 1);
+        assert_eq!(c.max_virtqueue_pairs, 4);
+        assert_eq!(NetConfig::parse(&b[..9]), None);
+    }
+}

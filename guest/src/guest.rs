@@ -1,0 +1,225 @@
+//! The synthetic guest: connect once, run once, report.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::clock::{Clock, ExitCost};
+use crate::config::{ConfigError, GuestConfig};
+use crate::device::{Device, DeviceError};
+use crate::frame;
+use crate::metrics::{GuestCounters, GuestReport, LatencyHistogram, ThreadReport};
+use crate::worker::{Shared, Worker, WorkerResult};
+
+/// Why a guest could not connect or run.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    /// A knob is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Connecting to or negotiating with the backend failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A sending thread could not be started.
+    #[error("cannot start sending thread {thread}")]
+    Spawn {
+        /// Thread number.
+        thread: u32,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How often the supervising thread checks the vhost-user socket and the threads (ms).
+const WATCH_PERIOD_MS: i32 = 50;
+
+/// A connected synthetic guest, ready to run.
+#[derive(Debug)]
+pub struct Guest {
+    cfg: GuestConfig,
+    device: Device,
+    pairs: Vec<Arc<Mutex<crate::device::QueuePair>>>,
+    counters: Arc<GuestCounters>,
+}
+
+impl Guest {
+    /// Validates `cfg`, connects to the backend, negotiates features, shares memory and
+    /// starts the queue pairs (RX rings filled). Traffic starts with [`Guest::run`].
+    pub fn connect(cfg: GuestConfig) -> Result<Guest, GuestError> {
+        cfg.validate()?;
+        let (device, pairs) = Device::connect(&cfg)?;
+        for p in &pairs {
+            // Linux kicks after posting its first RX buffers (`virtnet_open`); the rings are
+            // live now, so the kick means something to a backend that waits for one.
+            p.rx.notify.kick();
+        }
+        let counters = Arc::new(GuestCounters::new(cfg.threads as usize));
+        let pairs = pairs.into_iter().map(|p| Arc::new(Mutex::new(p))).collect();
+        Ok(Guest { cfg, device, pairs, counters })
+    }
+
+    /// Live counters (per thread and total), readable while [`Guest::run`] runs.
+    pub fn counters(&self) -> Arc<GuestCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Queue pairs in use (RX queue `2*i`, TX queue `2*i+1`).
+    pub fn queue_pairs(&self) -> u16 {
+        self.pairs.len() as u16
+    }
+
+    /// Queue pairs the backend offers.
+    pub fn max_queue_pairs(&self) -> u16 {
+        self.device.max_pairs
+    }
+
+    /// The guest's MAC address (from `--mac`, else the device, else the fallback).
+    pub fn mac(&self) -> [u8; 6] {
+        self.device.mac
+    }
+
+    /// Feature bits acknowledged to the backend.
+    pub fn features(&self) -> u64 {
+        self.device.features
+    }
+
+    /// Runs the configured workload until the duration passes or `stop` becomes true, then
+    /// lets the backend consume what was posted (bounded), stops the rings and reports.
+    ///
+    /// If the backend goes away mid-run, the threads stop at once and the report carries
+    /// `error: Some(..)`; every wait inside is bounded, so this returns in bounded time.
+    pub fn run(self, stop: Arc<AtomicBool>) -> Result<GuestReport, GuestError> {
+        let clock = Clock::start();
+        let threads = self.cfg.threads;
+        let shared = Arc::new(Shared {
+            clock,
+            stop,
+            abort: AtomicBool::new(false),
+            deadline_ns: self.cfg.duration.as_nanos().min(u128::from(u64::MAX)) as u64,
+            answered: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+            counters: Arc::clone(&self.counters),
+            mac: self.device.mac,
+            mode: self.cfg.mode,
+            load: self.cfg.load,
+            threads,
+            exit: ExitCost { ns: self.cfg.exit_cost_ns },
+            napi_budget: self.cfg.napi_budget,
+            tx_batch: self.cfg.tx_batch,
+            rr_timeout_ns: self.cfg.rr_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            frame_len: (frame::ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
+        });
+
+        let mut handles: Vec<JoinHandle<WorkerResult>> = Vec::with_capacity(threads as usize);
+        for t in 0..threads {
+            let pair = Arc::clone(&self.pairs[t as usize % self.pairs.len()]);
+            let worker = Worker::new(t, pair, Arc::clone(&shared));
+            let spawned = std::thread::Builder::new()
+                .name(format!("guest-tx{t}"))
+                .spawn(move || worker.run());
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(source) => {
+                    shared.abort.store(true, Ordering::Relaxed);
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(GuestError::Spawn { thread: t, source });
+                }
+            }
+        }
+
+        let mut error = None;
+        while !handles.iter().all(|h| h.is_finished()) {
+            if error.is_none() && socket_hung_up(self.device.socket_fd(), WATCH_PERIOD_MS) {
+                error = Some("the backend closed the vhost-user connection".to_string());
+                shared.abort.store(true, Ordering::Relaxed);
+            } else if error.is_some() {
+                std::thread::sleep(Duration::from_millis(WATCH_PERIOD_MS as u64));
+            }
+        }
+        let results: Vec<WorkerResult> = handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| WorkerResult {
+                    thread: u32::MAX,
+                    queue_pair: 0,
+                    hist: LatencyHistogram::new(),
+                    end_ns: 0,
+                    error: Some("a sending thread panicked".into()),
+                })
+            })
+            .collect();
+        if error.is_none() {
+            error = results.iter().find_map(|r| r.error.clone());
+        }
+        if error.is_none() {
+            if let Err(e) = self.device.stop_rings() {
+                error = Some(error_chain(&e));
+            }
+        }
+        Ok(self.report(&shared, results, error))
+    }
+
+    fn report(
+        &self,
+        shared: &Shared,
+        results: Vec<WorkerResult>,
+        error: Option<String>,
+    ) -> GuestReport {
+        let end_ns = results.iter().map(|r| r.end_ns).max().unwrap_or(0);
+        let mut all = LatencyHistogram::new();
+        let threads = results
+            .iter()
+            .filter(|r| (r.thread as usize) < self.counters.threads.len())
+            .map(|r| {
+                all.merge(&r.hist);
+                ThreadReport {
+                    thread: r.thread,
+                    queue_pair: r.queue_pair,
+                    counts: self.counters.threads[r.thread as usize].snapshot(),
+                    latency: r.hist.summary(),
+                }
+            })
+            .collect();
+        let _ = shared;
+        GuestReport {
+            totals: self.counters.total(),
+            latency: all.summary(),
+            elapsed: Duration::from_nanos(end_ns),
+            queue_pairs: self.queue_pairs(),
+            features: self.device.features,
+            mac: format_mac(self.device.mac),
+            threads,
+            error,
+        }
+    }
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(m: [u8; 6]) -> String {
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+/// An error and its causes on one line (`a: b: c`).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Waits up to `timeout_ms` for the vhost-user socket to report a hang-up or data (the
+/// backend never sends unsolicited messages on this socket, so readable means closed).
+fn socket_hung_up(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: `p` is one valid pollfd living across the call.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}

@@ -1,0 +1,497 @@
+//! A sending thread: what a netperf thread plus the Linux virtio-net driver do on one vCPU.
+//!
+//! # Design
+//!
+//! Each thread owns one queue pair (or shares one, round-robin, under a mutex, when the
+//! backend offers fewer pairs than there are threads). There is no separate receive thread:
+//! as on a guest vCPU, the thread that sends also takes the "interrupts" of its pair.
+//!
+//! * **TX** follows `start_xmit` with `napi_tx` off: free completed buffers
+//!   (`free_old_xmit_skbs`), add one descriptor per packet (virtio-net header + frame),
+//!   publish, and kick only when [`DriverQueue::kick_prepare`] says so (`NO_NOTIFY` flag or
+//!   EVENT_IDX `avail_event`). When fewer than `2 + MAX_SKB_FRAGS` (19) descriptors remain,
+//!   the queue stops (a *ring-full stall*) and asks for a completion call with
+//!   `enable_cb_delayed`; the thread then sleeps on the TX call eventfd. A stop whose call
+//!   never comes is ended by a 10 ms timeout and counted (`tx_wake_timeouts`): a Linux guest
+//!   would wait for its watchdog instead, but a synthetic guest must not hang.
+//! * **RX** is NAPI: RX calls are enabled; when the RX call eventfd is found signalled the
+//!   thread pays the exit cost, disables callbacks and polls up to the budget (64); under
+//!   budget it re-enables callbacks and, if entries arrived meanwhile (`enable_cb` false),
+//!   polls again; at budget it stays scheduled and polls again on its next pass. Buffers
+//!   are reposted when more than half the budget is free, as `try_fill_recv`.
+//! * **Where interrupts are taken.** A vCPU takes an interrupt between any two
+//!   instructions; this thread looks at its RX call eventfd once per burst of up to 64
+//!   packets (one non-blocking `read`), and whenever it waits (for a TX completion, for the
+//!   pacer, for a reply) it sleeps in `ppoll` on the call eventfds. The delay this adds is at
+//!   most one burst (tens of microseconds at worst).
+//! * **Exit cost.** Every kick and every handled call busy-waits [`ExitCost`] on this thread.
+//!
+//! [`DriverQueue::kick_prepare`]: vadapt_virtq::driver::DriverQueue::kick_prepare
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::clock::{Clock, ExitCost};
+use crate::config::Mode;
+use crate::device::QueuePair;
+use crate::frame::{self, Stamp};
+use crate::load::{Load, Pacer};
+use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
+use crate::queue::RxPacket;
+
+/// Packets sent per lock hold / interrupt check in closed loop.
+const BURST: u32 = 64;
+/// Linux stops a TX queue when fewer than `2 + MAX_SKB_FRAGS` descriptors are free.
+const LINUX_STOP_THRESHOLD: u16 = 2 + 17;
+/// Longest sleep of a stopped TX queue before the guest checks the ring itself (ns).
+const TX_WAKE_TIMEOUT_NS: u64 = 10_000_000;
+/// Longest single sleep while waiting for a reply or the pacer (ns), so that stop requests
+/// and deadlines are noticed.
+const MAX_SLEEP_NS: u64 = 10_000_000;
+/// Below this much idle time the thread spins instead of sleeping (ns): a sleep costs a
+/// scheduler round trip of tens of microseconds on these machines.
+const SPIN_BELOW_NS: u64 = 100_000;
+/// How long the end-of-run drain waits for the backend to consume what was posted (ns).
+const DRAIN_TIMEOUT_NS: u64 = 1_000_000_000;
+
+/// What all threads of a guest share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub clock: Clock,
+    /// Set by the caller to end the run.
+    pub stop: Arc<AtomicBool>,
+    /// Set by the guest when the backend went away (skip the drain, end at once).
+    pub abort: AtomicBool,
+    /// End of the sending phase (ns on `clock`).
+    pub deadline_ns: u64,
+    /// Per thread: 1 + sequence number of the newest request answered.
+    pub answered: Vec<AtomicU64>,
+    pub counters: Arc<GuestCounters>,
+    pub mac: [u8; 6],
+    pub mode: Mode,
+    pub load: Load,
+    pub threads: u32,
+    pub exit: ExitCost,
+    pub napi_budget: u32,
+    pub tx_batch: u16,
+    pub rr_timeout_ns: u64,
+    pub frame_len: u64,
+}
+
+/// What a thread hands back when it ends.
+#[derive(Debug)]
+pub(crate) struct WorkerResult {
+    pub thread: u32,
+    pub queue_pair: u16,
+    pub hist: LatencyHistogram,
+    /// End of the sending phase (ns on the shared clock).
+    pub end_ns: u64,
+    pub error: Option<String>,
+}
+
+pub(crate) struct Worker {
+    id: u32,
+    pair: Arc<Mutex<QueuePair>>,
+    pair_index: u16,
+    shared: Arc<Shared>,
+    hist: LatencyHistogram,
+    seq: u64,
+    stop_threshold: u16,
+    error: Option<String>,
+}
+
+impl Worker {
+    pub(crate) fn new(id: u32, pair: Arc<Mutex<QueuePair>>, shared: Arc<Shared>) -> Worker {
+        let (pair_index, size) = {
+            let p = lock(&pair);
+            (p.index, p.tx.vq.layout().size)
+        };
+        Worker {
+            id,
+            pair,
+            pair_index,
+            shared,
+            hist: LatencyHistogram::new(),
+            seq: 0,
+            // Small rings (tests) stop at half the ring instead of never starting.
+            stop_threshold: LINUX_STOP_THRESHOLD.min(size / 2).max(1),
+            error: None,
+        }
+    }
+
+    fn c(&self) -> &ThreadCounters {
+        &self.shared.counters.threads[self.id as usize]
+    }
+
+    fn should_stop(&self) -> bool {
+        self.error.is_some()
+            || self.shared.stop.load(Ordering::Relaxed)
+            || self.shared.abort.load(Ordering::Relaxed)
+            || self.shared.clock.now_ns() >= self.shared.deadline_ns
+    }
+
+    pub(crate) fn run(mut self) -> WorkerResult {
+        match (self.shared.mode, self.shared.load) {
+            (Mode::Stream, Load::ClosedLoop) => self.stream(None),
+            (Mode::Stream, Load::Rate { pps }) => self.stream(Some(self.pacer(pps, 1024))),
+            (Mode::RequestResponse, Load::ClosedLoop) => self.request_response(None),
+            (Mode::RequestResponse, Load::Rate { pps }) => {
+                let p = self.pacer(pps, 1);
+                self.request_response(Some(p))
+            }
+        }
+        let end_ns = self.shared.clock.now_ns().min(self.shared.deadline_ns);
+        if !self.shared.abort.load(Ordering::Relaxed) {
+            self.drain();
+        }
+        WorkerResult {
+            thread: self.id,
+            queue_pair: self.pair_index,
+            hist: self.hist,
+            end_ns,
+            error: self.error,
+        }
+    }
+
+    fn pacer(&self, pps: f64, max_backlog: u64) -> Pacer {
+        let per_thread = pps / f64::from(self.shared.threads);
+        Pacer::new(per_thread, self.shared.clock.now_ns(), max_backlog)
+    }
+
+    // ---- closed loop and rate: one-way stream -------------------------------------------
+
+    fn stream(&mut self, mut pacer: Option<Pacer>) {
+        let pair = Arc::clone(&self.pair);
+        while !self.should_stop() {
+            let want = match pacer.as_mut() {
+                None => BURST,
+                Some(p) => match p.due(self.shared.clock.now_ns()) {
+                    0 => {
+                        let next = p.next_due_ns();
+                        self.idle_until(next);
+                        continue;
+                    }
+                    n => n.min(u64::from(BURST)) as u32,
+                },
+            };
+            let mut qp = lock(&pair);
+            self.softirq(&mut qp, true);
+            if qp.tx.stopped {
+                if let Some(p) = pacer.as_mut() {
+                    p.unsend(u64::from(want));
+                }
+                self.wait_tx_wake(qp);
+                continue;
+            }
+            let sent = self.xmit(&mut qp, want);
+            drop(qp);
+            if let Some(p) = pacer.as_mut() {
+                p.unsend(u64::from(want - sent));
+            }
+        }
+        if let Some(p) = pacer {
+            self.c().paced_skipped.add(p.skipped());
+        }
+    }
+
+    // ---- request / response -----------------------------------------------------------
+
+    fn request_response(&mut self, mut pacer: Option<Pacer>) {
+        let pair = Arc::clone(&self.pair);
+        while !self.should_stop() {
+            if let Some(p) = pacer.as_mut() {
+                if p.due(self.shared.clock.now_ns()) == 0 {
+                    let next = p.next_due_ns();
+                    self.idle_until(next);
+                    continue;
+                }
+            }
+            let req = self.seq;
+            let mut qp = lock(&pair);
+            self.softirq(&mut qp, true);
+            if qp.tx.stopped {
+                self.wait_tx_wake(qp);
+                continue;
+            }
+            if self.xmit(&mut qp, 1) == 0 {
+                self.wait_tx_wake(qp);
+                continue;
+            }
+            drop(qp);
+            let limit = self.shared.clock.now_ns() + self.shared.rr_timeout_ns;
+            loop {
+                if self.shared.answered[self.id as usize].load(Ordering::Acquire) > req {
+                    break;
+                }
+                if self.error.is_some()
+                    || self.shared.stop.load(Ordering::Relaxed)
+                    || self.shared.abort.load(Ordering::Relaxed)
+                {
+                    return;
+                }
+                let now = self.shared.clock.now_ns();
+                if now >= limit {
+                    self.c().lost_requests.add(1);
+                    break;
+                }
+                self.wait_rx(limit.min(now + MAX_SLEEP_NS));
+            }
+        }
+    }
+
+    // ---- driver pieces ------------------------------------------------------------------
+
+    /// Adds up to `want` packets (publishing and deciding on a kick every `tx_batch`
+    /// packets); stops the queue when the ring runs low. Returns packets sent.
+    fn xmit(&mut self, qp: &mut QueuePair, want: u32) -> u32 {
+        qp.tx.reap();
+        let mut sent = 0;
+        while sent < want && !qp.tx.stopped {
+            let batch = u32::from(self.shared.tx_batch).min(want - sent);
+            let mut added = 0;
+            for _ in 0..batch {
+                let stamp =
+                    Stamp { seq: self.seq, sent_ns: self.shared.clock.now_ns(), thread: self.id };
+                match qp.tx.add(stamp) {
+                    Ok(true) => {
+                        added += 1;
+                        self.seq += 1;
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        self.error = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            let kick = if added > 0 { qp.tx.publish() } else { false };
+            sent += added;
+            let c = self.c();
+            c.sent_packets.add(u64::from(added));
+            c.sent_bytes.add(u64::from(added) * self.shared.frame_len);
+            if qp.tx.num_free() < self.stop_threshold || added < batch {
+                self.stop_queue(qp);
+            }
+            // Linux kicks after the stop check, and always when the queue stopped.
+            if kick {
+                qp.tx.notify.kick();
+                self.c().tx_kicks.add(1);
+                self.shared.exit.pay();
+            }
+            if self.error.is_some() {
+                break;
+            }
+        }
+        sent
+    }
+
+    /// `netif_stop_subqueue` + `virtqueue_enable_cb_delayed`, as `start_xmit` does.
+    fn stop_queue(&mut self, qp: &mut QueuePair) {
+        qp.tx.stopped = true;
+        self.c().ring_full_stalls.add(1);
+        if !qp.tx.vq.enable_cb_delayed() {
+            // Completions already past the event point: free them and maybe restart at once.
+            qp.tx.reap();
+            if qp.tx.num_free() >= self.stop_threshold {
+                qp.tx.stopped = false;
+                qp.tx.vq.disable_cb();
+            }
+        }
+    }
+
+    /// Sleeps until the TX completion call (or the timeout), then restarts the queue.
+    fn wait_tx_wake(&mut self, qp: MutexGuard<'_, QueuePair>) {
+        let fds = [qp.tx.notify.call_fd(), qp.rx.notify.call_fd()];
+        let napi = qp.rx.napi_scheduled;
+        drop(qp);
+        let now = self.shared.clock.now_ns();
+        let until = (now + TX_WAKE_TIMEOUT_NS).min(self.shared.deadline_ns.max(now));
+        if !napi {
+            ppoll(&fds, until.saturating_sub(now));
+        }
+        let pair = Arc::clone(&self.pair);
+        let mut qp = lock(&pair);
+        self.softirq(&mut qp, true);
+        let calls = qp.tx.notify.take_calls();
+        if calls > 0 {
+            let c = self.c();
+            c.tx_calls.add(1);
+            c.call_signals.add(calls);
+            self.shared.exit.pay();
+        }
+        if !qp.tx.stopped {
+            return; // another thread on this pair restarted it
+        }
+        if calls > 0 {
+            // skb_xmit_done: callbacks off, queue woken; start_xmit frees the rest.
+            qp.tx.vq.disable_cb();
+            qp.tx.reap();
+            qp.tx.stopped = false;
+        } else if self.shared.clock.now_ns() >= until {
+            qp.tx.reap();
+            if qp.tx.num_free() >= self.stop_threshold {
+                qp.tx.vq.disable_cb();
+                qp.tx.stopped = false;
+                self.c().tx_wake_timeouts.add(1);
+            }
+        }
+    }
+
+    /// The RX "interrupt": when `check_irq`, consume the RX call eventfd; run NAPI when a call
+    /// came or NAPI is still scheduled.
+    fn softirq(&mut self, qp: &mut QueuePair, check_irq: bool) {
+        if check_irq {
+            let n = qp.rx.notify.take_calls();
+            if n > 0 {
+                let c = self.c();
+                c.rx_calls.add(1);
+                c.call_signals.add(n);
+                self.shared.exit.pay();
+                qp.rx.vq.disable_cb();
+                qp.rx.napi_scheduled = true;
+            }
+        }
+        if qp.rx.napi_scheduled {
+            self.napi_poll(qp);
+        }
+    }
+
+    fn napi_poll(&mut self, qp: &mut QueuePair) {
+        let budget = self.shared.napi_budget;
+        let refill_at = (budget.min(u32::from(qp.rx.vq.layout().size)) / 2).max(1) as usize;
+        loop {
+            let mut bytes = 0u64;
+            let res = {
+                let shared = &self.shared;
+                let hist = &mut self.hist;
+                qp.rx.poll(budget, |pkt| {
+                    bytes += u64::from(pkt.frame_len);
+                    on_packet(shared, hist, pkt);
+                })
+            };
+            let c = self.c();
+            c.recv_packets.add(u64::from(res.packets));
+            c.recv_bytes.add(bytes);
+            c.rx_errors.add(u64::from(res.errors));
+            if qp.rx.unposted() >= refill_at {
+                match qp.rx.refill() {
+                    Ok(true) => {
+                        qp.rx.notify.kick();
+                        self.c().rx_kicks.add(1);
+                        self.shared.exit.pay();
+                    }
+                    Ok(false) => {}
+                    Err(e) => self.error = Some(e.to_string()),
+                }
+            }
+            if res.packets + res.errors >= budget {
+                qp.rx.napi_scheduled = true; // budget spent: poll again on the next pass
+                return;
+            }
+            // napi_complete: re-enable, and poll again if entries slipped in meanwhile.
+            if qp.rx.vq.enable_cb() {
+                qp.rx.napi_scheduled = false;
+                return;
+            }
+            qp.rx.vq.disable_cb();
+        }
+    }
+
+    /// Waits (bounded by `until`, ns) for an RX call and handles it.
+    fn wait_rx(&mut self, until: u64) {
+        let pair = Arc::clone(&self.pair);
+        let qp = lock(&pair);
+        let fd = qp.rx.notify.call_fd();
+        let napi = qp.rx.napi_scheduled;
+        drop(qp);
+        if !napi {
+            let now = self.shared.clock.now_ns();
+            ppoll(&[fd], until.saturating_sub(now));
+        }
+        let mut qp = lock(&pair);
+        self.softirq(&mut qp, true);
+    }
+
+    /// Idles until `t` (ns), taking RX interrupts meanwhile: sleeps when far, spins when near.
+    fn idle_until(&mut self, t: u64) {
+        let t = t.min(self.shared.deadline_ns);
+        loop {
+            let now = self.shared.clock.now_ns();
+            if now >= t || self.should_stop() {
+                return;
+            }
+            if t - now > SPIN_BELOW_NS {
+                self.wait_rx(t - SPIN_BELOW_NS / 2);
+            } else {
+                let pair = Arc::clone(&self.pair);
+                let mut qp = lock(&pair);
+                self.softirq(&mut qp, true);
+                drop(qp);
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Waits (bounded) until the backend consumed everything posted, so that counts taken
+    /// after the run agree on both sides.
+    fn drain(&mut self) {
+        let start = self.shared.clock.now_ns();
+        let pair = Arc::clone(&self.pair);
+        loop {
+            {
+                let mut qp = lock(&pair);
+                qp.tx.reap();
+                if qp.tx.in_flight() == 0 {
+                    return;
+                }
+            }
+            if self.shared.abort.load(Ordering::Relaxed)
+                || self.shared.clock.now_ns() - start > DRAIN_TIMEOUT_NS
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// What a received packet means to the guest: in request/response mode, a reply to one of
+/// its threads' requests.
+fn on_packet(shared: &Shared, hist: &mut LatencyHistogram, pkt: &RxPacket) {
+    if shared.mode != Mode::RequestResponse {
+        return;
+    }
+    let Some(f) = frame::parse_frame(&pkt.head[..pkt.head_len]) else { return };
+    let Some(stamp) = f.stamp else { return };
+    if f.dst != shared.mac || stamp.thread >= shared.threads {
+        return;
+    }
+    let slot = &shared.answered[stamp.thread as usize];
+    if stamp.seq + 1 > slot.load(Ordering::Acquire) {
+        hist.record(shared.clock.now_ns().saturating_sub(stamp.sent_ns));
+        slot.store(stamp.seq + 1, Ordering::Release);
+    }
+}
+
+fn lock(pair: &Mutex<QueuePair>) -> MutexGuard<'_, QueuePair> {
+    // A thread that panicked while holding the pair left it mid-update; the run is lost
+    // anyway, and the report should still come out, so take the data as it is.
+    pair.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sleeps until one of `fds` is readable or `timeout_ns` passed (0 = just check).
+fn ppoll(fds: &[i32], timeout_ns: u64) {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs that outlives the call;
+    // `ts` is a valid timespec; a null sigmask leaves the signal mask unchanged. The result
+    // (ready count, 0 on timeout, -1 on EINTR) needs no handling: callers re-check the state.
+    unsafe {
+        libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null());
+    }
+}
