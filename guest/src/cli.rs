@@ -78,9 +78,13 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// Parses `10s`, `500ms`, `250us`, `2m`, `1h` or a plain number of seconds (`1.5`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration: use e.g. 10s"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration: use e.g. 10s"))?;
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1e3,
@@ -274,15 +278,33 @@ mod tests {
     fn parse(argv: &[&str]) -> Result<GuestArgs, String> {
         let mut full = vec!["vadapt-guest"];
         full.extend_from_slice(argv);
-        Cli::try_parse_from(full).map(|c| c.args).map_err(|e| e.to_string())
+        Cli::try_parse_from(full)
+            .map(|c| c.args)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
     fn full_command_line() {
         let a = parse(&[
-            "--socket", "/tmp/a.sock", "--threads", "3", "--size", "128", "--rate", "1Mpps",
-            "--mode", "rr", "--duration", "500ms", "--exit-cost-ns", "0", "--mac",
-            "02:00:00:00:00:0a", "--dst-mac", "02-00-00-00-00-0b", "--json",
+            "--socket",
+            "/tmp/a.sock",
+            "--threads",
+            "3",
+            "--size",
+            "128",
+            "--rate",
+            "1Mpps",
+            "--mode",
+            "rr",
+            "--duration",
+            "500ms",
+            "--exit-cost-ns",
+            "0",
+            "--mac",
+            "02:00:00:00:00:0a",
+            "--dst-mac",
+            "02-00-00-00-00-0b",
+            "--json",
         ])
         .unwrap();
         let c = a.to_config().unwrap();
@@ -305,7 +327,10 @@ mod tests {
 
     #[test]
     fn bad_flags_are_one_line_errors_naming_the_flag() {
-        let e = parse(&["--socket", "/s", "--threads", "0"]).unwrap().to_config().unwrap_err();
+        let e = parse(&["--socket", "/s", "--threads", "0"])
+            .unwrap()
+            .to_config()
+            .unwrap_err();
         assert_eq!(e.to_string(), "--threads must be at least 1");
         let e = parse(&["--socket", "/s", "--rate", "0"]).unwrap_err();
         assert!(e.contains("--rate") && e.contains("positive"), "{e}");
@@ -315,7 +340,10 @@ mod tests {
         assert!(e.contains("--mac"), "{e}");
         let e = parse(&["--socket", "/s", "--duration", "10 parsecs"]).unwrap_err();
         assert!(e.contains("--duration"), "{e}");
-        let e = parse(&["--socket", "/s", "--size", "9999"]).unwrap().to_config().unwrap_err();
+        let e = parse(&["--socket", "/s", "--size", "9999"])
+            .unwrap()
+            .to_config()
+            .unwrap_err();
         assert!(e.to_string().starts_with("--size"));
         assert!(parse(&["--threads", "1"]).unwrap_err().contains("--socket"));
     }

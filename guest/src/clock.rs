@@ -14,7 +14,9 @@ pub struct Clock {
 impl Clock {
     /// A clock whose zero is now.
     pub fn start() -> Clock {
-        Clock { epoch: Instant::now() }
+        Clock {
+            epoch: Instant::now(),
+        }
     }
 
     /// Nanoseconds since the epoch.

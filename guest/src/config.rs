@@ -142,7 +142,9 @@ pub enum ConfigError {
     #[error("--threads {0} is more than the {MAX_THREADS} supported")]
     TooManyThreads(u32),
     /// Message size out of range.
-    #[error("--size {0} is out of range: messages are {MIN_SIZE}..={MAX_SIZE} bytes of L2 payload")]
+    #[error(
+        "--size {0} is out of range: messages are {MIN_SIZE}..={MAX_SIZE} bytes of L2 payload"
+    )]
     Size(u32),
     /// Rate not positive.
     #[error("--rate must be positive, got {0} pps")]
@@ -180,19 +182,97 @@ mod tests {
     fn each_bad_knob_is_named() {
         let base = GuestConfig::new("/tmp/x.sock");
         let cases: Vec<(GuestConfig, &str)> = vec![
-            (GuestConfig { threads: 0, ..base.clone() }, "--threads"),
-            (GuestConfig { threads: 1000, ..base.clone() }, "--threads"),
-            (GuestConfig { size: 10, ..base.clone() }, "--size"),
-            (GuestConfig { size: 9001, ..base.clone() }, "--size"),
-            (GuestConfig { load: Load::Rate { pps: 0.0 }, ..base.clone() }, "--rate"),
-            (GuestConfig { load: Load::Rate { pps: f64::NAN }, ..base.clone() }, "--rate"),
-            (GuestConfig { duration: Duration::ZERO, ..base.clone() }, "--duration"),
-            (GuestConfig { queues: Some(0), ..base.clone() }, "--queues"),
-            (GuestConfig { ring_size: 100, ..base.clone() }, "--ring-size"),
-            (GuestConfig { ring_size: 1, ..base.clone() }, "--ring-size"),
-            (GuestConfig { tx_batch: 0, ..base.clone() }, "--tx-batch"),
-            (GuestConfig { tx_batch: 512, ..base.clone() }, "--tx-batch"),
-            (GuestConfig { mac: Some([1, 0, 0, 0, 0, 1]), ..base.clone() }, "--mac"),
+            (
+                GuestConfig {
+                    threads: 0,
+                    ..base.clone()
+                },
+                "--threads",
+            ),
+            (
+                GuestConfig {
+                    threads: 1000,
+                    ..base.clone()
+                },
+                "--threads",
+            ),
+            (
+                GuestConfig {
+                    size: 10,
+                    ..base.clone()
+                },
+                "--size",
+            ),
+            (
+                GuestConfig {
+                    size: 9001,
+                    ..base.clone()
+                },
+                "--size",
+            ),
+            (
+                GuestConfig {
+                    load: Load::Rate { pps: 0.0 },
+                    ..base.clone()
+                },
+                "--rate",
+            ),
+            (
+                GuestConfig {
+                    load: Load::Rate { pps: f64::NAN },
+                    ..base.clone()
+                },
+                "--rate",
+            ),
+            (
+                GuestConfig {
+                    duration: Duration::ZERO,
+                    ..base.clone()
+                },
+                "--duration",
+            ),
+            (
+                GuestConfig {
+                    queues: Some(0),
+                    ..base.clone()
+                },
+                "--queues",
+            ),
+            (
+                GuestConfig {
+                    ring_size: 100,
+                    ..base.clone()
+                },
+                "--ring-size",
+            ),
+            (
+                GuestConfig {
+                    ring_size: 1,
+                    ..base.clone()
+                },
+                "--ring-size",
+            ),
+            (
+                GuestConfig {
+                    tx_batch: 0,
+                    ..base.clone()
+                },
+                "--tx-batch",
+            ),
+            (
+                GuestConfig {
+                    tx_batch: 512,
+                    ..base.clone()
+                },
+                "--tx-batch",
+            ),
+            (
+                GuestConfig {
+                    mac: Some([1, 0, 0, 0, 0, 1]),
+                    ..base.clone()
+                },
+                "--mac",
+            ),
         ];
         for (cfg, flag) in cases {
             let err = cfg.validate().expect_err(flag).to_string();

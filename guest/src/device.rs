@@ -169,7 +169,12 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
         at = page_up(at + rx_len);
         let (tx, tx_len) = QueueLayout::contiguous(ring_size, at);
         at = page_up(at + tx_len);
-        plans.push(PairPlan { rx, tx, rx_bufs: 0, tx_bufs: 0 });
+        plans.push(PairPlan {
+            rx,
+            tx,
+            rx_bufs: 0,
+            tx_bufs: 0,
+        });
     }
     for p in &mut plans {
         p.rx_bufs = at;
@@ -177,7 +182,10 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
         p.tx_bufs = at;
         at = page_up(at + u64::from(tx_stride(size)) * u64::from(ring_size));
     }
-    MemoryPlan { size: at, pairs: plans }
+    MemoryPlan {
+        size: at,
+        pairs: plans,
+    }
 }
 
 /// One queue pair: RX queue `2*index`, TX queue `2*index+1`.
@@ -250,12 +258,17 @@ impl Device {
     /// Connects, negotiates, shares memory and starts `pairs` queue pairs (returned apart
     /// from the device so that threads can own them).
     pub fn connect(cfg: &GuestConfig) -> Result<(Device, Vec<QueuePair>), DeviceError> {
-        let sock = UnixStream::connect(&cfg.socket)
-            .map_err(|source| DeviceError::Connect { path: cfg.socket.clone(), source })?;
+        let sock = UnixStream::connect(&cfg.socket).map_err(|source| DeviceError::Connect {
+            path: cfg.socket.clone(),
+            source,
+        })?;
         let timeout = Some(cfg.vhost_timeout.max(Duration::from_millis(1)));
         sock.set_read_timeout(timeout)
             .and_then(|_| sock.set_write_timeout(timeout))
-            .map_err(|source| DeviceError::Connect { path: cfg.socket.clone(), source })?;
+            .map_err(|source| DeviceError::Connect {
+                path: cfg.socket.clone(),
+                source,
+            })?;
         let mut fe = Frontend::from_stream(sock, 2);
 
         fe.set_owner().map_err(proto("SET_OWNER"))?;
@@ -268,12 +281,15 @@ impl Device {
         let mut queue_num = 2u64;
         let mut net_cfg = None;
         if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
-            let offered_p = fe.get_protocol_features().map_err(proto("GET_PROTOCOL_FEATURES"))?;
+            let offered_p = fe
+                .get_protocol_features()
+                .map_err(proto("GET_PROTOCOL_FEATURES"))?;
             let acked_p = offered_p
                 & (VhostUserProtocolFeatures::MQ
                     | VhostUserProtocolFeatures::CONFIG
                     | VhostUserProtocolFeatures::REPLY_ACK);
-            fe.set_protocol_features(acked_p).map_err(proto("SET_PROTOCOL_FEATURES"))?;
+            fe.set_protocol_features(acked_p)
+                .map_err(proto("SET_PROTOCOL_FEATURES"))?;
             if acked_p.contains(VhostUserProtocolFeatures::REPLY_ACK) {
                 // Ask for an ack on every request without a reply, so that a refused
                 // SET_MEM_TABLE or SET_VRING_ADDR is an error here rather than a silent stall.
@@ -297,7 +313,11 @@ impl Device {
         }
         let mac = cfg
             .mac
-            .or_else(|| net_cfg.filter(|_| has_feature(features, VIRTIO_NET_F_MAC)).map(|c| c.mac))
+            .or_else(|| {
+                net_cfg
+                    .filter(|_| has_feature(features, VIRTIO_NET_F_MAC))
+                    .map(|c| c.mac)
+            })
             .unwrap_or(GuestConfig::FALLBACK_MAC);
         let max_pairs = match net_cfg {
             Some(c) if has_feature(features, VIRTIO_NET_F_MQ) && c.max_virtqueue_pairs > 0 => {
@@ -305,7 +325,10 @@ impl Device {
             }
             _ => (queue_num / 2).clamp(1, u64::from(u16::MAX)) as u16,
         };
-        let pairs = cfg.queues.unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16).min(max_pairs);
+        let pairs = cfg
+            .queues
+            .unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16)
+            .min(max_pairs);
 
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
@@ -332,19 +355,33 @@ impl Device {
             cfg.dst_mac,
             mac,
             cfg.size,
-            Stamp { seq: 0, sent_ns: 0, thread: 0 },
+            Stamp {
+                seq: 0,
+                sent_ns: 0,
+                thread: 0,
+            },
         );
 
-        let mut dev =
-            Device { frontend: fe, mem, _memfd: memfd, features, mac, max_pairs, rings: vec![] };
+        let mut dev = Device {
+            frontend: fe,
+            mem,
+            _memfd: memfd,
+            features,
+            mac,
+            max_pairs,
+            rings: vec![],
+        };
         let mut out = Vec::with_capacity(usize::from(pairs));
         for (i, p) in plan.pairs.iter().enumerate() {
             let index = i as u16;
             let rxq = dev.new_ring(2 * i, p.rx, ring_features)?;
             let txq = dev.new_ring(2 * i + 1, p.tx, ring_features)?;
-            let qerr = |source| DeviceError::Queue { pair: index, source };
-            let mut rx = RxQueue::new(rxq, &dev.mem, p.rx_bufs, cfg.ring_size, mergeable)
-                .map_err(qerr)?;
+            let qerr = |source| DeviceError::Queue {
+                pair: index,
+                source,
+            };
+            let mut rx =
+                RxQueue::new(rxq, &dev.mem, p.rx_bufs, cfg.ring_size, mergeable).map_err(qerr)?;
             let mut tx = TxQueue::new(
                 txq,
                 &dev.mem,
@@ -367,7 +404,9 @@ impl Device {
         }
         if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
             for &ring in &dev.rings {
-                dev.frontend.set_vring_enable(ring, true).map_err(proto("SET_VRING_ENABLE"))?;
+                dev.frontend
+                    .set_vring_enable(ring, true)
+                    .map_err(proto("SET_VRING_ENABLE"))?;
             }
         }
         Ok((dev, out))
@@ -379,8 +418,10 @@ impl Device {
         layout: QueueLayout,
         features: RingFeatures,
     ) -> Result<DriverQueue, DeviceError> {
-        DriverQueue::new(&self.mem, layout, features)
-            .map_err(|e| DeviceError::Ring { index, reason: format!("{e:?}") })
+        DriverQueue::new(&self.mem, layout, features).map_err(|e| DeviceError::Ring {
+            index,
+            reason: format!("{e:?}"),
+        })
     }
 
     fn start_ring(
@@ -395,8 +436,10 @@ impl Device {
             self.mem.translate(gpa, 1).map(|p| p as u64).unwrap_or(0)
         };
         let fe = &self.frontend;
-        fe.set_vring_num(index, l.size).map_err(proto("SET_VRING_NUM"))?;
-        fe.set_vring_base(index, 0).map_err(proto("SET_VRING_BASE"))?;
+        fe.set_vring_num(index, l.size)
+            .map_err(proto("SET_VRING_NUM"))?;
+        fe.set_vring_base(index, 0)
+            .map_err(proto("SET_VRING_BASE"))?;
         let addr = VringConfigData {
             queue_max_size: l.size,
             queue_size: l.size,
@@ -406,9 +449,12 @@ impl Device {
             avail_ring_addr: uva(l.avail),
             log_addr: None,
         };
-        fe.set_vring_addr(index, &addr).map_err(proto("SET_VRING_ADDR"))?;
-        fe.set_vring_call(index, call).map_err(proto("SET_VRING_CALL"))?;
-        fe.set_vring_kick(index, kick).map_err(proto("SET_VRING_KICK"))?;
+        fe.set_vring_addr(index, &addr)
+            .map_err(proto("SET_VRING_ADDR"))?;
+        fe.set_vring_call(index, call)
+            .map_err(proto("SET_VRING_CALL"))?;
+        fe.set_vring_kick(index, kick)
+            .map_err(proto("SET_VRING_KICK"))?;
         self.rings.push(index);
         Ok(())
     }
@@ -425,7 +471,10 @@ impl Device {
         for &ring in &self.rings {
             if let Err(e) = self.frontend.get_vring_base(ring) {
                 if first.is_ok() {
-                    first = Err(DeviceError::Protocol { op: "GET_VRING_BASE", source: e });
+                    first = Err(DeviceError::Protocol {
+                        op: "GET_VRING_BASE",
+                        source: e,
+                    });
                 }
                 // A broken socket fails every following request the same way.
                 break;
@@ -448,8 +497,14 @@ mod tests {
         let no_ctrl = all & !(1 << VIRTIO_NET_F_CTRL_VQ);
         assert!(!has_feature(negotiate_features(no_ctrl), VIRTIO_NET_F_MQ));
         // Offloads are never acknowledged.
-        assert!(!has_feature(acked, virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM));
-        assert!(!has_feature(acked, virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO4));
+        assert!(!has_feature(
+            acked,
+            virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM
+        ));
+        assert!(!has_feature(
+            acked,
+            virtio_bindings::virtio_net::VIRTIO_NET_F_GUEST_TSO4
+        ));
     }
 
     #[test]

@@ -130,7 +130,11 @@ mod tests {
     #[test]
     fn packet_layout_is_header_then_frame() {
         let mut buf = vec![0xFF; 200];
-        let stamp = Stamp { seq: 7, sent_ns: 123_456, thread: 3 };
+        let stamp = Stamp {
+            seq: 7,
+            sent_ns: 123_456,
+            thread: 3,
+        };
         let n = write_packet(&mut buf, B, A, 64, stamp);
         assert_eq!(n, 12 + 14 + 64);
         assert!(buf[..NET_HDR_LEN].iter().all(|&b| b == 0));
@@ -140,18 +144,42 @@ mod tests {
         assert_eq!(buf[n - 1], 0xA5);
         assert_eq!(buf[n], 0xFF, "nothing written past the packet");
         let f = parse_frame(&buf[NET_HDR_LEN..n]).unwrap();
-        assert_eq!(f, RxFrame { dst: B, src: A, stamp: Some(stamp) });
+        assert_eq!(
+            f,
+            RxFrame {
+                dst: B,
+                src: A,
+                stamp: Some(stamp)
+            }
+        );
     }
 
     #[test]
     fn restamp_changes_only_the_stamp() {
         let mut buf = vec![0; 100];
-        let n = write_packet(&mut buf, B, A, MIN_SIZE, Stamp { seq: 1, sent_ns: 2, thread: 0 });
+        let n = write_packet(
+            &mut buf,
+            B,
+            A,
+            MIN_SIZE,
+            Stamp {
+                seq: 1,
+                sent_ns: 2,
+                thread: 0,
+            },
+        );
         let before = buf.clone();
-        let s = Stamp { seq: u64::MAX, sent_ns: 9, thread: 1 };
+        let s = Stamp {
+            seq: u64::MAX,
+            sent_ns: 9,
+            thread: 1,
+        };
         restamp_packet(&mut buf, s);
         assert_eq!(parse_frame(&buf[NET_HDR_LEN..n]).unwrap().stamp, Some(s));
-        assert_eq!(&buf[..NET_HDR_LEN + ETH_HDR_LEN], &before[..NET_HDR_LEN + ETH_HDR_LEN]);
+        assert_eq!(
+            &buf[..NET_HDR_LEN + ETH_HDR_LEN],
+            &before[..NET_HDR_LEN + ETH_HDR_LEN]
+        );
     }
 
     #[test]
@@ -162,7 +190,12 @@ mod tests {
         assert_eq!(parse_frame(&f).unwrap().stamp, None);
         f[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
         assert!(parse_frame(&f).unwrap().stamp.is_some());
-        assert_eq!(parse_frame(&f[..ETH_HDR_LEN + STAMP_LEN - 1]).unwrap().stamp, None);
+        assert_eq!(
+            parse_frame(&f[..ETH_HDR_LEN + STAMP_LEN - 1])
+                .unwrap()
+                .stamp,
+            None
+        );
     }
 
     #[test]

@@ -58,7 +58,12 @@ impl Guest {
         }
         let counters = Arc::new(GuestCounters::new(cfg.threads as usize));
         let pairs = pairs.into_iter().map(|p| Arc::new(Mutex::new(p))).collect();
-        Ok(Guest { cfg, device, pairs, counters })
+        Ok(Guest {
+            cfg,
+            device,
+            pairs,
+            counters,
+        })
     }
 
     /// Live counters (per thread and total), readable while [`Guest::run`] runs.
@@ -105,7 +110,9 @@ impl Guest {
             mode: self.cfg.mode,
             load: self.cfg.load,
             threads,
-            exit: ExitCost { ns: self.cfg.exit_cost_ns },
+            exit: ExitCost {
+                ns: self.cfg.exit_cost_ns,
+            },
             napi_budget: self.cfg.napi_budget,
             tx_batch: self.cfg.tx_batch,
             rr_timeout_ns: self.cfg.rr_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
@@ -160,15 +167,10 @@ impl Guest {
                 error = Some(error_chain(&e));
             }
         }
-        Ok(self.report(&shared, results, error))
+        Ok(self.report(results, error))
     }
 
-    fn report(
-        &self,
-        shared: &Shared,
-        results: Vec<WorkerResult>,
-        error: Option<String>,
-    ) -> GuestReport {
+    fn report(&self, results: Vec<WorkerResult>, error: Option<String>) -> GuestReport {
         let end_ns = results.iter().map(|r| r.end_ns).max().unwrap_or(0);
         let mut all = LatencyHistogram::new();
         let threads = results
@@ -184,7 +186,6 @@ impl Guest {
                 }
             })
             .collect();
-        let _ = shared;
         GuestReport {
             totals: self.counters.total(),
             latency: all.summary(),
@@ -200,7 +201,10 @@ impl Guest {
 
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(m: [u8; 6]) -> String {
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
 }
 
 /// An error and its causes on one line (`a: b: c`).
@@ -218,7 +222,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// Waits up to `timeout_ms` for the vhost-user socket to report a hang-up or data (the
 /// backend never sends unsolicited messages on this socket, so readable means closed).
 fn socket_hung_up(fd: RawFd, timeout_ms: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
     // SAFETY: `p` is one valid pollfd living across the call.
     let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     n > 0 && p.revents & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0

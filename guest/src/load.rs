@@ -56,7 +56,9 @@ impl RateSpec {
             .unwrap_or(t.len());
         // `e` belongs to a number only when followed by a digit or sign (1e6), never as a unit.
         let (num, rest) = t.split_at(split);
-        let value: f64 = num.parse().map_err(|_| RateError::Syntax(text.to_string()))?;
+        let value: f64 = num
+            .parse()
+            .map_err(|_| RateError::Syntax(text.to_string()))?;
         let (mult, unit) = match rest.chars().next() {
             Some('k' | 'K') => (1e3, &rest[1..]),
             Some('M') => (1e6, &rest[1..]),
@@ -72,7 +74,11 @@ impl RateSpec {
         if !(v.is_finite() && v > 0.0) {
             return Err(RateError::NotPositive(text.to_string()));
         }
-        Ok(if bits { RateSpec::Bps(v) } else { RateSpec::Pps(v) })
+        Ok(if bits {
+            RateSpec::Bps(v)
+        } else {
+            RateSpec::Pps(v)
+        })
     }
 
     /// The load this rate means for messages of `size` payload bytes (frame = 14 + `size`).
@@ -80,7 +86,9 @@ impl RateSpec {
         match self {
             RateSpec::Closed => Load::ClosedLoop,
             RateSpec::Pps(pps) => Load::Rate { pps },
-            RateSpec::Bps(bps) => Load::Rate { pps: bps / (8.0 * frame_bits_base(size)) },
+            RateSpec::Bps(bps) => Load::Rate {
+                pps: bps / (8.0 * frame_bits_base(size)),
+            },
         }
     }
 }
@@ -182,19 +190,36 @@ mod tests {
 
     #[test]
     fn refuses_bad_rates() {
-        assert!(matches!(RateSpec::parse("0"), Err(RateError::NotPositive(_))));
-        assert!(matches!(RateSpec::parse("0Mpps"), Err(RateError::NotPositive(_))));
-        assert!(matches!(RateSpec::parse("-5k"), Err(RateError::NotPositive(_))));
+        assert!(matches!(
+            RateSpec::parse("0"),
+            Err(RateError::NotPositive(_))
+        ));
+        assert!(matches!(
+            RateSpec::parse("0Mpps"),
+            Err(RateError::NotPositive(_))
+        ));
+        assert!(matches!(
+            RateSpec::parse("-5k"),
+            Err(RateError::NotPositive(_))
+        ));
         assert!(matches!(RateSpec::parse("fast"), Err(RateError::Syntax(_))));
-        assert!(matches!(RateSpec::parse("10Tbit"), Err(RateError::Syntax(_))));
-        assert!(matches!(RateSpec::parse("10 furlongs"), Err(RateError::Syntax(_))));
+        assert!(matches!(
+            RateSpec::parse("10Tbit"),
+            Err(RateError::Syntax(_))
+        ));
+        assert!(matches!(
+            RateSpec::parse("10 furlongs"),
+            Err(RateError::Syntax(_))
+        ));
         assert!(matches!(RateSpec::parse(""), Err(RateError::Syntax(_))));
     }
 
     #[test]
     fn bit_rate_counts_ethernet_header_and_payload() {
         // 64-byte messages -> 78-byte frames -> 624 bits.
-        let Load::Rate { pps } = RateSpec::Bps(624e6).to_load(64) else { panic!() };
+        let Load::Rate { pps } = RateSpec::Bps(624e6).to_load(64) else {
+            panic!()
+        };
         assert!((pps - 1e6).abs() < 1e-6);
         assert_eq!(RateSpec::Closed.to_load(64), Load::ClosedLoop);
     }

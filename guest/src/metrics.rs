@@ -34,7 +34,10 @@ impl Counter {
     /// atomic against another writer).
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     /// The current value.
@@ -114,12 +117,17 @@ pub struct GuestCounters {
 impl GuestCounters {
     /// Zeroed counters for `threads` threads.
     pub fn new(threads: usize) -> GuestCounters {
-        GuestCounters { threads: (0..threads).map(|_| ThreadCounters::default()).collect() }
+        GuestCounters {
+            threads: (0..threads).map(|_| ThreadCounters::default()).collect(),
+        }
     }
 
     /// Sum over all threads.
     pub fn total(&self) -> Counts {
-        self.threads.iter().map(ThreadCounters::snapshot).fold(Counts::default(), |a, b| a + b)
+        self.threads
+            .iter()
+            .map(ThreadCounters::snapshot)
+            .fold(Counts::default(), |a, b| a + b)
     }
 }
 
@@ -348,7 +356,10 @@ mod tests {
     #[test]
     fn report_json_is_flat() {
         let r = GuestReport {
-            totals: Counts { sent_packets: 10, ..Counts::default() },
+            totals: Counts {
+                sent_packets: 10,
+                ..Counts::default()
+            },
             latency: None,
             elapsed: Duration::from_millis(1500),
             queue_pairs: 1,

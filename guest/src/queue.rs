@@ -56,8 +56,16 @@ unsafe impl Send for BufArea {}
 impl BufArea {
     fn new(mem: &GuestMemory, gpa: u64, stride: u32, count: u16) -> Result<BufArea, QueueError> {
         let len = u64::from(stride) * u64::from(count);
-        let host = mem.translate(gpa, len).ok_or(QueueError::BufferArea { gpa, len })?;
-        Ok(BufArea { gpa, host, stride, count, _mem: mem.clone() })
+        let host = mem
+            .translate(gpa, len)
+            .ok_or(QueueError::BufferArea { gpa, len })?;
+        Ok(BufArea {
+            gpa,
+            host,
+            stride,
+            count,
+            _mem: mem.clone(),
+        })
     }
 
     fn gpa(&self, slot: u16) -> u64 {
@@ -169,7 +177,7 @@ impl TxQueue {
 
     /// Descriptors free in the ring.
     pub fn num_free(&self) -> u16 {
-        self.vq.num_free() as u16
+        self.vq.num_free()
     }
 
     /// Packets posted and not yet returned by the backend.
@@ -194,9 +202,16 @@ impl TxQueue {
         if self.vq.num_free() == 0 {
             return Ok(false);
         }
-        let Some(slot) = self.free.pop() else { return Ok(false) };
-        self.bufs.write(slot, NET_HDR_LEN + ETH_HDR_LEN, &frame::stamp_bytes(stamp));
-        let seg = Seg { gpa: self.bufs.gpa(slot), len: self.packet_len, writable: false };
+        let Some(slot) = self.free.pop() else {
+            return Ok(false);
+        };
+        self.bufs
+            .write(slot, NET_HDR_LEN + ETH_HDR_LEN, &frame::stamp_bytes(stamp));
+        let seg = Seg {
+            gpa: self.bufs.gpa(slot),
+            len: self.packet_len,
+            writable: false,
+        };
         match self.vq.add(&[seg]) {
             Ok(head) => {
                 self.slot_of_head[usize::from(head)] = slot;
@@ -287,7 +302,11 @@ impl RxQueue {
         let mut added = false;
         while self.vq.num_free() > 0 {
             let Some(slot) = self.free.pop() else { break };
-            let seg = Seg { gpa: self.bufs.gpa(slot), len: RX_BUF_LEN, writable: true };
+            let seg = Seg {
+                gpa: self.bufs.gpa(slot),
+                len: RX_BUF_LEN,
+                writable: true,
+            };
             match self.vq.add(&[seg]) {
                 Ok(head) => self.slot_of_head[usize::from(head)] = slot,
                 Err(e) => {
@@ -314,7 +333,9 @@ impl RxQueue {
     pub fn poll(&mut self, budget: u32, mut on_packet: impl FnMut(&RxPacket)) -> RxPoll {
         let mut res = RxPoll::default();
         while res.packets < budget {
-            let Some((head, len)) = self.vq.pop_used() else { break };
+            let Some((head, len)) = self.vq.pop_used() else {
+                break;
+            };
             let slot = self.slot_of_head[usize::from(head)];
             self.free.push(slot);
             if (len as usize) < NET_HDR_LEN || len > RX_BUF_LEN {
@@ -323,10 +344,19 @@ impl RxQueue {
             }
             let mut hdr = [0u8; NET_HDR_LEN];
             self.bufs.read(slot, 0, &mut hdr);
-            let nbufs = if self.mergeable { frame::num_buffers(&hdr).unwrap_or(1) } else { 1 };
-            let mut pkt = RxPacket { frame_len: len - NET_HDR_LEN as u32, head: [0; 64], head_len: 0 };
+            let nbufs = if self.mergeable {
+                frame::num_buffers(&hdr).unwrap_or(1)
+            } else {
+                1
+            };
+            let mut pkt = RxPacket {
+                frame_len: len - NET_HDR_LEN as u32,
+                head: [0; 64],
+                head_len: 0,
+            };
             pkt.head_len = (pkt.frame_len as usize).min(pkt.head.len());
-            self.bufs.read(slot, NET_HDR_LEN, &mut pkt.head[..pkt.head_len]);
+            self.bufs
+                .read(slot, NET_HDR_LEN, &mut pkt.head[..pkt.head_len]);
             // The rest of a mergeable packet: the backend publishes all its buffers with one
             // used-index update, so they are all visible now.
             let mut ok = true;

@@ -251,8 +251,11 @@ impl Worker {
             let batch = u32::from(self.shared.tx_batch).min(want - sent);
             let mut added = 0;
             for _ in 0..batch {
-                let stamp =
-                    Stamp { seq: self.seq, sent_ns: self.shared.clock.now_ns(), thread: self.id };
+                let stamp = Stamp {
+                    seq: self.seq,
+                    sent_ns: self.shared.clock.now_ns(),
+                    thread: self.id,
+                };
                 match qp.tx.add(stamp) {
                     Ok(true) => {
                         added += 1;
@@ -462,7 +465,9 @@ fn on_packet(shared: &Shared, hist: &mut LatencyHistogram, pkt: &RxPacket) {
     if shared.mode != Mode::RequestResponse {
         return;
     }
-    let Some(f) = frame::parse_frame(&pkt.head[..pkt.head_len]) else { return };
+    let Some(f) = frame::parse_frame(&pkt.head[..pkt.head_len]) else {
+        return;
+    };
     let Some(stamp) = f.stamp else { return };
     if f.dst != shared.mac || stamp.thread >= shared.threads {
         return;
@@ -482,8 +487,14 @@ fn lock(pair: &Mutex<QueuePair>) -> MutexGuard<'_, QueuePair> {
 
 /// Sleeps until one of `fds` is readable or `timeout_ns` passed (0 = just check).
 fn ppoll(fds: &[i32], timeout_ns: u64) {
-    let mut pfds: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let ts = libc::timespec {
         tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
@@ -492,6 +503,11 @@ fn ppoll(fds: &[i32], timeout_ns: u64) {
     // `ts` is a valid timespec; a null sigmask leaves the signal mask unchanged. The result
     // (ready count, 0 on timeout, -1 on EINTR) needs no handling: callers re-check the state.
     unsafe {
-        libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null());
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
     }
 }
