@@ -25,7 +25,7 @@
 //! use vadapt_coremgr::{Availability, CpuFreq};
 //! use vadapt_policy::FreqHint;
 //!
-//! let mut f = CpuFreq::probe(Path::new("/sys"), 2);
+//! let f = CpuFreq::probe(Path::new("/sys"), 2);
 //! if let Availability::Unavailable { reason } = f.availability() {
 //!     eprintln!("cpufreq control off for CPU 2: {reason}");
 //! }
@@ -36,6 +36,7 @@ use crate::Availability;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vadapt_policy::FreqHint;
 
 /// Reading or writing a cpufreq file failed.
@@ -66,17 +67,23 @@ struct Control {
 }
 
 /// cpufreq control of one core. See the module documentation.
+///
+/// `apply` and `restore` take `&self`, so one instance can be shared
+/// (`Arc<CpuFreq>`) between the worker that applies hints and the code that
+/// owns the worker. Hints for one core should come from one thread at a time;
+/// concurrent callers cannot corrupt anything but may write redundantly.
 #[derive(Debug)]
 pub struct CpuFreq {
-    cpu: usize,
+    /// The core, `None` for [`CpuFreq::unavailable`].
+    cpu: Option<usize>,
     /// `<sysfs>/devices/system/cpu/cpu<N>/cpufreq`.
     dir: PathBuf,
     availability: Availability,
     control: Option<Control>,
-    /// Last frequency written to `scaling_setspeed`, kHz.
-    last_khz: Option<u64>,
+    /// Last frequency written to `scaling_setspeed`, kHz; 0 = none yet.
+    last_khz: AtomicU64,
     /// True once the original governor has been put back.
-    restored: bool,
+    restored: AtomicBool,
 }
 
 fn read_trimmed(path: &Path) -> Result<String, String> {
@@ -115,12 +122,12 @@ impl CpuFreq {
             .join(format!("cpu{cpu}"))
             .join("cpufreq");
         let mut f = CpuFreq {
-            cpu,
+            cpu: Some(cpu),
             dir,
             availability: Availability::Available,
             control: None,
-            last_khz: None,
-            restored: false,
+            last_khz: AtomicU64::new(0),
+            restored: AtomicBool::new(false),
         };
         match f.take_control() {
             Ok(control) => f.control = Some(control),
@@ -161,8 +168,31 @@ impl CpuFreq {
         })
     }
 
-    /// The core this controls.
-    pub fn cpu(&self) -> usize {
+    /// A [`CpuFreq`] that does nothing, for a worker with no core of its own
+    /// (e.g. not pinned); `reason` is reported by [`CpuFreq::availability`].
+    pub fn unavailable(reason: impl Into<String>) -> CpuFreq {
+        CpuFreq {
+            cpu: None,
+            dir: PathBuf::new(),
+            availability: Availability::Unavailable {
+                reason: reason.into(),
+            },
+            control: None,
+            last_khz: AtomicU64::new(0),
+            restored: AtomicBool::new(false),
+        }
+    }
+
+    /// Why hints are a no-op, or `None` if they are carried out.
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        match &self.availability {
+            Availability::Available => None,
+            Availability::Unavailable { reason } => Some(reason),
+        }
+    }
+
+    /// The core this controls (`None` for [`CpuFreq::unavailable`]).
+    pub fn cpu(&self) -> Option<usize> {
         self.cpu
     }
 
@@ -178,11 +208,11 @@ impl CpuFreq {
 
     /// Carry out `hint`. Returns the frequency written, kHz, or `None` when
     /// nothing was written (hint `Keep`, unchanged value, or unavailable).
-    pub fn apply(&mut self, hint: FreqHint) -> Result<Option<u64>, CpuFreqError> {
+    pub fn apply(&self, hint: FreqHint) -> Result<Option<u64>, CpuFreqError> {
         let Some(c) = &self.control else {
             return Ok(None);
         };
-        if self.restored {
+        if self.restored.load(Ordering::Relaxed) {
             return Ok(None);
         }
         let khz = match hint {
@@ -190,24 +220,23 @@ impl CpuFreq {
             FreqHint::Min => c.min_khz,
             FreqHint::Max => c.max_khz,
         };
-        if self.last_khz == Some(khz) {
+        if self.last_khz.load(Ordering::Relaxed) == khz {
             return Ok(None);
         }
         write(self.dir.join("scaling_setspeed"), &khz.to_string())?;
-        self.last_khz = Some(khz);
+        self.last_khz.store(khz, Ordering::Relaxed);
         Ok(Some(khz))
     }
 
     /// Put back the governor (and set speed) found by the probe. Idempotent;
     /// done on drop as well, where errors can only be ignored.
-    pub fn restore(&mut self) -> Result<(), CpuFreqError> {
+    pub fn restore(&self) -> Result<(), CpuFreqError> {
         let Some(c) = &self.control else {
             return Ok(());
         };
-        if self.restored {
+        if self.restored.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
-        self.restored = true;
         write(self.dir.join("scaling_governor"), &c.saved_governor)?;
         if let Some(khz) = c.saved_setspeed {
             write(self.dir.join("scaling_setspeed"), &khz.to_string())?;
@@ -254,9 +283,10 @@ mod tests {
     #[test]
     fn switches_to_userspace_writes_min_then_max_and_restores() {
         let t = fake("ondemand", "performance powersave userspace ondemand");
-        let mut f = CpuFreq::probe(&t.0, 3);
+        let f = CpuFreq::probe(&t.0, 3);
         assert_eq!(f.availability(), &Availability::Available);
-        assert_eq!(f.cpu(), 3);
+        assert_eq!(f.unavailable_reason(), None);
+        assert_eq!(f.cpu(), Some(3));
         assert_eq!(file(&t, "scaling_governor"), "userspace");
         // The scaling limits, not the hardware ones (the kernel clamps to them).
         assert_eq!(f.range_khz(), Some((1_200_000, 2_800_000)));
@@ -281,7 +311,7 @@ mod tests {
     fn restores_a_userspace_governor_and_its_speed() {
         let t = fake("userspace", "userspace performance");
         t.write(&format!("{CPU3}/scaling_setspeed"), "2000000\n");
-        let mut f = CpuFreq::probe(&t.0, 3);
+        let f = CpuFreq::probe(&t.0, 3);
         assert!(f.availability().is_available());
         f.apply(FreqHint::Min).unwrap();
         f.restore().unwrap();
@@ -304,7 +334,7 @@ mod tests {
     #[test]
     fn unavailable_without_cpufreq_or_userspace_governor() {
         let t = TestDir::new("nocpufreq");
-        let mut f = CpuFreq::probe(&t.0, 0);
+        let f = CpuFreq::probe(&t.0, 0);
         match f.availability() {
             Availability::Unavailable { reason } => {
                 assert!(reason.contains("cpu0/cpufreq does not exist"), "{reason}")
@@ -313,6 +343,9 @@ mod tests {
         }
         assert_eq!(f.apply(FreqHint::Max).unwrap(), None);
         assert_eq!(f.range_khz(), None);
+        let f = CpuFreq::unavailable("worker not pinned");
+        assert_eq!(f.unavailable_reason(), Some("worker not pinned"));
+        assert_eq!(f.apply(FreqHint::Min).unwrap(), None);
 
         let t = fake("performance", "performance powersave");
         let f = CpuFreq::probe(&t.0, 3);
