@@ -1,1 +1,105 @@
-//! vadapt sim (to be written).
+//! vadapt-sim: a discrete-event simulator of a virtualised host that runs
+//! vadapt's **real** policy code (`vadapt-policy`) at the papers' scale.
+//!
+//! Each simulated queue worker holds a `Box<dyn Policy>` built by
+//! [`vadapt_policy::PolicyConfig::build`] and runs the policy cycle exactly as
+//! the daemon does: `start(now)`, then wait as the [`vadapt_policy::Decision`]
+//! says, run a service pass within `policy.budget()`, and feed the
+//! [`vadapt_policy::PassReport`] to `on_pass`. There is no copy of policy logic
+//! here; the only non-policy driver is the fixed-interval sweep probe
+//! ([`probe::FixedInterval`]).
+//!
+//! # The model, and where its numbers come from
+//!
+//! Costs live in a [`Calibration`] (`sim/calibration/default.toml`, every
+//! value marked MEASURED or PLACEHOLDER there); workload parameters in the
+//! scenario.
+//!
+//! * **Cores and scheduler** ([`sched`]): `host.cores` physical cores shared
+//!   by every runnable thread — vCPU threads running guest senders/servers and
+//!   queue workers in a pass — by processor sharing (equal shares, at most one
+//!   core each: CFS's fluid limit). Oversubscription costs one
+//!   `context_switch_ns` per `host.sched_slice_us` per core; every worker
+//!   wake-up costs `wakeup_cpu_ns + context_switch_ns` of worker CPU
+//!   (MEASURED: ~27 µs per wake-up in these VMs, DESIGN.md). Short polling
+//!   intervals thus burn CPU that the vCPUs need.
+//! * **VMs and closed-loop senders** (netperf TCP_STREAM-like): `threads`
+//!   sender threads on at most `vcpus` vCPUs; a thread spends `send_msg_ns +
+//!   msg_size * send_byte_ps` per message and `xmit_segment_ns` per segment;
+//!   small messages coalesce into `segment_bytes` segments (TCP with Nagle /
+//!   autocork), one descriptor chain each. Defaults are chosen so that one
+//!   thread on one core sends ~0.85 Gb/s of 64-byte messages, the NetAP
+//!   paper's per-thread rate (~5 Gb/s on ~5.5 guest cores, its Tables 3–4).
+//!   Senders are fluid between events: only ring indices that matter (the
+//!   host's kick index, a full ring) create events.
+//! * **Virtqueues** ([`ring`]): finite (`ring_size`, 256 by default, QEMU's
+//!   TX queue size) with `VIRTIO_RING_F_EVENT_IDX` semantics: the guest kicks
+//!   only when it passes the host's `avail_event`. A full ring stops the
+//!   guest's queue: its senders block, its vCPUs halt (freeing the core), and
+//!   it asks for a call after 3/4 of the outstanding chains are used
+//!   (Linux `virtqueue_enable_cb_delayed`).
+//! * **Kicks and calls**: a kick is a VM exit costing `kick_ns` of vCPU time
+//!   and wakes a waiting worker after `wake_latency_ns`; a call is an
+//!   interrupt injection costing `call_ns` of vCPU time, and a halted vCPU
+//!   resumes after `wake_latency_ns`.
+//! * **Service passes**: a pass takes the chains pending at its start, up to
+//!   the policy's budget and the NIC queue's room, and costs
+//!   `pass_overhead_ns + n * (per_packet_ns + nic_packet_ns) + bytes *
+//!   per_byte_ps` of worker CPU (MEASURED: 27–68 cycles/packet at 2.6 GHz for
+//!   the copy loop). Chains are returned (used) at the pass end.
+//! * **Timers**: a sleep ends `timer_overshoot_ns` late (Linux's default 50 µs
+//!   timer slack); wake-up latencies and overshoots get ±`jitter` seeded noise.
+//! * **NIC** ([`nic`]): a FIFO of `nic_queue_packets` drained at
+//!   `line_rate_gbps` (10 Gb/s default) with 24 bytes of wire overhead per
+//!   frame; a full queue pushes back on the workers. Throughput is payload
+//!   bytes leaving the wire.
+//! * **Open-loop request/response** (memcached-like): Poisson arrivals at a
+//!   piecewise-linear rate spread over the VM's queues; the worker moves
+//!   requests into the guest (one call per batch), `server_threads` serve them
+//!   FIFO with an exp / const / lognormal service time (scaled by the vCPU's
+//!   CPU share at dispatch), responses go back through the TX ring (kicking a
+//!   waiting worker) and the NIC. Latency = departure − arrival.
+//! * **Frequency and power** (optional `[host.power]`): the policy's
+//!   `FreqHint` sets its worker's frequency (slower work at lower
+//!   frequencies); energy integrates `active_w` for busy core time (vCPUs at
+//!   the top frequency, workers at theirs) and `idle_w` of the lowest state for
+//!   idle cores.
+//!
+//! Left out, on purpose: RX of TCP ACKs for the stream load, per-core run
+//! queues and affinity, wake-up preemption, SMT, NUMA, guest RX ring
+//! stalls for the RR load.
+//!
+//! # Determinism
+//!
+//! Same scenario + seed → the same result and byte-identical output files:
+//! seeded `SmallRng`s, a `BinaryHeap` event queue ordered by (time, sequence
+//! number), queues processed in index order, no wall-clock reads.
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod calibration;
+pub mod cli;
+mod engine;
+pub mod nic;
+pub mod plot;
+pub mod probe;
+pub mod result;
+pub mod ring;
+pub mod scenario;
+pub mod sched;
+pub mod sweep;
+
+pub use calibration::Calibration;
+pub use cli::{run_cli, SimArgs, SimCommand, SweepArgs};
+pub use engine::SimError;
+pub use result::{SimResult, WriteError};
+pub use scenario::{Scenario, ScenarioError};
+pub use sweep::{sweep, ParamRange, SweepError, SweepReport};
+
+/// Run `scenario` to its end with `seed`.
+pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<SimResult, SimError> {
+    let mut r = engine::Engine::new(scenario, seed)?.run()?;
+    r.seed = seed;
+    Ok(r)
+}
