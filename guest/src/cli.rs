@@ -249,6 +249,13 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
         t.ring_full_stalls,
         t.tx_wake_timeouts
     );
+    let _ = writeln!(
+        s,
+        "cpu      {:.2} s in sending threads ({:.0} % of {} thread(s))",
+        r.cpu_seconds,
+        100.0 * r.cpu_seconds / secs / f64::from(cfg.threads.max(1)),
+        cfg.threads
+    );
     if let Some(l) = r.latency {
         let _ = writeln!(
             s,

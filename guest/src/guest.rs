@@ -155,6 +155,7 @@ impl Guest {
                     queue_pair: 0,
                     hist: LatencyHistogram::new(),
                     end_ns: 0,
+                    cpu_ns: 0,
                     error: Some("a sending thread panicked".into()),
                 })
             })
@@ -183,6 +184,7 @@ impl Guest {
                     queue_pair: r.queue_pair,
                     counts: self.counters.threads[r.thread as usize].snapshot(),
                     latency: r.hist.summary(),
+                    cpu_seconds: r.cpu_ns as f64 / 1e9,
                 }
             })
             .collect();
@@ -190,6 +192,7 @@ impl Guest {
             totals: self.counters.total(),
             latency: all.summary(),
             elapsed: Duration::from_nanos(end_ns),
+            cpu_seconds: results.iter().map(|r| r.cpu_ns as f64 / 1e9).sum(),
             queue_pairs: self.queue_pairs(),
             features: self.device.features,
             mac: format_mac(self.device.mac),

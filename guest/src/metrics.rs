@@ -17,6 +17,7 @@
 //! | `rx_errors` | received buffers that could not be understood (bad length or `num_buffers`) |
 //! | `lost_requests` | request/response requests whose reply did not come back within the timeout |
 //! | `paced_skipped` | rate mode: packets the pacer gave up because the sender fell behind |
+//! | `cpu_seconds` | CPU time of the sending threads (s), from `CLOCK_THREAD_CPUTIME_ID` |
 //! | `latency` | request/response round-trip times (ns): p50, p99, p99.9, max, count |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -267,6 +268,8 @@ pub struct ThreadReport {
     pub counts: Counts,
     /// Round trips this thread recorded (request/response mode).
     pub latency: Option<LatencySummary>,
+    /// CPU time the thread used while sending (s): with `elapsed`, the guest's CPU share.
+    pub cpu_seconds: f64,
 }
 
 /// What a guest run did, in total and per thread; serialises to the `--json` output.
@@ -280,6 +283,8 @@ pub struct GuestReport {
     /// Time from the start of the run to the end of the last thread (s in JSON).
     #[serde(serialize_with = "secs")]
     pub elapsed: Duration,
+    /// CPU time of all sending threads (s).
+    pub cpu_seconds: f64,
     /// Queue pairs in use.
     pub queue_pairs: u16,
     /// Virtio feature bits acknowledged to the backend.
@@ -362,6 +367,7 @@ mod tests {
             },
             latency: None,
             elapsed: Duration::from_millis(1500),
+            cpu_seconds: 0.5,
             queue_pairs: 1,
             features: 0,
             mac: "02:00:00:00:00:01".into(),

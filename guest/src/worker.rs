@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::clock::{Clock, ExitCost};
+use crate::clock::{thread_cpu_ns, Clock, ExitCost};
 use crate::config::Mode;
 use crate::device::QueuePair;
 use crate::frame::{self, Stamp};
@@ -87,6 +87,8 @@ pub(crate) struct WorkerResult {
     pub hist: LatencyHistogram,
     /// End of the sending phase (ns on the shared clock).
     pub end_ns: u64,
+    /// CPU time the thread used in the sending phase (ns).
+    pub cpu_ns: u64,
     pub error: Option<String>,
 }
 
@@ -132,6 +134,7 @@ impl Worker {
     }
 
     pub(crate) fn run(mut self) -> WorkerResult {
+        let cpu_start = thread_cpu_ns();
         match (self.shared.mode, self.shared.load) {
             (Mode::Stream, Load::ClosedLoop) => self.stream(None),
             (Mode::Stream, Load::Rate { pps }) => self.stream(Some(self.pacer(pps, 1024))),
@@ -142,6 +145,7 @@ impl Worker {
             }
         }
         let end_ns = self.shared.clock.now_ns().min(self.shared.deadline_ns);
+        let cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
         if !self.shared.abort.load(Ordering::Relaxed) {
             self.drain();
         }
@@ -150,6 +154,7 @@ impl Worker {
             queue_pair: self.pair_index,
             hist: self.hist,
             end_ns,
+            cpu_ns,
             error: self.error,
         }
     }
@@ -172,7 +177,12 @@ impl Worker {
                         self.idle_until(next);
                         continue;
                     }
-                    n => n.min(u64::from(BURST)) as u32,
+                    n => {
+                        // Take one burst now; the rest stays due for the next pass.
+                        let want = n.min(u64::from(BURST));
+                        p.unsend(n - want);
+                        want as u32
+                    }
                 },
             };
             let mut qp = lock(&pair);
