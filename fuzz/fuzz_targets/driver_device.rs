@@ -17,6 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let mut dev = DeviceQueue::new(&mem, layout, false, f, start).unwrap();
     let mut chain = Chain::with_capacity(size.into());
     let mut in_flight = std::collections::HashSet::new();
+    // Indirect tables: one 1 KiB slot per in-flight buffer, never reused early.
+    let mut free_tables: Vec<u64> = (0..64).map(|k| 0x80000 + 0x400 * k).collect();
+    let mut table_of = std::collections::HashMap::new();
     for (i, op) in ops.iter().chain(&[0xff; 2]).enumerate() {
         let n = op >> 4;
         match op & 0xf {
@@ -24,8 +27,12 @@ fuzz_target!(|data: &[u8]| {
                 let segs: Vec<Seg> = (0..=(n % 4))
                     .map(|k| Seg { gpa: 0x10000 + 0x800 * ((i as u64 + k as u64) % 128), len: u32::from(n) * 9, writable: k >= (n & 3) / 2 })
                     .collect();
-                let r = if op & 1 == 1 && f.indirect { drv.add_indirect(&segs, 0x80000 + 0x400 * (i as u64 % 256)) } else { drv.add(&segs) };
-                if let Ok(h) = r { assert!(in_flight.insert(h)) }
+                let table = free_tables.last().copied().filter(|_| op & 1 == 1 && f.indirect);
+                let r = match table { Some(t) => drv.add_indirect(&segs, t), None => drv.add(&segs) };
+                if let Ok(h) = r {
+                    assert!(in_flight.insert(h));
+                    if let Some(t) = table { free_tables.pop(); table_of.insert(h, t); }
+                }
             }
             4 | 5 => { drv.publish(); let _ = drv.kick_prepare(); }
             6..=9 => {
@@ -43,7 +50,10 @@ fuzz_target!(|data: &[u8]| {
             11 => dev.disable_notifications(),
             12 => drv.disable_cb(),
             13 => { let _ = drv.enable_cb_delayed(); }
-            _ => while let Some((h, _)) = drv.pop_used() { assert!(in_flight.remove(&h)) },
+            _ => while let Some((h, _)) = drv.pop_used() {
+                assert!(in_flight.remove(&h));
+                free_tables.extend(table_of.remove(&h));
+            },
         }
     }
     // Drain everything that was published.
