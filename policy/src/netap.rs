@@ -29,7 +29,10 @@
 //!   instead of sleeping, so a full ring is drained before the next sleep.
 //!   p = 0 is the paper's behaviour (no kick); `more_work` still polls again,
 //!   because the paper's pass drains the rings completely while ours is
-//!   bounded (next item).
+//!   bounded (next item). Under sustained overload, with rings p‰ full at
+//!   every pass, NetAP therefore polls continuously like busy-poll, and the
+//!   search sees about the same bytes at every interval (ties go to the
+//!   longer interval, see [`crate::golden`]).
 //! - **Bounded passes.** The paper's `handle_packets_in_the_queue` loops
 //!   "while queue has a packet", unbounded: a guest that keeps the ring fed
 //!   keeps the host thread forever and the other queues of the worker starve.
