@@ -1,5 +1,6 @@
 //! The synthetic guest against a real backend: DPDK's vhost PMD in `dpdk-testpmd`
-//! (`--forward-mode=rxonly`, busy polling, the reference backend of DESIGN.md).
+//! (`--forward-mode=rxonly`, busy polling, the reference backend of DESIGN.md), and the same
+//! PMD in `--forward-mode=macswap` as an echo port for request/response.
 //!
 //! Skipped, with the reason printed, when `dpdk-testpmd` is not installed or
 //! `VADAPT_SKIP_DPDK` is set. testpmd needs two lcores and no hugepages (`--no-huge`).
@@ -37,7 +38,7 @@ struct Testpmd {
 }
 
 impl Testpmd {
-    fn start(bin: &Path, name: &str) -> Testpmd {
+    fn start(bin: &Path, name: &str, mode: &str) -> Testpmd {
         let dir = std::env::temp_dir().join(format!("vadapt-guest-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -47,13 +48,8 @@ impl Testpmd {
             .arg(format!("--file-prefix=vguest{name}{}", std::process::id()))
             .arg("--vdev")
             .arg(format!("net_vhost0,iface={},queues=1", socket.display()))
-            .args([
-                "--",
-                "--total-num-mbufs=8192",
-                "--forward-mode=rxonly",
-                "--stats-period",
-                "1",
-            ])
+            .args(["--", "--total-num-mbufs=8192", "--stats-period", "1"])
+            .arg(format!("--forward-mode={mode}"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -118,7 +114,7 @@ fn config(socket: &Path) -> GuestConfig {
 fn testpmd_counts_every_packet_the_guest_sent() {
     let Some(bin) = testpmd_path() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pmd = Testpmd::start(&bin, "count");
+    let pmd = Testpmd::start(&bin, "count", "rxonly");
 
     // Closed loop, one thread.
     let guest = Guest::connect(config(&pmd.socket)).expect("connect to testpmd");
@@ -166,7 +162,7 @@ fn testpmd_counts_every_packet_the_guest_sent() {
 fn backend_death_ends_the_run_with_an_error() {
     let Some(bin) = testpmd_path() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut pmd = Testpmd::start(&bin, "death");
+    let mut pmd = Testpmd::start(&bin, "death", "rxonly");
     let cfg = GuestConfig {
         duration: Duration::from_secs(120),
         ..config(&pmd.socket)
@@ -184,4 +180,39 @@ fn backend_death_ends_the_run_with_an_error() {
         .expect("the run must report the backend's death");
     assert!(err.contains("closed"), "{err}");
     assert!(report.totals.sent_packets > 0);
+}
+
+#[test]
+fn request_response_through_a_macswap_echo_gets_every_reply() {
+    let Some(bin) = testpmd_path() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pmd = Testpmd::start(&bin, "echo", "macswap");
+    let cfg = GuestConfig {
+        threads: 2,
+        queues: Some(1),
+        mode: vadapt_guest::Mode::RequestResponse,
+        exit_cost_ns: 2000,
+        ..config(&pmd.socket)
+    };
+    let r = Guest::connect(cfg)
+        .unwrap()
+        .run(Arc::new(AtomicBool::new(false)))
+        .unwrap();
+    assert_eq!(r.error, None);
+    let lat = r.latency.expect("round trips were timed");
+    assert!(lat.count > 0);
+    assert_eq!(r.totals.lost_requests, 0);
+    // Every request came back, and each reply was timed exactly once.
+    assert_eq!(r.totals.recv_packets, r.totals.sent_packets);
+    assert_eq!(lat.count, r.totals.sent_packets);
+    assert!(lat.p50 <= lat.p99 && lat.p99 <= lat.max);
+    // Replies arrive with calls: the NAPI path ran.
+    assert!(r.totals.rx_calls > 0);
+    let per_thread: u64 = r
+        .threads
+        .iter()
+        .map(|t| t.latency.map_or(0, |l| l.count))
+        .sum();
+    assert_eq!(per_thread, lat.count);
+    drop(pmd);
 }
