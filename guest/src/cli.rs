@@ -28,7 +28,8 @@ pub struct GuestArgs {
     /// rate (`100k`, `1Mpps`) or a bit rate of Ethernet frames (`2Gbit`).
     #[arg(long, default_value = "closed", value_parser = parse_rate, value_name = "RATE")]
     pub rate: RateArg,
-    /// Traffic pattern: `stream` (one way) or `rr` (request/response, latency percentiles).
+    /// Traffic pattern: `stream` (one way), `rr` (request/response, latency percentiles) or
+    /// `echo` (answer another guest's `rr` requests).
     #[arg(long, default_value = "stream", value_parser = parse_mode, value_name = "MODE")]
     pub mode: Mode,
     /// How long to run: `10s`, `500ms`, `2m`, or plain seconds.
@@ -71,7 +72,8 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     match s {
         "stream" => Ok(Mode::Stream),
         "rr" | "request-response" => Ok(Mode::RequestResponse),
-        _ => Err(format!("`{s}` is not a mode: use stream or rr")),
+        "echo" => Ok(Mode::Echo),
+        _ => Err(format!("`{s}` is not a mode: use stream, rr or echo")),
     }
 }
 

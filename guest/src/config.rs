@@ -24,8 +24,12 @@ pub enum Mode {
     /// One-way stream of messages (netperf TCP_STREAM / UDP_STREAM).
     Stream,
     /// One request outstanding per thread, timed until its reply comes back (netperf TCP_RR,
-    /// sockperf ping-pong), through an echo port.
+    /// sockperf ping-pong), through an echo port or a second guest in [`Mode::Echo`].
     RequestResponse,
+    /// Answer every request addressed to this guest's MAC (swap addresses, keep the
+    /// payload's stamp) and send nothing else: the server side of guest-to-guest
+    /// request/response (netserver). `load` is ignored.
+    Echo,
 }
 
 /// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.

@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use vadapt_virtq::driver::DriverQueue;
+use vadapt_virtq::driver::{DriverQueue, Seg};
 use vadapt_virtq::layout::QueueLayout;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::RingFeatures;
@@ -24,14 +24,14 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::{
-    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
-    VIRTIO_NET_F_STATUS,
+    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC,
+    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_STATUS, VIRTIO_NET_OK,
 };
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
 use crate::config::{GuestConfig, MTU};
 use crate::frame::{self, Stamp};
-use crate::queue::{QueueError, RxQueue, TxQueue, RX_BUF_LEN};
+use crate::queue::{Notifiers, QueueError, RxQueue, TxQueue, RX_BUF_LEN};
 
 /// `VHOST_USER_F_PROTOCOL_FEATURES`: the backend speaks protocol-feature negotiation.
 const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
@@ -134,7 +134,21 @@ pub struct MemoryPlan {
     pub size: u64,
     /// Per queue pair: RX ring layout, TX ring layout, RX buffers start, TX buffers start.
     pub pairs: Vec<PairPlan>,
+    /// Control queue ring and its one page of command buffers.
+    pub ctrl: CtrlPlan,
 }
+
+/// Guest-physical placement of the control queue (set up only when used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtrlPlan {
+    /// The ring ([`CTRL_RING_SIZE`] descriptors).
+    pub ring: QueueLayout,
+    /// One page for the command header, its data and the ack byte.
+    pub buf: u64,
+}
+
+/// Descriptors of the control queue (Linux uses 64).
+pub const CTRL_RING_SIZE: u16 = 64;
 
 /// Guest-physical placement of one queue pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +190,10 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
             tx_bufs: 0,
         });
     }
+    let (ring, ctrl_len) = QueueLayout::contiguous(CTRL_RING_SIZE, at);
+    at = page_up(at + ctrl_len);
+    let ctrl = CtrlPlan { ring, buf: at };
+    at += PAGE;
     for p in &mut plans {
         p.rx_bufs = at;
         at = page_up(at + u64::from(RX_BUF_LEN) * u64::from(ring_size));
@@ -185,6 +203,7 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
     MemoryPlan {
         size: at,
         pairs: plans,
+        ctrl,
     }
 }
 
@@ -213,7 +232,34 @@ pub struct Device {
     pub max_pairs: u16,
     /// vhost-user queue indexes configured (for teardown).
     rings: Vec<usize>,
+    /// What the control queue said to `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
+    pub ctrl_mq: CtrlMq,
+    /// The control queue, when set up (kept so its eventfds outlive the backend's use).
+    ctrl: Option<(DriverQueue, Notifiers)>,
 }
+
+/// Outcome of announcing the number of queue pairs on the control queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtrlMq {
+    /// Not sent: one pair, or `MQ`/`CTRL_VQ` not negotiated.
+    NotNeeded,
+    /// Not sent: the backend's queue count leaves no index for the control queue (QEMU
+    /// handles the control queue itself and never gives it to a vhost-user backend, so many
+    /// backends, DPDK's among them, have none). The pairs are enabled with
+    /// `SET_VRING_ENABLE` either way.
+    NoControlQueue,
+    /// Sent and acknowledged with `VIRTIO_NET_OK`.
+    Acked,
+    /// Sent and refused (status byte other than `VIRTIO_NET_OK`).
+    Refused(u8),
+    /// Sent, and no answer within the timeout.
+    NoAnswer,
+}
+
+/// How long the guest waits for the control queue's answer (ms). Linux spins on it without
+/// limit; a synthetic guest must not hang on a backend that ignores the queue.
+const CTRL_TIMEOUT_MS: u64 = 1000;
 
 /// Device config space fields the guest reads (`virtio_net_config`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -370,6 +416,8 @@ impl Device {
             mac,
             max_pairs,
             rings: vec![],
+            ctrl_mq: CtrlMq::NotNeeded,
+            ctrl: None,
         };
         let mut out = Vec::with_capacity(usize::from(pairs));
         for (i, p) in plan.pairs.iter().enumerate() {
@@ -408,6 +456,17 @@ impl Device {
                     .set_vring_enable(ring, true)
                     .map_err(proto("SET_VRING_ENABLE"))?;
             }
+        }
+        let mq =
+            has_feature(features, VIRTIO_NET_F_MQ) && has_feature(features, VIRTIO_NET_F_CTRL_VQ);
+        if mq && pairs > 1 {
+            let ctrl_index = 2 * usize::from(max_pairs);
+            dev.ctrl_mq = if (ctrl_index as u64) < queue_num {
+                dev.set_queue_pairs(ctrl_index, plan.ctrl, ring_features, pairs)?
+            } else {
+                CtrlMq::NoControlQueue
+            };
+            tracing::debug!(outcome = ?dev.ctrl_mq, pairs, "VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET");
         }
         Ok((dev, out))
     }
@@ -457,6 +516,89 @@ impl Device {
             .map_err(proto("SET_VRING_KICK"))?;
         self.rings.push(index);
         Ok(())
+    }
+
+    /// Sets up the control queue at `index` and sends `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`
+    /// (`pairs`), as Linux does after probing a multiqueue device; waits (bounded) for the
+    /// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
+    fn set_queue_pairs(
+        &mut self,
+        index: usize,
+        plan: CtrlPlan,
+        features: RingFeatures,
+        pairs: u16,
+    ) -> Result<CtrlMq, DeviceError> {
+        let mut vq = self.new_ring(index, plan.ring, features)?;
+        let notify = Notifiers::new().map_err(|source| DeviceError::Queue {
+            pair: u16::MAX,
+            source,
+        })?;
+        vq.disable_cb();
+        self.start_ring(index, plan.ring, &notify.kick, &notify.call)?;
+        if has_feature(self.features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            self.frontend
+                .set_vring_enable(index, true)
+                .map_err(proto("SET_VRING_ENABLE"))?;
+        }
+        // virtio_net_ctrl_hdr {class, cmd}, virtio_net_ctrl_mq {virtqueue_pairs: le16}, ack.
+        let hdr = [
+            VIRTIO_NET_CTRL_MQ as u8,
+            VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
+        ];
+        let ack_gpa = plan.buf + 16;
+        let ack_init = [0xFFu8];
+        let write = |gpa: u64, b: &[u8]| self.mem.write(gpa, b).map_err(DeviceError::Memory);
+        write(plan.buf, &hdr)?;
+        write(plan.buf + 8, &pairs.to_le_bytes())?;
+        write(ack_gpa, &ack_init)?;
+        let segs = [
+            Seg {
+                gpa: plan.buf,
+                len: 2,
+                writable: false,
+            },
+            Seg {
+                gpa: plan.buf + 8,
+                len: 2,
+                writable: false,
+            },
+            Seg {
+                gpa: ack_gpa,
+                len: 1,
+                writable: true,
+            },
+        ];
+        vq.add(&segs).map_err(|e| DeviceError::Ring {
+            index,
+            reason: e.to_string(),
+        })?;
+        vq.publish();
+        if vq.kick_prepare() {
+            notify.kick();
+        }
+        let start = std::time::Instant::now();
+        let outcome = loop {
+            if vq.pop_used().is_some() {
+                let mut ack = [0u8];
+                self.mem
+                    .read(ack_gpa, &mut ack)
+                    .map_err(DeviceError::Memory)?;
+                break if u32::from(ack[0]) == VIRTIO_NET_OK {
+                    CtrlMq::Acked
+                } else {
+                    CtrlMq::Refused(ack[0])
+                };
+            }
+            if start.elapsed() >= Duration::from_millis(CTRL_TIMEOUT_MS) {
+                tracing::warn!(
+                    "control queue: no answer to VQ_PAIRS_SET within {CTRL_TIMEOUT_MS} ms"
+                );
+                break CtrlMq::NoAnswer;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        };
+        self.ctrl = Some((vq, notify));
+        Ok(outcome)
     }
 
     /// The vhost-user socket, to watch for the backend hanging up.
@@ -519,6 +661,10 @@ mod tests {
             spans.push((p.rx_bufs, p.rx_bufs + 2048 * 256));
             spans.push((p.tx_bufs, p.tx_bufs + u64::from(tx_stride(1500)) * 256));
         }
+        let c = plan.ctrl;
+        assert!(c.ring.is_valid());
+        spans.push((c.ring.desc, c.ring.used + 6 + 8 * u64::from(CTRL_RING_SIZE)));
+        spans.push((c.buf, c.buf + PAGE));
         spans.sort();
         for w in spans.windows(2) {
             assert!(w[0].1 <= w[1].0, "{w:?} overlap");

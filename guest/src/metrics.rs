@@ -18,6 +18,7 @@
 //! | `lost_requests` | request/response requests whose reply did not come back within the timeout |
 //! | `paced_skipped` | rate mode: packets the pacer gave up because the sender fell behind |
 //! | `cpu_seconds` | CPU time of the sending threads (s), from `CLOCK_THREAD_CPUTIME_ID` |
+//! | `tx_dropped` | echo mode: replies dropped because the TX queue was stopped |
 //! | `latency` | request/response round-trip times (ns): p50, p99, p99.9, max, count |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +80,8 @@ pub struct ThreadCounters {
     pub lost_requests: Counter,
     /// Rate mode: packets given up by the pacer.
     pub paced_skipped: Counter,
+    /// Echo mode: replies dropped because the TX queue was stopped.
+    pub tx_dropped: Counter,
 }
 
 impl ThreadCounters {
@@ -101,6 +104,7 @@ impl ThreadCounters {
             rx_errors: self.rx_errors.get(),
             lost_requests: self.lost_requests.get(),
             paced_skipped: self.paced_skipped.get(),
+            tx_dropped: self.tx_dropped.get(),
         };
         c.kicks = c.tx_kicks + c.rx_kicks;
         c.calls = c.tx_calls + c.rx_calls;
@@ -167,6 +171,8 @@ pub struct Counts {
     pub lost_requests: u64,
     /// Rate mode: packets given up by the pacer.
     pub paced_skipped: u64,
+    /// Echo mode: replies dropped because the TX queue was stopped.
+    pub tx_dropped: u64,
 }
 
 impl std::ops::Add for Counts {
@@ -189,6 +195,7 @@ impl std::ops::Add for Counts {
             rx_errors: self.rx_errors + o.rx_errors,
             lost_requests: self.lost_requests + o.lost_requests,
             paced_skipped: self.paced_skipped + o.paced_skipped,
+            tx_dropped: self.tx_dropped + o.tx_dropped,
         }
     }
 }

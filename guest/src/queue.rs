@@ -106,7 +106,7 @@ pub struct Notifiers {
 }
 
 impl Notifiers {
-    fn new() -> Result<Notifiers, QueueError> {
+    pub(crate) fn new() -> Result<Notifiers, QueueError> {
         Ok(Notifiers {
             kick: EventFd::new(EFD_NONBLOCK).map_err(QueueError::EventFd)?,
             call: EventFd::new(EFD_NONBLOCK).map_err(QueueError::EventFd)?,
@@ -195,16 +195,20 @@ impl TxQueue {
         n
     }
 
-    /// Adds one packet with `stamp` (one descriptor: header + frame, as Linux does with
+    /// Adds one packet with `stamp`, to `dst` instead of the configured destination when
+    /// given (one descriptor: header + frame, as Linux does with
     /// `ANY_LAYOUT`); not yet visible to the backend until [`TxQueue::publish`]. Returns
     /// `false` when no slot or descriptor is free.
-    pub fn add(&mut self, stamp: Stamp) -> Result<bool, QueueError> {
+    pub fn add(&mut self, stamp: Stamp, dst: Option<[u8; 6]>) -> Result<bool, QueueError> {
         if self.vq.num_free() == 0 {
             return Ok(false);
         }
         let Some(slot) = self.free.pop() else {
             return Ok(false);
         };
+        if let Some(dst) = dst {
+            self.bufs.write(slot, NET_HDR_LEN, &dst);
+        }
         self.bufs
             .write(slot, NET_HDR_LEN + ETH_HDR_LEN, &frame::stamp_bytes(stamp));
         let seg = Seg {

@@ -101,6 +101,8 @@ pub(crate) struct Worker {
     seq: u64,
     stop_threshold: u16,
     error: Option<String>,
+    /// Echo mode: replies owed from the current NAPI poll (destination, request stamp).
+    echo: Vec<([u8; 6], Stamp)>,
 }
 
 impl Worker {
@@ -119,6 +121,7 @@ impl Worker {
             // Small rings (tests) stop at half the ring instead of never starting.
             stop_threshold: LINUX_STOP_THRESHOLD.min(size / 2).max(1),
             error: None,
+            echo: Vec::new(),
         }
     }
 
@@ -139,6 +142,7 @@ impl Worker {
             (Mode::Stream, Load::ClosedLoop) => self.stream(None),
             (Mode::Stream, Load::Rate { pps }) => self.stream(Some(self.pacer(pps, 1024))),
             (Mode::RequestResponse, Load::ClosedLoop) => self.request_response(None),
+            (Mode::Echo, _) => self.respond(),
             (Mode::RequestResponse, Load::Rate { pps }) => {
                 let p = self.pacer(pps, 1);
                 self.request_response(Some(p))
@@ -250,6 +254,66 @@ impl Worker {
         }
     }
 
+    // ---- echo responder ---------------------------------------------------------------
+
+    /// Answers requests (from another guest in request/response mode) until the end: sleeps
+    /// on the RX call, replies from NAPI, restarts a stopped TX queue.
+    fn respond(&mut self) {
+        let pair = Arc::clone(&self.pair);
+        while !self.should_stop() {
+            let qp = lock(&pair);
+            if qp.tx.stopped {
+                self.wait_tx_wake(qp);
+                continue;
+            }
+            drop(qp);
+            let now = self.shared.clock.now_ns();
+            self.wait_rx((now + MAX_SLEEP_NS).min(self.shared.deadline_ns));
+        }
+    }
+
+    /// Sends the replies collected by the last NAPI poll, with one publish and kick decision
+    /// for the lot (as a NAPI poll's transmissions share `xmit_more`). Replies that find the
+    /// queue stopped are dropped and counted, as a full qdisc would drop them.
+    fn xmit_echo(&mut self, qp: &mut QueuePair) {
+        qp.tx.reap();
+        let mut added = 0u64;
+        let mut dropped = 0u64;
+        for (dst, stamp) in std::mem::take(&mut self.echo) {
+            if qp.tx.stopped {
+                dropped += 1;
+                continue;
+            }
+            match qp.tx.add(stamp, Some(dst)) {
+                Ok(true) => added += 1,
+                Ok(false) => {
+                    dropped += 1;
+                    self.stop_queue(qp);
+                }
+                Err(e) => {
+                    self.error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let c = self.c();
+        c.sent_packets.add(added);
+        c.sent_bytes.add(added * self.shared.frame_len);
+        c.tx_dropped.add(dropped);
+        if added == 0 {
+            return;
+        }
+        let kick = qp.tx.publish();
+        if !qp.tx.stopped && qp.tx.num_free() < self.stop_threshold {
+            self.stop_queue(qp);
+        }
+        if kick {
+            qp.tx.notify.kick();
+            self.c().tx_kicks.add(1);
+            self.shared.exit.pay();
+        }
+    }
+
     // ---- driver pieces ------------------------------------------------------------------
 
     /// Adds up to `want` packets (publishing and deciding on a kick every `tx_batch`
@@ -266,7 +330,7 @@ impl Worker {
                     sent_ns: self.shared.clock.now_ns(),
                     thread: self.id,
                 };
-                match qp.tx.add(stamp) {
+                match qp.tx.add(stamp, None) {
                     Ok(true) => {
                         added += 1;
                         self.seq += 1;
@@ -378,9 +442,12 @@ impl Worker {
             let res = {
                 let shared = &self.shared;
                 let hist = &mut self.hist;
+                let echo = &mut self.echo;
                 qp.rx.poll(budget, |pkt| {
                     bytes += u64::from(pkt.frame_len);
-                    on_packet(shared, hist, pkt);
+                    if let Some(reply) = on_packet(shared, hist, pkt) {
+                        echo.push(reply);
+                    }
                 })
             };
             let c = self.c();
@@ -397,6 +464,9 @@ impl Worker {
                     Ok(false) => {}
                     Err(e) => self.error = Some(e.to_string()),
                 }
+            }
+            if !self.echo.is_empty() {
+                self.xmit_echo(qp);
             }
             if res.packets + res.errors >= budget {
                 qp.rx.napi_scheduled = true; // budget spent: poll again on the next pass
@@ -470,23 +540,32 @@ impl Worker {
 }
 
 /// What a received packet means to the guest: in request/response mode, a reply to one of
-/// its threads' requests.
-fn on_packet(shared: &Shared, hist: &mut LatencyHistogram, pkt: &RxPacket) {
-    if shared.mode != Mode::RequestResponse {
-        return;
+/// its threads' requests; in echo mode, a request to answer (returned: destination, stamp).
+fn on_packet(
+    shared: &Shared,
+    hist: &mut LatencyHistogram,
+    pkt: &RxPacket,
+) -> Option<([u8; 6], Stamp)> {
+    if shared.mode == Mode::Stream {
+        return None;
     }
-    let Some(f) = frame::parse_frame(&pkt.head[..pkt.head_len]) else {
-        return;
-    };
-    let Some(stamp) = f.stamp else { return };
-    if f.dst != shared.mac || stamp.thread >= shared.threads {
-        return;
+    let f = frame::parse_frame(&pkt.head[..pkt.head_len])?;
+    let stamp = f.stamp?;
+    if f.dst != shared.mac {
+        return None;
+    }
+    if shared.mode == Mode::Echo {
+        return Some((f.src, stamp));
+    }
+    if stamp.thread >= shared.threads {
+        return None;
     }
     let slot = &shared.answered[stamp.thread as usize];
     if stamp.seq + 1 > slot.load(Ordering::Acquire) {
         hist.record(shared.clock.now_ns().saturating_sub(stamp.sent_ns));
         slot.store(stamp.seq + 1, Ordering::Release);
     }
+    None
 }
 
 fn lock(pair: &Mutex<QueuePair>) -> MutexGuard<'_, QueuePair> {

@@ -39,6 +39,12 @@ struct Testpmd {
 
 impl Testpmd {
     fn start(bin: &Path, name: &str, mode: &str) -> Testpmd {
+        Self::start_ports(bin, name, mode, 1)
+    }
+
+    /// testpmd with `ports` vhost ports; sockets `vh.sock`, `vh1.sock`, ... (with two ports
+    /// and `io` forwarding, what one port receives goes out of the other).
+    fn start_ports(bin: &Path, name: &str, mode: &str, ports: u32) -> Testpmd {
         let dir = std::env::temp_dir().join(format!("vadapt-guest-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -46,8 +52,17 @@ impl Testpmd {
         let child = Command::new(bin)
             .args(["--lcores", "0@0,1@1", "--no-huge", "-m", "1024", "--no-pci"])
             .arg(format!("--file-prefix=vguest{name}{}", std::process::id()))
-            .arg("--vdev")
-            .arg(format!("net_vhost0,iface={},queues=1", socket.display()))
+            .args((0..ports).flat_map(|p| {
+                let sock = if p == 0 {
+                    socket.clone()
+                } else {
+                    dir.join(format!("vh{p}.sock"))
+                };
+                [
+                    "--vdev".to_string(),
+                    format!("net_vhost{p},iface={},queues=1", sock.display()),
+                ]
+            }))
             .args(["--", "--total-num-mbufs=8192", "--stats-period", "1"])
             .arg(format!("--forward-mode={mode}"))
             .stdin(Stdio::null())
@@ -58,7 +73,12 @@ impl Testpmd {
         let t = Testpmd { child, socket, dir };
         // testpmd takes several seconds to create its socket.
         let start = Instant::now();
-        while !t.socket.exists() {
+        let last = t.dir.join(if ports > 1 {
+            format!("vh{}.sock", ports - 1)
+        } else {
+            "vh.sock".into()
+        });
+        while !last.exists() {
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "testpmd made no socket in 60 s"
@@ -215,4 +235,47 @@ fn request_response_through_a_macswap_echo_gets_every_reply() {
         .sum();
     assert_eq!(per_thread, lat.count);
     drop(pmd);
+}
+
+#[test]
+fn guest_to_guest_request_response_with_an_echo_guest() {
+    let Some(bin) = testpmd_path() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pmd = Testpmd::start_ports(&bin, "g2g", "io", 2);
+    let server_mac = [2, 0, 0, 0, 0, 0x22];
+    let echo_cfg = GuestConfig {
+        mode: vadapt_guest::Mode::Echo,
+        mac: Some(server_mac),
+        duration: Duration::from_secs(30),
+        ..config(&pmd.dir.join("vh1.sock"))
+    };
+    let server = Guest::connect(echo_cfg).unwrap();
+    let stop_server = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop_server);
+    let server = std::thread::spawn(move || server.run(stop2));
+    let client_cfg = GuestConfig {
+        mode: vadapt_guest::Mode::RequestResponse,
+        mac: Some([2, 0, 0, 0, 0, 0x11]),
+        dst_mac: server_mac,
+        ..config(&pmd.socket)
+    };
+    let client = Guest::connect(client_cfg)
+        .unwrap()
+        .run(Arc::new(AtomicBool::new(false)))
+        .unwrap();
+    stop_server.store(true, std::sync::atomic::Ordering::Relaxed);
+    let server = server.join().unwrap().unwrap();
+    assert_eq!(client.error, None);
+    assert_eq!(server.error, None);
+    assert_eq!(client.totals.lost_requests, 0);
+    assert!(client.totals.sent_packets > 0);
+    // Every request reached the echo guest, every answer came back and was timed.
+    assert_eq!(server.totals.recv_packets, client.totals.sent_packets);
+    assert_eq!(server.totals.sent_packets, client.totals.sent_packets);
+    assert_eq!(server.totals.tx_dropped, 0);
+    assert_eq!(client.totals.recv_packets, client.totals.sent_packets);
+    assert_eq!(
+        client.latency.map(|l| l.count),
+        Some(client.totals.sent_packets)
+    );
 }
