@@ -56,6 +56,9 @@ pub struct SweepArgs {
     /// Skip the interrupt-mode baseline run.
     #[arg(long)]
     pub no_baseline: bool,
+    /// Fix another parameter first, NAME=VALUE (repeatable), e.g. `--set threads=2`.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -140,6 +143,28 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     };
     if let Some(seed) = a.seed {
         sc.seed = seed;
+    }
+    for kv in &a.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            return fail(format!("--set `{kv}`: expected NAME=VALUE"));
+        };
+        let Ok(v) = v.parse::<f64>() else {
+            return fail(format!("--set `{kv}`: value is not a number"));
+        };
+        match crate::sweep::apply_param(&sc, k, v) {
+            // apply_param shortens to the sweep duration; keep the full one
+            // so later points shorten it the same way.
+            Ok(s) => {
+                sc = Scenario {
+                    duration: sc.duration,
+                    ..s
+                }
+            }
+            Err(e) => return fail(chain(&e)),
+        }
+        if !a.set.is_empty() {
+            sc.name = format!("{} ({kv})", sc.name);
+        }
     }
     let threads = a
         .threads

@@ -59,6 +59,8 @@ enum Ev {
     RrRx { q: usize, gen: u64 },
     /// RR: a response is posted to a worker waiting for a kick (the guest kicks).
     RrTx { q: usize, gen: u64 },
+    /// The NIC queue has room again for a worker blocked on it.
+    NicRoom { q: usize, gen: u64, woke: bool },
     /// Timeline entry `idx` takes effect.
     Switch { idx: usize },
     /// Take a time-series sample.
@@ -591,6 +593,14 @@ impl<'s> Engine<'s> {
                 let waited = self.now - w.wait_start;
                 self.start_pass(q, WakeCause::Kick, waited, true);
             }
+            Ev::NicRoom { q, gen, woke } => {
+                let w = &self.qs[q].w;
+                if w.gen != gen || w.state != WState::Waking {
+                    return;
+                }
+                let (cause, waited) = (w.pass.wake.unwrap_or(WakeCause::Immediate), w.pass.waited);
+                self.start_pass(q, cause, waited, woke);
+            }
             Ev::GuestResume { q } => {
                 if let Some(p) = &mut self.qs[q].prod {
                     p.stalled = false;
@@ -734,6 +744,19 @@ impl<'s> Engine<'s> {
         let pending = self.qs[q].ring.pending();
         let fill_permille = (pending * 1000 / size).min(1000) as u16;
         let nic_free = self.nic.free_packets();
+        if nic_free == 0 && (pending > 0 || self.qs[q].rr.is_some()) {
+            // Like vhost-net waiting for its socket to become writable: the
+            // worker blocks until the link has drained a batch.
+            let t = now + ns(self.nic.time_to_room()).max(1);
+            let w = &mut self.qs[q].w;
+            w.state = WState::Waking;
+            w.gen += 1;
+            w.pass.wake = Some(cause);
+            w.pass.waited = waited;
+            let gen = w.gen;
+            self.push(t, Ev::NicRoom { q, gen, woke });
+            return;
+        }
         let mut info = PassInfo {
             wake: Some(cause),
             waited,

@@ -1,0 +1,291 @@
+//! Whole-model tests: determinism, bad input, and the behaviours the model
+//! exists for (ring stalls, notification suppression, line-rate cap, CPU
+//! sharing), each on a small scenario so the suite stays fast.
+
+use std::path::Path;
+use vadapt_sim::{run_scenario, sweep, Scenario, ScenarioError, SimError};
+
+/// A small scenario: `vms` VMs x `threads` senders on `cores` cores, `policy`
+/// as a TOML value, `secs` simulated seconds.
+fn small(
+    vms: u32,
+    threads: u32,
+    cores: u32,
+    policy: &str,
+    secs: f64,
+    extra_host: &str,
+) -> Scenario {
+    let text = format!(
+        r#"
+duration_s = {secs}
+sample_ms = 250
+[host]
+cores = {cores}
+{extra_host}
+[[vms]]
+count = {vms}
+vcpus = {threads}
+[vms.workload]
+kind = "stream"
+threads = {threads}
+msg_size = 64
+[[timeline]]
+at_s = 0
+{policy}
+"#
+    );
+    Scenario::from_toml_str(&text, "small.toml").expect("test scenario is valid")
+}
+
+fn err(text: &str) -> (usize, String, String) {
+    match Scenario::from_toml_str(text, "bad.toml") {
+        Err(ScenarioError::Invalid {
+            line, key, message, ..
+        }) => (line, key, message),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+const GOOD: &str = r#"duration_s = 1
+[host]
+cores = 2
+[[vms]]
+vcpus = 1
+[vms.workload]
+kind = "stream"
+threads = 1
+[[timeline]]
+at_s = 0
+policy = "interrupt"
+"#;
+
+#[test]
+fn same_seed_gives_byte_identical_output() {
+    let sc = small(
+        3,
+        1,
+        2,
+        r#"policy = { kind = "netap", kick_threshold_permille = 0, round_ms = 100 }"#,
+        2.0,
+        "",
+    );
+    let dir = std::env::temp_dir().join(format!("vadapt-sim-det-{}", std::process::id()));
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    run_scenario(&sc, 7).unwrap().write(&a).unwrap();
+    run_scenario(&sc, 7).unwrap().write(&b).unwrap();
+    let mut compared = 0;
+    for f in [
+        "timeseries.csv",
+        "result.json",
+        "throughput.png",
+        "cpu.png",
+        "intervals.png",
+    ] {
+        let (x, y) = (
+            std::fs::read(a.join(f)).unwrap(),
+            std::fs::read(b.join(f)).unwrap(),
+        );
+        assert!(!x.is_empty(), "{f} is empty");
+        assert!(x == y, "{f} differs between two runs with the same seed");
+        compared += 1;
+    }
+    assert_eq!(compared, 5);
+    // A different seed changes the jittered wake-ups, hence the series.
+    let c = run_scenario(&sc, 8).unwrap();
+    assert_ne!(
+        c.to_csv(),
+        std::fs::read_to_string(a.join("timeseries.csv")).unwrap()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sweep_results_do_not_depend_on_thread_count() {
+    let sc = small(2, 1, 2, r#"policy = "interrupt""#, 1.0, "");
+    let one = sweep(&sc, "interval", &[200.0, 2000.0, 6000.0], 1).unwrap();
+    let two = sweep(&sc, "interval", &[200.0, 2000.0, 6000.0], 2).unwrap();
+    assert_eq!(one, two);
+    assert_eq!(one[2].param, Some(("interval".to_string(), 6000.0)));
+}
+
+#[test]
+fn every_bundled_scenario_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let sc = Scenario::from_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(
+                sc.calibration.machine.contains("EPYC"),
+                "{} includes the default calibration",
+                p.display()
+            );
+            n += 1;
+        }
+    }
+    assert!(
+        n >= 9,
+        "expected the 8 NetAP scenarios and vspace-memcached, found {n}"
+    );
+}
+
+#[test]
+fn unknown_key_is_named_with_its_line() {
+    let text = GOOD.replace("threads = 1", "threads = 1\nthreadz = 2");
+    let (line, key, msg) = err(&text);
+    assert_eq!(line, 9, "{key}: {msg}");
+    assert_eq!(key, "threadz");
+    assert!(msg.contains("unknown field"), "{msg}");
+}
+
+#[test]
+fn negative_rate_is_named_with_its_line() {
+    let text = GOOD.replace("cores = 2", "cores = 2\nline_rate_gbps = -10.0");
+    let (line, key, _) = err(&text);
+    assert_eq!((line, key.as_str()), (4, "host.line_rate_gbps"));
+    let rr = GOOD.replace(
+        "kind = \"stream\"\nthreads = 1",
+        "kind = \"rr\"\nrate_qps = [[0.0, 1000.0], [5.0, -3.0]]",
+    );
+    let (line, key, _) = err(&rr);
+    assert_eq!((line, key.as_str()), (8, "vms[0].workload.rate_qps"));
+}
+
+#[test]
+fn too_many_vcpus_are_refused() {
+    let text = GOOD.replace("vcpus = 1", "vcpus = 17");
+    let (line, key, msg) = err(&text);
+    assert_eq!((line, key.as_str()), (5, "vms[0].vcpus"), "{msg}");
+    assert!(msg.contains("cannot be placed"), "{msg}");
+}
+
+#[test]
+fn unknown_policy_is_named_with_its_line() {
+    let text = GOOD.replace("policy = \"interrupt\"", "policy = \"fastest\"");
+    let (line, key, msg) = err(&text);
+    assert_eq!((line, key.as_str()), (11, "timeline[0].policy"));
+    assert!(msg.contains("unknown policy"), "{msg}");
+    let text = GOOD.replace(
+        "policy = \"interrupt\"",
+        "policy = { kind = \"netap\", min_interval_us = 5000 }",
+    );
+    let (line, _, msg) = err(&text);
+    assert_eq!(line, 11);
+    assert!(msg.contains("min_interval_us"), "{msg}");
+}
+
+#[test]
+fn spinning_policy_hits_the_event_cap() {
+    let mut sc = small(1, 1, 2, r#"policy = "busy-poll""#, 1.0, "");
+    sc.max_events_per_sim_s = 10_000;
+    assert_eq!(
+        run_scenario(&sc, 1),
+        Err(SimError::EventCap {
+            second: 0,
+            cap: 10_000
+        })
+    );
+}
+
+#[test]
+fn long_intervals_fill_the_ring_and_stall_the_guest() {
+    // One sender fills a 256-entry ring in ~3.5 ms; sleeping 20 ms stalls it.
+    let short = run_scenario(
+        &small(1, 1, 2, "probe_fixed_interval_us = 1000", 1.0, ""),
+        1,
+    )
+    .unwrap();
+    let long = run_scenario(
+        &small(1, 1, 2, "probe_fixed_interval_us = 20000", 1.0, ""),
+        1,
+    )
+    .unwrap();
+    let calls = |r: &vadapt_sim::SimResult| r.workers.iter().map(|w| w.calls).sum::<u64>();
+    assert_eq!(calls(&short), 0, "no stall at 1 ms");
+    assert!(calls(&long) > 0, "stalled guests ask for calls");
+    assert!(long.mean_gbps_after(0.25) < 0.5 * short.mean_gbps_after(0.25));
+    assert!(
+        long.mean_after(0.25, |s| s.guest_cpu_pct) < 50.0,
+        "stalled vCPUs halt"
+    );
+}
+
+#[test]
+fn polling_suppresses_kicks_and_interrupt_mode_kicks_at_most_once_per_pass() {
+    let poll = run_scenario(&small(2, 1, 4, "probe_fixed_interval_us = 500", 1.0, ""), 1).unwrap();
+    assert!(poll.workers.iter().all(|w| w.kicks == 0));
+    let irq = run_scenario(&small(2, 1, 4, r#"policy = "interrupt""#, 1.0, ""), 1).unwrap();
+    for w in &irq.workers {
+        assert!(w.kicks > 0);
+        // EVENT_IDX: one kick wakes the worker, which then takes many packets.
+        assert!(w.kicks <= w.passes && w.kicks < w.packets, "{w:?}");
+    }
+}
+
+#[test]
+fn nic_line_rate_caps_throughput() {
+    // 12 fast senders of large messages on 16 cores could push ~20 Gb/s.
+    let mut sc = small(
+        6,
+        2,
+        16,
+        "probe_fixed_interval_us = 200",
+        1.0,
+        "line_rate_gbps = 1.0",
+    );
+    for vm in &mut sc.vms {
+        if let vadapt_sim::scenario::Workload::Stream(s) = &mut vm.workload {
+            s.msg_size = 8192;
+        }
+    }
+    let r = run_scenario(&sc, 1).unwrap();
+    let g = r.mean_gbps_after(0.25);
+    assert!(g <= 1.0, "{g} Gb/s over a 1 Gb/s link");
+    assert!(g > 0.85, "{g} Gb/s: the link should be nearly full");
+}
+
+#[test]
+fn cores_are_time_shared_between_vcpus_and_workers() {
+    // 6 busy senders on 2 cores: they share, and the total never exceeds 200 %.
+    let r = run_scenario(
+        &small(3, 2, 2, "probe_fixed_interval_us = 1000", 1.0, ""),
+        1,
+    )
+    .unwrap();
+    for s in r.samples.iter().skip(1) {
+        let total = s.host_cpu_pct + s.guest_cpu_pct;
+        assert!(total <= 200.0 + 1e-6, "{total}");
+        assert!(
+            s.guest_cpu_pct > 150.0,
+            "guests use most of the cores: {}",
+            s.guest_cpu_pct
+        );
+    }
+    // Same load on 6 cores: more CPU for the guests, more throughput.
+    let wide = run_scenario(
+        &small(3, 2, 6, "probe_fixed_interval_us = 1000", 1.0, ""),
+        1,
+    )
+    .unwrap();
+    assert!(wide.mean_gbps_after(0.25) > 2.0 * r.mean_gbps_after(0.25));
+}
+
+#[test]
+fn policy_timeline_switches_every_worker() {
+    let mut sc = small(2, 1, 4, r#"policy = "interrupt""#, 2.0, "");
+    let later = Scenario::from_toml_str(
+        &GOOD.replace(
+            "policy = \"interrupt\"",
+            "policy = \"interrupt\"\n[[timeline]]\nat_s = 1\nprobe_fixed_interval_us = 700",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    sc.timeline = later.timeline;
+    let r = run_scenario(&sc, 1).unwrap();
+    assert!(r.workers.iter().all(|w| w.policy == "fixed-700us"));
+    let first = &r.samples[1];
+    let last = r.samples.last().unwrap();
+    assert!(first.kicks_per_s > 0.0 && last.kicks_per_s == 0.0);
+}
