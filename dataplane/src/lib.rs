@@ -1,1 +1,27 @@
-//! vadapt dataplane (to be written).
+//! vadapt's data plane: a vhost-user-net backend with many ports on one L2
+//! switch, whose queue workers run the policies of `vadapt-policy`.
+//!
+//! * [`config`] — the daemon's configuration (TOML and `--vm` specs).
+//! * [`daemon`] — starts ports, sockets, control and metrics.
+//! * [`vmport`] — a VM port: the vhost-user protocol and the worker's rings.
+//! * [`worker`] — the policy loop over the narrow [`worker::QueueIo`] trait.
+//! * [`switch`], [`ports`], [`frames`] — forwarding between ports.
+//! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
+//! * [`net`] — virtio-net constants, header, config space, MACs.
+
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod frames;
+pub mod metrics;
+pub mod net;
+pub mod ports;
+pub mod switch;
+pub mod vmport;
+pub mod worker;
+
+pub use config::DaemonConfig;
+pub use daemon::Daemon;

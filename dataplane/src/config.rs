@@ -1,0 +1,500 @@
+//! Daemon configuration: the TOML file and the `--vm name=..,socket=..` specs,
+//! with validation whose errors name the offending field.
+//!
+//! ```toml
+//! control = "/run/vadapt/control.sock"
+//! metrics = "127.0.0.1:9900"
+//! cpus = [1]
+//!
+//! [policy]            # default for every VM port
+//! kind = "netap"
+//! round_ms = 1000
+//!
+//! [[vm]]
+//! name = "vm1"
+//! socket = "/run/vadapt/vm1.sock"
+//! queues = 2
+//! policy = { kind = "eekbp" }
+//!
+//! [[sink]]
+//! name = "sink0"
+//!
+//! [[echo]]
+//! name = "echo0"
+//! ```
+
+use crate::net::Mac;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use vadapt_policy::PolicyConfig;
+
+/// Most queue pairs per VM port. Matches DPDK's `VHOST_MAX_QUEUE_PAIRS`-scale
+/// limits and keeps per-port memory bounded.
+pub const MAX_QUEUE_PAIRS: u16 = 16;
+
+/// A configuration problem, naming the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}")]
+    ReadFile {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for this schema (message has the line).
+    #[error("{path}: {message}")]
+    ParseFile {
+        /// File path.
+        path: PathBuf,
+        /// toml's message, which names the key and the line.
+        message: String,
+    },
+    /// A field has an invalid value.
+    #[error("invalid `{field}`: {reason}")]
+    Field {
+        /// Field as written by the user, e.g. `vm.queues` or `--vm queues`.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn field(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// One VM port: a vhost-user socket that a frontend (QEMU, DPDK virtio-user,
+/// the synthetic guest) connects to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmPortConfig {
+    /// Port name, unique in the daemon.
+    pub name: String,
+    /// Path of the vhost-user socket vadapt listens on.
+    pub socket: PathBuf,
+    /// Queue pairs offered (`VIRTIO_NET_F_MQ`), 1..=16.
+    #[serde(default = "one")]
+    pub queues: u16,
+    /// MAC offered in the config space; default derived from the name.
+    #[serde(default)]
+    pub mac: Option<Mac>,
+    /// Policy of this port's worker; default: the daemon's `policy`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// A sink or echo port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalPortConfig {
+    /// Port name, unique in the daemon.
+    pub name: String,
+    /// The port's MAC on the switch; default derived from the name.
+    #[serde(default)]
+    pub mac: Option<Mac>,
+}
+
+/// A TAP port to the host network stack.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapPortConfig {
+    /// Port name, and the TAP interface name (at most 15 bytes).
+    pub name: String,
+}
+
+/// The whole daemon configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// VM ports.
+    #[serde(default)]
+    pub vm: Vec<VmPortConfig>,
+    /// Sink ports (count and drop).
+    #[serde(default)]
+    pub sink: Vec<LocalPortConfig>,
+    /// Echo ports (swap MACs, send back).
+    #[serde(default)]
+    pub echo: Vec<LocalPortConfig>,
+    /// TAP ports.
+    #[serde(default)]
+    pub tap: Vec<TapPortConfig>,
+    /// Default policy of VM ports.
+    #[serde(default = "default_policy")]
+    pub policy: PolicyConfig,
+    /// Control socket path (`vadapt stats`, `vadapt set-policy`).
+    #[serde(default = "default_control")]
+    pub control: PathBuf,
+    /// Prometheus text endpoint address; off when absent.
+    #[serde(default)]
+    pub metrics: Option<SocketAddr>,
+    /// Group given read/write access to the vhost-user sockets (mode 0660
+    /// instead of 0600).
+    #[serde(default)]
+    pub socket_group: Option<String>,
+    /// CPUs the queue workers are pinned to, round-robin; empty = not pinned.
+    #[serde(default)]
+    pub cpus: Vec<usize>,
+    /// MAC table ageing time, seconds.
+    #[serde(default = "default_ageing")]
+    pub mac_ageing_s: u64,
+    /// Frames queued per destination queue before drops, per queue pair.
+    #[serde(default = "default_backlog")]
+    pub backlog: usize,
+}
+
+/// The daemon's default policy: NetAP with the paper's constants.
+pub fn default_policy() -> PolicyConfig {
+    PolicyConfig::default_for(vadapt_policy::PolicyKind::Netap)
+}
+
+/// Default control socket path.
+pub fn default_control() -> PathBuf {
+    PathBuf::from("/run/vadapt/control.sock")
+}
+
+fn default_ageing() -> u64 {
+    300
+}
+
+fn default_backlog() -> usize {
+    1024
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            vm: Vec::new(),
+            sink: Vec::new(),
+            echo: Vec::new(),
+            tap: Vec::new(),
+            policy: default_policy(),
+            control: default_control(),
+            metrics: None,
+            socket_group: None,
+            cpus: Vec::new(),
+            mac_ageing_s: default_ageing(),
+            backlog: default_backlog(),
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// Read and validate a TOML config file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parse TOML text (`path` is only used in messages).
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let cfg: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::ParseFile {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        let all_names = self
+            .vm
+            .iter()
+            .map(|v| ("vm", &v.name))
+            .chain(self.sink.iter().map(|p| ("sink", &p.name)))
+            .chain(self.echo.iter().map(|p| ("echo", &p.name)))
+            .chain(self.tap.iter().map(|p| ("tap", &p.name)));
+        for (kind, name) in all_names {
+            if name.is_empty() || name.len() > 32 || !name.chars().all(is_name_char) {
+                return Err(field(
+                    format!("{kind}.name"),
+                    format!("`{name}` must be 1-32 characters of [A-Za-z0-9_.-]"),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err(field(
+                    format!("{kind}.name"),
+                    format!("port name `{name}` is used twice"),
+                ));
+            }
+        }
+        let mut sockets = HashSet::new();
+        let mut macs = HashSet::new();
+        for vm in &self.vm {
+            if !(1..=MAX_QUEUE_PAIRS).contains(&vm.queues) {
+                return Err(field(
+                    "vm.queues",
+                    format!(
+                        "{} for port `{}`: must be 1..={MAX_QUEUE_PAIRS}",
+                        vm.queues, vm.name
+                    ),
+                ));
+            }
+            if vm.socket.as_os_str().is_empty() {
+                return Err(field("vm.socket", format!("empty for port `{}`", vm.name)));
+            }
+            if !sockets.insert(vm.socket.clone()) {
+                return Err(field(
+                    "vm.socket",
+                    format!("{} is used by two ports", vm.socket.display()),
+                ));
+            }
+            if let Some(p) = &vm.policy {
+                p.validate()
+                    .map_err(|e| field("vm.policy", format!("port `{}`: {e}", vm.name)))?;
+            }
+        }
+        for (kind, mac) in self
+            .vm
+            .iter()
+            .map(|v| ("vm.mac", v.mac))
+            .chain(self.sink.iter().map(|p| ("sink.mac", p.mac)))
+            .chain(self.echo.iter().map(|p| ("echo.mac", p.mac)))
+        {
+            if let Some(m) = mac {
+                if m.is_multicast() {
+                    return Err(field(kind, format!("{m} is a multicast address")));
+                }
+                if !macs.insert(m) {
+                    return Err(field(kind, format!("{m} is used twice")));
+                }
+            }
+        }
+        for t in &self.tap {
+            if t.name.len() > 15 {
+                return Err(field(
+                    "tap.name",
+                    format!("`{}` is longer than 15 bytes (IFNAMSIZ)", t.name),
+                ));
+            }
+        }
+        self.policy
+            .validate()
+            .map_err(|e| field("policy", e.to_string()))?;
+        if self.backlog == 0 || self.backlog > 65536 {
+            return Err(field("backlog", "must be 1..=65536 frames"));
+        }
+        if self.mac_ageing_s == 0 {
+            return Err(field("mac_ageing_s", "must be at least 1 second"));
+        }
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for &c in &self.cpus {
+            if c >= ncpu.max(1024) {
+                return Err(field("cpus", format!("CPU {c} does not exist")));
+            }
+        }
+        if self.vm.is_empty() && self.tap.is_empty() {
+            return Err(field(
+                "vm",
+                "no VM or TAP port configured (use --vm name=vm1,socket=PATH or a [[vm]] table)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
+}
+
+/// Parse a `--vm name=vm1,socket=/run/vadapt/vm1.sock,queues=2,mac=..,policy=..` spec.
+pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
+    let mut name = None;
+    let mut socket = None;
+    let mut queues = 1u16;
+    let mut mac = None;
+    let mut policy = None;
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| field("--vm", format!("`{kv}` is not key=value")))?;
+        match k {
+            "name" => name = Some(v.to_string()),
+            "socket" => socket = Some(PathBuf::from(v)),
+            "queues" => {
+                queues = v
+                    .parse()
+                    .map_err(|_| field("--vm queues", format!("`{v}` is not a number")))?
+            }
+            "mac" => {
+                mac = Some(
+                    v.parse()
+                        .map_err(|e: crate::net::MacParseError| field("--vm mac", e.to_string()))?,
+                )
+            }
+            "policy" => {
+                policy = Some(
+                    v.parse::<PolicyConfig>()
+                        .map_err(|e| field("--vm policy", e.to_string()))?,
+                )
+            }
+            other => {
+                return Err(field(
+                    "--vm",
+                    format!("unknown key `{other}` (known: name, socket, queues, mac, policy)"),
+                ))
+            }
+        }
+    }
+    let name = name.ok_or_else(|| field("--vm name", "missing"))?;
+    let socket = socket.ok_or_else(|| field("--vm socket", "missing"))?;
+    if !(1..=MAX_QUEUE_PAIRS).contains(&queues) {
+        return Err(field(
+            "--vm queues",
+            format!("{queues}: must be 1..={MAX_QUEUE_PAIRS}"),
+        ));
+    }
+    Ok(VmPortConfig {
+        name,
+        socket,
+        queues,
+        mac,
+        policy,
+    })
+}
+
+/// Parse a `--sink NAME[,mac=..]` or `--echo NAME[,mac=..]` spec.
+pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, ConfigError> {
+    let mut it = spec.split(',');
+    let name = it.next().unwrap_or_default().to_string();
+    if name.is_empty() {
+        return Err(field(flag, "missing port name"));
+    }
+    let mut mac = None;
+    for kv in it {
+        match kv.split_once('=') {
+            Some(("mac", v)) => {
+                mac = Some(v.parse().map_err(|e: crate::net::MacParseError| {
+                    field(format!("{flag} mac"), e.to_string())
+                })?)
+            }
+            _ => return Err(field(flag, format!("unknown option `{kv}` (known: mac=)"))),
+        }
+    }
+    Ok(LocalPortConfig { name, mac })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> DaemonConfig {
+        DaemonConfig {
+            vm: vec![parse_vm_spec("name=vm1,socket=/tmp/a.sock").unwrap()],
+            ..DaemonConfig::default()
+        }
+    }
+
+    #[test]
+    fn vm_spec_parses_all_keys() {
+        let v = parse_vm_spec(
+            "name=vm1,socket=/tmp/x.sock,queues=4,mac=52:54:00:00:00:01,policy=eekbp",
+        )
+        .unwrap();
+        assert_eq!(v.name, "vm1");
+        assert_eq!(v.queues, 4);
+        assert_eq!(v.mac.unwrap().to_string(), "52:54:00:00:00:01");
+        assert_eq!(v.policy.unwrap().kind(), vadapt_policy::PolicyKind::Eekbp);
+    }
+
+    #[test]
+    fn vm_spec_errors_name_the_field() {
+        let e = parse_vm_spec("name=vm1,socket=/x,queues=0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queues"), "{e}");
+        let e = parse_vm_spec("name=vm1,socket=/x,colour=red")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+        let e = parse_vm_spec("socket=/x").unwrap_err().to_string();
+        assert!(e.contains("name"), "{e}");
+        let e = parse_vm_spec("name=a,socket=/x,policy=fast")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("policy") && e.contains("fast"), "{e}");
+        let e = parse_vm_spec("name=a,socket=/x,mac=zz")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mac"), "{e}");
+    }
+
+    #[test]
+    fn toml_unknown_key_names_key_and_line() {
+        let text = "[[vm]]\nname = \"vm1\"\nsocket = \"/tmp/a\"\nqueuez = 2\n";
+        let e = DaemonConfig::from_toml(text, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queuez") && e.contains("line 4"), "{e}");
+    }
+
+    #[test]
+    fn toml_full_example_parses() {
+        let text = r#"
+            control = "/tmp/c.sock"
+            metrics = "127.0.0.1:9900"
+            cpus = [1]
+            [policy]
+            kind = "netap"
+            round_ms = 500
+            [[vm]]
+            name = "vm1"
+            socket = "/tmp/vm1.sock"
+            queues = 2
+            policy = { kind = "eekbp" }
+            [[sink]]
+            name = "sink0"
+            [[echo]]
+            name = "echo0"
+            mac = "02:00:00:00:00:01"
+        "#;
+        let c = DaemonConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.vm[0].queues, 2);
+        assert_eq!(c.sink[0].name, "sink0");
+        match c.policy {
+            PolicyConfig::Netap(p) => assert_eq!(p.round_ms, 500),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn duplicate_names_and_sockets_are_rejected() {
+        let mut c = base();
+        c.sink.push(parse_local_spec("--sink", "vm1").unwrap());
+        assert!(c.validate().unwrap_err().to_string().contains("vm1"));
+        let mut c = base();
+        c.vm.push(parse_vm_spec("name=vm2,socket=/tmp/a.sock").unwrap());
+        assert!(c.validate().unwrap_err().to_string().contains("vm.socket"));
+    }
+
+    #[test]
+    fn bad_policy_parameter_is_named() {
+        let text = "[policy]\nkind = \"netap\"\nmin_interval_us = 5000\n[[vm]]\nname=\"a\"\nsocket=\"/x\"\n";
+        let e = DaemonConfig::from_toml(text, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("min_interval_us"), "{e}");
+    }
+
+    #[test]
+    fn no_ports_is_an_error() {
+        let e = DaemonConfig::default().validate().unwrap_err().to_string();
+        assert!(e.contains("vm"), "{e}");
+    }
+}

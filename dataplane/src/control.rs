@@ -1,0 +1,238 @@
+//! The control socket: `vadapt stats` and `vadapt set-policy` talk to the
+//! running daemon through it.
+//!
+//! Protocol: the client sends one JSON [`Request`] on one line, the daemon
+//! answers one JSON [`Response`] on one line and closes the connection.
+
+use crate::metrics::StatsSnapshot;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use vadapt_policy::PolicyConfig;
+
+/// A request to the daemon.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    /// Every counter.
+    Stats,
+    /// Prometheus text of every counter.
+    Metrics,
+    /// Change the policy of a VM port's worker.
+    SetPolicy {
+        /// Port name.
+        port: String,
+        /// New policy.
+        policy: PolicyConfig,
+    },
+}
+
+/// The daemon's answer.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum Response {
+    /// Counters.
+    Stats {
+        /// The snapshot.
+        stats: StatsSnapshot,
+    },
+    /// Prometheus text.
+    Metrics {
+        /// Exposition text.
+        text: String,
+    },
+    /// Done.
+    Ok,
+    /// Failed; `error` says why.
+    Error {
+        /// One-line reason.
+        error: String,
+    },
+}
+
+/// Errors of the control channel.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Nothing listens at the path (daemon not running, or another path).
+    #[error("cannot connect to the daemon's control socket {path} (is `vadapt serve` running? see --control)")]
+    Connect {
+        /// Socket path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The exchange broke off.
+    #[error("control socket I/O failed")]
+    Io(#[from] std::io::Error),
+    /// The answer was not valid JSON.
+    #[error("malformed answer from the daemon")]
+    Decode(#[from] serde_json::Error),
+    /// The control socket could not be created.
+    #[error("cannot create control socket {path}")]
+    Bind {
+        /// Socket path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Send one request to the daemon at `path`.
+pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
+    let mut s = UnixStream::connect(path).map_err(|source| ControlError::Connect {
+        path: path.to_owned(),
+        source,
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer)?;
+    Ok(serde_json::from_str(&answer)?)
+}
+
+/// What the control server asks of the daemon.
+pub trait Handler: Send + Sync {
+    /// Answer one request.
+    fn handle(&self, req: Request) -> Response;
+}
+
+/// Bind the control socket (mode 0600, parent directory created) and serve
+/// requests on a thread until `stop` is set.
+pub fn serve(
+    path: &Path,
+    handler: Arc<dyn Handler>,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, ControlError> {
+    let bind_err = |source| ControlError::Bind {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(bind_err)?;
+    }
+    // A stale socket from a crashed daemon: replace it, but never steal a live one.
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(bind_err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another daemon is listening there",
+            )));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
+    listener.set_nonblocking(true).map_err(bind_err)?;
+    let path = path.to_owned();
+    Ok(std::thread::Builder::new()
+        .name("vadapt-control".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        if let Err(e) = answer(conn, handler.as_ref()) {
+                            tracing::debug!(error = %e, "control connection failed");
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "control socket accept failed");
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        })
+        .expect("spawning a thread"))
+}
+
+fn answer(conn: UnixStream, handler: &dyn Handler) -> Result<(), ControlError> {
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    // Bound the request size: a control client is local but still untrusted input.
+    let mut reader = BufReader::new(std::io::Read::take(&conn, 64 * 1024));
+    reader.read_line(&mut line)?;
+    let resp = match serde_json::from_str::<Request>(&line) {
+        Ok(req) => handler.handle(req),
+        Err(e) => Response::Error {
+            error: format!("bad request: {e}"),
+        },
+    };
+    let mut out = serde_json::to_string(&resp)?;
+    out.push('\n');
+    (&conn).write_all(out.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echoer;
+    impl Handler for Echoer {
+        fn handle(&self, req: Request) -> Response {
+            match req {
+                Request::Stats => Response::Stats {
+                    stats: StatsSnapshot::default(),
+                },
+                Request::Metrics => Response::Metrics { text: "x".into() },
+                Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
+                Request::SetPolicy { port, .. } => Response::Error {
+                    error: format!("no port {port}"),
+                },
+            }
+        }
+    }
+
+    #[test]
+    fn request_response_roundtrip_and_errors() {
+        let dir = std::env::temp_dir().join(format!("vadapt-ctl-{}", std::process::id()));
+        let path = dir.join("c.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = serve(&path, Arc::new(Echoer), stop.clone()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(matches!(
+            request(&path, &Request::Stats).unwrap(),
+            Response::Stats { .. }
+        ));
+        let sp = Request::SetPolicy {
+            port: "vm9".into(),
+            policy: PolicyConfig::BusyPoll,
+        };
+        assert!(matches!(
+            request(&path, &sp).unwrap(),
+            Response::Error { .. }
+        ));
+        // Garbage gets an error answer, and the server keeps serving.
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"{not json\n").unwrap();
+        let mut a = String::new();
+        BufReader::new(s).read_line(&mut a).unwrap();
+        assert!(a.contains("bad request"), "{a}");
+        assert!(matches!(
+            request(&path, &Request::Metrics).unwrap(),
+            Response::Metrics { .. }
+        ));
+        // A second daemon on the same path is refused.
+        assert!(serve(&path, Arc::new(Echoer), stop.clone()).is_err());
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(dir);
+        let e = request(&path, &Request::Stats).unwrap_err().to_string();
+        assert!(e.contains("vadapt serve"), "{e}");
+    }
+}

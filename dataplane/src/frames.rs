@@ -1,0 +1,200 @@
+//! Host-side frame buffers: a fixed arena of frame slots reused for every
+//! batch (no allocation per packet), and the per-queue backlog that carries
+//! frames from the switch to a VM port's worker.
+
+use std::sync::Mutex;
+
+/// Bytes per frame slot; every frame vadapt forwards fits (see [`crate::net::MAX_FRAME`]).
+pub const SLOT: usize = 2048;
+
+/// A batch of frames in one contiguous arena of [`SLOT`]-sized slots.
+#[derive(Debug)]
+pub struct FrameBatch {
+    data: Vec<u8>,
+    lens: Vec<u16>,
+    cap: usize,
+}
+
+impl FrameBatch {
+    /// An empty batch of at most `cap` frames.
+    pub fn new(cap: usize) -> Self {
+        FrameBatch {
+            data: vec![0; cap * SLOT],
+            lens: Vec::with_capacity(cap),
+            cap,
+        }
+    }
+
+    /// Frames held.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// True when no slot is left.
+    pub fn is_full(&self) -> bool {
+        self.lens.len() == self.cap
+    }
+
+    /// Capacity in frames.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Drop every frame.
+    pub fn clear(&mut self) {
+        self.lens.clear();
+    }
+
+    /// The next free slot, to be filled and then [`commit`](Self::commit)ted.
+    pub fn next_slot(&mut self) -> Option<&mut [u8]> {
+        let i = self.lens.len();
+        (i < self.cap).then(|| &mut self.data[i * SLOT..(i + 1) * SLOT])
+    }
+
+    /// Make the frame written into [`next_slot`](Self::next_slot) part of the batch.
+    ///
+    /// # Panics
+    /// If the batch is full or `len > SLOT` (caller bugs, not guest input).
+    pub fn commit(&mut self, len: usize) {
+        assert!(!self.is_full() && len <= SLOT);
+        self.lens.push(len as u16);
+    }
+
+    /// Copy `frame` into the batch; false when full or too long.
+    pub fn push(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > SLOT {
+            return false;
+        }
+        match self.next_slot() {
+            Some(slot) => {
+                slot[..frame.len()].copy_from_slice(frame);
+                self.commit(frame.len());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Frame `i`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        &self.data[i * SLOT..i * SLOT + self.lens[i] as usize]
+    }
+
+    /// Frame `i`, mutable.
+    pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
+        let len = self.lens[i] as usize;
+        &mut self.data[i * SLOT..i * SLOT + len]
+    }
+
+    /// Total bytes of all frames.
+    pub fn bytes(&self) -> u64 {
+        self.lens.iter().map(|&l| u64::from(l)).sum()
+    }
+}
+
+/// Frames waiting to be delivered into one receive queue of a VM port.
+///
+/// Many producers (other ports' workers) push batches under the lock; the one
+/// consumer swaps the whole buffer out under the lock and copies frames into
+/// the guest without holding it.
+#[derive(Debug)]
+pub struct Backlog {
+    inner: Mutex<FrameBatch>,
+}
+
+impl Backlog {
+    /// A backlog of at most `cap` frames.
+    pub fn new(cap: usize) -> Self {
+        Backlog {
+            inner: Mutex::new(FrameBatch::new(cap)),
+        }
+    }
+
+    /// Append frames `which` of `src`; returns (accepted, dropped because full).
+    pub fn push(&self, src: &FrameBatch, which: &[u16]) -> (u64, u64) {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ok = 0;
+        for &i in which {
+            if !q.push(src.get(usize::from(i))) {
+                break;
+            }
+            ok += 1;
+        }
+        (ok, which.len() as u64 - ok)
+    }
+
+    /// Swap the backlog's frames into `out` (which must be empty and of the
+    /// same capacity); returns the number of frames taken.
+    pub fn take_into(&self, out: &mut FrameBatch) -> usize {
+        debug_assert!(out.is_empty());
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            return 0;
+        }
+        std::mem::swap(&mut *q, out);
+        out.len()
+    }
+
+    /// Most frames held.
+    pub fn capacity(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .capacity()
+    }
+
+    /// True when frames are waiting.
+    pub fn has_frames(&self) -> bool {
+        !self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Drop every waiting frame (port reset); returns how many.
+    pub fn clear(&self) -> usize {
+        let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let n = q.len();
+        q.clear();
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_push_get_and_limits() {
+        let mut b = FrameBatch::new(2);
+        assert!(b.push(&[1, 2, 3]));
+        assert!(!b.push(&vec![0; SLOT + 1]));
+        assert!(b.push(&[4]));
+        assert!(b.is_full());
+        assert!(!b.push(&[5]));
+        assert_eq!(b.get(0), &[1, 2, 3]);
+        assert_eq!(b.bytes(), 4);
+        b.get_mut(1)[0] = 9;
+        assert_eq!(b.get(1), &[9]);
+    }
+
+    #[test]
+    fn backlog_counts_overflow_and_swaps_out() {
+        let bl = Backlog::new(2);
+        let mut src = FrameBatch::new(4);
+        for i in 0..3u8 {
+            src.push(&[i; 20]);
+        }
+        assert_eq!(bl.push(&src, &[0, 1, 2]), (2, 1));
+        let mut out = FrameBatch::new(2);
+        assert_eq!(bl.take_into(&mut out), 2);
+        assert_eq!(out.get(1), &[1; 20]);
+        assert!(!bl.has_frames());
+    }
+}

@@ -1,0 +1,216 @@
+//! virtio-net facts the data plane needs: feature bits, the header, the
+//! config space, and MAC addresses.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// `VIRTIO_NET_F_MAC`: the device has a MAC address in its config space.
+pub const VIRTIO_NET_F_MAC: u64 = 1 << 5;
+/// `VIRTIO_NET_F_MRG_RXBUF`: the driver can merge receive buffers.
+pub const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
+/// `VIRTIO_NET_F_STATUS`: the config space has a link status field.
+pub const VIRTIO_NET_F_STATUS: u64 = 1 << 16;
+/// `VIRTIO_NET_F_CTRL_VQ`: a control virtqueue exists.
+pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
+/// `VIRTIO_NET_F_MQ`: multiqueue, steered through the control queue.
+pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
+/// `VIRTIO_RING_F_INDIRECT_DESC`.
+pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
+/// `VIRTIO_RING_F_EVENT_IDX`.
+pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+/// `VHOST_USER_F_PROTOCOL_FEATURES` (vhost-user only, bit 30).
+pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
+/// `VIRTIO_F_VERSION_1`.
+pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
+/// `VIRTIO_F_IN_ORDER`.
+pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
+
+/// Every device feature vadapt offers (issue #2's list).
+pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
+    | VIRTIO_NET_F_MAC
+    | VIRTIO_NET_F_MRG_RXBUF
+    | VIRTIO_RING_F_EVENT_IDX
+    | VIRTIO_F_IN_ORDER
+    | VIRTIO_RING_F_INDIRECT_DESC
+    | VIRTIO_NET_F_STATUS
+    | VIRTIO_NET_F_CTRL_VQ
+    | VIRTIO_NET_F_MQ
+    | VHOST_USER_F_PROTOCOL_FEATURES;
+
+/// `VIRTIO_NET_S_LINK_UP` in the config space's status field.
+pub const VIRTIO_NET_S_LINK_UP: u16 = 1;
+
+/// Length of `struct virtio_net_hdr_mrg_rxbuf` (with `num_buffers`), used when
+/// VERSION_1 or MRG_RXBUF is negotiated.
+pub const HDR_LEN_MRG: usize = 12;
+/// Length of the legacy `struct virtio_net_hdr` without `num_buffers`.
+pub const HDR_LEN_LEGACY: usize = 10;
+/// Offset of `num_buffers` in the header.
+pub const HDR_NUM_BUFFERS_OFFSET: usize = 10;
+
+/// Largest Ethernet frame (without virtio-net header) vadapt forwards: a
+/// 1500-byte MTU plus Ethernet and VLAN headers. We offer neither GSO nor
+/// `VIRTIO_NET_F_MTU`, so a well-behaved guest never sends more.
+pub const MAX_FRAME: usize = 1518;
+/// Smallest frame: an Ethernet header.
+pub const MIN_FRAME: usize = 14;
+
+/// Control queue classes and commands (virtio 1.2 §5.1.6.5).
+pub mod ctrl {
+    /// `VIRTIO_NET_CTRL_RX` class.
+    pub const CLASS_RX: u8 = 0;
+    /// `VIRTIO_NET_CTRL_MAC` class.
+    pub const CLASS_MAC: u8 = 1;
+    /// `VIRTIO_NET_CTRL_MQ` class.
+    pub const CLASS_MQ: u8 = 4;
+    /// `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
+    pub const MQ_VQ_PAIRS_SET: u8 = 0;
+    /// `VIRTIO_NET_OK`.
+    pub const OK: u8 = 0;
+    /// `VIRTIO_NET_ERR`.
+    pub const ERR: u8 = 1;
+}
+
+/// Header length for the negotiated features.
+pub fn hdr_len(features: u64) -> usize {
+    if features & (VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF) != 0 {
+        HDR_LEN_MRG
+    } else {
+        HDR_LEN_LEGACY
+    }
+}
+
+/// A MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Mac(pub [u8; 6]);
+
+/// Error parsing a MAC address.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid MAC address `{0}` (expected six hex bytes like 52:54:00:12:34:56)")]
+pub struct MacParseError(String);
+
+impl Mac {
+    /// The broadcast address.
+    pub const BROADCAST: Mac = Mac([0xff; 6]);
+
+    /// True for group (broadcast or multicast) addresses.
+    pub fn is_multicast(&self) -> bool {
+        self.0[0] & 1 != 0
+    }
+
+    /// A stable, locally administered unicast MAC derived from a port name.
+    pub fn from_name(name: &str) -> Mac {
+        // FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        let b = h.to_be_bytes();
+        Mac([0x52, 0x54, 0x00, b[5], b[6], b[7]])
+    }
+
+    /// Destination MAC of an Ethernet frame (`None` if shorter than 6 bytes).
+    pub fn dst_of(frame: &[u8]) -> Option<Mac> {
+        frame.get(0..6).map(|s| Mac(s.try_into().expect("6 bytes")))
+    }
+
+    /// Source MAC of an Ethernet frame (`None` if shorter than 12 bytes).
+    pub fn src_of(frame: &[u8]) -> Option<Mac> {
+        frame
+            .get(6..12)
+            .map(|s| Mac(s.try_into().expect("6 bytes")))
+    }
+}
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Mac {
+    type Err = MacParseError;
+    fn from_str(s: &str) -> Result<Self, MacParseError> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split([':', '-']);
+        for b in out.iter_mut() {
+            let p = parts.next().ok_or_else(|| MacParseError(s.into()))?;
+            if p.len() != 2 {
+                return Err(MacParseError(s.into()));
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| MacParseError(s.into()))?;
+        }
+        if parts.next().is_some() {
+            return Err(MacParseError(s.into()));
+        }
+        Ok(Mac(out))
+    }
+}
+
+impl Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The virtio-net config space (`struct virtio_net_config`, first 10 bytes:
+/// mac, status, max_virtqueue_pairs).
+pub fn config_space(mac: Mac, max_pairs: u16) -> [u8; 10] {
+    let mut c = [0u8; 10];
+    c[0..6].copy_from_slice(&mac.0);
+    c[6..8].copy_from_slice(&VIRTIO_NET_S_LINK_UP.to_le_bytes());
+    c[8..10].copy_from_slice(&max_pairs.to_le_bytes());
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_parse_and_print_roundtrip() {
+        let m: Mac = "52:54:00:AB:cd:01".parse().unwrap();
+        assert_eq!(m.to_string(), "52:54:00:ab:cd:01");
+        assert!("52:54:00:ab:cd".parse::<Mac>().is_err());
+        assert!("52:54:00:ab:cd:01:02".parse::<Mac>().is_err());
+        assert!("52:54:00:ab:cd:zz".parse::<Mac>().is_err());
+        assert!(!m.is_multicast());
+        assert!(Mac::BROADCAST.is_multicast());
+    }
+
+    #[test]
+    fn name_macs_are_stable_unicast_and_distinct() {
+        let a = Mac::from_name("vm1");
+        assert_eq!(a, Mac::from_name("vm1"));
+        assert_ne!(a, Mac::from_name("vm2"));
+        assert!(!a.is_multicast());
+    }
+
+    #[test]
+    fn config_space_layout() {
+        let c = config_space(Mac([1, 2, 3, 4, 5, 6]), 4);
+        assert_eq!(&c[0..6], &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(u16::from_le_bytes([c[6], c[7]]), VIRTIO_NET_S_LINK_UP);
+        assert_eq!(u16::from_le_bytes([c[8], c[9]]), 4);
+    }
+}

@@ -1,0 +1,306 @@
+//! Ports that live inside the daemon: sink (count and drop), echo (swap MACs
+//! and send back) and TAP (the host's network stack).
+
+use crate::frames::FrameBatch;
+use crate::metrics::{Dir, DropReason, PortStats};
+use crate::switch::{Egress, FdbCache, PortId, Switch};
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Counts and drops every frame. The frames were already copied out of guest
+/// memory into a host buffer by the sending worker, as DPDK's vhost PMD copies
+/// into mbufs, so a sink measures a real backend's receive cost.
+#[derive(Debug)]
+pub struct Sink {
+    stats: Arc<PortStats>,
+}
+
+impl Sink {
+    /// A sink counting into `stats`.
+    pub fn new(stats: Arc<PortStats>) -> Self {
+        Sink { stats }
+    }
+}
+
+impl Egress for Sink {
+    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+        let bytes: u64 = which
+            .iter()
+            .map(|&i| frames.get(usize::from(i)).len() as u64)
+            .sum();
+        self.stats.queues[0].add(Dir::Rx, which.len() as u64, bytes);
+    }
+}
+
+thread_local! {
+    static ECHO_SCRATCH: RefCell<(FrameBatch, FdbCache)> =
+        RefCell::new((FrameBatch::new(256), FdbCache::default()));
+}
+
+/// Swaps source and destination MAC and sends each frame back into the switch,
+/// from its own port (so it reaches the sender through normal switching).
+#[derive(Debug)]
+pub struct Echo {
+    stats: Arc<PortStats>,
+    id: AtomicUsize,
+}
+
+impl Echo {
+    /// An echo counting into `stats`; call [`Echo::set_port_id`] once attached.
+    pub fn new(stats: Arc<PortStats>) -> Self {
+        Echo {
+            stats,
+            id: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// The echo's own port id (frames are re-injected from it).
+    pub fn set_port_id(&self, id: PortId) {
+        self.id.store(id, Ordering::Release);
+    }
+}
+
+impl Egress for Echo {
+    fn deliver(&self, sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16) {
+        let q = &self.stats.queues[0];
+        q.add(Dir::Rx, which.len() as u64, frames_bytes(frames, which));
+        let id = self.id.load(Ordering::Acquire);
+        ECHO_SCRATCH.with(|s| {
+            // A re-entrant delivery (echo into echo) cannot happen: the switch
+            // never floods back to the ingress port. Be safe anyway.
+            let Ok(mut s) = s.try_borrow_mut() else {
+                q.drop(DropReason::Other, which.len() as u64);
+                return;
+            };
+            let (batch, cache) = &mut *s;
+            for chunk in which.chunks(batch.capacity()) {
+                batch.clear();
+                for &i in chunk {
+                    batch.push(frames.get(usize::from(i)));
+                    let n = batch.len() - 1;
+                    let f = batch.get_mut(n);
+                    if f.len() >= 12 {
+                        let mut tmp = [0u8; 6];
+                        tmp.copy_from_slice(&f[0..6]);
+                        f.copy_within(6..12, 0);
+                        f[6..12].copy_from_slice(&tmp);
+                    }
+                }
+                q.add(Dir::Tx, batch.len() as u64, batch.bytes());
+                sw.forward(id, flow, batch, cache);
+            }
+        });
+    }
+}
+
+fn frames_bytes(frames: &FrameBatch, which: &[u16]) -> u64 {
+    which
+        .iter()
+        .map(|&i| frames.get(usize::from(i)).len() as u64)
+        .sum()
+}
+
+/// Errors opening a TAP device.
+#[derive(Debug, thiserror::Error)]
+pub enum TapError {
+    /// `/dev/net/tun` could not be opened.
+    #[error("cannot open /dev/net/tun")]
+    OpenTun(#[source] std::io::Error),
+    /// `TUNSETIFF` failed (no permission, bad name, device busy).
+    #[error("cannot create TAP device `{name}`")]
+    SetIff {
+        /// Interface name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+
+/// A TAP interface: frames the switch delivers are written to the host stack;
+/// a reader thread forwards what the host sends into the switch.
+#[derive(Debug)]
+pub struct Tap {
+    file: File,
+    stats: Arc<PortStats>,
+}
+
+impl Tap {
+    /// Create (or attach to) TAP interface `name` and bring it up.
+    pub fn open(name: &str, stats: Arc<PortStats>) -> Result<Self, TapError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .map_err(TapError::OpenTun)?;
+        // SAFETY: `ifreq` is plain old data; zeroed is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in req.ifr_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI;
+        // SAFETY: TUNSETIFF reads and writes one `ifreq`, which outlives the call.
+        let r = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req) };
+        if r < 0 {
+            return Err(TapError::SetIff {
+                name: name.into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        set_link_up(name);
+        Ok(Tap { file, stats })
+    }
+
+    /// Forward frames from the host into the switch until `stop` is set.
+    /// Polls with a 100 ms timeout so that a stop is noticed.
+    pub fn run_reader(&self, sw: &Switch, id: PortId, stop: &AtomicBool) {
+        let mut batch = FrameBatch::new(32);
+        let mut cache = FdbCache::default();
+        let mut file = &self.file;
+        while !stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+            if n <= 0 {
+                continue;
+            }
+            batch.clear();
+            while let Some(slot) = batch.next_slot() {
+                match file.read(slot) {
+                    Ok(len) if len >= 14 => batch.commit(len),
+                    Ok(_) => self.stats.queues[0].drop(DropReason::Undersize, 1),
+                    Err(_) => break,
+                }
+                if !poll_readable(self.file.as_raw_fd()) {
+                    break;
+                }
+            }
+            self.stats.queues[0].add(Dir::Tx, batch.len() as u64, batch.bytes());
+            sw.forward(id, 0, &batch, &mut cache);
+        }
+    }
+}
+
+fn poll_readable(fd: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+}
+
+/// Bring interface `name` up (best effort; the operator may do it instead).
+fn set_link_up(name: &str) {
+    // SAFETY: plain socket(2) call; the fd is owned by `sock` below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    let sock = unsafe { File::from_raw_fd(fd) };
+    // SAFETY: zeroed `ifreq` is valid plain data.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes().take(15)) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read/write one `ifreq` that outlives the calls.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req);
+        }
+    }
+}
+
+impl Egress for Tap {
+    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+        let q = &self.stats.queues[0];
+        let mut file = &self.file;
+        let (mut n, mut bytes) = (0, 0);
+        for &i in which {
+            let f = frames.get(usize::from(i));
+            // A TAP write takes a whole frame or fails; there is no partial write.
+            match file.write(f) {
+                Ok(w) if w == f.len() => {
+                    n += 1;
+                    bytes += f.len() as u64;
+                }
+                _ => q.drop(DropReason::BacklogFull, 1),
+            }
+        }
+        q.add(Dir::Rx, n, bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Mac;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<Vec<u8>>>);
+    impl Egress for Recorder {
+        fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+            for &i in which {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(frames.get(usize::from(i)).to_vec());
+            }
+        }
+    }
+
+    #[test]
+    fn echo_swaps_macs_and_returns_to_sender_and_sink_counts() {
+        let sw = Switch::new(Duration::from_secs(300));
+        let rec = Arc::new(Recorder::default());
+        let vm = sw.add_port(rec.clone(), Arc::new(PortStats::new("vm", "vm", 1)));
+        let es = Arc::new(PortStats::new("echo", "echo", 1));
+        let echo = Arc::new(Echo::new(es.clone()));
+        let eid = sw.add_port(echo.clone(), es.clone());
+        echo.set_port_id(eid);
+        let emac = Mac([2, 0, 0, 0, 0, 0xe]);
+        sw.add_static(emac, eid);
+        let ss = Arc::new(PortStats::new("sink", "sink", 1));
+        let sid = sw.add_port(Arc::new(Sink::new(ss.clone())), ss.clone());
+        let smac = Mac([2, 0, 0, 0, 0, 0x5]);
+        sw.add_static(smac, sid);
+
+        let vmac = Mac([2, 0, 0, 0, 0, 1]);
+        let mut b = FrameBatch::new(4);
+        let mut f = emac.0.to_vec();
+        f.extend_from_slice(&vmac.0);
+        f.extend_from_slice(&[0x08, 0x00, 42]);
+        b.push(&f);
+        let mut s = smac.0.to_vec();
+        s.extend_from_slice(&vmac.0);
+        s.extend_from_slice(&[0x08, 0x00, 7]);
+        b.push(&s);
+        sw.forward(vm, 0, &b, &mut FdbCache::default());
+
+        let got = rec.0.lock().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(&got[0][0..6], &vmac.0);
+        assert_eq!(&got[0][6..12], &emac.0);
+        assert_eq!(got[0][14], 42);
+        let snap = |p: &PortStats, d: usize| p.queues[0].packets[d].load(Ordering::Relaxed);
+        assert_eq!((snap(&es, 1), snap(&es, 0)), (1, 1));
+        assert_eq!(snap(&ss, 1), 1);
+    }
+}

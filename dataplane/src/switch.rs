@@ -1,0 +1,311 @@
+//! The L2 switch between all ports of one daemon: MAC learning with ageing,
+//! flooding of broadcast, multicast and unknown unicast.
+//!
+//! The forwarding table is shared; each worker keeps a private copy
+//! ([`FdbCache`]) that it refreshes only when the table's generation changes,
+//! so the per-packet lookup takes no lock. Learning writes to the shared table
+//! only when a source MAC is new, moved, or has not been refreshed for a second.
+
+use crate::frames::FrameBatch;
+use crate::metrics::PortStats;
+use crate::net::Mac;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Index of a port on the switch.
+pub type PortId = usize;
+
+/// What a port does with frames the switch hands it.
+pub trait Egress: Send + Sync + std::fmt::Debug {
+    /// Take frames `which` of `frames`. `flow` is the ingress queue index,
+    /// used to spread flows over the receiver's queues.
+    fn deliver(&self, sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16);
+}
+
+#[derive(Debug)]
+struct PortEntry {
+    egress: Arc<dyn Egress>,
+    stats: Arc<PortStats>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FdbEntry {
+    port: PortId,
+    seen: Instant,
+    is_static: bool,
+}
+
+/// The switch.
+#[derive(Debug)]
+pub struct Switch {
+    ports: RwLock<Vec<PortEntry>>,
+    fdb: Mutex<HashMap<Mac, FdbEntry>>,
+    generation: AtomicU64,
+    ageing: Duration,
+}
+
+/// A worker's lock-free view of the forwarding table.
+#[derive(Debug, Default)]
+pub struct FdbCache {
+    generation: u64,
+    table: HashMap<Mac, PortId>,
+    refreshed: HashMap<Mac, Instant>,
+    nports: usize,
+    groups: Vec<Vec<u16>>,
+}
+
+/// How often a worker re-asserts a source MAC it keeps seeing.
+const LEARN_REFRESH: Duration = Duration::from_secs(1);
+
+impl Switch {
+    /// A switch whose learned entries expire after `ageing`.
+    pub fn new(ageing: Duration) -> Self {
+        Switch {
+            ports: RwLock::new(Vec::new()),
+            fdb: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(1),
+            ageing,
+        }
+    }
+
+    /// Attach a port.
+    pub fn add_port(&self, egress: Arc<dyn Egress>, stats: Arc<PortStats>) -> PortId {
+        let mut p = self.ports.write().unwrap_or_else(|e| e.into_inner());
+        p.push(PortEntry { egress, stats });
+        self.generation.fetch_add(1, Ordering::Release);
+        p.len() - 1
+    }
+
+    /// Counters of port `id`.
+    pub fn port_stats(&self, id: PortId) -> Option<Arc<PortStats>> {
+        let p = self.ports.read().unwrap_or_else(|e| e.into_inner());
+        p.get(id).map(|e| Arc::clone(&e.stats))
+    }
+
+    /// Pin `mac` to `port` (sink/echo addresses); never ages.
+    pub fn add_static(&self, mac: Mac, port: PortId) {
+        self.fdb.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            mac,
+            FdbEntry {
+                port,
+                seen: Instant::now(),
+                is_static: true,
+            },
+        );
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forget every learned MAC of `port` (its frontend went away).
+    pub fn forget_port(&self, port: PortId) {
+        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        f.retain(|_, e| e.is_static || e.port != port);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Drop learned entries older than the ageing time; returns how many.
+    pub fn age(&self, now: Instant) -> usize {
+        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        let before = f.len();
+        f.retain(|_, e| e.is_static || now.duration_since(e.seen) < self.ageing);
+        let n = before - f.len();
+        if n > 0 {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        n
+    }
+
+    /// Port a MAC is known on (for tests and `stats`).
+    pub fn lookup(&self, mac: Mac) -> Option<PortId> {
+        self.fdb
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&mac)
+            .map(|e| e.port)
+    }
+
+    fn learn(&self, mac: Mac, port: PortId, now: Instant) {
+        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        match f.get_mut(&mac) {
+            Some(e) if e.is_static => {}
+            Some(e) if e.port == port => e.seen = now,
+            _ => {
+                f.insert(
+                    mac,
+                    FdbEntry {
+                        port,
+                        seen: now,
+                        is_static: false,
+                    },
+                );
+                self.generation.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    fn refresh_cache(&self, cache: &mut FdbCache) {
+        let gen = self.generation.load(Ordering::Acquire);
+        if gen == cache.generation {
+            return;
+        }
+        let f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        cache.table.clear();
+        cache.table.extend(f.iter().map(|(m, e)| (*m, e.port)));
+        cache.nports = self.ports.read().unwrap_or_else(|e| e.into_inner()).len();
+        cache.groups.resize_with(cache.nports, Vec::new);
+        cache.generation = gen;
+    }
+
+    /// Forward every frame of `frames` that entered on `ingress` (queue `flow`).
+    pub fn forward(&self, ingress: PortId, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) {
+        if frames.is_empty() {
+            return;
+        }
+        self.refresh_cache(cache);
+        let now = Instant::now();
+        let mut last_src: Option<Mac> = None;
+        for i in 0..frames.len() {
+            let f = frames.get(i);
+            let (Some(dst), Some(src)) = (Mac::dst_of(f), Mac::src_of(f)) else {
+                continue; // shorter than a header: the ingress already counted it
+            };
+            if last_src != Some(src) && !src.is_multicast() {
+                last_src = Some(src);
+                let known_here = cache.table.get(&src) == Some(&ingress);
+                let fresh = cache
+                    .refreshed
+                    .get(&src)
+                    .is_some_and(|t| now.duration_since(*t) < LEARN_REFRESH);
+                if !known_here || !fresh {
+                    self.learn(src, ingress, now);
+                    cache.refreshed.insert(src, now);
+                    if cache.refreshed.len() > 4096 {
+                        cache.refreshed.clear();
+                    }
+                    self.refresh_cache(cache);
+                }
+            }
+            let target = if dst.is_multicast() {
+                None
+            } else {
+                cache.table.get(&dst).copied()
+            };
+            match target {
+                Some(p) if p == ingress => {} // hairpin: drop, like a learning bridge
+                Some(p) if p < cache.nports => cache.groups[p].push(i as u16),
+                _ => {
+                    for p in (0..cache.nports).filter(|&p| p != ingress) {
+                        cache.groups[p].push(i as u16);
+                    }
+                }
+            }
+        }
+        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
+        for (p, entry) in ports.iter().enumerate().take(cache.nports) {
+            if !cache.groups[p].is_empty() {
+                entry.egress.deliver(self, frames, &cache.groups[p], flow);
+                cache.groups[p].clear();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::PortStats;
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<Vec<u8>>>);
+    impl Egress for Recorder {
+        fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+            let mut v = self.0.lock().unwrap();
+            for &i in which {
+                v.push(frames.get(usize::from(i)).to_vec());
+            }
+        }
+    }
+
+    fn frame(dst: Mac, src: Mac, tag: u8) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&dst.0);
+        f.extend_from_slice(&src.0);
+        f.extend_from_slice(&[0x88, 0xb5, tag]);
+        f
+    }
+
+    fn setup(n: usize) -> (Switch, Vec<Arc<Recorder>>) {
+        let sw = Switch::new(Duration::from_secs(300));
+        let recs: Vec<_> = (0..n).map(|_| Arc::new(Recorder::default())).collect();
+        for (i, r) in recs.iter().enumerate() {
+            sw.add_port(
+                r.clone(),
+                Arc::new(PortStats::new(&format!("p{i}"), "vm", 1)),
+            );
+        }
+        (sw, recs)
+    }
+
+    #[test]
+    fn unknown_unicast_floods_then_learned_mac_is_switched() {
+        let (sw, recs) = setup(3);
+        let a = Mac([2, 0, 0, 0, 0, 0xa]);
+        let b = Mac([2, 0, 0, 0, 0, 0xb]);
+        let mut c0 = FdbCache::default();
+        let mut c1 = FdbCache::default();
+        let mut batch = FrameBatch::new(4);
+        batch.push(&frame(b, a, 1));
+        sw.forward(0, 0, &batch, &mut c0);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1);
+        assert_eq!(recs[0].0.lock().unwrap().len(), 0, "never back to ingress");
+        // b answers from port 1: a is known on port 0, so only port 0 gets it.
+        batch.clear();
+        batch.push(&frame(a, b, 2));
+        sw.forward(1, 0, &batch, &mut c1);
+        assert_eq!(recs[0].0.lock().unwrap().len(), 1);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1);
+        assert_eq!(sw.lookup(b), Some(1));
+    }
+
+    #[test]
+    fn broadcast_floods_and_static_entries_do_not_move_or_age() {
+        let (sw, recs) = setup(3);
+        let s = Mac([2, 0, 0, 0, 0, 0x5]);
+        sw.add_static(s, 2);
+        let mut c = FdbCache::default();
+        let mut batch = FrameBatch::new(4);
+        batch.push(&frame(Mac::BROADCAST, s, 1)); // spoofed source must not move it
+        sw.forward(0, 0, &batch, &mut c);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1);
+        assert_eq!(sw.lookup(s), Some(2));
+        assert_eq!(sw.age(Instant::now() + Duration::from_secs(1000)), 0);
+    }
+
+    #[test]
+    fn learned_entries_age_out_and_port_forget() {
+        let (sw, _recs) = setup(2);
+        let a = Mac([2, 0, 0, 0, 0, 0xa]);
+        let mut c = FdbCache::default();
+        let mut batch = FrameBatch::new(1);
+        batch.push(&frame(Mac::BROADCAST, a, 1));
+        sw.forward(0, 0, &batch, &mut c);
+        assert_eq!(sw.lookup(a), Some(0));
+        assert_eq!(sw.age(Instant::now() + Duration::from_secs(301)), 1);
+        assert_eq!(sw.lookup(a), None);
+        sw.forward(0, 0, &batch, &mut FdbCache::default());
+        sw.forget_port(0);
+        assert_eq!(sw.lookup(a), None);
+    }
+
+    #[test]
+    fn runt_frames_are_ignored() {
+        let (sw, recs) = setup(2);
+        let mut batch = FrameBatch::new(1);
+        batch.push(&[1, 2, 3]);
+        sw.forward(0, 0, &batch, &mut FdbCache::default());
+        assert!(recs[1].0.lock().unwrap().is_empty());
+    }
+}

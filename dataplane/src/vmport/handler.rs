@@ -1,0 +1,676 @@
+//! The vhost-user protocol for one VM port, on the `vhost` crate's
+//! [`BackendReqHandler`], and the accept loop that serves one frontend at a
+//! time and resets the port when it goes away.
+//!
+//! Every message that changes what the worker serves (features, memory
+//! table, a vring's size/addresses/base/kick/call/enable) first stops the
+//! worker — which returns each ring's position — applies the change, and
+//! starts a new worker over the rings that are then ready. `GET_VRING_BASE`
+//! stops the ring, as the spec requires, and answers with the position the
+//! stopped worker handed back, so a reconnecting frontend resumes exactly.
+
+use super::queues::{Pair, PortQueues, Ring};
+use super::VmPort;
+use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use vadapt_policy::Policy;
+use vadapt_virtq::device::DeviceQueue;
+use vadapt_virtq::layout::{is_valid_size, QueueLayout};
+use vadapt_virtq::mem::{GuestMemory, MappedRegion, MmapRegion};
+use vadapt_virtq::RingFeatures;
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
+    VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
+};
+use vhost::vhost_user::{
+    Backend, BackendReqHandler, Error as VhostError, GpuBackend, Result as VhostResult,
+    VhostUserBackendReqHandlerMut,
+};
+use vhost::VhostUserMemoryRegionBase;
+
+/// Protocol features offered.
+pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
+    VhostUserProtocolFeatures::MQ
+        | VhostUserProtocolFeatures::CONFIG
+        | VhostUserProtocolFeatures::REPLY_ACK
+}
+
+/// Most memory regions accepted in one memory table (QEMU sends at most 8).
+const MAX_REGIONS: usize = 32;
+
+#[derive(Debug, Default)]
+struct Vring {
+    num: u16,
+    addrs: Option<(u64, u64, u64)>,
+    base: u16,
+    kick: Option<File>,
+    call: Option<File>,
+    enabled: bool,
+    started: bool,
+}
+
+struct Worker {
+    stop: Arc<AtomicBool>,
+    join: JoinHandle<Vec<(usize, u16)>>,
+}
+
+/// One frontend connection's negotiated state.
+pub struct Connection {
+    port: Arc<VmPort>,
+    features: u64,
+    protocol: u64,
+    mem: Option<GuestMemory>,
+    vrings: Vec<Vring>,
+    worker: Option<Worker>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("port", &self.port.name())
+            .field("features", &format_args!("{:#x}", self.features))
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(what: &'static str) -> VhostError {
+    VhostError::InvalidOperation(what)
+}
+
+impl Connection {
+    /// Fresh state for a new frontend on `port`.
+    pub fn new(port: Arc<VmPort>) -> Self {
+        let n = 2 * usize::from(port.cfg.queues);
+        Connection {
+            port,
+            features: 0,
+            protocol: 0,
+            mem: None,
+            vrings: (0..n).map(|_| Vring::default()).collect(),
+            worker: None,
+        }
+    }
+
+    fn vring(&mut self, index: u32) -> VhostResult<&mut Vring> {
+        self.vrings
+            .get_mut(index as usize)
+            .ok_or(VhostError::InvalidParam)
+    }
+
+    fn ring_ready(&self, i: usize) -> bool {
+        let v = &self.vrings[i];
+        let protocol = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
+        v.started && v.addrs.is_some() && v.num > 0 && (v.enabled || !protocol)
+    }
+
+    /// Stop the worker, recording where each ring stopped.
+    fn stop_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            w.stop.store(true, Ordering::Release);
+            self.port.kick_worker();
+            match w.join.join() {
+                Ok(bases) => {
+                    for (i, base) in bases {
+                        self.vrings[i].base = base;
+                    }
+                }
+                Err(_) => tracing::error!(port = self.port.name(), "queue worker panicked"),
+            }
+        }
+    }
+
+    /// Start a worker over every ready ring (none: no worker).
+    fn start_worker(&mut self) {
+        debug_assert!(self.worker.is_none());
+        let Some(mem) = self.mem.clone() else { return };
+        let rf = RingFeatures::from_bits(self.features);
+        let npairs = usize::from(self.port.cfg.queues);
+        let mut pairs: Vec<Pair> = (0..npairs).map(|_| Pair::default()).collect();
+        let mut any = false;
+        for i in 0..self.vrings.len() {
+            if !self.ring_ready(i) {
+                continue;
+            }
+            let v = &self.vrings[i];
+            let (desc, used, avail) = v.addrs.expect("ready implies addrs");
+            let layout = QueueLayout {
+                size: v.num,
+                desc,
+                avail,
+                used,
+            };
+            let q = match DeviceQueue::new(&mem, layout, true, rf, v.base) {
+                Ok(q) => q,
+                Err(e) => {
+                    tracing::error!(port = self.port.name(), ring = i, error = %e,
+                        "ring addresses rejected; ring not started");
+                    continue;
+                }
+            };
+            let Some(kick) = v.kick.as_ref().and_then(|f| f.try_clone().ok()) else {
+                continue;
+            };
+            set_nonblocking(&kick);
+            let ring = Ring {
+                q,
+                kick,
+                call: v.call.as_ref().and_then(|f| f.try_clone().ok()),
+                broken: false,
+            };
+            if i % 2 == 0 {
+                pairs[i / 2].rx = Some(ring);
+            } else {
+                pairs[i / 2].tx = Some(ring);
+            }
+            any = true;
+        }
+        let rx_pairs = pairs.iter().take_while(|p| p.rx.is_some()).count() as u16;
+        self.port.rx_pairs.store(rx_pairs, Ordering::Release);
+        if !any {
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let queues = match PortQueues::new(
+            Arc::clone(&self.port),
+            mem,
+            pairs,
+            self.features,
+            Arc::clone(&stop),
+        ) {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::error!(port = self.port.name(), error = %e, "cannot set up worker");
+                return;
+            }
+        };
+        let port = Arc::clone(&self.port);
+        let join = std::thread::Builder::new()
+            .name(format!("vadapt-w-{}", port.name()))
+            .spawn(move || run_worker(port, queues))
+            .expect("spawning a thread");
+        self.worker = Some(Worker { stop, join });
+    }
+
+    /// Apply a change with the worker stopped, then restart it over the
+    /// rings that are ready afterwards.
+    fn reconfigure<T>(&mut self, change: impl FnOnce(&mut Self) -> T) -> T {
+        self.stop_worker();
+        let out = change(self);
+        self.start_worker();
+        out
+    }
+
+    /// Forget the frontend: stop the worker, drop memory and rings.
+    pub fn reset(&mut self) {
+        self.stop_worker();
+        self.port.rx_pairs.store(0, Ordering::Release);
+        for b in &self.port.backlogs {
+            b.clear();
+        }
+        self.mem = None;
+        self.features = 0;
+        self.protocol = 0;
+        for v in &mut self.vrings {
+            *v = Vring::default();
+        }
+        self.port.switch.forget_port(self.port.port_id());
+    }
+}
+
+fn set_nonblocking(f: &File) {
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own; F_GETFL/F_SETFL take no pointers.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+    }
+}
+
+/// Body of a worker thread.
+fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
+    if let Some(cpu) = port.cpu {
+        if let Err(e) = vadapt_coremgr::cputime::pin_current_thread(cpu) {
+            tracing::warn!(port = port.name(), cpu, error = %e, "cannot pin worker");
+        }
+    }
+    // Timer slack of 1 ns: a 100 µs interval must not become 150 µs
+    // (the default slack is 50 µs).
+    // SAFETY: PR_SET_TIMERSLACK takes an integer argument, no pointers.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    port.worker_stats.tid.store(tid, Ordering::Release);
+    let gen = port.policy_gen.load(Ordering::Acquire);
+    let parked = port
+        .parked_policy
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let policy: Box<dyn Policy> = match parked {
+        Some((g, p)) if g == gen => p,
+        _ => {
+            let cfg = *port.policy_cfg.lock().unwrap_or_else(|e| e.into_inner());
+            cfg.build().unwrap_or_else(|e| {
+                tracing::error!(port = port.name(), error = %e, "invalid policy; using interrupt");
+                Box::new(vadapt_policy::interrupt::Interrupt)
+            })
+        }
+    };
+    tracing::debug!(port = port.name(), policy = policy.name(), "worker started");
+    let policy = crate::worker::drive(&mut queues, policy);
+    let gen = port.policy_gen.load(Ordering::Acquire);
+    *port.parked_policy.lock().unwrap_or_else(|e| e.into_inner()) = Some((gen, policy));
+    let ws = &port.worker_stats;
+    let cpu = crate::metrics::thread_cpu_ns(tid).unwrap_or(0);
+    ws.tid.store(0, Ordering::Release);
+    ws.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
+    queues.into_bases()
+}
+
+impl VhostUserBackendReqHandlerMut for Connection {
+    fn set_owner(&mut self) -> VhostResult<()> {
+        Ok(())
+    }
+
+    fn reset_owner(&mut self) -> VhostResult<()> {
+        self.reset();
+        Ok(())
+    }
+
+    fn reset_device(&mut self) -> VhostResult<()> {
+        self.reset();
+        Ok(())
+    }
+
+    fn get_features(&mut self) -> VhostResult<u64> {
+        Ok(OFFERED_FEATURES)
+    }
+
+    fn set_features(&mut self, features: u64) -> VhostResult<()> {
+        if features & !OFFERED_FEATURES != 0 {
+            tracing::warn!(
+                port = self.port.name(),
+                features = format_args!("{features:#x}"),
+                "frontend acked features we never offered"
+            );
+            return Err(VhostError::InvalidParam);
+        }
+        self.stop_worker();
+        self.features = features;
+        tracing::info!(
+            port = self.port.name(),
+            features = format_args!("{features:#x}"),
+            event_idx = features & net::VIRTIO_RING_F_EVENT_IDX != 0,
+            mrg_rxbuf = features & net::VIRTIO_NET_F_MRG_RXBUF != 0,
+            in_order = features & net::VIRTIO_F_IN_ORDER != 0,
+            "features negotiated"
+        );
+        self.start_worker();
+        Ok(())
+    }
+
+    fn set_mem_table(
+        &mut self,
+        ctx: &[VhostUserMemoryRegion],
+        files: Vec<File>,
+        _postcopy_listening: Option<bool>,
+    ) -> VhostResult<Option<Vec<VhostUserMemoryRegionBase>>> {
+        if ctx.len() != files.len() || ctx.is_empty() || ctx.len() > MAX_REGIONS {
+            return Err(VhostError::InvalidParam);
+        }
+        let mut regions = Vec::with_capacity(ctx.len());
+        for (r, f) in ctx.iter().zip(&files) {
+            let Some(len) = r.mmap_offset.checked_add(r.memory_size) else {
+                return Err(VhostError::InvalidParam);
+            };
+            let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
+                tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
+                VhostError::InvalidParam
+            })?;
+            regions.push(MappedRegion {
+                gpa: r.guest_phys_addr,
+                uva: r.user_addr,
+                size: r.memory_size,
+                mapping: Arc::new(mapping),
+                offset: r.mmap_offset,
+            });
+        }
+        let mem = GuestMemory::from_mapped(regions).map_err(|e| {
+            tracing::warn!(port = self.port.name(), error = %e, "memory table rejected");
+            VhostError::InvalidParam
+        })?;
+        self.stop_worker();
+        let total: u64 = mem.regions().iter().map(|r| r.size).sum();
+        tracing::info!(
+            port = self.port.name(),
+            regions = mem.regions().len(),
+            bytes = total,
+            "guest memory mapped"
+        );
+        self.mem = Some(mem);
+        self.start_worker();
+        Ok(None)
+    }
+
+    fn set_vring_num(&mut self, index: u32, num: u32) -> VhostResult<()> {
+        if num > u32::from(u16::MAX) || !is_valid_size(num as u16) {
+            return Err(VhostError::InvalidParam);
+        }
+        self.vring(index)?;
+        self.reconfigure(|c| c.vrings[index as usize].num = num as u16);
+        Ok(())
+    }
+
+    fn set_vring_addr(
+        &mut self,
+        index: u32,
+        _flags: VhostUserVringAddrFlags,
+        descriptor: u64,
+        used: u64,
+        available: u64,
+        _log: u64,
+    ) -> VhostResult<()> {
+        self.vring(index)?;
+        self.reconfigure(|c| c.vrings[index as usize].addrs = Some((descriptor, used, available)));
+        Ok(())
+    }
+
+    fn set_vring_base(&mut self, index: u32, base: u32) -> VhostResult<()> {
+        if base > u32::from(u16::MAX) {
+            return Err(VhostError::InvalidParam);
+        }
+        self.vring(index)?;
+        self.reconfigure(|c| c.vrings[index as usize].base = base as u16);
+        Ok(())
+    }
+
+    fn get_vring_base(&mut self, index: u32) -> VhostResult<VhostUserVringState> {
+        self.vring(index)?;
+        self.stop_worker();
+        let v = &mut self.vrings[index as usize];
+        v.started = false;
+        v.kick = None;
+        let base = v.base;
+        self.start_worker();
+        Ok(VhostUserVringState::new(index, u32::from(base)))
+    }
+
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
+        self.vring(u32::from(index))?;
+        self.stop_worker();
+        // Without a kick fd (the "polling" flag) the ring still runs: we give
+        // it a private eventfd nobody writes, so only polling finds work.
+        let fd = match fd {
+            Some(f) => f,
+            None => vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
+                .and_then(|e| e.try_clone())
+                .map(|e| {
+                    // SAFETY: we own the duplicated descriptor and hand it to `File`.
+                    unsafe {
+                        <File as std::os::fd::FromRawFd>::from_raw_fd(
+                            std::os::fd::IntoRawFd::into_raw_fd(e),
+                        )
+                    }
+                })
+                .map_err(VhostError::ReqHandlerError)?,
+        };
+        let v = &mut self.vrings[usize::from(index)];
+        v.kick = Some(fd);
+        v.started = true;
+        self.start_worker();
+        Ok(())
+    }
+
+    fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
+        self.vring(u32::from(index))?;
+        self.reconfigure(|c| c.vrings[usize::from(index)].call = fd);
+        Ok(())
+    }
+
+    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VhostResult<()> {
+        self.vring(u32::from(index))?;
+        Ok(())
+    }
+
+    fn get_protocol_features(&mut self) -> VhostResult<VhostUserProtocolFeatures> {
+        Ok(offered_protocol_features())
+    }
+
+    fn set_protocol_features(&mut self, features: u64) -> VhostResult<()> {
+        self.protocol = features;
+        Ok(())
+    }
+
+    fn get_queue_num(&mut self) -> VhostResult<u64> {
+        Ok(2 * u64::from(self.port.cfg.queues))
+    }
+
+    fn set_vring_enable(&mut self, index: u32, enable: bool) -> VhostResult<()> {
+        self.vring(index)?;
+        self.reconfigure(|c| c.vrings[index as usize].enabled = enable);
+        Ok(())
+    }
+
+    fn get_config(
+        &mut self,
+        offset: u32,
+        size: u32,
+        _flags: VhostUserConfigFlags,
+    ) -> VhostResult<Vec<u8>> {
+        let cfg = net::config_space(self.port.mac, self.port.cfg.queues);
+        let start = offset as usize;
+        let end = start
+            .checked_add(size as usize)
+            .ok_or(VhostError::InvalidParam)?;
+        // Reads past our fields return zeros, as for a device with a larger config.
+        let mut out = vec![0u8; size as usize];
+        if start < cfg.len() {
+            let n = cfg.len().min(end) - start;
+            out[..n].copy_from_slice(&cfg[start..start + n]);
+        }
+        Ok(out)
+    }
+
+    fn set_config(
+        &mut self,
+        _offset: u32,
+        _buf: &[u8],
+        _flags: VhostUserConfigFlags,
+    ) -> VhostResult<()> {
+        Err(invalid("the virtio-net config space is read-only"))
+    }
+
+    fn set_backend_req_fd(&mut self, _backend: Backend) {}
+
+    fn set_gpu_socket(&mut self, _gpu_backend: GpuBackend) -> VhostResult<()> {
+        Err(invalid("not a GPU device"))
+    }
+
+    fn get_shared_object(&mut self, _uuid: VhostUserSharedMsg) -> VhostResult<File> {
+        Err(invalid("shared objects are not supported"))
+    }
+
+    fn get_inflight_fd(
+        &mut self,
+        _inflight: &VhostUserInflight,
+    ) -> VhostResult<(VhostUserInflight, File)> {
+        Err(invalid("inflight tracking is not supported"))
+    }
+
+    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> VhostResult<()> {
+        Err(invalid("inflight tracking is not supported"))
+    }
+
+    fn get_max_mem_slots(&mut self) -> VhostResult<u64> {
+        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+    }
+
+    fn add_mem_region(
+        &mut self,
+        _region: &VhostUserSingleMemoryRegion,
+        _fd: File,
+        _postcopy_listening: Option<bool>,
+    ) -> VhostResult<Option<VhostUserMemoryRegionBase>> {
+        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+    }
+
+    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> VhostResult<()> {
+        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+    }
+
+    fn set_device_state_fd(
+        &mut self,
+        _direction: VhostTransferStateDirection,
+        _phase: VhostTransferStatePhase,
+        _fd: File,
+    ) -> VhostResult<Option<File>> {
+        Err(invalid("device state transfer is not supported"))
+    }
+
+    fn check_device_state(&mut self) -> VhostResult<()> {
+        Err(invalid("device state transfer is not supported"))
+    }
+
+    fn get_shmem_config(&mut self) -> VhostResult<VhostUserShMemConfig> {
+        Err(invalid("no shared memory regions"))
+    }
+
+    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VhostResult<()> {
+        Err(invalid("dirty logging (migration) is not supported"))
+    }
+}
+
+/// Errors creating a port's socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Could not bind.
+    #[error("cannot listen on vhost-user socket {path}")]
+    Bind {
+        /// Socket path.
+        path: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process serves that socket.
+    #[error("vhost-user socket {0} is in use by another process")]
+    InUse(std::path::PathBuf),
+    /// `--socket-group` names no group.
+    #[error("unknown group `{0}` for --socket-group")]
+    UnknownGroup(String),
+}
+
+/// Bind `path` with mode 0600, or 0660 owned by `group`.
+pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenError> {
+    let bind = |source| ListenError::Bind {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(bind)?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(ListenError::InUse(path.to_owned()));
+        }
+        std::fs::remove_file(path).map_err(bind)?;
+    }
+    let l = UnixListener::bind(path).map_err(bind)?;
+    let mode = if let Some(g) = group {
+        let gid = group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(bind)?;
+        0o660
+    } else {
+        0o600
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(bind)?;
+    l.set_nonblocking(true).map_err(bind)?;
+    Ok(l)
+}
+
+fn group_id(name: &str) -> Option<u32> {
+    if let Ok(n) = name.parse() {
+        return Some(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then(|| f.nth(1)?.parse().ok())?
+    })
+}
+
+/// Serve frontends on `listener`, one at a time, until `stop`. The live
+/// connection's socket is published in `live` so that a shutdown can break
+/// a blocking read.
+pub fn serve(
+    port: Arc<VmPort>,
+    listener: UnixListener,
+    stop: Arc<AtomicBool>,
+    live: Arc<Mutex<Option<UnixStream>>>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(port = port.name(), error = %e, "accept failed");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                continue;
+            }
+        };
+        if stream.set_nonblocking(false).is_err() {
+            continue;
+        }
+        tracing::info!(port = port.name(), "frontend connected");
+        *live.lock().unwrap_or_else(|e| e.into_inner()) = stream.try_clone().ok();
+        port.stats.connected.store(true, Ordering::Relaxed);
+        let conn = Arc::new(Mutex::new(Connection::new(Arc::clone(&port))));
+        let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            match handler.handle_request() {
+                Ok(()) => {}
+                Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
+                    tracing::info!(
+                        port = port.name(),
+                        "frontend disconnected; port reset, waiting for a new connection"
+                    );
+                    break;
+                }
+                // The request was refused (an error reply went out where the
+                // frontend asked for one); the connection itself is fine.
+                Err(
+                    e @ (VhostError::InvalidParam
+                    | VhostError::InvalidOperation(_)
+                    | VhostError::InactiveFeature(_)
+                    | VhostError::InactiveOperation(_)
+                    | VhostError::ReqHandlerError(_)),
+                ) => {
+                    tracing::warn!(port = port.name(), error = %e, "vhost-user request refused");
+                }
+                Err(e) => {
+                    tracing::warn!(port = port.name(), error = %e, "malformed vhost-user message; closing the connection and resetting the port");
+                    break;
+                }
+            }
+        }
+        conn.lock().unwrap_or_else(|e| e.into_inner()).reset();
+        *live.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        port.stats.connected.store(false, Ordering::Relaxed);
+    }
+}

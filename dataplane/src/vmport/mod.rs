@@ -1,0 +1,148 @@
+//! A VM port: one vhost-user socket, the frontend connected to it, and the
+//! queue worker that moves its packets.
+//!
+//! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate) and
+//!   keeps the negotiated state: features, memory table, vrings.
+//! * [`queues`] is the worker's world: the port's rings as a
+//!   [`QueueIo`](crate::worker::QueueIo), serviced by the policy loop.
+//!
+//! Frames from other ports arrive through [`Egress::deliver`] into a
+//! per-queue-pair [`Backlog`]; the worker copies them into the guest's receive
+//! buffers during its passes, so a policy that sleeps delays receive as well
+//! as transmit processing, exactly like the papers' vhost thread.
+
+pub mod handler;
+pub mod queues;
+
+use crate::config::VmPortConfig;
+use crate::frames::{Backlog, FrameBatch};
+use crate::metrics::{DropReason, PortStats, WorkerStats};
+use crate::net::Mac;
+use crate::switch::{Egress, PortId, Switch};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use vadapt_policy::{Policy, PolicyConfig};
+use vmm_sys_util::eventfd::EventFd;
+
+/// Everything about a VM port that outlives a frontend connection.
+#[derive(Debug)]
+pub struct VmPort {
+    /// Configuration.
+    pub cfg: VmPortConfig,
+    /// MAC offered in the config space.
+    pub mac: Mac,
+    /// Port counters.
+    pub stats: Arc<PortStats>,
+    /// Worker counters.
+    pub worker_stats: Arc<WorkerStats>,
+    /// The switch.
+    pub switch: Arc<Switch>,
+    /// Our id on the switch.
+    pub(crate) port_id: AtomicUsize,
+    /// Frames waiting for each queue pair's receive ring.
+    pub(crate) backlogs: Vec<Backlog>,
+    /// Queue pairs whose receive ring is running (flows are spread over them).
+    pub(crate) rx_pairs: AtomicU16,
+    /// Wakes a worker blocked waiting for kicks.
+    pub(crate) wake: EventFd,
+    /// True while the worker is blocked waiting for kicks.
+    pub(crate) waiting: AtomicBool,
+    /// Policy requested for this port, and a generation bumped on change.
+    pub(crate) policy_cfg: Mutex<PolicyConfig>,
+    pub(crate) policy_gen: AtomicU64,
+    /// The policy instance between worker incarnations (keeps NetAP's search
+    /// state when the worker restarts for a vring change).
+    pub(crate) parked_policy: Mutex<Option<(u64, Box<dyn Policy>)>>,
+    /// CPU to pin the worker to.
+    pub(crate) cpu: Option<usize>,
+    /// CPU-frequency control of the worker's core.
+    pub(crate) freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
+    /// TSC cycles per ns for the worker's pass clock (`None`: no invariant TSC).
+    pub(crate) tsc_per_ns: Option<f64>,
+}
+
+impl VmPort {
+    /// A port for `cfg`, not yet attached to the switch.
+    pub fn new(
+        cfg: VmPortConfig,
+        default_policy: PolicyConfig,
+        switch: Arc<Switch>,
+        backlog: usize,
+        cpu: Option<usize>,
+        freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
+        tsc_per_ns: Option<f64>,
+    ) -> std::io::Result<Arc<Self>> {
+        let pairs = usize::from(cfg.queues);
+        let policy = cfg.policy.unwrap_or(default_policy);
+        let stats = Arc::new(PortStats::new(&cfg.name, "vm", pairs));
+        *stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+        Ok(Arc::new(VmPort {
+            mac: cfg.mac.unwrap_or_else(|| Mac::from_name(&cfg.name)),
+            worker_stats: Arc::new(WorkerStats::new(&cfg.name)),
+            stats,
+            switch,
+            port_id: AtomicUsize::new(usize::MAX),
+            backlogs: (0..pairs).map(|_| Backlog::new(backlog)).collect(),
+            rx_pairs: AtomicU16::new(0),
+            wake: EventFd::new(libc::EFD_NONBLOCK)?,
+            waiting: AtomicBool::new(false),
+            policy_cfg: Mutex::new(policy),
+            policy_gen: AtomicU64::new(0),
+            parked_policy: Mutex::new(None),
+            cpu,
+            freq,
+            tsc_per_ns,
+            cfg,
+        }))
+    }
+
+    /// Port name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// Our switch port id.
+    pub fn port_id(&self) -> PortId {
+        self.port_id.load(Ordering::Acquire)
+    }
+
+    /// Record our switch port id (once, right after attaching).
+    pub fn set_port_id(&self, id: PortId) {
+        self.port_id.store(id, Ordering::Release);
+    }
+
+    /// Ask the worker to switch to `policy` (takes effect after its current pass).
+    pub fn set_policy(&self, policy: PolicyConfig) -> Result<(), vadapt_policy::ConfigError> {
+        policy.validate()?;
+        *self.policy_cfg.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+        *self.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+        self.policy_gen.fetch_add(1, Ordering::AcqRel);
+        self.kick_worker();
+        Ok(())
+    }
+
+    /// Wake the worker if it is blocked waiting for kicks.
+    pub(crate) fn kick_worker(&self) {
+        let _ = self.wake.write(1);
+    }
+}
+
+impl Egress for VmPort {
+    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16) {
+        let pairs = self.rx_pairs.load(Ordering::Acquire);
+        if pairs == 0 {
+            self.stats.queues[0].drop(DropReason::PortDown, which.len() as u64);
+            return;
+        }
+        let q = usize::from(flow % pairs);
+        let (_, dropped) = self.backlogs[q].push(frames, which);
+        if dropped > 0 {
+            self.stats.queues[q].drop(DropReason::BacklogFull, dropped);
+        }
+        // Pairs with the worker's store of `waiting` before its final re-check.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::Relaxed) {
+            self.kick_worker();
+        }
+    }
+}

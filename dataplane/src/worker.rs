@@ -1,0 +1,204 @@
+//! The queue worker's loop, independent of what it serves.
+//!
+//! [`drive`] runs a [`Policy`] against a [`QueueIo`] — the one narrow
+//! interface between a worker and the world (rings, kicks, calls, timers;
+//! STYLE.md rule 2). The daemon implements it over vhost-user rings
+//! ([`crate::vmport`]); tests implement it with scripted or fault-injecting
+//! fakes.
+
+use vadapt_policy::{
+    Action, Budget, Decision, Duration, FreqHint, Instant, PassReport, Policy, PolicyStatus,
+    WakeCause,
+};
+
+/// What one service pass did (the policy-independent part of a [`PassReport`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Packets moved, both directions.
+    pub packets: u64,
+    /// Frame bytes moved, both directions.
+    pub bytes: u64,
+    /// Some queue still had work when its budget ran out.
+    pub more_work: bool,
+    /// Fullest guest-to-host ring at the start of the pass, permille.
+    pub max_fill_permille: u16,
+}
+
+/// How a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// Why it ended.
+    pub cause: WakeCause,
+    /// How long it lasted.
+    pub waited: Duration,
+}
+
+/// What the owner of the worker wants, checked after every pass.
+#[derive(Debug)]
+pub enum Control {
+    /// Keep going.
+    Continue,
+    /// Leave the loop.
+    Stop,
+    /// Replace the policy (`vadapt set-policy`).
+    Switch(Box<dyn Policy>),
+}
+
+/// The world of a queue worker.
+pub trait QueueIo {
+    /// Monotonic time now.
+    fn now(&mut self) -> Instant;
+    /// Service every queue once, at most `budget` per queue.
+    fn service(&mut self, budget: Budget) -> PassStats;
+    /// Sleep with notifications off (see [`Action::Sleep`]).
+    fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait;
+    /// Re-enable notifications, re-check, block for a kick (see [`Action::WaitKick`]).
+    fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait;
+    /// Apply a CPU-frequency hint (no-op where the host has no cpufreq).
+    fn set_freq(&mut self, hint: FreqHint);
+    /// Stop, switch policy, or continue.
+    fn control(&mut self) -> Control;
+    /// Called after every decision, for metrics.
+    fn observe(&mut self, _status: &PolicyStatus, _decision: &Decision) {}
+}
+
+/// Run `policy` until `io.control()` says stop; returns the policy in use then.
+pub fn drive(io: &mut impl QueueIo, mut policy: Box<dyn Policy>) -> Box<dyn Policy> {
+    let mut decision = policy.start(io.now()).sanitized();
+    let mut freq = FreqHint::Keep;
+    loop {
+        io.observe(&policy.status(), &decision);
+        if decision.freq != FreqHint::Keep && decision.freq != freq {
+            io.set_freq(decision.freq);
+            freq = decision.freq;
+        }
+        let wait = match decision.action {
+            Action::Poll => Wait {
+                cause: WakeCause::Immediate,
+                waited: Duration::ZERO,
+            },
+            Action::Sleep {
+                duration,
+                kick_threshold,
+            } => io.sleep(duration, kick_threshold),
+            Action::WaitKick { timeout } => io.wait_kick(timeout),
+        };
+        let pass = io.service(policy.budget());
+        match io.control() {
+            Control::Continue => {}
+            Control::Stop => return policy,
+            Control::Switch(p) => {
+                policy = p;
+                decision = policy.start(io.now()).sanitized();
+                continue;
+            }
+        }
+        let report = PassReport {
+            now: io.now(),
+            wake: wait.cause,
+            waited: wait.waited,
+            packets: pass.packets,
+            bytes: pass.bytes,
+            more_work: pass.more_work,
+            max_fill_permille: pass.max_fill_permille,
+        };
+        decision = policy.on_pass(&report).sanitized();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vadapt_policy::{PolicyConfig, PolicyKind};
+
+    /// A scripted world: `work` packets arrive in total; each pass takes up to
+    /// the budget; time advances by 1 µs per pass plus whatever waits last.
+    #[derive(Debug, Default)]
+    struct Fake {
+        now: u64,
+        work: u64,
+        passes: u64,
+        sleeps: Vec<u64>,
+        kick_waits: u64,
+        freq: Vec<FreqHint>,
+        max_passes: u64,
+        switch_at: Option<u64>,
+    }
+
+    impl QueueIo for Fake {
+        fn now(&mut self) -> Instant {
+            Instant(self.now)
+        }
+        fn service(&mut self, budget: Budget) -> PassStats {
+            self.passes += 1;
+            self.now += 1_000;
+            let n = self.work.min(u64::from(budget.packets));
+            self.work -= n;
+            PassStats {
+                packets: n,
+                bytes: n * 64,
+                more_work: self.work > 0,
+                max_fill_permille: 0,
+            }
+        }
+        fn sleep(&mut self, d: Duration, _t: Option<u16>) -> Wait {
+            self.sleeps.push(d.as_nanos());
+            self.now += d.as_nanos();
+            Wait {
+                cause: WakeCause::Timer,
+                waited: d,
+            }
+        }
+        fn wait_kick(&mut self, _t: Option<Duration>) -> Wait {
+            self.kick_waits += 1;
+            self.now += 50_000;
+            self.work += 10;
+            Wait {
+                cause: WakeCause::Kick,
+                waited: Duration(50_000),
+            }
+        }
+        fn set_freq(&mut self, hint: FreqHint) {
+            self.freq.push(hint);
+        }
+        fn control(&mut self) -> Control {
+            if Some(self.passes) == self.switch_at {
+                return Control::Switch(PolicyConfig::BusyPoll.build().unwrap());
+            }
+            if self.passes >= self.max_passes {
+                Control::Stop
+            } else {
+                Control::Continue
+            }
+        }
+    }
+
+    #[test]
+    fn interrupt_policy_drains_then_waits_for_kicks() {
+        let mut io = Fake {
+            work: 1000,
+            max_passes: 20,
+            ..Fake::default()
+        };
+        let p = drive(&mut io, PolicyConfig::Interrupt.build().unwrap());
+        assert_eq!(p.name(), "interrupt");
+        // 1000 packets at 256 per pass: 4 passes of draining after the first kick.
+        assert!(io.kick_waits >= 10, "{io:?}");
+        assert!(io.sleeps.is_empty());
+    }
+
+    #[test]
+    fn every_policy_runs_and_stops_and_switch_takes_effect() {
+        for kind in PolicyKind::ALL {
+            let mut io = Fake {
+                work: 5000,
+                max_passes: 500,
+                switch_at: Some(100),
+                ..Fake::default()
+            };
+            let p = drive(&mut io, PolicyConfig::default_for(kind).build().unwrap());
+            assert_eq!(p.name(), "busy-poll", "{kind} did not switch");
+            assert_eq!(io.passes, 500);
+        }
+    }
+}

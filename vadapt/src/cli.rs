@@ -1,0 +1,132 @@
+//! The command line.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use tracing_subscriber::EnvFilter;
+
+/// vadapt — a vhost-user network backend for KVM/QEMU VMs whose queue workers
+/// poll adaptively (NetAP, EE-KBP, grow/shrink) instead of per-kick.
+#[derive(Debug, Parser)]
+#[command(name = "vadapt", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive
+    /// (e.g. `vadapt_dataplane=debug`). Overridden by RUST_LOG.
+    #[arg(long, global = true, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: VM ports (vhost-user sockets), sink/echo/TAP ports, one switch.
+    Serve(ServeArgs),
+    /// Print the running daemon's counters.
+    Stats(StatsArgs),
+    /// Change a VM port's policy in the running daemon.
+    SetPolicy(SetPolicyArgs),
+}
+
+/// `vadapt serve`.
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:\n  \
+    vadapt serve --vm name=vm1,socket=/run/vadapt/vm1.sock,queues=2 --sink sink0 --policy netap\n  \
+    vadapt serve --config /etc/vadapt/vadapt.toml\n\n\
+    QEMU side: -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem\n  \
+    -chardev socket,id=c0,path=/run/vadapt/vm1.sock -netdev vhost-user,id=n0,chardev=c0,queues=2\n  \
+    -device virtio-net-pci,netdev=n0,mq=on")]
+pub struct ServeArgs {
+    /// TOML config file; command-line ports are added to its ports and
+    /// command-line options override its settings.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A VM port: name=NAME,socket=PATH[,queues=N][,mac=MAC][,policy=POLICY]. Repeatable.
+    #[arg(long = "vm", value_name = "SPEC")]
+    pub vms: Vec<String>,
+    /// A sink port (counts and drops): NAME[,mac=MAC]. Repeatable.
+    #[arg(long = "sink", value_name = "SPEC")]
+    pub sinks: Vec<String>,
+    /// An echo port (swaps MACs, sends back): NAME[,mac=MAC]. Repeatable.
+    #[arg(long = "echo", value_name = "SPEC")]
+    pub echoes: Vec<String>,
+    /// A TAP port to the host's network stack, named after the interface. Repeatable.
+    #[arg(long = "tap", value_name = "NAME")]
+    pub taps: Vec<String>,
+    /// Default policy of VM ports: interrupt, busy-poll, netap, growshrink, eekbp
+    /// [default: netap, or the config file's].
+    #[arg(long, value_name = "POLICY")]
+    pub policy: Option<String>,
+    /// Control socket for `vadapt stats` / `vadapt set-policy`
+    /// [default: /run/vadapt/control.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9900). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Let this group use the vhost-user sockets (mode 0660 instead of 0600).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Pin queue workers to these CPUs, round-robin (e.g. `1` or `2,3`).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+}
+
+/// `vadapt stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the Prometheus text exposition instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    pub prometheus: bool,
+}
+
+/// `vadapt set-policy`.
+#[derive(Debug, Args)]
+pub struct SetPolicyArgs {
+    /// VM port name.
+    #[arg(long)]
+    pub port: String,
+    /// New policy: interrupt, busy-poll, netap, growshrink, eekbp (default parameters).
+    pub policy: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// Set up `tracing` to stderr with `level` unless RUST_LOG says otherwise.
+pub fn init_logging(level: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Print a one-line error and return the failure exit code.
+pub fn fail(msg: impl std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("vadapt: error: {msg}");
+    std::process::ExitCode::from(2)
+}
+
+/// `err` and its causes on one line, `a: b: c`.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut src = err.source();
+    while let Some(e) = src {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        src = e.source();
+    }
+    s
+}

@@ -1,0 +1,128 @@
+//! `vadapt serve`, `vadapt stats`, `vadapt set-policy`.
+
+use crate::cli::{chain, fail, ServeArgs, SetPolicyArgs, StatsArgs};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig, TapPortConfig};
+use vadapt_dataplane::control::{request, Request, Response};
+use vadapt_dataplane::Daemon;
+use vadapt_policy::PolicyConfig;
+
+/// Merge the config file and the command line into one configuration.
+pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
+    let mut cfg = match &a.config {
+        Some(p) => DaemonConfig::from_file(p).map_err(|e| chain(&e))?,
+        None => DaemonConfig::default(),
+    };
+    for v in &a.vms {
+        cfg.vm.push(parse_vm_spec(v).map_err(|e| e.to_string())?);
+    }
+    for s in &a.sinks {
+        cfg.sink
+            .push(parse_local_spec("--sink", s).map_err(|e| e.to_string())?);
+    }
+    for s in &a.echoes {
+        cfg.echo
+            .push(parse_local_spec("--echo", s).map_err(|e| e.to_string())?);
+    }
+    for t in &a.taps {
+        cfg.tap.push(TapPortConfig { name: t.clone() });
+    }
+    if let Some(p) = &a.policy {
+        cfg.policy = p
+            .parse::<PolicyConfig>()
+            .map_err(|e| format!("invalid `--policy`: {e}"))?;
+    }
+    if let Some(c) = &a.control {
+        cfg.control = c.clone();
+    }
+    if a.metrics.is_some() {
+        cfg.metrics = a.metrics;
+    }
+    if a.socket_group.is_some() {
+        cfg.socket_group = a.socket_group.clone();
+    }
+    if !a.cpus.is_empty() {
+        cfg.cpus = a.cpus.clone();
+    }
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+/// `vadapt serve`: run until SIGINT or SIGTERM.
+pub fn run(a: ServeArgs) -> ExitCode {
+    let cfg = match build_config(&a) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let daemon = match Daemon::start(cfg) {
+        Ok(d) => d,
+        Err(e) => return fail(chain(&e)),
+    };
+    let stop = daemon.stop_flag();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            return fail(format!("cannot install signal handler: {e}"));
+        }
+    }
+    tracing::info!("vadapt serving; SIGINT or SIGTERM stops it");
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tracing::info!("stopping");
+    daemon.shutdown();
+    ExitCode::SUCCESS
+}
+
+/// `vadapt stats`.
+pub fn stats(a: StatsArgs) -> ExitCode {
+    let req = if a.prometheus {
+        Request::Metrics
+    } else {
+        Request::Stats
+    };
+    match request(&a.control, &req) {
+        Ok(Response::Stats { stats }) => {
+            if a.json {
+                match serde_json::to_string_pretty(&stats) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => return fail(e),
+                }
+            } else {
+                print!("{}", stats.to_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Metrics { text }) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Error { error }) => fail(error),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(chain(&e)),
+    }
+}
+
+/// `vadapt set-policy`.
+pub fn set_policy(a: SetPolicyArgs) -> ExitCode {
+    let policy = match a.policy.parse::<PolicyConfig>() {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    match request(
+        &a.control,
+        &Request::SetPolicy {
+            port: a.port.clone(),
+            policy,
+        },
+    ) {
+        Ok(Response::Ok) => {
+            println!("{}: policy set to {}", a.port, policy.kind());
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Error { error }) => fail(error),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(chain(&e)),
+    }
+}
