@@ -13,6 +13,7 @@
 //! | `tx_calls`, `rx_calls`, `calls` | handled notifications from the backend (one per wake-up that found the call eventfd signalled), and their sum |
 //! | `call_signals` | raw count of backend signals read from call eventfds (several signals can coalesce into one handled call) |
 //! | `ring_full_stalls` | times a TX queue was stopped because its ring was (nearly) full |
+//! | `stall_ns` | time the sending threads spent waiting for a stopped TX queue to restart (ns) |
 //! | `tx_wake_timeouts` | times a stopped TX queue was restarted by the guest's own 10 ms timeout instead of a call: a call the backend owed and did not send (a Linux guest would stall until its TX watchdog) |
 //! | `rx_errors` | received buffers that could not be understood (bad length or `num_buffers`) |
 //! | `lost_requests` | request/response requests whose reply did not come back within the timeout |
@@ -72,6 +73,8 @@ pub struct ThreadCounters {
     pub call_signals: Counter,
     /// Times the TX queue was stopped on a full ring.
     pub ring_full_stalls: Counter,
+    /// Time spent waiting for a stopped TX queue to restart (ns).
+    pub stall_ns: Counter,
     /// Times a stopped TX queue was restarted by timeout rather than by a call.
     pub tx_wake_timeouts: Counter,
     /// Received buffers that could not be understood.
@@ -100,6 +103,7 @@ impl ThreadCounters {
             rx_calls: self.rx_calls.get(),
             call_signals: self.call_signals.get(),
             ring_full_stalls: self.ring_full_stalls.get(),
+            stall_ns: self.stall_ns.get(),
             tx_wake_timeouts: self.tx_wake_timeouts.get(),
             rx_errors: self.rx_errors.get(),
             lost_requests: self.lost_requests.get(),
@@ -163,6 +167,8 @@ pub struct Counts {
     pub call_signals: u64,
     /// Times a TX queue was stopped on a full ring.
     pub ring_full_stalls: u64,
+    /// Time spent waiting for a stopped TX queue to restart (ns).
+    pub stall_ns: u64,
     /// Times a stopped TX queue was restarted by timeout rather than by a call.
     pub tx_wake_timeouts: u64,
     /// Received buffers that could not be understood.
@@ -191,6 +197,7 @@ impl std::ops::Add for Counts {
             rx_calls: self.rx_calls + o.rx_calls,
             call_signals: self.call_signals + o.call_signals,
             ring_full_stalls: self.ring_full_stalls + o.ring_full_stalls,
+            stall_ns: self.stall_ns + o.stall_ns,
             tx_wake_timeouts: self.tx_wake_timeouts + o.tx_wake_timeouts,
             rx_errors: self.rx_errors + o.rx_errors,
             lost_requests: self.lost_requests + o.lost_requests,

@@ -395,6 +395,9 @@ impl Worker {
         }
         let pair = Arc::clone(&self.pair);
         let mut qp = lock(&pair);
+        self.c()
+            .stall_ns
+            .add(self.shared.clock.now_ns().saturating_sub(now));
         self.softirq(&mut qp, true);
         let calls = qp.tx.notify.take_calls();
         if calls > 0 {
