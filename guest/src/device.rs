@@ -207,6 +207,57 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
     }
 }
 
+/// Creates queue pair `index` in `mem` as planned: rings zeroed, TX buffers pre-filled with
+/// the packet template, RX buffers posted, RX callbacks on (NAPI), TX callbacks off (Linux's
+/// non-NAPI TX path: no interrupt until the queue stops on a full ring). Nothing is said to a
+/// backend: [`Device::connect`] does that, tests drive the rings directly.
+pub fn build_pair(
+    mem: &GuestMemory,
+    index: u16,
+    p: &PairPlan,
+    cfg: &GuestConfig,
+    features: u64,
+    mac: [u8; 6],
+) -> Result<QueuePair, DeviceError> {
+    let ring_features = RingFeatures::from_bits(features);
+    let ring = |i: usize, l: QueueLayout| {
+        DriverQueue::new(mem, l, ring_features).map_err(|e| DeviceError::Ring {
+            index: i,
+            reason: e.to_string(),
+        })
+    };
+    let rxq = ring(2 * usize::from(index), p.rx)?;
+    let txq = ring(2 * usize::from(index) + 1, p.tx)?;
+    let qerr = |source| DeviceError::Queue {
+        pair: index,
+        source,
+    };
+    let mergeable = has_feature(features, VIRTIO_NET_F_MRG_RXBUF);
+    let mut template = vec![0u8; frame::packet_len(cfg.size)];
+    let stamp = Stamp {
+        seq: 0,
+        sent_ns: 0,
+        thread: 0,
+    };
+    frame::write_packet(&mut template, cfg.dst_mac, mac, cfg.size, stamp);
+    let mut rx = RxQueue::new(rxq, mem, p.rx_bufs, cfg.ring_size, mergeable).map_err(qerr)?;
+    let mut tx = TxQueue::new(
+        txq,
+        mem,
+        p.tx_bufs,
+        tx_stride(cfg.size),
+        cfg.ring_size,
+        &template,
+    )
+    .map_err(qerr)?;
+    // Linux posts its RX buffers before the device starts (`try_fill_recv`); the kick comes
+    // once the rings are live (`Guest::connect`).
+    rx.refill().map_err(qerr)?;
+    let _ = rx.vq.enable_cb();
+    tx.vq.disable_cb();
+    Ok(QueuePair { index, rx, tx })
+}
+
 /// One queue pair: RX queue `2*index`, TX queue `2*index+1`.
 #[derive(Debug)]
 pub struct QueuePair {
@@ -394,20 +445,6 @@ impl Device {
         fe.set_mem_table(&regions).map_err(proto("SET_MEM_TABLE"))?;
 
         let ring_features = RingFeatures::from_bits(features);
-        let mergeable = has_feature(features, VIRTIO_NET_F_MRG_RXBUF);
-        let mut template = vec![0u8; frame::packet_len(cfg.size)];
-        frame::write_packet(
-            &mut template,
-            cfg.dst_mac,
-            mac,
-            cfg.size,
-            Stamp {
-                seq: 0,
-                sent_ns: 0,
-                thread: 0,
-            },
-        );
-
         let mut dev = Device {
             frontend: fe,
             mem,
@@ -421,34 +458,10 @@ impl Device {
         };
         let mut out = Vec::with_capacity(usize::from(pairs));
         for (i, p) in plan.pairs.iter().enumerate() {
-            let index = i as u16;
-            let rxq = dev.new_ring(2 * i, p.rx, ring_features)?;
-            let txq = dev.new_ring(2 * i + 1, p.tx, ring_features)?;
-            let qerr = |source| DeviceError::Queue {
-                pair: index,
-                source,
-            };
-            let mut rx =
-                RxQueue::new(rxq, &dev.mem, p.rx_bufs, cfg.ring_size, mergeable).map_err(qerr)?;
-            let mut tx = TxQueue::new(
-                txq,
-                &dev.mem,
-                p.tx_bufs,
-                tx_stride(cfg.size),
-                cfg.ring_size,
-                &template,
-            )
-            .map_err(qerr)?;
-            // Linux posts its RX buffers before the device starts (`try_fill_recv` at open);
-            // the kick that follows is pointless before the ring is enabled, so none is sent.
-            rx.refill().map_err(qerr)?;
-            // NAPI RX: interrupts on. TX completions follow Linux's non-NAPI TX path: no
-            // interrupt until the queue stops on a full ring (`enable_cb_delayed` then).
-            let _ = rx.vq.enable_cb();
-            tx.vq.disable_cb();
-            dev.start_ring(2 * i, p.rx, &rx.notify.kick, &rx.notify.call)?;
-            dev.start_ring(2 * i + 1, p.tx, &tx.notify.kick, &tx.notify.call)?;
-            out.push(QueuePair { index, rx, tx });
+            let pair = build_pair(&dev.mem, i as u16, p, cfg, features, mac)?;
+            dev.start_ring(2 * i, p.rx, &pair.rx.notify.kick, &pair.rx.notify.call)?;
+            dev.start_ring(2 * i + 1, p.tx, &pair.tx.notify.kick, &pair.tx.notify.call)?;
+            out.push(pair);
         }
         if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
             for &ring in &dev.rings {

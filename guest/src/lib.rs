@@ -65,6 +65,9 @@ pub mod metrics;
 pub mod queue;
 pub mod worker;
 
+#[cfg(test)]
+mod loopback;
+
 pub use cli::{run_cli, GuestArgs};
 pub use config::{ConfigError, GuestConfig, Mode};
 pub use guest::{Guest, GuestError};
