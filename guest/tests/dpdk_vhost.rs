@@ -60,10 +60,17 @@ impl Testpmd {
                 };
                 [
                     "--vdev".to_string(),
-                    format!("net_vhost{p},iface={},queues=1", sock.display()),
+                    format!("net_vhost{p},iface={},queues=2", sock.display()),
                 ]
             }))
-            .args(["--", "--total-num-mbufs=8192", "--stats-period", "1"])
+            .args([
+                "--",
+                "--total-num-mbufs=8192",
+                "--rxq=2",
+                "--txq=2",
+                "--stats-period",
+                "1",
+            ])
             .arg(format!("--forward-mode={mode}"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -148,7 +155,7 @@ fn testpmd_counts_every_packet_the_guest_sent() {
     );
 
     // Fixed rate, two threads sharing the single queue pair, a second connection. DPDK's
-    // GET_QUEUE_NUM answers its compile-time maximum, not the PMD's `queues=1`, so the pair
+    // GET_QUEUE_NUM answers its compile-time maximum, not the PMD's `queues=2`, so the pair
     // count is given explicitly.
     let pps = 50_000.0;
     let cfg = GuestConfig {
@@ -174,8 +181,27 @@ fn testpmd_counts_every_packet_the_guest_sent() {
     );
     assert!(paced.totals.sent_packets > 0);
 
+    // Two threads on two queue pairs (testpmd polls both).
+    let cfg = GuestConfig {
+        threads: 2,
+        queues: Some(2),
+        ..config(&pmd.socket)
+    };
+    let multi = Guest::connect(cfg)
+        .unwrap()
+        .run(Arc::new(AtomicBool::new(false)))
+        .unwrap();
+    assert_eq!(multi.error, None);
+    assert_eq!(multi.queue_pairs, 2);
+    let pairs: Vec<u16> = multi.threads.iter().map(|t| t.queue_pair).collect();
+    assert_eq!(pairs, vec![0, 1]);
+    assert!(multi.threads.iter().all(|t| t.counts.sent_packets > 0));
+
     let rx = pmd.stop_and_count();
-    assert_eq!(rx, closed.totals.sent_packets + paced.totals.sent_packets);
+    assert_eq!(
+        rx,
+        closed.totals.sent_packets + paced.totals.sent_packets + multi.totals.sent_packets
+    );
 }
 
 #[test]
