@@ -27,6 +27,12 @@ pub enum Command {
     Stats(StatsArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
+    /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
+    Demo(crate::demo::DemoArgs),
+    /// A synthetic guest: a vhost-user frontend driving virtio-net like a Linux guest under load.
+    Guest(vadapt_guest::GuestArgs),
+    /// Discrete-event simulation of a virtualised host running the same policies.
+    Sim(vadapt_sim::SimArgs),
 }
 
 /// `vadapt serve`.

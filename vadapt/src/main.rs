@@ -1,6 +1,7 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
 mod cli;
+mod demo;
 mod serve;
 
 use clap::Parser;
@@ -13,5 +14,8 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
+        cli::Command::Demo(args) => demo::run(args),
+        cli::Command::Guest(args) => vadapt_guest::run_cli(args),
+        cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
     }
 }
