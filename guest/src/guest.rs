@@ -91,6 +91,12 @@ impl Guest {
         self.device.features
     }
 
+    /// What became of `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` (sent only with several pairs and a
+    /// backend control queue).
+    pub fn ctrl_mq(&self) -> crate::device::CtrlMq {
+        self.device.ctrl_mq
+    }
+
     /// Runs the configured workload until the duration passes or `stop` becomes true, then
     /// lets the backend consume what was posted (bounded), stops the rings and reports.
     ///
