@@ -260,6 +260,24 @@ fn request_response_through_a_macswap_echo_gets_every_reply() {
         .map(|t| t.latency.map_or(0, |l| l.count))
         .sum();
     assert_eq!(per_thread, lat.count);
+
+    // Jumbo messages: each reply spans several RX buffers (MRG_RXBUF, `num_buffers` > 1).
+    let cfg = GuestConfig {
+        mode: vadapt_guest::Mode::RequestResponse,
+        size: 4000,
+        ..config(&pmd.socket)
+    };
+    let r = Guest::connect(cfg)
+        .unwrap()
+        .run(Arc::new(AtomicBool::new(false)))
+        .unwrap();
+    assert_eq!(r.error, None);
+    assert!(r.totals.sent_packets > 0);
+    assert_eq!(r.totals.lost_requests, 0);
+    assert_eq!(r.totals.rx_errors, 0);
+    assert_eq!(r.totals.recv_packets, r.totals.sent_packets);
+    assert_eq!(r.totals.recv_bytes, r.totals.sent_packets * (14 + 4000));
+    assert_eq!(r.latency.map(|l| l.count), Some(r.totals.sent_packets));
     drop(pmd);
 }
 
