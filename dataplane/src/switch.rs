@@ -125,6 +125,13 @@ impl Switch {
             .map(|e| e.port)
     }
 
+    /// Learn `mac` on `port` now, as if a frame from it had arrived there.
+    /// Used for a VM port's configured MAC when its frontend connects, so the
+    /// first frames towards a guest that has not sent yet are not flooded.
+    pub fn learn_now(&self, mac: Mac, port: PortId) {
+        self.learn(mac, port, Instant::now());
+    }
+
     fn learn(&self, mac: Mac, port: PortId, now: Instant) {
         let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
         match f.get_mut(&mac) {

@@ -55,6 +55,9 @@ pub struct DeviceQueue {
     /// Whether kicks are currently requested (our shadow of the flag /
     /// `avail_event` state).
     notifications: bool,
+    /// With EVENT_IDX and notifications off: the `avail_event` we parked
+    /// half a wrap ahead of `last_avail` (see `disable_notifications`).
+    parked_event: u16,
 }
 
 // SAFETY: the ring pointers point into mappings kept alive by `_mem`; all
@@ -90,6 +93,7 @@ impl DeviceQueue {
             signalled_used: used_idx,
             signalled_valid: false,
             notifications: false,
+            parked_event: 0,
         };
         q.write_notify_state(true);
         Ok(q)
@@ -213,6 +217,15 @@ impl DeviceQueue {
         self.ring
             .used_idx()
             .store(self.used_idx.to_le(), Ordering::Release);
+        // Keep a parked `avail_event` out of the driver's reach (a quarter
+        // wrap of margin; one store per 16384 buffers consumed).
+        if !self.notifications
+            && self.features.event_idx
+            && self.parked_event.wrapping_sub(self.last_avail) < 0x4000
+        {
+            let ev = self.park_event();
+            self.ring.avail_event().store(ev.to_le(), Ordering::Relaxed);
+        }
         n
     }
 
@@ -250,11 +263,12 @@ impl DeviceQueue {
     fn write_notify_state(&mut self, enable: bool) {
         self.notifications = enable;
         if self.features.event_idx {
-            if enable {
-                self.ring
-                    .avail_event()
-                    .store(self.last_avail.to_le(), Ordering::Relaxed);
-            }
+            let ev = if enable {
+                self.last_avail
+            } else {
+                self.park_event()
+            };
+            self.ring.avail_event().store(ev.to_le(), Ordering::Relaxed);
         } else {
             let flags = if enable { 0 } else { VRING_USED_F_NO_NOTIFY };
             self.ring
@@ -265,16 +279,24 @@ impl DeviceQueue {
 
     /// Asks the driver not to kick. Without EVENT_IDX this sets
     /// `VRING_USED_F_NO_NOTIFY`. With EVENT_IDX the flag must stay 0 (spec
-    /// 2.7.10), so, like Linux vhost and DPDK, we simply stop moving
-    /// `avail_event`: it stays at the value written by the last enable, the
-    /// driver kicks at most once more when it crosses it, and then not
-    /// again until the 16-bit index wraps (65536 buffers later).
+    /// 2.7.10); Linux vhost and DPDK just stop moving `avail_event`, which
+    /// lets the driver kick once more when it crosses the stale value and
+    /// again each time the 16-bit index wraps. We park `avail_event` half a
+    /// wrap (0x8000) ahead of `last_avail` instead — a driver can never be
+    /// more than a ring (≤ 32768) ahead of us, so it cannot reach it — and
+    /// [`flush_used`](Self::flush_used) moves it forward before we catch up
+    /// with it. So a polled queue really sees no kicks.
     ///
     /// Suppression is advisory: a driver may still kick.
     pub fn disable_notifications(&mut self) {
-        if self.notifications {
+        if self.notifications || self.features.event_idx {
             self.write_notify_state(false);
         }
+    }
+
+    fn park_event(&mut self) -> u16 {
+        self.parked_event = self.last_avail.wrapping_add(0x8000);
+        self.parked_event
     }
 
     /// Asks the driver to kick for new buffers, then closes the race with a

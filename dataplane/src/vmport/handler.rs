@@ -637,6 +637,9 @@ pub fn serve(
         tracing::info!(port = port.name(), "frontend connected");
         *live.lock().unwrap_or_else(|e| e.into_inner()) = stream.try_clone().ok();
         port.stats.connected.store(true, Ordering::Relaxed);
+        // The guest uses the config-space MAC unless it changes it; learning
+        // will follow if it does.
+        port.switch.learn_now(port.mac, port.port_id());
         let conn = Arc::new(Mutex::new(Connection::new(Arc::clone(&port))));
         let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
         loop {
