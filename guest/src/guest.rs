@@ -116,6 +116,7 @@ impl Guest {
             mode: self.cfg.mode,
             load: self.cfg.load,
             threads,
+            pairs: self.pairs.len() as u16,
             exit: ExitCost {
                 ns: self.cfg.exit_cost_ns,
             },

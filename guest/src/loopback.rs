@@ -192,6 +192,7 @@ fn run(features: u64, mode: Mode, load: Load, echo: bool, notify: Notify, ring: 
         mode,
         load,
         threads: 1,
+        pairs: 1,
         exit: ExitCost { ns: 0 },
         napi_budget: 64,
         tx_batch: 1,

@@ -49,6 +49,8 @@ const TX_WAKE_TIMEOUT_NS: u64 = 10_000_000;
 /// Longest single sleep while waiting for a reply or the pacer (ns), so that stop requests
 /// and deadlines are noticed.
 const MAX_SLEEP_NS: u64 = 10_000_000;
+/// Longest sleep waiting for a reply when other threads share the queue pair (ns).
+const SHARED_PAIR_SLEEP_NS: u64 = 100_000;
 /// Below this much idle time the thread spins instead of sleeping (ns): a sleep costs a
 /// scheduler round trip of tens of microseconds on these machines.
 const SPIN_BELOW_NS: u64 = 100_000;
@@ -72,6 +74,8 @@ pub(crate) struct Shared {
     pub mode: Mode,
     pub load: Load,
     pub threads: u32,
+    /// Queue pairs in use (fewer than `threads` means pairs are shared).
+    pub pairs: u16,
     pub exit: ExitCost,
     pub napi_budget: u32,
     pub tx_batch: u16,
@@ -103,6 +107,8 @@ pub(crate) struct Worker {
     error: Option<String>,
     /// Echo mode: replies owed from the current NAPI poll (destination, request stamp).
     echo: Vec<([u8; 6], Stamp)>,
+    /// Other threads use the same queue pair.
+    shared_pair: bool,
 }
 
 impl Worker {
@@ -115,13 +121,14 @@ impl Worker {
             id,
             pair,
             pair_index,
-            shared,
             hist: LatencyHistogram::new(),
             seq: 0,
             // Small rings (tests) stop at half the ring instead of never starting.
             stop_threshold: LINUX_STOP_THRESHOLD.min(size / 2).max(1),
             error: None,
             echo: Vec::new(),
+            shared_pair: shared.threads > u32::from(shared.pairs),
+            shared,
         }
     }
 
@@ -249,7 +256,14 @@ impl Worker {
                     self.c().lost_requests.add(1);
                     break;
                 }
-                self.wait_rx(limit.min(now + MAX_SLEEP_NS));
+                // On a shared pair another thread may take the call that carries our reply;
+                // nothing wakes us then, so sleep in short slices.
+                let slice = if self.shared_pair {
+                    SHARED_PAIR_SLEEP_NS
+                } else {
+                    MAX_SLEEP_NS
+                };
+                self.wait_rx(limit.min(now + slice));
             }
         }
     }
