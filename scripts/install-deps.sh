@@ -18,8 +18,8 @@ log() { printf '[install-deps] %s\n' "$*"; }
 
 # Why each package is here:
 #   dpdk            dpdk-testpmd: virtio-user frontend for the interop tests and
-#                   the DPDK vhost PMD reference backend
-#   dpdk-dev        DPDK headers/pkg-config, for building DPDK-side helpers
+#                   the DPDK vhost PMD reference backend (dpdk-dev is not
+#                   needed: nothing here compiles against DPDK)
 #   qemu-system-x86 QEMU guests (TCG) with the Linux virtio-net driver
 #   busybox-static  the guest initramfs userland
 #   cpio            packs the initramfs
@@ -28,7 +28,7 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   python3-venv    the lab venv when the system python is used
 #   ca-certificates apt and pip over TLS
 DEB_PACKAGES=(
-    dpdk dpdk-dev qemu-system-x86 busybox-static cpio xz-utils zstd
+    dpdk qemu-system-x86 busybox-static cpio xz-utils zstd
     iproute2 python3-venv ca-certificates
 )
 
