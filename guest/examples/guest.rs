@@ -1,5 +1,5 @@
-//! Stand-alone `vadapt guest` for development, before the `vadapt` binary wires the
-//! subcommand in: `cargo run -p vadapt-guest --example guest -- --socket PATH ...`.
+//! `vadapt guest` without the rest of vadapt (quicker to build; `bench/dpdk_rxonly.sh` uses
+//! it): `cargo run --release -p vadapt-guest --example guest -- --socket PATH ...`.
 
 use clap::Parser;
 
