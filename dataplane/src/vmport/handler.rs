@@ -54,6 +54,8 @@ struct Vring {
     kick: Option<File>,
     call: Option<File>,
     enabled: bool,
+    /// A `SET_VRING_ENABLE` for this ring reached us.
+    enable_seen: bool,
     started: bool,
 }
 
@@ -105,10 +107,19 @@ impl Connection {
             .ok_or(VhostError::InvalidParam)
     }
 
+    /// A ring runs once it has a size, addresses and a kick, and is enabled.
+    ///
+    /// With `VHOST_USER_F_PROTOCOL_FEATURES` the spec starts rings disabled
+    /// until `SET_VRING_ENABLE(1)`. QEMU 7.2 sends that message before
+    /// `SET_FEATURES`, and the `vhost` crate refuses it then (the feature is
+    /// not acked yet), so it never reaches us. As DPDK's vhost library does in
+    /// effect, a ring that no `SET_VRING_ENABLE` reached counts as enabled;
+    /// an explicit disable (e.g. QEMU turning off unused queue pairs after
+    /// `ethtool -L`) is honoured.
     fn ring_ready(&self, i: usize) -> bool {
         let v = &self.vrings[i];
         let protocol = self.features & VHOST_USER_F_PROTOCOL_FEATURES != 0;
-        v.started && v.addrs.is_some() && v.num > 0 && (v.enabled || !protocol)
+        v.started && v.addrs.is_some() && v.num > 0 && (v.enabled || !protocol || !v.enable_seen)
     }
 
     /// Stop the worker, recording where each ring stopped.
@@ -457,7 +468,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> VhostResult<()> {
         self.vring(index)?;
-        self.reconfigure(|c| c.vrings[index as usize].enabled = enable);
+        self.reconfigure(|c| {
+            let v = &mut c.vrings[index as usize];
+            v.enabled = enable;
+            v.enable_seen = true;
+        });
         Ok(())
     }
 
