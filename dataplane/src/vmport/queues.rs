@@ -681,6 +681,9 @@ impl QueueIo for PortQueues {
         let mut work = self.set_notifications(true);
         if !work {
             self.port.waiting.store(true, Ordering::SeqCst);
+            // Pairs with the fence in `VmPort::deliver`: either the producer
+            // sees `waiting` and wakes us, or we see its frames here.
+            std::sync::atomic::fence(Ordering::SeqCst);
             work = (0..self.pairs.len()).any(|p| {
                 self.rx_waiting(p)
                     && self.pairs[p]
