@@ -20,7 +20,7 @@
 use std::any::Any;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 /// Errors building or mapping guest memory.
@@ -111,87 +111,61 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 /// An anonymous or file-backed shared mapping, unmapped on drop.
+///
+/// The mapping itself is rust-vmm's [`vm_memory::MmapRegion`] (the crate
+/// made for guest memory); this type only narrows it to what the rings need:
+/// an address and a length.
 #[derive(Debug)]
 pub struct MmapRegion {
-    ptr: *mut u8,
-    len: usize,
+    inner: vm_memory::MmapRegion<()>,
 }
-
-// SAFETY: the mapping is process-wide; the struct only owns the right to
-// `munmap` it, which `Drop` does once.
-unsafe impl Send for MmapRegion {}
-// SAFETY: `&MmapRegion` only exposes the address and length.
-unsafe impl Sync for MmapRegion {}
 
 impl MmapRegion {
     /// Maps `len` bytes of `file` starting at `file_offset` (page-aligned),
     /// shared and read-write, as a vhost-user backend maps the frontend's
     /// memory-table fds.
     pub fn map_file(file: &File, file_offset: u64, len: u64) -> Result<Self, MemError> {
-        Self::map(Some(file), file_offset, len)
-    }
-
-    /// Maps `len` bytes of zeroed, private anonymous memory.
-    pub fn anonymous(len: u64) -> Result<Self, MemError> {
-        Self::map(None, 0, len)
-    }
-
-    fn map(file: Option<&File>, file_offset: u64, len: u64) -> Result<Self, MemError> {
         let bad = |source| MemError::Map { len, source };
         let ulen = usize::try_from(len).map_err(|_| bad(io::ErrorKind::InvalidInput.into()))?;
         if ulen == 0 {
             return Err(bad(io::ErrorKind::InvalidInput.into()));
         }
-        let offset = libc::off_t::try_from(file_offset)
-            .map_err(|_| bad(io::ErrorKind::InvalidInput.into()))?;
-        let (flags, fd) = match file {
-            Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
-            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
-        };
-        // SAFETY: a fresh mapping chosen by the kernel (addr NULL) cannot
-        // alias any Rust object; the result is checked against MAP_FAILED.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ulen,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                offset,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(bad(io::Error::last_os_error()));
+        let f = file.try_clone().map_err(bad)?;
+        let inner = vm_memory::MmapRegion::build(
+            Some(vm_memory::FileOffset::new(f, file_offset)),
+            ulen,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        )
+        .map_err(|e| bad(io::Error::other(e.to_string())))?;
+        Ok(MmapRegion { inner })
+    }
+
+    /// Maps `len` bytes of zeroed, private anonymous memory.
+    pub fn anonymous(len: u64) -> Result<Self, MemError> {
+        let bad = |source| MemError::Map { len, source };
+        let ulen = usize::try_from(len).map_err(|_| bad(io::ErrorKind::InvalidInput.into()))?;
+        if ulen == 0 {
+            return Err(bad(io::ErrorKind::InvalidInput.into()));
         }
-        Ok(MmapRegion {
-            ptr: ptr.cast(),
-            len: ulen,
-        })
+        let inner =
+            vm_memory::MmapRegion::new(ulen).map_err(|e| bad(io::Error::other(e.to_string())))?;
+        Ok(MmapRegion { inner })
     }
 
     /// First byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr
+        self.inner.as_ptr()
     }
 
     /// Length of the mapping, bytes.
     pub fn len(&self) -> u64 {
-        self.len as u64
+        self.inner.size() as u64
     }
 
     /// Always `false`: empty mappings are refused at creation.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for MmapRegion {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned and nobody else
-        // unmaps them; users of the memory hold an `Arc` to this mapping.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.len);
-        }
+        self.inner.size() == 0
     }
 }
 
