@@ -33,6 +33,8 @@ pub enum Command {
     Guest(vadapt_guest::GuestArgs),
     /// Discrete-event simulation of a virtualised host running the same policies.
     Sim(vadapt_sim::SimArgs),
+    /// The benchmark suite: vadapt against DPDK (and OVS-DPDK), rewrites BENCHMARKS.md.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `vadapt serve`.

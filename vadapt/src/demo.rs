@@ -276,7 +276,8 @@ fn drive(
     Ok((samples, reports))
 }
 
-fn rates(
+/// Per-VM rates between two snapshots `dt` seconds apart (also used by `vadapt bench`'s B5).
+pub(crate) fn rates(
     prev: &StatsSnapshot,
     now: &StatsSnapshot,
     dt: f64,

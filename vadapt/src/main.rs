@@ -1,5 +1,6 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
+mod bench;
 mod cli;
 mod demo;
 mod serve;
@@ -17,5 +18,6 @@ fn main() -> ExitCode {
         cli::Command::Demo(args) => demo::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),
         cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
+        cli::Command::Bench(args) => bench::run(args),
     }
 }

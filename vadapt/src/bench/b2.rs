@@ -1,0 +1,228 @@
+//! B2 — efficiency under partial load: the synthetic guest (1 thread, 64 B,
+//! emulated exit cost on) offers 10/25/50/75 % of the rate busy-poll reaches
+//! closed-loop in the same invocation; each backend's host CPU per packet,
+//! the guest's kicks and calls per packet, and loss.
+//!
+//! vadapt's CPU is its worker thread's (stats `cpu_seconds`); DPDK's is the
+//! whole testpmd process over the run (its forwarding lcore polls 100 % of
+//! the time, by construction).
+
+use super::b1::{pct, per_mpkt};
+use super::error::BenchError;
+use super::report::metric_table;
+use super::results::{BenchFile, Row, Spread};
+use super::testpmd::{self, Testpmd};
+use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
+use super::Ctx;
+use vadapt_policy::PolicyKind;
+
+/// Title.
+pub const TITLE: &str =
+    "efficiency under partial load: host CPU per packet, kicks and calls per packet";
+
+/// vadapt policies measured, in round order.
+pub const POLICIES: [PolicyKind; 5] = [
+    PolicyKind::BusyPoll,
+    PolicyKind::Netap,
+    PolicyKind::Eekbp,
+    PolicyKind::Growshrink,
+    PolicyKind::Interrupt,
+];
+
+/// Offered load, percent of busy-poll saturation.
+const LEVELS: [u32; 4] = [10, 25, 50, 75];
+/// Frame bytes.
+const FRAME: u32 = 64;
+
+/// Run B2.
+pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+    let window = ctx.secs(4.0, 1.0);
+    f.run_seconds = window.as_secs_f64();
+    let exit = vadapt_guest::config::DEFAULT_EXIT_COST_NS;
+    let vm = VmPort::new(&ctx.work, "g", 1, PolicyKind::BusyPoll);
+    let mut d = Daemon::spawn(ctx, "b2-vadapt", std::slice::from_ref(&vm))?;
+    f.commands.push(ctx.show(&d.command));
+    // Saturation in this invocation: busy-poll, closed loop, same guest settings.
+    let sat_opts = GuestOpts::stream(FRAME, window, exit);
+    let mut sat = Vec::new();
+    for run in 0..ctx.runs {
+        ctx.say(&format!("saturation round {}/{}", run + 1, ctx.runs));
+        let s0 = d.stats()?;
+        let res = GuestProc::spawn(ctx, "b2-guest-sat", &vm.socket, &sat_opts)?.finish()?;
+        let s1 = d.stats()?;
+        sat.push(delta(&s0, &s1, &vm.name).tx_packets as f64 / res.elapsed);
+    }
+    let sat_pps = Spread::of(&sat).map_or(0.0, |s| s.median);
+    if sat_pps <= 0.0 {
+        return Err(BenchError::Failed(
+            "busy-poll saturation measured 0 packets".into(),
+        ));
+    }
+    f.params.insert("saturation_mpps".into(), sat_pps / 1e6);
+    f.params.insert("exit_cost_ns".into(), exit as f64);
+    let dpdk = testpmd::available();
+    let be_sock = ctx.work.join("b2-dpdk.sock");
+    let mut be = match dpdk {
+        Ok(()) => {
+            let b = Testpmd::spawn(
+                ctx,
+                "b2-dpdk-be",
+                &format!("0@{},1@{}", ctx.frontend_cpu, ctx.backend_cpu),
+                &testpmd::vhost_vdev(&be_sock),
+                &["--forward-mode=rxonly".into()],
+                Some(&be_sock),
+            )?;
+            f.commands.push(ctx.show(&b.child.argv));
+            Some(b)
+        }
+        Err(msg) => {
+            ctx.say(&msg);
+            f.notes.push(msg);
+            None
+        }
+    };
+    for run in 0..ctx.runs {
+        for level in LEVELS {
+            ctx.say(&format!("{level} % load round {}/{}", run + 1, ctx.runs));
+            let rate = sat_pps * f64::from(level) / 100.0;
+            let opts = GuestOpts {
+                rate: format!("{rate:.0}"),
+                ..GuestOpts::stream(FRAME, window, exit)
+            };
+            if run == 0 && level == 50 {
+                f.commands
+                    .push(ctx.show(&opts.argv("vadapt", &vm.socket, ctx.frontend_cpu)));
+            }
+            let variant = format!("{level}%");
+            if let Some(be) = be.as_mut() {
+                be.start()?;
+                let c0 = be.cpu_seconds();
+                let res = GuestProc::spawn(ctx, "b2-guest-dpdk", &be_sock, &opts)?.finish()?;
+                let cpu = be.cpu_seconds() - c0;
+                let st = be.stop()?;
+                let mut r = Row::new("load", "guest", "dpdk-vhost", "pmd", &variant).at(FRAME, run);
+                fill(&mut r, rate, st.rx, cpu, &res);
+                f.rows.push(r);
+            }
+            for p in POLICIES {
+                d.set_policy(&vm.name, p)?;
+                let s0 = d.stats()?;
+                let res =
+                    GuestProc::spawn(ctx, &format!("b2-guest-{}", p.as_str()), &vm.socket, &opts)?
+                        .finish()?;
+                let s1 = d.stats()?;
+                let x = delta(&s0, &s1, &vm.name);
+                let mut r =
+                    Row::new("load", "guest", "vadapt", p.as_str(), &variant).at(FRAME, run);
+                fill(&mut r, rate, x.tx_packets, x.cpu_seconds, &res);
+                r.set("backend_kicks_per_mpkt", per_mpkt(x.kicks, x.tx_packets))
+                    .set("backend_calls_per_mpkt", per_mpkt(x.calls, x.tx_packets));
+                f.rows.push(r);
+            }
+        }
+    }
+    if let Some(b) = be.take() {
+        b.quit();
+    }
+    Ok(())
+}
+
+fn fill(
+    r: &mut Row,
+    offered_pps: f64,
+    received: u64,
+    cpu: f64,
+    g: &super::vadapt_proc::GuestResult,
+) {
+    let mpkt = received as f64 / 1e6;
+    let gb = received as f64 * f64::from(FRAME) / 1e9;
+    r.set("offered_mpps", offered_pps / 1e6)
+        .set("mpps", received as f64 / g.elapsed / 1e6)
+        .set("cpu_pct", cpu / g.elapsed * 100.0)
+        .set(
+            "cpu_s_per_mpkt",
+            if mpkt > 0.0 { cpu / mpkt } else { f64::NAN },
+        )
+        .set("cpu_s_per_gb", if gb > 0.0 { cpu / gb } else { f64::NAN })
+        .set("kicks_per_mpkt", per_mpkt(g.kicks, g.sent_packets))
+        .set("calls_per_mpkt", per_mpkt(g.calls, g.sent_packets))
+        .set(
+            "loss_pct",
+            pct(g.sent_packets.saturating_sub(received), g.sent_packets),
+        )
+        .set(
+            "unsent_pct",
+            pct(g.paced_skipped, g.sent_packets + g.paced_skipped),
+        );
+}
+
+/// The B2 table.
+pub fn render(f: &BenchFile) -> String {
+    let mut s = String::new();
+    if let Some(m) = f.params.get("saturation_mpps") {
+        s.push_str(&format!(
+            "\nLoad levels are percentages of busy-poll's closed-loop rate measured at the start of \
+             this benchmark: **{m:.3} Mpps** (median of {} rounds). Guest: 1 thread, 64 B frames, \
+             exit cost {} ns emulated per kick and per handled call.\n\n",
+            f.runs,
+            f.params.get("exit_cost_ns").copied().unwrap_or(0.0)
+        ));
+    }
+    let rows: Vec<&Row> = f.table("load").collect();
+    s.push_str(&metric_table(
+        &rows,
+        &[("load", |r| r.variant.clone()), ("backend", |r| r.label())],
+        &[
+            ("mpps", "Mpps", 3),
+            ("cpu_pct", "host CPU %", 1),
+            ("cpu_s_per_mpkt", "CPU-s/Mpkt", 3),
+            ("cpu_s_per_gb", "CPU-s/GB", 2),
+            ("kicks_per_mpkt", "kicks/Mpkt", 0),
+            ("calls_per_mpkt", "calls/Mpkt", 0),
+            ("loss_pct", "loss %", 2),
+        ],
+        &[("cpu_s_per_mpkt", "CPU/pkt × busy-poll")],
+        |b, r| b.policy == "busy-poll" && b.variant == r.variant,
+    ));
+    s.push_str(
+        "\nloss % = packets the guest put on its ring that the backend did not count; the pacer's \
+         give-ups (sender behind schedule) are in the JSON as `unsent_pct`.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::vadapt_proc::GuestResult;
+    use super::*;
+
+    #[test]
+    fn fill_derives_per_packet_figures() {
+        let g = GuestResult {
+            sent_packets: 2_000_000,
+            kicks: 100,
+            calls: 50,
+            elapsed: 2.0,
+            ..Default::default()
+        };
+        let mut r = Row::default();
+        fill(&mut r, 1e6, 1_000_000, 0.5, &g);
+        assert_eq!(r.m["cpu_s_per_mpkt"], 0.5);
+        assert_eq!(r.m["kicks_per_mpkt"], 50.0);
+        assert_eq!(r.m["loss_pct"], 50.0);
+        assert_eq!(r.m["cpu_pct"], 25.0);
+        assert!((r.m["cpu_s_per_gb"] - 0.5 / 0.064).abs() < 1e-9);
+        let mut z = Row::default();
+        fill(
+            &mut z,
+            1e6,
+            0,
+            0.5,
+            &GuestResult {
+                elapsed: 1.0,
+                ..Default::default()
+            },
+        );
+        assert!(!z.m.contains_key("cpu_s_per_mpkt"));
+    }
+}

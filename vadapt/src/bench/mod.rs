@@ -1,0 +1,548 @@
+//! `vadapt bench`: the benchmark suite that regenerates BENCHMARKS.md.
+//!
+//! Each benchmark (`b1`..`b6`, `timer`) runs vadapt and its anchors (DPDK's
+//! vhost PMD, OVS-DPDK) side by side on this machine, interleaved A/B/A/B
+//! over `--runs` rounds, backend worker on CPU 1 and sender on CPU 0 (as
+//! DESIGN.md pins them), and stores flat per-run rows in `<out>/<name>.json`
+//! ([`results`]). The report ([`report`]) turns every stored file into the
+//! generated section of BENCHMARKS.md — medians with min–max, ratios taken
+//! within a round, the issue-6 goals judged from the numbers — and the lab
+//! (`python -m vadapt_lab.plots`) draws the figures.
+//!
+//! Every process a benchmark starts is a [`child::Child`]: own process group,
+//! killed when dropped, so errors, panics and Ctrl-C leave nothing running.
+//! A benchmark that fails keeps the rows it finished and names the failure;
+//! the suite goes on with the next one (unless interrupted).
+
+mod b1;
+mod b2;
+mod b3;
+mod b4;
+mod b5;
+mod b6;
+pub mod child;
+pub mod error;
+pub mod machine;
+mod ovs;
+pub mod report;
+pub mod results;
+pub mod testpmd;
+mod timer;
+pub mod vadapt_proc;
+
+use crate::cli::chain;
+use clap::Args;
+use error::BenchError;
+use results::BenchFile;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `vadapt bench`.
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:\n  \
+    vadapt bench --quick                 # smoke test, < 5 minutes\n  \
+    vadapt bench                         # full suite, rewrites BENCHMARKS.md\n  \
+    vadapt bench --only b1,b4 --runs 5   # some benchmarks, more rounds\n\n\
+    Build with `cargo build --release -p vadapt` first: a debug build measures the wrong thing.")]
+pub struct BenchArgs {
+    /// Short runs (≥ 3 rounds of 1–2 s): checks the harness, numbers are rough.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 timer.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub only: Vec<String>,
+    /// Directory for the raw JSON results and logs.
+    #[arg(long, default_value = "bench-out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Rounds per figure (each figure is the median of this many; at least 3).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub runs: u32,
+    /// Do not rewrite BENCHMARKS.md nor redraw docs/img/bench/.
+    #[arg(long)]
+    pub no_write: bool,
+    /// The BENCHMARKS.md to rewrite [default: <git top level>/BENCHMARKS.md].
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// One benchmark of the suite.
+#[derive(Debug)]
+struct Bench {
+    name: &'static str,
+    title: &'static str,
+    run: fn(&Ctx, &mut BenchFile) -> Result<(), BenchError>,
+}
+
+/// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
+const SUITE: [Bench; 7] = [
+    Bench {
+        name: "b1",
+        title: b1::TITLE,
+        run: b1::run,
+    },
+    Bench {
+        name: "b2",
+        title: b2::TITLE,
+        run: b2::run,
+    },
+    Bench {
+        name: "b3",
+        title: b3::TITLE,
+        run: b3::run,
+    },
+    Bench {
+        name: "b4",
+        title: b4::TITLE,
+        run: b4::run,
+    },
+    Bench {
+        name: "b5",
+        title: b5::TITLE,
+        run: b5::run,
+    },
+    Bench {
+        name: "timer",
+        title: timer::TITLE,
+        run: timer::run,
+    },
+    Bench {
+        name: "b6",
+        title: b6::TITLE,
+        run: b6::run,
+    },
+];
+
+/// Names of the suite's benchmarks, in run order.
+pub fn names() -> Vec<&'static str> {
+    SUITE.iter().map(|b| b.name).collect()
+}
+
+/// What every benchmark step needs.
+#[derive(Debug)]
+pub struct Ctx {
+    /// This binary (`vadapt serve` / `vadapt guest` are started from it).
+    pub exe: PathBuf,
+    /// Sockets and process logs (short path: unix sockets need < 108 bytes).
+    pub work: PathBuf,
+    /// Set by SIGINT/SIGTERM: every wait returns [`BenchError::Interrupted`].
+    pub stop: Arc<AtomicBool>,
+    /// `--quick`.
+    pub quick: bool,
+    /// Rounds per figure.
+    pub runs: u32,
+    /// CPU of backend workers (DPDK forwarding lcore, vadapt workers).
+    pub backend_cpu: usize,
+    /// CPU of senders (guest, virtio-user forwarding lcore).
+    pub frontend_cpu: usize,
+    /// The invocation that reproduces one benchmark: `{}` stands for its name.
+    pub invocation: String,
+}
+
+impl Ctx {
+    /// Seconds of one measurement: `full` normally, `quick` with `--quick`.
+    pub fn secs(&self, full: f64, quick: f64) -> Duration {
+        Duration::from_secs_f64(if self.quick { quick } else { full })
+    }
+
+    /// Sleep, interruptibly.
+    pub fn sleep(&self, d: Duration) -> Result<(), BenchError> {
+        child::sleep(d, &self.stop)
+    }
+
+    /// A command line as the report shows it: this binary as `vadapt`, the
+    /// work directory as `$WORK` (it is temporary).
+    pub fn show(&self, argv: &[String]) -> String {
+        argv.join(" ")
+            .replace(&self.exe.display().to_string(), "vadapt")
+            .replace(&self.work.display().to_string(), "$WORK")
+    }
+
+    /// Print a progress line.
+    pub fn say(&self, msg: &str) {
+        println!("  {msg}");
+    }
+}
+
+/// The repository's top level (for BENCHMARKS.md and docs/img/bench).
+fn repo_root() -> PathBuf {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Parse `--only` against the suite.
+fn select(only: &[String]) -> Result<Vec<&'static Bench>, String> {
+    if only.is_empty() {
+        return Ok(SUITE.iter().collect());
+    }
+    let mut out = Vec::new();
+    for n in only {
+        let n = n.trim();
+        let b = SUITE.iter().find(|b| b.name == n).ok_or_else(|| {
+            format!(
+                "invalid `--only`: `{n}` is not a benchmark (use {})",
+                names().join(", ")
+            )
+        })?;
+        if !out.iter().any(|x: &&Bench| x.name == b.name) {
+            out.push(b);
+        }
+    }
+    // Run in suite order whatever order was asked.
+    out.sort_by_key(|b| SUITE.iter().position(|s| s.name == b.name));
+    Ok(out)
+}
+
+/// Run one benchmark into its file; the file is written whatever happens.
+fn run_one(ctx: &Ctx, b: &Bench, out: &Path) -> BenchFile {
+    let mut f = BenchFile {
+        bench: b.name.into(),
+        title: b.title.into(),
+        status: "running".into(),
+        started: machine::utc_now(),
+        quick: ctx.quick,
+        runs: ctx.runs,
+        commands: vec![ctx.invocation.replace("{}", b.name)],
+        ..BenchFile::default()
+    };
+    let t = Instant::now();
+    // A panic inside a step unwinds through its children's Drop (killing
+    // them); catch it here so the suite still writes what it has.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (b.run)(ctx, &mut f)));
+    f.seconds = (t.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    match r {
+        Ok(Ok(())) => {
+            if f.status == "running" {
+                f.status = "ok".into();
+            }
+        }
+        Ok(Err(BenchError::Interrupted)) => {
+            f.status = "interrupted".into();
+            f.error = Some("interrupted (SIGINT/SIGTERM)".into());
+        }
+        Ok(Err(e)) => {
+            f.status = "failed".into();
+            f.error = Some(chain(&e));
+        }
+        Err(p) => {
+            f.status = "failed".into();
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            f.error = Some(format!("panicked: {msg}"));
+        }
+    }
+    if let Err(e) = f.write(out) {
+        eprintln!("vadapt bench: {}", chain(&e));
+    }
+    f
+}
+
+/// `vadapt bench`.
+pub fn run(a: BenchArgs) -> ExitCode {
+    let benches = match select(&a.only) {
+        Ok(b) => b,
+        Err(e) => return crate::cli::fail(e),
+    };
+    if a.runs < 3 {
+        return crate::cli::fail(format!(
+            "invalid `--runs` {}: each figure is a median of at least 3 runs",
+            a.runs
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    // First Ctrl-C: stop cleanly (children killed, results written); a second one exits at once
+    // (children still die: PR_SET_PDEATHSIG).
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let ok = signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&stop)));
+        if let Err(e) = ok {
+            return crate::cli::fail(format!("cannot install signal handler: {e}"));
+        }
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return crate::cli::fail(format!("cannot find my own binary: {e}")),
+    };
+    let work = std::env::temp_dir().join(format!("vadapt-bench-{}", std::process::id()));
+    for d in [&a.out, &work] {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            return crate::cli::fail(format!("cannot create {}: {e}", d.display()));
+        }
+    }
+    let mut inv = String::from("vadapt bench --only {}");
+    if a.quick {
+        inv.push_str(" --quick");
+    }
+    if a.runs != 3 {
+        inv.push_str(&format!(" --runs {}", a.runs));
+    }
+    let ctx = Ctx {
+        exe,
+        work: work.clone(),
+        stop: Arc::clone(&stop),
+        quick: a.quick,
+        runs: a.runs,
+        backend_cpu: 1,
+        frontend_cpu: 0,
+        invocation: inv,
+    };
+    let root = repo_root();
+    let machine = machine::collect(&root);
+    if !machine.release_build {
+        println!("warning: this is a debug build; its numbers are not representative (cargo build --release -p vadapt)");
+    }
+    println!(
+        "vadapt bench: {} on {} ({} cores), rev {}, {} rounds{}",
+        benches.iter().map(|b| b.name).collect::<Vec<_>>().join(","),
+        machine.cpu_model,
+        machine.cores,
+        machine.vadapt_rev,
+        a.runs,
+        if a.quick { ", quick" } else { "" }
+    );
+    let t0 = Instant::now();
+    let mut failed = Vec::new();
+    for b in &benches {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        println!("== {}: {}", b.name, b.title);
+        let tb = Instant::now();
+        let f = run_one(&ctx, b, &a.out);
+        println!(
+            "== {}: {} in {:.0} s{}",
+            b.name,
+            f.status,
+            tb.elapsed().as_secs_f64(),
+            f.error
+                .as_deref()
+                .map(|e| format!(": {}", e.lines().next().unwrap_or("")))
+                .unwrap_or_default()
+        );
+        if f.status != "ok" && f.status != "skipped" {
+            failed.push(b.name);
+        }
+    }
+    let total = t0.elapsed().as_secs_f64();
+    let leaked = child::kill_leftovers();
+    if leaked > 0 {
+        eprintln!("vadapt bench: killed {leaked} leftover process group(s)");
+    }
+    let suite = report::SuiteInfo {
+        machine,
+        seconds: total,
+        quick: a.quick,
+        runs: a.runs,
+        ran: benches.iter().map(|b| b.name.to_string()).collect(),
+    };
+    if let Err(e) = suite.write(&a.out) {
+        eprintln!("vadapt bench: {}", chain(&e));
+    }
+    println!(
+        "suite took {:.0} s ({:.1} min); results in {}/",
+        total,
+        total / 60.0,
+        a.out.display()
+    );
+    if !a.no_write && !stop.load(Ordering::Relaxed) {
+        let md = a
+            .markdown
+            .clone()
+            .unwrap_or_else(|| root.join("BENCHMARKS.md"));
+        let img = root.join("docs/img/bench");
+        plots(&root, &a.out, &img);
+        match report::rewrite(&md, &a.out, &img, &suite) {
+            Ok(()) => println!("rewrote the generated section of {}", md.display()),
+            Err(e) => eprintln!(
+                "vadapt bench: cannot rewrite {}: {}",
+                md.display(),
+                chain(&e)
+            ),
+        }
+    }
+    if failed.is_empty() {
+        let _ = std::fs::remove_dir_all(&work);
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "vadapt bench: {} did not finish (process logs kept in {})",
+            failed.join(", "),
+            work.display()
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Draw the figures with the lab if its venv exists, else say how to get them.
+fn plots(root: &Path, results: &Path, img: &Path) {
+    let py = root.join(".venv/bin/python");
+    if !py.is_file() {
+        println!(
+            "plots skipped: no lab venv at {} (run scripts/install-deps.sh, then `.venv/bin/python -m vadapt_lab.plots {} --out {}`)",
+            py.display(),
+            results.display(),
+            img.display()
+        );
+        return;
+    }
+    let st = std::process::Command::new(&py)
+        .args(["-m", "vadapt_lab.plots"])
+        .arg(results)
+        .arg("--out")
+        .arg(img)
+        .status();
+    match st {
+        Ok(s) if s.success() => println!("plots drawn in {}", img.display()),
+        Ok(s) => eprintln!("vadapt bench: plotting failed ({s}); the tables are still written"),
+        Err(e) => eprintln!("vadapt bench: cannot run {}: {e}", py.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn test_ctx(stop: Arc<AtomicBool>) -> Ctx {
+        let work = std::env::temp_dir().join(format!(
+            "vadapt-bench-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&work).unwrap();
+        Ctx {
+            exe: PathBuf::from("/bin/false"),
+            work,
+            stop,
+            quick: true,
+            runs: 3,
+            backend_cpu: 1,
+            frontend_cpu: 0,
+            invocation: "vadapt bench --only {} --quick".into(),
+        }
+    }
+
+    #[test]
+    fn only_is_checked_and_ordered() {
+        let s = select(&["timer".into(), "b1".into(), "b1".into()]).unwrap();
+        assert_eq!(
+            s.iter().map(|b| b.name).collect::<Vec<_>>(),
+            ["b1", "timer"]
+        );
+        assert!(select(&["b9".into()]).unwrap_err().contains("b9"));
+        assert_eq!(select(&[]).unwrap().len(), SUITE.len());
+    }
+
+    fn failing_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+        // Starts a process tree, records a finished measurement, then fails.
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            "sleep 60 & echo gc $!; sleep 60".into(),
+        ];
+        let mut c = child::Child::spawn(child::Spawn::new("tree", argv, &ctx.work), &ctx.stop)?;
+        let (_, l) = c.wait_line("gc", 0, Duration::from_secs(10), |l| l.starts_with("gc "))?;
+        f.params.insert("pid".into(), f64::from(c.pid()));
+        f.params
+            .insert("gc".into(), l[3..].trim().parse::<f64>().unwrap_or(0.0));
+        f.rows.push(results::Row::new("t", "s", "b", "p", "v"));
+        Err(BenchError::Failed("step failed on purpose".into()))
+    }
+
+    fn blocking_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            "sleep 60 & echo gc $!; sleep 60".into(),
+        ];
+        let mut c = child::Child::spawn(child::Spawn::new("tree2", argv, &ctx.work), &ctx.stop)?;
+        let (_, l) = c.wait_line("gc", 0, Duration::from_secs(10), |l| l.starts_with("gc "))?;
+        f.params.insert("pid".into(), f64::from(c.pid()));
+        f.params
+            .insert("gc".into(), l[3..].trim().parse::<f64>().unwrap_or(0.0));
+        // Blocks until the stop flag is seen, as a measurement would.
+        c.wait_exit(Duration::from_secs(60))?;
+        Ok(())
+    }
+
+    fn panicking_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+        let argv = vec!["sleep".into(), "60".into()];
+        let c = child::Child::spawn(child::Spawn::new("sleeper", argv, &ctx.work), &ctx.stop)?;
+        f.params.insert("pid".into(), f64::from(c.pid()));
+        panic!("step panicked on purpose");
+    }
+
+    fn pids(f: &BenchFile) -> Vec<i32> {
+        f.params.values().map(|v| *v as i32).collect()
+    }
+
+    #[test]
+    fn a_failing_step_keeps_its_rows_names_the_error_and_leaves_no_process() {
+        let ctx = test_ctx(Arc::new(AtomicBool::new(false)));
+        let b = Bench {
+            name: "selftest",
+            title: "t",
+            run: failing_step,
+        };
+        let f = run_one(&ctx, &b, &ctx.work);
+        assert_eq!(f.status, "failed");
+        assert!(f.error.as_deref().unwrap().contains("on purpose"));
+        assert_eq!(f.rows.len(), 1);
+        let ps = pids(&f);
+        assert_eq!(ps.len(), 2);
+        for p in ps {
+            assert!(p > 0 && child::pid_gone(p), "process {p} left behind");
+        }
+        let stored = BenchFile::read(&ctx.work, "selftest").unwrap().unwrap();
+        assert_eq!(stored.status, "failed");
+    }
+
+    #[test]
+    fn an_interrupted_step_stops_and_leaves_no_process() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = test_ctx(Arc::clone(&stop));
+        let b = Bench {
+            name: "selftest-int",
+            title: "t",
+            run: blocking_step,
+        };
+        // Raise the flag as SIGINT would, while the step is waiting.
+        let s2 = Arc::clone(&stop);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            s2.store(true, Ordering::Relaxed);
+        });
+        let f = run_one(&ctx, &b, &ctx.work);
+        t.join().unwrap();
+        assert_eq!(f.status, "interrupted", "{:?}", f.error);
+        assert_eq!(pids(&f).len(), 2);
+        for p in pids(&f) {
+            assert!(child::pid_gone(p), "process {p} left behind");
+        }
+    }
+
+    #[test]
+    fn a_panicking_step_is_reported_and_leaves_no_process() {
+        let ctx = test_ctx(Arc::new(AtomicBool::new(false)));
+        let b = Bench {
+            name: "selftest-panic",
+            title: "t",
+            run: panicking_step,
+        };
+        let f = run_one(&ctx, &b, &ctx.work);
+        assert_eq!(f.status, "failed");
+        assert!(f.error.as_deref().unwrap().contains("panicked"));
+        for p in pids(&f) {
+            assert!(child::pid_gone(p), "process {p} left behind");
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! DPDK `dpdk-testpmd` in interactive mode, driven over stdin: the DPDK vhost
+//! PMD reference backend and the virtio-user txonly frontend of DESIGN.md.
+//!
+//! Interactive mode (`-i`) matters for the benchmark: between `start` and
+//! `stop` the forwarding lcore busy-polls, outside it the lcore blocks, so
+//! several backends can stay up on the same cores and be measured in turn
+//! (A/B/A/B) without one's polling disturbing the other's run.
+
+use super::child::{wait_path, Child, Spawn};
+use super::error::BenchError;
+use super::Ctx;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The testpmd binary.
+pub const TESTPMD: &str = "dpdk-testpmd";
+
+/// How long testpmd may take to come up (it maps 1 GB without hugepages).
+const STARTUP: Duration = Duration::from_secs(60);
+
+/// Counters of a `stop` report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FwdStats {
+    /// RX-packets of the accumulated block.
+    pub rx: u64,
+    /// TX-packets.
+    pub tx: u64,
+    /// TX-dropped (frontend: ring full).
+    pub tx_dropped: u64,
+    /// `CPU cycles/packet` from `--record-core-cycles` (busy cycles of
+    /// non-empty bursts / packets), when printed.
+    pub cycles_per_packet: Option<f64>,
+    /// Busy cycles (the numerator of the above), when printed.
+    pub busy_cycles: Option<u64>,
+}
+
+/// `show port stats` counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PortCounters {
+    /// RX-packets since port start.
+    pub rx_packets: u64,
+    /// RX-bytes since port start.
+    pub rx_bytes: u64,
+    /// TX-packets since port start.
+    pub tx_packets: u64,
+}
+
+/// A running testpmd.
+#[derive(Debug)]
+pub struct Testpmd {
+    /// The process.
+    pub child: Child,
+    runtime_dir: PathBuf,
+    forwarding: bool,
+}
+
+/// Whether `dpdk-testpmd` can be run, else a line saying how to get it.
+pub fn available() -> Result<(), String> {
+    if super::machine::which(TESTPMD).is_some() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{TESTPMD} not installed: skipped (install with `apt-get install dpdk`, or run scripts/install-deps.sh)"
+        ))
+    }
+}
+
+/// The `--vdev` of a vhost PMD backend port on `sock`.
+pub fn vhost_vdev(sock: &Path) -> Vec<String> {
+    vec![
+        "--vdev".into(),
+        format!("net_vhost0,iface={},queues=1", sock.display()),
+    ]
+}
+
+/// The `--vdev` of a virtio-user frontend port on `sock`.
+pub fn virtio_user_vdev(sock: &Path, in_order: bool) -> Vec<String> {
+    vec![
+        // One memfd per segment: the backend maps the frontend's memory.
+        "--single-file-segments".into(),
+        "--vdev".into(),
+        format!(
+            "net_virtio_user0,path={},queues=1,in_order={}",
+            sock.display(),
+            u8::from(in_order)
+        ),
+    ]
+}
+
+impl Testpmd {
+    /// Start testpmd named `name` with `lcores` (e.g. `0@0,1@1`: main lcore 0
+    /// on CPU 0, forwarding lcore 1 on CPU 1), EAL arguments `eal` and
+    /// application arguments `app`; waits until its port is up and, when
+    /// `wait_socket` is given (a vhost backend), until its socket exists.
+    pub fn spawn(
+        ctx: &Ctx,
+        name: &str,
+        lcores: &str,
+        eal: &[String],
+        app: &[String],
+        wait_socket: Option<&Path>,
+    ) -> Result<Testpmd, BenchError> {
+        let prefix = format!("vb{}-{name}", std::process::id());
+        let mut argv: Vec<String> = vec![
+            // testpmd writes with stdio: line-buffer it, else the pipe holds
+            // the `stop` report back.
+            "stdbuf".into(),
+            "-oL".into(),
+            TESTPMD.into(),
+            "--lcores".into(),
+            lcores.into(),
+            "--no-huge".into(),
+            "-m".into(),
+            "1024".into(),
+            "--no-pci".into(),
+            format!("--file-prefix={prefix}"),
+        ];
+        argv.extend(eal.iter().cloned());
+        argv.extend(["--".into(), "-i".into(), "--total-num-mbufs=8192".into()]);
+        argv.extend(app.iter().cloned());
+        let mut s = Spawn::new(name, argv, &ctx.work);
+        s.stdin = true;
+        let mut child = Child::spawn(s, &ctx.stop)?;
+        child.wait_line("port start", 0, STARTUP, |l| {
+            l.starts_with("Port 0: ") || l.contains("testpmd>")
+        })?;
+        if let Some(sock) = wait_socket {
+            wait_path(sock, STARTUP, &mut child)?;
+        }
+        Ok(Testpmd {
+            child,
+            runtime_dir: PathBuf::from("/var/run/dpdk").join(prefix),
+            forwarding: false,
+        })
+    }
+
+    /// `start` forwarding; returns when testpmd acknowledged it.
+    pub fn start(&mut self) -> Result<(), BenchError> {
+        let mark = self.child.mark();
+        self.child.send("start")?;
+        self.child
+            .wait_line("start", mark, Duration::from_secs(20), |l| {
+                l.contains("packet forwarding") || l.contains("Packet forwarding already started")
+            })?;
+        self.forwarding = true;
+        Ok(())
+    }
+
+    /// `stop` forwarding; the report's counters.
+    pub fn stop(&mut self) -> Result<FwdStats, BenchError> {
+        let mark = self.child.mark();
+        self.child.send("stop")?;
+        let (done, _) =
+            self.child
+                .wait_line("stop report", mark, Duration::from_secs(30), |l| {
+                    l.trim() == "Done."
+                })?;
+        self.forwarding = false;
+        let lines = self.child.lines_since(mark);
+        let lines = &lines[..(done - mark).min(lines.len())];
+        parse_stop(lines).ok_or_else(|| BenchError::Parse {
+            what: format!("{} stop report", self.child.name),
+            detail: lines.join("\n"),
+        })
+    }
+
+    /// `show port stats 0`.
+    pub fn port_stats(&mut self) -> Result<PortCounters, BenchError> {
+        let mark = self.child.mark();
+        self.child.send("show port stats 0")?;
+        let (end, _) = self
+            .child
+            .wait_line("port stats", mark, Duration::from_secs(20), |l| {
+                l.contains("Tx-pps")
+            })?;
+        let lines = self.child.lines_since(mark);
+        let lines = &lines[..(end - mark).min(lines.len())];
+        parse_port_stats(lines).ok_or_else(|| BenchError::Parse {
+            what: format!("{} port stats", self.child.name),
+            detail: lines.join("\n"),
+        })
+    }
+
+    /// Send any command (e.g. `set txpkts 1518`) and give it a moment.
+    pub fn command(&mut self, line: &str) -> Result<(), BenchError> {
+        self.child.send(line)?;
+        super::child::sleep(Duration::from_millis(200), self.child.stop_flag())
+    }
+
+    /// CPU seconds of the whole process (all threads) so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        super::child::process_cpu_seconds(self.child.pid()).unwrap_or(0.0)
+    }
+
+    /// `quit` and wait; SIGTERM/SIGKILL if it does not go.
+    pub fn quit(mut self) {
+        let t = Instant::now();
+        if self.forwarding {
+            let _ = self.stop();
+        }
+        if self.child.send("quit").is_ok() {
+            let _ = self
+                .child
+                .wait_exit(Duration::from_secs(15).saturating_sub(t.elapsed()));
+        }
+        // Drop does the rest (and removes the runtime directory).
+    }
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        self.child.terminate(libc::SIGTERM, super::child::GRACE);
+        let _ = std::fs::remove_dir_all(&self.runtime_dir);
+    }
+}
+
+fn num_after(line: &str, key: &str) -> Option<u64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Counters of a `stop` report: the last RX/TX lines (the accumulated block
+/// when there are several ports) and the core-cycles line.
+pub fn parse_stop(lines: &[String]) -> Option<FwdStats> {
+    let mut s = FwdStats::default();
+    let (mut rx, mut tx) = (false, false);
+    for l in lines {
+        if let Some(v) = num_after(l, "RX-packets:") {
+            s.rx = v;
+            rx = true;
+        }
+        if let Some(v) = num_after(l, "TX-packets:") {
+            s.tx = v;
+            tx = true;
+            s.tx_dropped = num_after(l, "TX-dropped:").unwrap_or(0);
+        }
+        if let Some(i) = l.find("CPU cycles/packet=") {
+            let rest = &l[i + "CPU cycles/packet=".len()..];
+            s.cycles_per_packet = rest.split_whitespace().next().and_then(|v| v.parse().ok());
+            s.busy_cycles = num_after(l, "busy cycles=");
+        }
+    }
+    (rx && tx).then_some(s)
+}
+
+/// Counters of a `show port stats` block.
+pub fn parse_port_stats(lines: &[String]) -> Option<PortCounters> {
+    let mut c = PortCounters::default();
+    let mut seen = false;
+    for l in lines {
+        if let Some(v) = num_after(l, "RX-packets:") {
+            c.rx_packets = v;
+            c.rx_bytes = num_after(l, "RX-bytes:").unwrap_or(0);
+            seen = true;
+        }
+        if let Some(v) = num_after(l, "TX-packets:") {
+            c.tx_packets = v;
+        }
+    }
+    seen.then_some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn stop_report_with_core_cycles() {
+        let r = lines(
+            "Telling cores to stop...\n\
+             \n  ---------------------- Forward statistics for port 0  ----------------------\n\
+             \x20 RX-packets: 1000           RX-dropped: 0             RX-total: 1000\n\
+             \x20 TX-packets: 0              TX-dropped: 0             TX-total: 0\n\
+             \x20 +++++++++++++++ Accumulated forward statistics for all ports+++++++++++++++\n\
+             \x20 RX-packets: 123456         RX-dropped: 0             RX-total: 123456\n\
+             \x20 TX-packets: 7              TX-dropped: 99            TX-total: 106\n\
+             \n  CPU cycles/packet=142.50 (busy cycles=17592320 / total RX packets=123456) at 2600 MHz Clock\n",
+        );
+        let s = parse_stop(&r).unwrap();
+        assert_eq!(s.rx, 123456);
+        assert_eq!(s.tx, 7);
+        assert_eq!(s.tx_dropped, 99);
+        assert_eq!(s.cycles_per_packet, Some(142.5));
+        assert_eq!(s.busy_cycles, Some(17592320));
+    }
+
+    #[test]
+    fn stop_report_without_counters_is_refused() {
+        assert!(parse_stop(&lines("Telling cores to stop...\nDone.")).is_none());
+    }
+
+    #[test]
+    fn port_stats_block() {
+        let r = lines(
+            "  ######################## NIC statistics for port 0  ########################\n\
+             \x20 RX-packets: 512        RX-missed: 0          RX-bytes:  32768\n\
+             \x20 RX-errors: 0\n  TX-packets: 3          TX-errors: 0          TX-bytes:  0\n\
+             \x20 Rx-pps:            0          Rx-bps:            0\n",
+        );
+        let c = parse_port_stats(&r).unwrap();
+        assert_eq!(c.rx_packets, 512);
+        assert_eq!(c.rx_bytes, 32768);
+        assert_eq!(c.tx_packets, 3);
+    }
+
+    #[test]
+    fn vdev_arguments() {
+        let v = virtio_user_vdev(Path::new("/tmp/a.sock"), false);
+        assert!(
+            v[2].ends_with("path=/tmp/a.sock,queues=1,in_order=0"),
+            "{v:?}"
+        );
+        assert_eq!(
+            vhost_vdev(Path::new("/x"))[1],
+            "net_vhost0,iface=/x,queues=1"
+        );
+    }
+}
