@@ -29,6 +29,8 @@ pub enum Command {
     SetPolicy(SetPolicyArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(crate::demo::DemoArgs),
+    /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
+    Calibrate(crate::calibrate::CalibrateArgs),
     /// A synthetic guest: a vhost-user frontend driving virtio-net like a Linux guest under load.
     Guest(vadapt_guest::GuestArgs),
     /// Discrete-event simulation of a virtualised host running the same policies.

@@ -1,6 +1,7 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
 mod bench;
+mod calibrate;
 mod cli;
 mod demo;
 mod serve;
@@ -16,6 +17,7 @@ fn main() -> ExitCode {
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Demo(args) => demo::run(args),
+        cli::Command::Calibrate(args) => calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),
         cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
         cli::Command::Bench(args) => bench::run(args),
