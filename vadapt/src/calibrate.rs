@@ -492,6 +492,17 @@ fn worker<'a>(s: &'a StatsSnapshot, name: &str) -> Option<&'a WorkerSnapshot> {
     s.workers.iter().find(|w| w.name == name)
 }
 
+/// Wake-ups that ended a blocked wait (timer, kick, timeout). A `recheck` found work
+/// right after re-enabling notifications and never blocked, so it is not a wake-up
+/// in the model's sense.
+fn blocked_wakeups(w: &WorkerSnapshot) -> u64 {
+    w.wakeups
+        .iter()
+        .filter(|(cause, _)| cause.as_str() != "recheck")
+        .map(|(_, n)| n)
+        .sum()
+}
+
 fn port_sum(
     s: &StatsSnapshot,
     port: &str,
@@ -613,7 +624,6 @@ fn drive_point(
     let d = |f: fn(&vadapt_dataplane::metrics::QueueSnapshot) -> u64| {
         port_sum(&s1, "vm1", f).saturating_sub(port_sum(&s0, "vm1", f))
     };
-    let wake_sum = |w: &WorkerSnapshot| w.wakeups.values().sum::<u64>();
     Ok(PointResult {
         name: p.name,
         size: p.size,
@@ -625,7 +635,7 @@ fn drive_point(
         busy_cycles: w1.busy_cycles.saturating_sub(w0.busy_cycles),
         busy_packets: w1.busy_packets.saturating_sub(w0.busy_packets),
         cpu_s: (w1.cpu_seconds - w0.cpu_seconds).max(0.0),
-        wakeups: wake_sum(w1).saturating_sub(wake_sum(w0)),
+        wakeups: blocked_wakeups(w1).saturating_sub(blocked_wakeups(w0)),
         overshoot_p50_ns: w1.overshoot_p50_ns,
         guest_ns_per_packet: if report.totals.sent_packets > 0 {
             report.cpu_seconds * 1e9 / report.totals.sent_packets as f64
@@ -697,6 +707,7 @@ struct Measured {
     points: Vec<PointResult>,
     guest_ns_per_packet: f64,
     busy_poll_mpps: f64,
+    busy_poll_ns_per_packet: f64,
 }
 
 fn calibrate(a: &CalibrateArgs) -> Result<()> {
@@ -1053,6 +1064,9 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     let busy = points.iter().find(|p| p.name == "busy-poll-closed");
     let guest_ns_per_packet = busy.map_or(f64::NAN, |p| p.guest_ns_per_packet);
     let busy_poll_mpps = busy.map_or(f64::NAN, |p| p.tx_packets as f64 / p.secs / 1e6);
+    let busy_poll_ns_per_packet = busy.map_or(f64::NAN, |p| {
+        ns(p.busy_cycles as f64 / p.busy_packets.max(1) as f64)
+    });
 
     let exit = a.exit_cost_ns as f64;
     let cal = Calibration {
@@ -1090,6 +1104,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         points,
         guest_ns_per_packet,
         busy_poll_mpps,
+        busy_poll_ns_per_packet,
     })
 }
 
@@ -1261,9 +1276,11 @@ fn render(a: &CalibrateArgs, m: &Measured) -> String {
         "\n# Not calibration keys (workload facts of the synthetic guest, for scenarios that model it):\n\
          # guest CPU per 64-byte packet, busy-poll backend, closed loop, no kicks: {:.1} ns\n\
          #   (use as `xmit_segment_ns` with segment_bytes = msg_size, send_msg_ns = 0, header_bytes = 14);\n\
-         # busy-poll closed-loop throughput, 1 thread, worker and guest on their own CPUs: {:.2} Mpps.",
+         # busy-poll closed-loop throughput, 1 thread, worker and guest on their own CPUs: {:.2} Mpps,\n\
+         #   at {:.0} ns of worker TSC time per packet in its non-empty passes (caches hot: no sleeps).",
         m.guest_ns_per_packet,
-        m.busy_poll_mpps
+        m.busy_poll_mpps,
+        m.busy_poll_ns_per_packet
     );
     s
 }
@@ -1315,6 +1332,10 @@ struct Rates {
     calls_per_s: f64,
     /// Queue-worker CPU, percent of one core, all workers.
     worker_cpu_pct: f64,
+    /// Service passes, per second, all workers.
+    passes_per_s: f64,
+    /// Worker wake-ups from a blocked wait, per second, all workers.
+    wakeups_per_s: f64,
 }
 
 /// One period of one scenario.
@@ -1459,6 +1480,8 @@ struct RealSnap {
     kicks: u64,
     calls: u64,
     cpu_s: f64,
+    passes: u64,
+    wakeups: u64,
 }
 
 fn real_snap(s: &StatsSnapshot, t: f64, vms: usize) -> RealSnap {
@@ -1471,7 +1494,11 @@ fn real_snap(s: &StatsSnapshot, t: f64, vms: usize) -> RealSnap {
         r.packets += port_sum(s, &n, |q| q.tx_packets);
         r.kicks += port_sum(s, &n, |q| q.kicks);
         r.calls += port_sum(s, &n, |q| q.calls);
-        r.cpu_s += worker(s, &n).map_or(0.0, |w| w.cpu_seconds);
+        if let Some(w) = worker(s, &n) {
+            r.cpu_s += w.cpu_seconds;
+            r.passes += w.passes;
+            r.wakeups += blocked_wakeups(w);
+        }
     }
     r
 }
@@ -1483,6 +1510,8 @@ fn rates(a: &RealSnap, b: &RealSnap) -> Rates {
         kicks_per_s: b.kicks.saturating_sub(a.kicks) as f64 / dt,
         calls_per_s: b.calls.saturating_sub(a.calls) as f64 / dt,
         worker_cpu_pct: (b.cpu_s - a.cpu_s).max(0.0) / dt * 100.0,
+        passes_per_s: b.passes.saturating_sub(a.passes) as f64 / dt,
+        wakeups_per_s: b.wakeups.saturating_sub(a.wakeups) as f64 / dt,
     }
 }
 
@@ -1606,6 +1635,27 @@ fn at(snaps: &[RealSnap], t: f64, start: f64) -> RealSnap {
     best
 }
 
+/// Mean of `f` over the samples whose window ends in `(from_s, to_s]` (as the
+/// simulator's period summaries are computed).
+fn mean_in(
+    sim: &vadapt_sim::SimResult,
+    from_s: f64,
+    to_s: f64,
+    f: impl Fn(&vadapt_sim::result::Sample) -> f64,
+) -> f64 {
+    let v: Vec<f64> = sim
+        .samples
+        .iter()
+        .filter(|s| s.t_s > from_s + 1e-9 && s.t_s <= to_s + 1e-9)
+        .map(f)
+        .collect();
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
 fn compare(
     sc: &Scenario,
     setup: &RealSetup,
@@ -1634,6 +1684,9 @@ fn compare(
                 kicks_per_s: p.kicks_per_s,
                 calls_per_s: p.calls_per_s,
                 worker_cpu_pct: p.host_cpu_pct,
+                // Period summaries have neither: the mean of the samples inside, as for the rest.
+                passes_per_s: mean_in(sim, p.from_s, p.to_s, |s| s.passes_per_s),
+                wakeups_per_s: mean_in(sim, p.from_s, p.to_s, |s| s.wakeups_per_s),
             },
         });
     }
@@ -1650,6 +1703,8 @@ fn compare(
                     kicks_per_s: s.kicks_per_s,
                     calls_per_s: s.calls_per_s,
                     worker_cpu_pct: s.host_cpu_pct,
+                    passes_per_s: s.passes_per_s,
+                    wakeups_per_s: s.wakeups_per_s,
                 },
             ));
         }
@@ -1693,20 +1748,19 @@ fn markdown(vs: &[Validation], a: &CalibrateArgs) -> String {
     );
     let _ = writeln!(
         s,
-        "| scenario | period | policy | Mpps real | Mpps sim | err | kicks/s real | kicks/s sim | err | worker CPU real | worker CPU sim | err | calls/s real | calls/s sim |"
+        "| scenario | period | Mpps real | Mpps sim | err | kicks/s real | kicks/s sim | err | worker CPU real | worker CPU sim | err | calls/s real | calls/s sim | wake-ups/s real | wake-ups/s sim | passes/s real | passes/s sim |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for v in vs {
         for r in &v.rows {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.0} % | {:.0} % | {} | {} | {} |",
+                "| {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {:.0} % | {:.0} % | {} | {} | {} | {} | {} | {} | {} |",
                 r.scenario,
                 r.period,
-                r.policy,
                 r.real.mpps,
                 r.sim.mpps,
                 err_pct(r.real.mpps, r.sim.mpps),
@@ -1718,6 +1772,10 @@ fn markdown(vs: &[Validation], a: &CalibrateArgs) -> String {
                 err_pct(r.real.worker_cpu_pct, r.sim.worker_cpu_pct),
                 fmt_rate(r.real.calls_per_s),
                 fmt_rate(r.sim.calls_per_s),
+                fmt_rate(r.real.wakeups_per_s),
+                fmt_rate(r.sim.wakeups_per_s),
+                fmt_rate(r.real.passes_per_s),
+                fmt_rate(r.sim.passes_per_s),
             );
         }
     }
