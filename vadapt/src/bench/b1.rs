@@ -43,7 +43,7 @@ const SETTLE: Duration = Duration::from_millis(300);
 
 /// Run B1.
 pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
-    let window = ctx.secs(3.0, 1.0);
+    let window = ctx.secs(3.0, 0.8);
     f.run_seconds = window.as_secs_f64();
     let dpdk = testpmd::available();
     if let Err(msg) = &dpdk {

@@ -19,7 +19,7 @@ pub const RATES: [(&str, u32); 2] = [("low", 1_000), ("medium", 20_000)];
 
 /// Run B3.
 pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
-    let window = ctx.secs(4.0, 1.0);
+    let window = ctx.secs(4.0, 0.8);
     f.run_seconds = window.as_secs_f64();
     let exit = vadapt_guest::config::DEFAULT_EXIT_COST_NS;
     f.params.insert("exit_cost_ns".into(), exit as f64);

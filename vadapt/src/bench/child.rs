@@ -467,6 +467,24 @@ impl Drop for Child {
     }
 }
 
+/// Run a short command to completion within `timeout`; its output lines, or
+/// an error with them when it fails.
+pub fn run_once(
+    s: Spawn,
+    stop: &Arc<AtomicBool>,
+    timeout: Duration,
+) -> Result<Vec<String>, BenchError> {
+    let mut c = Child::spawn(s, stop)?;
+    match c.wait_exit(timeout)? {
+        Some(0) => Ok(c.lines_since(0)),
+        code => Err(BenchError::Failed(format!(
+            "`{}` failed (exit {code:?})\n{}",
+            c.argv.join(" "),
+            c.tail(20)
+        ))),
+    }
+}
+
 #[cfg(test)]
 /// True when process `pid` is gone (or a zombie no one reaped yet: a dead
 /// grandchild reparented to a PID 1 that does not reap).
@@ -483,6 +501,11 @@ pub fn pid_gone(pid: i32) -> bool {
 /// CPU time (user + system) of every thread of process `pid`, seconds, from
 /// `/proc/<pid>/task/*/stat` (clock ticks).
 pub fn process_cpu_seconds(pid: i32) -> Option<f64> {
+    threads_cpu_seconds(pid, |_| true)
+}
+
+/// CPU time of the threads of `pid` whose name (`comm`) passes `pick`, seconds.
+pub fn threads_cpu_seconds(pid: i32, pick: impl Fn(&str) -> bool) -> Option<f64> {
     // SAFETY: sysconf(3) has no memory-safety preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let mut ticks = 0u64;
@@ -491,9 +514,13 @@ pub fn process_cpu_seconds(pid: i32) -> Option<f64> {
         let Ok(s) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
-        let Some((_, rest)) = s.rsplit_once(')') else {
+        let Some((head, rest)) = s.rsplit_once(')') else {
             continue;
         };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        if !pick(comm) {
+            continue;
+        }
         // Fields after the comm: state is field 3, utime 14, stime 15 (1-based).
         let f: Vec<&str> = rest.split_whitespace().collect();
         let u: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -583,6 +610,29 @@ mod tests {
             Err(BenchError::Interrupted)
         ));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn run_once_returns_output_or_the_failure() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Spawn::new(
+            "ok",
+            vec!["sh".into(), "-c".into(), "echo hi".into()],
+            &dir(),
+        );
+        assert_eq!(
+            run_once(ok, &stop, Duration::from_secs(10)).unwrap(),
+            ["hi"]
+        );
+        let bad = Spawn::new(
+            "bad",
+            vec!["sh".into(), "-c".into(), "echo oops; exit 4".into()],
+            &dir(),
+        );
+        let e = run_once(bad, &stop, Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Some(4)") && e.contains("oops"), "{e}");
     }
 
     #[test]

@@ -127,6 +127,8 @@ pub struct Ctx {
     pub exe: PathBuf,
     /// Sockets and process logs (short path: unix sockets need < 108 bytes).
     pub work: PathBuf,
+    /// Where results go (`--out`).
+    pub out: PathBuf,
     /// Set by SIGINT/SIGTERM: every wait returns [`BenchError::Interrupted`].
     pub stop: Arc<AtomicBool>,
     /// `--quick`.
@@ -145,6 +147,11 @@ impl Ctx {
     /// Seconds of one measurement: `full` normally, `quick` with `--quick`.
     pub fn secs(&self, full: f64, quick: f64) -> Duration {
         Duration::from_secs_f64(if self.quick { quick } else { full })
+    }
+
+    /// The results directory.
+    pub fn out_dir(&self) -> PathBuf {
+        self.out.clone()
     }
 
     /// Sleep, interruptibly.
@@ -289,6 +296,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
     let ctx = Ctx {
         exe,
         work: work.clone(),
+        out: a.out.clone(),
         stop: Arc::clone(&stop),
         quick: a.quick,
         runs: a.runs,
@@ -421,6 +429,7 @@ mod tests {
         std::fs::create_dir_all(&work).unwrap();
         Ctx {
             exe: PathBuf::from("/bin/false"),
+            out: work.clone(),
             work,
             stop,
             quick: true,
