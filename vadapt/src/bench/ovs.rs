@@ -232,21 +232,18 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
                 r.set("cpu_pct", cpu / dt * 100.0)
                     .set("mpps", pk as f64 / g.elapsed / 1e6)
                     .set(
-                        "cpu_s_per_mpkt",
-                        if pk > 0 {
-                            cpu / (pk as f64 / 1e6)
-                        } else {
-                            f64::NAN
-                        },
-                    )
-                    .set(
-                        "kicks_per_mpkt",
-                        super::b1::per_mpkt(g.kicks, g.sent_packets),
-                    )
-                    .set(
                         "loss_pct",
                         super::b1::pct(g.sent_packets.saturating_sub(pk), g.sent_packets),
                     );
+                if table == "load" {
+                    // Per-packet figures of a handful of idle packets mean nothing.
+                    let mpkt = pk as f64 / 1e6;
+                    r.set("cpu_s_per_mpkt", if pk > 0 { cpu / mpkt } else { f64::NAN })
+                        .set(
+                            "kicks_per_mpkt",
+                            super::b1::per_mpkt(g.kicks, g.sent_packets),
+                        );
+                }
                 f.rows.push(r);
             }
         }
