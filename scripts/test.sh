@@ -58,7 +58,7 @@ step_interop() {
     "$VENV/bin/ruff" check tests/interop
     "$VENV/bin/ruff" format --check tests/interop
     # Strict: a missing prerequisite fails instead of skipping.
-    VADAPT_BIN="$bin" VADAPT_INTEROP_STRICT=1 pytest_run -v tests/interop
+    VADAPT_BIN="$bin" VADAPT_INTEROP_STRICT=1 pytest_run -v --durations=8 tests/interop
 }
 
 run_step() {
