@@ -281,7 +281,7 @@ impl Daemon {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// A flag that, once set, makes [`Daemon::wait`] return (for signal handlers).
+    /// The stop flag: setting it (e.g. from a signal handler) asks every thread to stop.
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.stop)
     }

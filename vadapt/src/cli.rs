@@ -52,13 +52,13 @@ pub struct ServeArgs {
     /// command-line options override its settings.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// A VM port: name=NAME,socket=PATH[,queues=N][,mac=MAC][,policy=POLICY]. Repeatable.
+    /// A VM port: `name=NAME,socket=PATH[,queues=N][,mac=MAC][,policy=POLICY]`. Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
-    /// A sink port (counts and drops): NAME[,mac=MAC]. Repeatable.
+    /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.
     #[arg(long = "sink", value_name = "SPEC")]
     pub sinks: Vec<String>,
-    /// An echo port (swaps MACs, sends back): NAME[,mac=MAC]. Repeatable.
+    /// An echo port (swaps MACs, sends back): `NAME[,mac=MAC]`. Repeatable.
     #[arg(long = "echo", value_name = "SPEC")]
     pub echoes: Vec<String>,
     /// A TAP port to the host's network stack, named after the interface. Repeatable.
