@@ -65,7 +65,8 @@ pub struct GuestConfig {
     pub napi_budget: u32,
     /// Request/response: how long to wait for a reply before counting it lost.
     pub rr_timeout: Duration,
-    /// Longest wait for a vhost-user reply from the backend.
+    /// Longest time the connection handshake (and, at the end, stopping the rings) may take
+    /// before the guest gives up on the backend.
     pub vhost_timeout: Duration,
 }
 

@@ -5,14 +5,17 @@
 //! `GET_PROTOCOL_FEATURES` / `SET_PROTOCOL_FEATURES`, `GET_QUEUE_NUM`, `GET_CONFIG`,
 //! `SET_FEATURES`, `SET_MEM_TABLE`, then per ring `SET_VRING_NUM`, `SET_VRING_BASE`,
 //! `SET_VRING_ADDR`, `SET_VRING_CALL`, `SET_VRING_KICK`, and `SET_VRING_ENABLE` for the rings
-//! of the pairs in use. Every reply is awaited with the socket's read timeout, so a backend
-//! that stops answering turns into an error, not a hang.
+//! of the pairs in use. The whole exchange runs under a watchdog (`vhost_timeout`), so a
+//! backend that stops answering turns into an error, not a hang.
 
 use std::fs::File;
 use std::io;
+use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use vadapt_virtq::driver::{DriverQueue, Seg};
@@ -95,6 +98,14 @@ pub enum DeviceError {
         #[source]
         source: vhost::Error,
     },
+    /// The backend did not answer in time (the socket was shut down to end the wait).
+    #[error("vhost-user backend did not answer {op} within {after:?}")]
+    Timeout {
+        /// The request left unanswered.
+        op: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
     /// The backend does not offer `VIRTIO_F_VERSION_1` (legacy devices are out of scope).
     #[error("the backend does not offer VIRTIO_F_VERSION_1")]
     NoVersion1,
@@ -125,6 +136,47 @@ pub enum DeviceError {
 
 fn proto(op: &'static str) -> impl FnOnce(vhost::Error) -> DeviceError {
     move |source| DeviceError::Protocol { op, source }
+}
+
+/// Bounds a series of vhost-user exchanges in time. The `vhost` crate retries a receive that
+/// fails with `EAGAIN` forever, so socket timeouts would only turn a hang into a busy loop;
+/// instead, when the deadline passes, this shuts the socket down, which makes the pending
+/// receive see end-of-file and fail.
+struct Watchdog {
+    disarm: Option<mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn arm(sock: &UnixStream, timeout: Duration) -> io::Result<Watchdog> {
+        let sock = sock.try_clone()?;
+        let (tx, rx) = mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&fired);
+        let thread = std::thread::Builder::new()
+            .name("vhost-watchdog".into())
+            .spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(timeout) {
+                    flag.store(true, Ordering::SeqCst);
+                    let _ = sock.shutdown(Shutdown::Both);
+                }
+            })?;
+        Ok(Watchdog {
+            disarm: Some(tx),
+            fired,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the watchdog; returns whether it fired (and so broke the socket).
+    fn disarm(mut self) -> bool {
+        drop(self.disarm.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.fired.load(Ordering::SeqCst)
+    }
 }
 
 /// Where every part of guest memory goes (guest-physical addresses, bytes).
@@ -272,6 +324,10 @@ pub struct QueuePair {
 /// A connected, configured device.
 pub struct Device {
     frontend: Frontend,
+    /// The frontend's socket (a clone), for the watchdog.
+    sock: UnixStream,
+    /// Longest wait for a vhost-user exchange.
+    vhost_timeout: Duration,
     /// Guest memory (one memfd region at guest-physical 0).
     pub mem: GuestMemory,
     _memfd: File,
@@ -355,17 +411,30 @@ impl Device {
     /// Connects, negotiates, shares memory and starts `pairs` queue pairs (returned apart
     /// from the device so that threads can own them).
     pub fn connect(cfg: &GuestConfig) -> Result<(Device, Vec<QueuePair>), DeviceError> {
-        let sock = UnixStream::connect(&cfg.socket).map_err(|source| DeviceError::Connect {
+        let connect_err = |source| DeviceError::Connect {
+            path: cfg.socket.clone(),
+            source,
+        };
+        let sock = UnixStream::connect(&cfg.socket).map_err(connect_err)?;
+        let watchdog = Watchdog::arm(&sock, cfg.vhost_timeout).map_err(connect_err)?;
+        let res = Self::handshake(cfg, sock);
+        match (res, watchdog.disarm()) {
+            (Err(DeviceError::Protocol { op, .. }), true) => Err(DeviceError::Timeout {
+                op,
+                after: cfg.vhost_timeout,
+            }),
+            (res, _) => res,
+        }
+    }
+
+    fn handshake(
+        cfg: &GuestConfig,
+        sock: UnixStream,
+    ) -> Result<(Device, Vec<QueuePair>), DeviceError> {
+        let keep = sock.try_clone().map_err(|source| DeviceError::Connect {
             path: cfg.socket.clone(),
             source,
         })?;
-        let timeout = Some(cfg.vhost_timeout.max(Duration::from_millis(1)));
-        sock.set_read_timeout(timeout)
-            .and_then(|_| sock.set_write_timeout(timeout))
-            .map_err(|source| DeviceError::Connect {
-                path: cfg.socket.clone(),
-                source,
-            })?;
         let mut fe = Frontend::from_stream(sock, 2);
 
         fe.set_owner().map_err(proto("SET_OWNER"))?;
@@ -447,6 +516,8 @@ impl Device {
         let ring_features = RingFeatures::from_bits(features);
         let mut dev = Device {
             frontend: fe,
+            sock: keep,
+            vhost_timeout: cfg.vhost_timeout,
             mem,
             _memfd: memfd,
             features,
@@ -622,6 +693,23 @@ impl Device {
     /// Stops every ring (`GET_VRING_BASE`, after which the backend no longer touches guest
     /// memory) and returns the first error, if any. Bounded by the socket timeout.
     pub fn stop_rings(&self) -> Result<(), DeviceError> {
+        let watchdog = Watchdog::arm(&self.sock, self.vhost_timeout).map_err(|source| {
+            DeviceError::Connect {
+                path: PathBuf::from("(vhost-user socket)"),
+                source,
+            }
+        })?;
+        let res = self.stop_rings_inner();
+        match (res, watchdog.disarm()) {
+            (Err(DeviceError::Protocol { op, .. }), true) => Err(DeviceError::Timeout {
+                op,
+                after: self.vhost_timeout,
+            }),
+            (res, _) => res,
+        }
+    }
+
+    fn stop_rings_inner(&self) -> Result<(), DeviceError> {
         let mut first = Ok(());
         for &ring in &self.rings {
             if let Err(e) = self.frontend.get_vring_base(ring) {

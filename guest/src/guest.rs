@@ -241,3 +241,37 @@ fn socket_hung_up(fd: RawFd, timeout_ms: i32) -> bool {
     let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     n > 0 && p.revents & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_backend_that_never_answers_is_an_error_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("vadapt-guest-mute-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mute.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // Accept and hold the connection open without ever replying.
+        let holder = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        let cfg = GuestConfig {
+            vhost_timeout: Duration::from_millis(100),
+            ..GuestConfig::new(&path)
+        };
+        let err = Guest::connect(cfg).unwrap_err();
+        let msg = error_chain(&err);
+        assert!(
+            msg.starts_with("vhost-user backend did not answer GET_FEATURES"),
+            "{msg}"
+        );
+        drop(holder.join());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn formats_macs() {
+        assert_eq!(format_mac([2, 0, 0xab, 0, 0, 0xff]), "02:00:ab:00:00:ff");
+    }
+}
