@@ -21,8 +21,14 @@
 //! | `wake_latency_ns` | two threads on different CPUs: A waits 20 µs (B blocked, its CPU idle), reads the TSC and writes B's eventfd; B, blocked in `read`, reads the TSC when it returns. Median of the difference (TSC is invariant and shared); RTT/2 if the TSCs disagree. 20 µs is the loaded regime, a worker kicked again soon after it went to sleep; the latencies after 0, 200 and 2000 µs of idling go into the file as comments, because in a VM a CPU that idles longer wakes slower (the model has one value). |
 //! | `jitter` | interquartile range ÷ median of those wake latencies (a uniform draw in `[1-j, 1+j]·m` has IQR `j·m`), clamped to [0.05, 0.9]. |
 //! | `wakeup_cpu_ns` | interrupt policy, guest paced at 200 kpps (one kick per pass, a few packets each): worker CPU time ÷ wake-ups, minus what the model charges per wake-up elsewhere (passes × `pass_overhead_ns`, packets × `per_packet_ns`, one `context_switch_ns`). The same at 4 kpps is written as a comment: rare wake-ups cost several times more here. |
-//! | `timer_overshoot_ns` | p50 of the NetAP worker's sleep overshoot from the daemon's counters (the worker sets its timer slack to 1 ns); a direct `clock_nanosleep` measurement if the daemon recorded none. |
-//! | `context_switch_ns` | two threads ping-ponging through two eventfds on one pinned CPU: half the round trip minus the eventfd write. |
+//! | `timer_overshoot_ns` | p50 of the NetAP worker's sleep overshoot from the daemon's counters (the worker sets its timer slack to 1 ns and asks to wake early by the running mean of its lateness, so the median is near 0); the kernel's raw lateness (a 200 µs `clock_nanosleep` with 1 ns slack) goes into the file as a comment, and is the value if the daemon recorded no sleep. |
+//! | `context_switch_ns` | two threads pinned to one CPU ping-ponging through eventfds: half the round trip (one switch, one write, one read) minus a write nobody waits on and a read of a signalled eventfd. |
+//!
+//! Every measurement runs once per round (`--rounds`, default 3), all of them
+//! interleaved, and each value is the median over rounds: this machine is
+//! shared, and a burst of someone else's load should spoil one run of each
+//! point rather than every run of one point. For a daemon point the run whose
+//! key ratio is the median is kept whole, so its counters stay consistent.
 //!
 //! The guest's CPU per packet (busy-poll, closed loop, no kicks) is measured
 //! too and written as a comment: it is a workload parameter of scenarios that
@@ -51,7 +57,7 @@ use vadapt_sim::Calibration;
 mod micro;
 mod validate;
 
-use micro::{nanosleep_overshoot, pin, ping_pong, read_signalled, PingPong};
+use micro::{nanosleep_overshoot, pin, ping_pong, write_read_signalled, PingPong};
 use validate::validate_all;
 
 /// `vadapt calibrate`.
@@ -68,10 +74,15 @@ pub struct CalibrateArgs {
         default_value = "sim/calibration/measured.toml"
     )]
     pub out: PathBuf,
-    /// Measuring time per load point, seconds (each point also has a short warm-up).
-    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    /// Measuring time per load point and round, seconds (each point also has a short warm-up).
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
     pub duration: f64,
-    /// A short run (0.4 s per point, fewer samples; under 30 s), for tests and smoke checks.
+    /// Rounds: every measurement runs once per round, interleaved, and the file takes the
+    /// median (this machine is shared; one noisy round should not decide a value).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: usize,
+    /// A short run (one round, 0.4 s per point, fewer samples; under 30 s), for tests and
+    /// smoke checks.
     #[arg(long)]
     pub quick: bool,
     /// Emulated VM-exit cost added to the measured kick and call syscalls, ns: the synthetic
@@ -199,6 +210,8 @@ struct Plan {
     measure: Duration,
     /// Ping-pong round trips per micro-benchmark.
     pings: usize,
+    /// Rounds of every measurement.
+    rounds: usize,
 }
 
 impl Plan {
@@ -208,12 +221,14 @@ impl Plan {
                 warm: Duration::from_millis(200),
                 measure: Duration::from_millis(400),
                 pings: 300,
+                rounds: 1,
             }
         } else {
             Plan {
-                warm: Duration::from_millis(500),
+                warm: Duration::from_millis(400),
                 measure: Duration::from_secs_f64(a.duration),
-                pings: 2000,
+                pings: 1000,
+                rounds: a.rounds.max(1),
             }
         }
     }
@@ -526,6 +541,7 @@ struct Measured {
     guest_ns_per_packet: f64,
     busy_poll_mpps: f64,
     busy_poll_ns_per_packet: f64,
+    rounds: usize,
 }
 
 fn calibrate(a: &CalibrateArgs) -> Result<()> {
@@ -558,22 +574,27 @@ fn calibrate(a: &CalibrateArgs) -> Result<()> {
     Ok(())
 }
 
-fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
-    let mut notes = BTreeMap::new();
-    let tsc_per_ns = calibrate_tsc(if a.quick { 50 } else { 200 });
-    if !(tsc_per_ns.is_finite() && tsc_per_ns > 0.0) {
-        return Err(CalibrateError::Measure {
-            what: "TSC rate",
-            reason: format!("{tsc_per_ns} cycles/ns"),
-        });
-    }
-    let ns = |c: f64| c / tsc_per_ns;
-    eprintln!("calibrate: TSC {:.3} GHz; micro-benchmarks", tsc_per_ns);
+/// One round of the kernel-path micro-benchmarks, ns.
+#[derive(Clone, Debug)]
+struct MicroRound {
+    /// Per idle gap before the wake-up (µs): latency, waking write, TSC read on both sides.
+    by_gap: Vec<(u64, f64, f64, bool)>,
+    /// IQR / median of the wake-up latencies at [`WAKE_GAP_US`].
+    jitter: f64,
+    /// Median round trip at [`WAKE_GAP_US`].
+    rtt_ns: f64,
+    /// Median round trip of the same-CPU ping-pong.
+    same_rtt_ns: f64,
+    /// Median write to an eventfd nobody waits on.
+    plain_write_ns: f64,
+    /// Median read of a signalled eventfd.
+    call_read_ns: f64,
+}
 
-    // Kernel paths: wake-up across CPUs after several idle times, context switch
-    // on one CPU, eventfd costs.
-    let mut wake_by_gap = Vec::new();
-    let mut chosen = None;
+fn micro_round(plan: &Plan, cpus: Cpus, tsc_per_ns: f64, quick: bool) -> Result<MicroRound> {
+    let ns = |c: f64| c / tsc_per_ns;
+    let mut by_gap = Vec::new();
+    let (mut jitter, mut rtt_ns) = (0.25, f64::NAN);
     for (gap_us, share) in WAKE_GAPS_US {
         let n = (plan.pings / share).max(50);
         let PingPong {
@@ -586,115 +607,246 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
             n,
             Some(Duration::from_micros(gap_us)),
         )?;
-        let rtt_ns = ns(median(&mut rt));
+        let rtt = ns(median(&mut rt));
         // A TSC not shared between CPUs leaves few plausible samples: use RTT/2.
         let direct = wk.len() * 2 >= n;
         let lat = if direct {
             ns(median(&mut wk))
         } else {
-            rtt_ns / 2.0
+            rtt / 2.0
         };
-        let jit = if direct {
-            (ns(quantile(&mut wk, 0.75) - quantile(&mut wk, 0.25)) / lat).clamp(0.05, 0.9)
-        } else {
-            0.25
-        };
-        let write = ns(median(&mut w));
-        wake_by_gap.push((gap_us, lat, write, direct));
         if gap_us == WAKE_GAP_US {
-            chosen = Some((lat, jit, write, direct, rtt_ns, n));
+            rtt_ns = rtt;
+            if direct {
+                let iqr = ns(quantile(&mut wk, 0.75) - quantile(&mut wk, 0.25));
+                jitter = (iqr / lat).clamp(0.05, 0.9);
+            }
+        }
+        by_gap.push((gap_us, lat, ns(median(&mut w)), direct));
+    }
+    let PingPong { rtt: mut srtt, .. } = ping_pong(cpus.guest, cpus.guest, plan.pings * 2, None)?;
+    let (write, read) = write_read_signalled(if quick { 2000 } else { 20000 })?;
+    Ok(MicroRound {
+        by_gap,
+        jitter,
+        rtt_ns,
+        same_rtt_ns: ns(median(&mut srtt)),
+        plain_write_ns: ns(write),
+        call_read_ns: ns(read),
+    })
+}
+
+/// What a daemon point is for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    /// A row of the worker-cost fit.
+    Fit,
+    /// Busy-poll, closed loop: the guest's per-packet cost.
+    Busy,
+    /// Interrupt mode: CPU per wake-up; the first such point gives the value.
+    Wake,
+}
+
+fn daemon_points(quick: bool) -> Vec<(Point, Role)> {
+    let netap = netap_near_200us();
+    let fit = |name, pps, size| {
+        (
+            Point {
+                name,
+                policy: netap,
+                load: Load::Rate { pps },
+                size,
+            },
+            Role::Fit,
+        )
+    };
+    let irq = |name, pps| {
+        (
+            Point {
+                name,
+                policy: PolicyConfig::Interrupt,
+                load: Load::Rate { pps },
+                size: 64,
+            },
+            Role::Wake,
+        )
+    };
+    // ~200 µs intervals: 20, 80, 320 and 640 kpps give about 4, 16, 64 and 128 packets a pass.
+    let mut v = vec![fit("netap200-4x64B", 20_000.0, 64)];
+    if !quick {
+        v.push(fit("netap200-16x64B", 80_000.0, 64));
+    }
+    v.push(fit("netap200-64x64B", 320_000.0, 64));
+    v.push(fit("netap200-128x64B", 640_000.0, 64));
+    v.push(fit("netap200-64x1400B", 320_000.0, 1400));
+    v.push((
+        Point {
+            name: "busy-poll-closed",
+            policy: PolicyConfig::BusyPoll,
+            load: Load::ClosedLoop,
+            size: 64,
+        },
+        Role::Busy,
+    ));
+    v.push(irq("interrupt-200kpps", 200_000.0));
+    if !quick {
+        v.push(irq("interrupt-4kpps", 4_000.0));
+    }
+    v
+}
+
+/// The run whose `key` is the median of `runs` (so a point's counters stay
+/// consistent with each other), and the range of `key`.
+fn representative(
+    runs: &[PointResult],
+    key: impl Fn(&PointResult) -> f64,
+) -> (PointResult, f64, f64) {
+    let mut idx: Vec<usize> = (0..runs.len()).collect();
+    idx.sort_by(|&a, &b| key(&runs[a]).total_cmp(&key(&runs[b])));
+    let lo = key(&runs[idx[0]]);
+    let hi = key(&runs[idx[idx.len() - 1]]);
+    (runs[idx[(idx.len() - 1) / 2]].clone(), lo, hi)
+}
+
+fn per_pass_cycles(p: &PointResult) -> f64 {
+    p.busy_cycles as f64 / p.passes.max(1) as f64
+}
+
+fn per_wake_cpu_ns(p: &PointResult) -> f64 {
+    p.cpu_s * 1e9 / p.wakeups.max(1) as f64
+}
+
+fn mpps(p: &PointResult) -> f64 {
+    p.tx_packets as f64 / p.secs / 1e6
+}
+
+/// Median of `f` over the micro rounds, with its range.
+fn over_rounds(rounds: &[MicroRound], f: impl Fn(&MicroRound) -> f64) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = rounds.iter().map(f).collect();
+    let m = median(&mut v);
+    (m, v[0], v[v.len() - 1])
+}
+
+fn range_note(n: usize, lo: f64, hi: f64, unit: &str) -> String {
+    if n > 1 {
+        format!("; median of {n} rounds, range {lo:.0}-{hi:.0} {unit}")
+    } else {
+        String::new()
+    }
+}
+
+fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
+    let mut notes = BTreeMap::new();
+    let tsc_per_ns = calibrate_tsc(if a.quick { 50 } else { 200 });
+    if !(tsc_per_ns.is_finite() && tsc_per_ns > 0.0) {
+        return Err(CalibrateError::Measure {
+            what: "TSC rate",
+            reason: format!("{tsc_per_ns} cycles/ns"),
+        });
+    }
+    let ns = |c: f64| c / tsc_per_ns;
+    eprintln!("calibrate: TSC {tsc_per_ns:.3} GHz");
+
+    // Rounds interleave every measurement, so that a burst of load from another
+    // process on this shared machine spoils one run of each point, not all of
+    // one point; each value is the median over rounds.
+    let rounds = plan.rounds;
+    let pts = daemon_points(a.quick);
+    let mut micro = Vec::new();
+    let mut runs: Vec<Vec<PointResult>> = vec![Vec::new(); pts.len()];
+    for r in 0..rounds {
+        eprintln!("calibrate: round {}/{rounds}: micro-benchmarks", r + 1);
+        micro.push(micro_round(plan, cpus, tsc_per_ns, a.quick)?);
+        for (i, (p, _)) in pts.iter().enumerate() {
+            eprintln!(
+                "calibrate: round {}/{rounds}: point {}/{} {}",
+                r + 1,
+                i + 1,
+                pts.len(),
+                p.name
+            );
+            runs[i].push(run_point(p, plan, cpus)?);
         }
     }
-    let Some((wake_latency_ns, jitter, kick_syscall_ns, direct, rtt_ns, n)) = chosen else {
-        return Err(CalibrateError::Measure {
-            what: "wake latency",
-            reason: "no ping-pong at the chosen idle gap".into(),
-        });
-    };
+
+    // Kernel paths.
+    let chosen = WAKE_GAPS_US
+        .iter()
+        .position(|g| g.0 == WAKE_GAP_US)
+        .expect("the chosen gap is measured");
+    let (wake_latency_ns, wl_lo, wl_hi) = over_rounds(&micro, |m| m.by_gap[chosen].1);
+    let (jitter, ..) = over_rounds(&micro, |m| m.jitter);
+    let (kick_syscall_ns, k_lo, k_hi) = over_rounds(&micro, |m| m.by_gap[chosen].2);
+    let (rtt_ns, ..) = over_rounds(&micro, |m| m.rtt_ns);
+    let direct = micro.iter().all(|m| m.by_gap[chosen].3);
     let mut by_gap = String::new();
-    for (g, lat, w, _) in &wake_by_gap {
-        let _ = write!(by_gap, "\n#   idle {g:>4} us before the wake-up: latency {lat:>6.0} ns, waking write {w:>5.0} ns");
+    for (i, (g, _)) in WAKE_GAPS_US.iter().enumerate() {
+        let (lat, ..) = over_rounds(&micro, |m| m.by_gap[i].1);
+        let (w, ..) = over_rounds(&micro, |m| m.by_gap[i].2);
+        let _ = write!(
+            by_gap,
+            "\n#   idle {g:>4} us before the wake-up: latency {lat:>6.0} ns, waking write {w:>5.0} ns"
+        );
     }
     notes.insert(
         "wake_latency_ns",
         format!(
-            "{} of {n} eventfd wake-ups of a thread that had been blocked {WAKE_GAP_US} us on another CPU \
-             (the loaded regime: a worker woken by kicks or calls back to back){}; \
+            "{} eventfd wake-ups of a thread that had been blocked {WAKE_GAP_US} us on another CPU \
+             (the loaded regime: a worker woken by kicks or calls back to back){}{}; \
              the longer a CPU idles the longer its wake-up (a vCPU halted in this VM):{by_gap}",
             if direct {
-                "median, TSC read on both sides,"
+                "median (TSC read on both sides) of"
             } else {
-                "half the round trip (the CPUs' TSCs disagree)"
+                "half the round trip (the CPUs' TSCs disagree) of"
             },
             if direct {
                 format!(", round trip median {rtt_ns:.0} ns")
             } else {
                 String::new()
             },
+            range_note(rounds, wl_lo, wl_hi, "ns")
         ),
     );
-    let PingPong {
-        write: mut sw,
-        rtt: mut srtt,
-        ..
-    } = ping_pong(cpus.guest, cpus.guest, plan.pings * 2, None)?;
-    let same_write_ns = ns(median(&mut sw));
-    let same_rtt_ns = ns(median(&mut srtt));
-    let context_switch_ns = (same_rtt_ns / 2.0 - same_write_ns).max(1.0);
+    let (context_switch_ns, cs_lo, cs_hi) = over_rounds(&micro, |m| {
+        (m.same_rtt_ns / 2.0 - m.plain_write_ns - m.call_read_ns).max(1.0)
+    });
+    let (same_rtt_ns, ..) = over_rounds(&micro, |m| m.same_rtt_ns);
+    let (plain_write_ns, ..) = over_rounds(&micro, |m| m.plain_write_ns);
+    let (read_ns, ..) = over_rounds(&micro, |m| m.call_read_ns);
     notes.insert(
         "context_switch_ns",
         format!(
-            "eventfd ping-pong of two threads on one CPU: half the median round trip ({same_rtt_ns:.0} ns) minus the waking write ({same_write_ns:.0} ns)"
+            "eventfd ping-pong of two threads pinned to one CPU: half the round trip \
+             ({same_rtt_ns:.0} ns: one switch, one write and one read) minus an eventfd write \
+             nobody waits on ({plain_write_ns:.0} ns) and a read of a signalled one ({read_ns:.0} ns){}",
+            range_note(rounds, cs_lo, cs_hi, "ns")
         ),
     );
-    let call_read_ns = ns(read_signalled(if a.quick { 2000 } else { 20000 })?);
+    let (call_read_ns, ..) = over_rounds(&micro, |m| m.call_read_ns);
 
-    // Daemon points: worker cost fit.
-    let netap = netap_near_200us();
-    let mut fit_points = vec![
-        (4u32, 20_000.0, 64u32),
-        (16, 80_000.0, 64),
-        (64, 320_000.0, 64),
-        (128, 640_000.0, 64),
-        (64, 320_000.0, 1400),
-    ];
-    if a.quick {
-        fit_points.retain(|p| p.0 != 16);
-    }
-    let names: [&'static str; 5] = [
-        "netap200-4x64B",
-        "netap200-16x64B",
-        "netap200-64x64B",
-        "netap200-128x64B",
-        "netap200-64x1400B",
-    ];
+    // Daemon points: one representative run each.
     let mut points = Vec::new();
-    for (i, (_, pps, size)) in fit_points.iter().enumerate() {
-        let name = match (*pps as u64, *size) {
-            (20_000, _) => names[0],
-            (80_000, _) => names[1],
-            (320_000, 64) => names[2],
-            (640_000, _) => names[3],
-            _ => names[4],
+    let mut spread = Vec::new();
+    for ((_, role), rs) in pts.iter().zip(&runs) {
+        let (p, lo, hi) = match role {
+            Role::Fit => representative(rs, per_pass_cycles),
+            Role::Busy => representative(rs, mpps),
+            Role::Wake => representative(rs, per_wake_cpu_ns),
         };
-        eprintln!(
-            "calibrate: point {}/{} {name}",
-            i + 1,
-            fit_points.len() + if a.quick { 2 } else { 3 }
-        );
-        points.push(run_point(
-            &Point {
-                name,
-                policy: netap,
-                load: Load::Rate { pps: *pps },
-                size: *size,
-            },
-            plan,
-            cpus,
-        )?);
+        spread.push((lo, hi));
+        points.push(p);
     }
-    let rows: Vec<([f64; 3], f64)> = points
+
+    // Worker cost fit.
+    let fit: Vec<(&PointResult, (f64, f64))> = pts
         .iter()
+        .zip(points.iter().zip(spread.iter().copied()))
+        .filter(|((_, role), _)| *role == Role::Fit)
+        .map(|(_, p)| p)
+        .collect();
+    let rows: Vec<([f64; 3], f64)> = fit
+        .iter()
+        .map(|(p, _)| *p)
         .filter(|p| p.passes > 0 && p.busy_packets > 0)
         .map(|p| {
             let passes = p.passes as f64;
@@ -704,7 +856,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
                     p.tx_bytes as f64 / passes,
                     1.0,
                 ],
-                p.busy_cycles as f64 / passes,
+                per_pass_cycles(p),
             )
         })
         .collect();
@@ -714,8 +866,8 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
             reason: format!("only {} load points moved packets", rows.len()),
         });
     }
-    let all_pkts: f64 = points.iter().map(|p| p.busy_packets as f64).sum();
-    let all_cycles: f64 = points.iter().map(|p| p.busy_cycles as f64).sum();
+    let all_pkts: f64 = fit.iter().map(|(p, _)| p.busy_packets as f64).sum();
+    let all_cycles: f64 = fit.iter().map(|(p, _)| p.busy_cycles as f64).sum();
     let mean_per_packet_ns = ns(all_cycles / all_pkts.max(1.0));
     let (mut per_packet_ns, mut per_byte_ps, mut pass_overhead_ns);
     let mut fit_note = String::new();
@@ -729,11 +881,17 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
             // Noise can push a small term below zero; refit without the pass term
             // and say so in the file.
             let two: Vec<([f64; 2], f64)> = rows.iter().map(|(x, y)| ([x[0], x[1]], *y)).collect();
-            let _ = write!(
-                fit_note,
-                " (3-term fit {:?} had a non-positive term; refit through the origin)",
-                other.map(|c| c.map(ns))
-            );
+            let _ = match other {
+                Some([a1, p1, b1]) => write!(
+                    fit_note,
+                    " (3-term fit a = {:.1} ns, p = {:.1} ps, b = {:.0} ns had a non-positive term; \
+                     refit without b, pass_overhead_ns = 1)",
+                    ns(a1),
+                    ns(p1) * 1000.0,
+                    ns(b1)
+                ),
+                None => write!(fit_note, " (3-term fit singular; refit without b)"),
+            };
             match least_squares(&two) {
                 Some([a2, p2]) if a2 > 0.0 && p2 > 0.0 => {
                     per_packet_ns = ns(a2);
@@ -749,8 +907,6 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
             pass_overhead_ns = 1.0;
         }
     }
-    // The fit's per-packet term is at the frame size the model adds bytes to:
-    // nothing to subtract, `per_byte_ps` multiplies frame bytes in both.
     if !(per_packet_ns.is_finite() && per_packet_ns > 0.0) {
         per_packet_ns = mean_per_packet_ns.max(1.0);
     }
@@ -761,109 +917,83 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         pass_overhead_ns = 1.0;
     }
     let mut fit_desc = String::new();
-    for p in &points {
+    for (p, (lo, hi)) in &fit {
         let _ = write!(
             fit_desc,
-            "\n#   {:<18} {:>7.1} pkts/pass {:>7.0} cycles/pass {:>5.0} ns/pkt  ({} passes)",
+            "\n#   {:<18} {:>6.1} pkts/pass {:>6.0} cycles/pass {:>4.0} ns/pkt ({} passes){}",
             p.name,
             p.busy_packets as f64 / p.passes.max(1) as f64,
-            p.busy_cycles as f64 / p.passes.max(1) as f64,
+            per_pass_cycles(p),
             ns(p.busy_cycles as f64 / p.busy_packets.max(1) as f64),
-            p.passes
+            p.passes,
+            if rounds > 1 {
+                format!("; cycles/pass over rounds {lo:.0}-{hi:.0}")
+            } else {
+                String::new()
+            }
         );
     }
     notes.insert("fit", format!("{fit_note}{fit_desc}"));
 
-    // Timer overshoot: the NetAP worker's own counter.
-    let mut over: Vec<f64> = points
+    // Timer overshoot: the NetAP worker's own counter, beside the kernel's raw lateness.
+    let raw = nanosleep_overshoot(if a.quick { 100 } else { 1000 })?;
+    let mut over: Vec<f64> = fit
         .iter()
-        .filter(|p| p.overshoot_p50_ns > 0)
-        .map(|p| p.overshoot_p50_ns as f64)
+        .filter(|(p, _)| p.overshoot_p50_ns > 0)
+        .map(|(p, _)| p.overshoot_p50_ns as f64)
         .collect();
     let timer_overshoot_ns = if over.is_empty() {
-        let v = nanosleep_overshoot(if a.quick { 100 } else { 1000 })?.max(1.0);
         notes.insert(
             "timer_overshoot_ns",
             "the daemon recorded no sleep: median lateness of a 200 us clock_nanosleep with 1 ns timer slack".into(),
         );
-        v
+        raw.max(1.0)
     } else {
-        let v = median(&mut over);
         notes.insert(
             "timer_overshoot_ns",
             format!(
-                "median over {} NetAP points of the worker's sleep-overshoot p50 (daemon counter vadapt_worker_sleep_overshoot_seconds; timer slack 1 ns)",
+                "median over {} NetAP points of the worker's sleep-overshoot p50 (daemon counter \
+                 vadapt_worker_sleep_overshoot_seconds; early wake-ups count as 1 ns). The worker sets \
+                 its timer slack to 1 ns and asks to wake early by the running mean of its lateness; \
+                 without that, a 200 us clock_nanosleep here ends a median {raw:.0} ns late",
                 over.len()
             ),
         );
-        v
+        median(&mut over).max(1.0)
     };
-
-    // Busy-poll, closed loop: the guest's own per-packet cost, and a capacity check.
-    eprintln!(
-        "calibrate: point {}/{} busy-poll closed loop",
-        points.len() + 1,
-        fit_points.len() + if a.quick { 2 } else { 3 }
-    );
-    let bp = run_point(
-        &Point {
-            name: "busy-poll-closed",
-            policy: PolicyConfig::BusyPoll,
-            load: Load::ClosedLoop,
-            size: 64,
-        },
-        plan,
-        cpus,
-    )?;
-    points.push(bp);
 
     // Interrupt mode: CPU per wake-up, under load (the value) and at a low rate (a note).
-    let irq_points: &[(&'static str, f64)] = if a.quick {
-        &[("interrupt-200kpps", 200_000.0)]
-    } else {
-        &[
-            ("interrupt-200kpps", 200_000.0),
-            ("interrupt-4kpps", 4_000.0),
-        ]
-    };
-    let total = points.len() + 1 + irq_points.len();
+    let wake_points: Vec<(&PointResult, (f64, f64))> = pts
+        .iter()
+        .zip(points.iter().zip(spread.iter().copied()))
+        .filter(|((_, role), _)| *role == Role::Wake)
+        .map(|(_, p)| p)
+        .collect();
     let mut per_wake = Vec::new();
-    for (i, (name, pps)) in irq_points.iter().enumerate() {
-        eprintln!("calibrate: point {}/{total} {name}", points.len() + 2 + i);
-        let r = run_point(
-            &Point {
-                name,
-                policy: PolicyConfig::Interrupt,
-                load: Load::Rate { pps: *pps },
-                size: 64,
-            },
-            plan,
-            cpus,
-        )?;
+    for (r, (lo, hi)) in &wake_points {
         if r.wakeups == 0 {
             return Err(CalibrateError::Measure {
                 what: "wake-up CPU",
-                reason: format!("the interrupt-mode worker never woke up at {pps} pps"),
+                reason: format!("the interrupt-mode worker never woke up in {}", r.name),
             });
         }
         let w = r.wakeups as f64;
-        let cpu = r.cpu_s * 1e9 / w;
         let charged = (r.passes as f64 * pass_overhead_ns + r.tx_packets as f64 * per_packet_ns)
             / w
             + context_switch_ns;
         per_wake.push((
-            *name,
-            r.wakeups as f64 / r.secs,
-            cpu,
+            r.name,
+            w / r.secs,
+            per_wake_cpu_ns(r),
             charged,
             r.tx_packets as f64 / w,
+            (*lo, *hi),
         ));
-        points.push(r);
     }
-    let (_, wakes_per_s, cpu, charged, pkts) = per_wake[0];
+    let (_, wakes_per_s, cpu, charged, pkts, (lo, hi)) = per_wake[0];
     let wakeup_cpu_ns = (cpu - charged).max(1.0);
     let mut others = String::new();
-    for (name, wps, c, ch, _) in &per_wake[1..] {
+    for (name, wps, c, ch, _, _) in &per_wake[1..] {
         let _ = write!(
             others,
             "\n#   {name}: {wps:.0} wake-ups/s, {c:.0} ns of worker CPU each, {:.0} ns after the same subtraction",
@@ -873,15 +1003,23 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     notes.insert(
         "wakeup_cpu_ns",
         format!(
-            "interrupt policy, guest paced at 200 kpps (one kick per pass, {wakes_per_s:.0} wake-ups/s, \
-             {pkts:.1} packets each): worker CPU {cpu:.0} ns per wake-up minus the pass, packet and \
-             context-switch costs the model charges separately ({charged:.0} ns). \
-             Rarer wake-ups cost more here (a halted vCPU's wake-up is charged to the woken thread):{others}"
+            "interrupt policy, guest paced at 200 kpps ({wakes_per_s:.0} wake-ups/s, {pkts:.1} packets each): \
+             worker CPU {cpu:.0} ns per wake-up{} minus the pass, packet and context-switch costs the \
+             model charges separately ({charged:.0} ns){}",
+            range_note(rounds, lo, hi, "ns"),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ". Rarer wake-ups cost more here (a halted vCPU's wake-up is charged to the \
+                     woken thread):{others}"
+                )
+            }
         ),
     );
     let busy = points.iter().find(|p| p.name == "busy-poll-closed");
     let guest_ns_per_packet = busy.map_or(f64::NAN, |p| p.guest_ns_per_packet);
-    let busy_poll_mpps = busy.map_or(f64::NAN, |p| p.tx_packets as f64 / p.secs / 1e6);
+    let busy_poll_mpps = busy.map_or(f64::NAN, mpps);
     let busy_poll_ns_per_packet = busy.map_or(f64::NAN, |p| {
         ns(p.busy_cycles as f64 / p.busy_packets.max(1) as f64)
     });
@@ -895,7 +1033,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         pass_overhead_ns,
         nic_packet_ns: 0.0,
         kick_ns: kick_syscall_ns + exit,
-        call_ns: call_read_ns / tsc_per_ns + exit,
+        call_ns: call_read_ns + exit,
         wake_latency_ns,
         wakeup_cpu_ns,
         timer_overshoot_ns,
@@ -905,14 +1043,15 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     notes.insert(
         "kick_ns",
         format!(
-            "median eventfd write waking a thread blocked {WAKE_GAP_US} us on another CPU: {kick_syscall_ns:.0} ns, + {exit:.0} ns emulated VM exit (--exit-cost-ns)"
+            "median eventfd write waking a thread blocked {WAKE_GAP_US} us on another CPU: \
+             {kick_syscall_ns:.0} ns{}, + {exit:.0} ns emulated VM exit (--exit-cost-ns)",
+            range_note(rounds, k_lo, k_hi, "ns")
         ),
     );
     notes.insert(
         "call_ns",
         format!(
-            "median read of a signalled eventfd: {:.0} ns, + {exit:.0} ns emulated interrupt entry (--exit-cost-ns)",
-            call_read_ns / tsc_per_ns
+            "median read of a signalled eventfd: {call_read_ns:.0} ns, + {exit:.0} ns emulated interrupt entry (--exit-cost-ns)"
         ),
     );
     Ok(Measured {
@@ -923,6 +1062,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         guest_ns_per_packet,
         busy_poll_mpps,
         busy_poll_ns_per_packet,
+        rounds,
     })
 }
 
@@ -1013,10 +1153,13 @@ fn render(a: &CalibrateArgs, m: &Measured) -> String {
          # CPU 0 when there are two CPUs). Format: vadapt-sim's `Calibration`.\n\
          # Costs are of this machine: a userspace guest whose kicks and calls are eventfd\n\
          # syscalls, with the VM-exit part of kick_ns / call_ns the guest's emulated exit cost\n\
-         # ({} ns). Methods: `vadapt calibrate --help` and vadapt/src/calibrate.rs.\n\
-         # TSC {:.4} GHz.{}",
+         # ({} ns). Methods: the module docs of vadapt/src/calibrate.rs.\n\
+         # TSC {:.4} GHz. {} round(s) of every measurement, interleaved, {} s per load point;\n\
+         # each value is the median over rounds.{}",
         a.exit_cost_ns,
         m.tsc_per_ns,
+        m.rounds,
+        if a.quick { 0.4 } else { a.duration },
         if a.quick {
             " QUICK RUN: few samples, for tests only."
         } else {

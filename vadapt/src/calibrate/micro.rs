@@ -151,17 +151,20 @@ fn idle_for(g: Duration) {
     }
 }
 
-/// Median cycles of reading a signalled eventfd (the guest taking a call).
-pub(super) fn read_signalled(n: usize) -> Result<f64> {
+/// Median cycles of writing an eventfd nobody waits on, and of reading it back
+/// once signalled (the guest taking a call).
+pub(super) fn write_read_signalled(n: usize) -> Result<(f64, f64)> {
     let e = Efd::new()?;
-    let mut v = Vec::with_capacity(n);
+    let (mut w, mut r) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
-        e.signal();
         let t0 = cycles();
+        e.signal();
+        let t1 = cycles();
         e.wait();
-        v.push(cycles().wrapping_sub(t0) as f64);
+        r.push(cycles().wrapping_sub(t1) as f64);
+        w.push(t1.wrapping_sub(t0) as f64);
     }
-    Ok(median(&mut v))
+    Ok((median(&mut w), median(&mut r)))
 }
 
 /// Median lateness of a 200 µs `clock_nanosleep` with 1 ns timer slack, ns.
