@@ -88,8 +88,13 @@ def plot_b1(df: pd.DataFrame, out: Path) -> Path:
     """Throughput per backend/policy: one panel per (sender table, variant, frame)."""
     s = summarize(df, ["table", "variant", "frame", "backend", "policy"], "mpps")
     panels = list(s.groupby(["table", "variant", "frame"], sort=False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
-    for ax, ((table, variant, frame), part) in zip(axes[0], panels, strict=True):
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.8 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, ((table, variant, frame), part) in zip(flat, panels, strict=False):
         sender = "DPDK virtio-user" if table == "dpdk-fe" else "synthetic guest"
         extra = f", {variant}" if variant else ""
         _bars(ax, part, f"{sender}, {frame} B{extra}", "Mpps")

@@ -63,7 +63,7 @@ pub struct BenchArgs {
     /// Do not rewrite BENCHMARKS.md nor redraw docs/img/bench/.
     #[arg(long)]
     pub no_write: bool,
-    /// The BENCHMARKS.md to rewrite [default: <git top level>/BENCHMARKS.md].
+    /// The BENCHMARKS.md to rewrite [default: BENCHMARKS.md at the git top level].
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
 }
