@@ -14,17 +14,18 @@
 //!
 //! | key | method |
 //! |---|---|
-//! | `per_packet_ns`, `per_byte_ps`, `pass_overhead_ns` | NetAP held at a ~200 µs interval (range 200–240 µs, no kick threshold), the guest paced so that each pass finds ~4, 16, 64 or 128 packets of 64 B (and ~64 of 1400 B). Per run: TSC cycles of the non-empty passes ÷ passes, against packets and frame bytes per pass; least-squares fit `cycles = a·packets + p·bytes + b` (every pass after a timed sleep finds packets at these rates, so passes ≈ non-empty passes). TSC rate from `CLOCK_MONOTONIC`. |
+//! | `per_packet_ns`, `per_byte_ps` | NetAP held at a ~200 µs interval (range 200–240 µs, no kick threshold), the guest paced so that each pass finds ~4, 16, 64 or 128 packets of 64 B (and ~64 of 1400 B). Per run: TSC cycles of the non-empty passes ÷ passes, against packets and frame bytes per pass; least-squares fit `cycles = a·packets + p·bytes + b` (every pass after a timed sleep finds packets at these rates, so passes ≈ non-empty passes). TSC rate from `CLOCK_MONOTONIC`. The intercept `b`, a pass right after a sleep with caches cold, is written as a comment. |
+//! | `pass_overhead_ns` | busy-poll worker while the guest sends 100 pps: worker CPU time ÷ passes, the cost of a pass that finds nothing (which the model charges for every pass). |
 //! | `nic_packet_ns` | 0: the sink port's hand-off is part of the worker's pass and so already in `per_packet_ns`. A TAP or a NIC costs more; see `default.toml`. |
-//! | `kick_ns` | median duration of an `eventfd` write that wakes a thread blocked for 20 µs on the other CPU (the syscall a kick is here), **plus** `--exit-cost-ns` (default 2000 ns, the synthetic guest's emulated VM exit). On KVM a kick is a trapped doorbell write — a VM exit — which the guest emulates by busy-waiting that long; the model charges both. |
+//! | `kick_ns` | median duration of an `eventfd` write that wakes a thread blocked on the other CPU (back to back, as above) (the syscall a kick is here), **plus** `--exit-cost-ns` (default 2000 ns, the synthetic guest's emulated VM exit). On KVM a kick is a trapped doorbell write — a VM exit — which the guest emulates by busy-waiting that long; the model charges both. |
 //! | `call_ns` | median duration of reading a signalled `eventfd` (how the guest takes a call) plus `--exit-cost-ns` (the guest's emulated interrupt entry). The wait before it is `wake_latency_ns`. |
-//! | `wake_latency_ns` | two threads on different CPUs: A waits 20 µs (B blocked, its CPU idle), reads the TSC and writes B's eventfd; B, blocked in `read`, reads the TSC when it returns. Median of the difference (TSC is invariant and shared); RTT/2 if the TSCs disagree. 20 µs is the loaded regime, a worker kicked again soon after it went to sleep; the latencies after 0, 200 and 2000 µs of idling go into the file as comments, because in a VM a CPU that idles longer wakes slower (the model has one value). |
+//! | `wake_latency_ns` | two threads on different CPUs ping-pong through eventfds: A reads the TSC and writes B's eventfd; B, blocked in `read`, reads the TSC when it returns and answers. Median of the difference (TSC is invariant and shared); RTT/2 if the TSCs disagree. Back to back (A pings as soon as B's answer woke it, so B has been blocked for one wake-up): the loaded regime, a worker kicked again soon after it went to sleep, where the validation runs. The latencies after 20, 200 and 2000 µs of extra idling go into the file as comments, because in a VM a CPU that idles longer wakes slower and the model has one value. |
 //! | `jitter` | interquartile range ÷ median of those wake latencies (a uniform draw in `[1-j, 1+j]·m` has IQR `j·m`), clamped to [0.05, 0.9]. |
-//! | `wakeup_cpu_ns` | interrupt policy, guest paced at 200 kpps (one kick per pass, a few packets each): worker CPU time ÷ wake-ups, minus what the model charges per wake-up elsewhere (passes × `pass_overhead_ns`, packets × `per_packet_ns`, one `context_switch_ns`). The same at 4 kpps is written as a comment: rare wake-ups cost several times more here. |
+//! | `wakeup_cpu_ns` | interrupt policy, guest paced at 200 kpps (one kick per pass, a few packets each): worker CPU time ÷ wake-ups, minus the run's own busy time in passes (TSC) and one `context_switch_ns`, both charged separately by the model. The same at 4 kpps is written as a comment: rare wake-ups cost several times more here. |
 //! | `timer_overshoot_ns` | p50 of the NetAP worker's sleep overshoot from the daemon's counters (the worker sets its timer slack to 1 ns and asks to wake early by the running mean of its lateness, so the median is near 0); the kernel's raw lateness (a 200 µs `clock_nanosleep` with 1 ns slack) goes into the file as a comment, and is the value if the daemon recorded no sleep. |
 //! | `context_switch_ns` | two threads pinned to one CPU ping-ponging through eventfds: half the round trip (one switch, one write, one read) minus a write nobody waits on and a read of a signalled eventfd. |
 //!
-//! Every measurement runs once per round (`--rounds`, default 3), all of them
+//! Every measurement runs once per round (`--rounds`, default 5), all of them
 //! interleaved, and each value is the median over rounds: this machine is
 //! shared, and a burst of someone else's load should spoil one run of each
 //! point rather than every run of one point. For a daemon point the run whose
@@ -75,11 +76,11 @@ pub struct CalibrateArgs {
     )]
     pub out: PathBuf,
     /// Measuring time per load point and round, seconds (each point also has a short warm-up).
-    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    #[arg(long, value_name = "S", default_value_t = 1.5)]
     pub duration: f64,
     /// Rounds: every measurement runs once per round, interleaved, and the file takes the
     /// median (this machine is shared; one noisy round should not decide a value).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: usize,
     /// A short run (one round, 0.4 s per point, fewer samples; under 30 s), for tests and
     /// smoke checks.
@@ -252,10 +253,10 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 
 /// Idle times before the measured wake-ups (µs), with the share of `Plan::pings` each gets
 /// (long gaps get fewer round trips to bound the run time).
-const WAKE_GAPS_US: [(u64, usize); 4] = [(0, 1), (20, 1), (200, 2), (2000, 10)];
-/// The idle gap whose wake-up goes into the file: a worker kicked while it keeps up with a
-/// loaded guest has been idle for tens of microseconds.
-const WAKE_GAP_US: u64 = 20;
+const WAKE_GAPS_US: [(u64, usize); 4] = [(0, 1), (20, 2), (200, 4), (2000, 20)];
+/// The extra idle gap whose wake-up goes into the file: none, a worker kicked again as
+/// soon as it went to sleep, as under load.
+const WAKE_GAP_US: u64 = 0;
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 
@@ -643,6 +644,8 @@ enum Role {
     Fit,
     /// Busy-poll, closed loop: the guest's per-packet cost.
     Busy,
+    /// Busy-poll, guest nearly silent: the cost of an empty pass.
+    Idle,
     /// Interrupt mode: CPU per wake-up; the first such point gives the value.
     Wake,
 }
@@ -687,6 +690,15 @@ fn daemon_points(quick: bool) -> Vec<(Point, Role)> {
             size: 64,
         },
         Role::Busy,
+    ));
+    v.push((
+        Point {
+            name: "busy-poll-idle",
+            policy: PolicyConfig::BusyPoll,
+            load: Load::Rate { pps: 100.0 },
+            size: 64,
+        },
+        Role::Idle,
     ));
     v.push(irq("interrupt-200kpps", 200_000.0));
     if !quick {
@@ -791,7 +803,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     notes.insert(
         "wake_latency_ns",
         format!(
-            "{} eventfd wake-ups of a thread that had been blocked {WAKE_GAP_US} us on another CPU \
+            "{} eventfd wake-ups of a thread blocked on another CPU, back to back (+{WAKE_GAP_US} us idle) \
              (the loaded regime: a worker woken by kicks or calls back to back){}{}; \
              the longer a CPU idles the longer its wake-up (a vCPU halted in this VM):{by_gap}",
             if direct {
@@ -831,6 +843,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         let (p, lo, hi) = match role {
             Role::Fit => representative(rs, per_pass_cycles),
             Role::Busy => representative(rs, mpps),
+            Role::Idle => representative(rs, |p| p.cpu_s / p.passes.max(1) as f64),
             Role::Wake => representative(rs, per_wake_cpu_ns),
         };
         spread.push((lo, hi));
@@ -869,23 +882,31 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     let all_pkts: f64 = fit.iter().map(|(p, _)| p.busy_packets as f64).sum();
     let all_cycles: f64 = fit.iter().map(|(p, _)| p.busy_cycles as f64).sum();
     let mean_per_packet_ns = ns(all_cycles / all_pkts.max(1.0));
-    let (mut per_packet_ns, mut per_byte_ps, mut pass_overhead_ns);
+    let (mut per_packet_ns, mut per_byte_ps);
     let mut fit_note = String::new();
+    // The slopes come from the fit; its intercept is the fixed cost of a pass
+    // after a 200 µs sleep (caches and TLB cold in this VM), a note only: the
+    // model's pass overhead is what every pass pays, busy-polling ones included.
     match least_squares(&rows) {
-        Some([a1, p1, b1]) if a1 > 0.0 && p1 > 0.0 && b1 > 0.0 => {
+        Some([a1, p1, b1]) if a1 > 0.0 && p1 > 0.0 => {
             per_packet_ns = ns(a1);
             per_byte_ps = ns(p1) * 1000.0;
-            pass_overhead_ns = ns(b1);
+            let _ = write!(
+                fit_note,
+                " a = {:.1} ns, p = {:.1} ps, b = {:.0} ns (b: a pass right after a 200 us sleep)",
+                ns(a1),
+                ns(p1) * 1000.0,
+                ns(b1)
+            );
         }
         other => {
-            // Noise can push a small term below zero; refit without the pass term
-            // and say so in the file.
+            // Noise can push a slope below zero; refit through the origin and say so.
             let two: Vec<([f64; 2], f64)> = rows.iter().map(|(x, y)| ([x[0], x[1]], *y)).collect();
             let _ = match other {
                 Some([a1, p1, b1]) => write!(
                     fit_note,
-                    " (3-term fit a = {:.1} ns, p = {:.1} ps, b = {:.0} ns had a non-positive term; \
-                     refit without b, pass_overhead_ns = 1)",
+                    " (3-term fit a = {:.1} ns, p = {:.1} ps, b = {:.0} ns had a non-positive slope; \
+                     refit without b)",
                     ns(a1),
                     ns(p1) * 1000.0,
                     ns(b1)
@@ -904,7 +925,6 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
                         .push_str(" (refit failed too: mean cycles per packet, per_byte_ps = 1)");
                 }
             }
-            pass_overhead_ns = 1.0;
         }
     }
     if !(per_packet_ns.is_finite() && per_packet_ns > 0.0) {
@@ -913,9 +933,26 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     if !(per_byte_ps.is_finite() && per_byte_ps > 0.0) {
         per_byte_ps = 1.0;
     }
-    if !(pass_overhead_ns.is_finite() && pass_overhead_ns > 0.0) {
-        pass_overhead_ns = 1.0;
-    }
+    // Pass overhead: worker CPU per pass of a busy-polling worker whose guest sends
+    // almost nothing (every pass empty, caches warm).
+    let idle = points
+        .iter()
+        .find(|p| p.name == "busy-poll-idle")
+        .filter(|p| p.passes > 0)
+        .ok_or(CalibrateError::Measure {
+            what: "pass overhead",
+            reason: "the idle busy-poll worker made no pass".into(),
+        })?;
+    let pass_overhead_ns = (idle.cpu_s * 1e9 / idle.passes as f64).max(1.0);
+    notes.insert(
+        "pass_overhead_ns",
+        format!(
+            "busy-poll worker, guest sending 100 pps: CPU time / passes ({} passes in {:.1} s at {:.0} % CPU)",
+            idle.passes,
+            idle.secs,
+            idle.cpu_s / idle.secs * 100.0
+        ),
+    );
     let mut fit_desc = String::new();
     for (p, (lo, hi)) in &fit {
         let _ = write!(
@@ -978,9 +1015,10 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
             });
         }
         let w = r.wakeups as f64;
-        let charged = (r.passes as f64 * pass_overhead_ns + r.tx_packets as f64 * per_packet_ns)
-            / w
-            + context_switch_ns;
+        // The passes' own cost is taken from this run's busy cycles, not from the
+        // fit: after a short idle (here) a pass is cheaper than after the fit's
+        // 200 µs sleeps (caches stay warm), and the wake-up is what is left.
+        let charged = ns(r.busy_cycles as f64) / w + context_switch_ns;
         per_wake.push((
             r.name,
             w / r.secs,
@@ -1004,8 +1042,8 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
         "wakeup_cpu_ns",
         format!(
             "interrupt policy, guest paced at 200 kpps ({wakes_per_s:.0} wake-ups/s, {pkts:.1} packets each): \
-             worker CPU {cpu:.0} ns per wake-up{} minus the pass, packet and context-switch costs the \
-             model charges separately ({charged:.0} ns){}",
+             worker CPU {cpu:.0} ns per wake-up{} minus this run's busy time in its passes and one \
+             context switch, which the model charges separately ({charged:.0} ns){}",
             range_note(rounds, lo, hi, "ns"),
             if others.is_empty() {
                 String::new()
@@ -1043,7 +1081,7 @@ fn measure(a: &CalibrateArgs, plan: &Plan, cpus: Cpus) -> Result<Measured> {
     notes.insert(
         "kick_ns",
         format!(
-            "median eventfd write waking a thread blocked {WAKE_GAP_US} us on another CPU: \
+            "median eventfd write waking a thread blocked on another CPU (back to back, +{WAKE_GAP_US} us idle): \
              {kick_syscall_ns:.0} ns{}, + {exit:.0} ns emulated VM exit (--exit-cost-ns)",
             range_note(rounds, k_lo, k_hi, "ns")
         ),
@@ -1171,7 +1209,7 @@ fn render(a: &CalibrateArgs, m: &Measured) -> String {
     let _ = writeln!(
         s,
         "# Fit of the worker's TSC cycles per non-empty pass (NetAP near 200 us, paced guest):\n\
-         # cycles/pass = a*packets + p*frame_bytes + b; per point:{}",
+         # cycles/pass = a*packets + p*frame_bytes + b:{}",
         note("fit")
     );
     let _ = writeln!(
@@ -1186,7 +1224,8 @@ fn render(a: &CalibrateArgs, m: &Measured) -> String {
     );
     let _ = writeln!(
         s,
-        "# Fixed worker CPU per non-empty pass (index reads, used.idx publish, policy): b.\npass_overhead_ns = {:.2}",
+        "# Worker CPU per pass, empty or not (ring index reads, policy, loop): {}.\npass_overhead_ns = {:.2}",
+        note("pass_overhead_ns"),
         c.pass_overhead_ns
     );
     let _ = writeln!(
