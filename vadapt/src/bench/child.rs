@@ -485,6 +485,20 @@ pub fn run_once(
     }
 }
 
+/// Wait up to 5 s for [`pid_gone`]: SIGKILL is delivered asynchronously, so a
+/// grandchild may still be running for a moment after its group was killed.
+#[cfg(test)]
+pub fn gone_soon(pid: i32) -> bool {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !pid_gone(pid) {
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 #[cfg(test)]
 /// True when process `pid` is gone (or a zombie no one reaped yet: a dead
 /// grandchild reparented to a PID 1 that does not reap).
@@ -589,8 +603,8 @@ mod tests {
         assert!(!pid_gone(pid) && !pid_gone(gc));
         assert!(live_groups().contains(&pid));
         drop(c);
-        assert!(pid_gone(pid), "child {pid} survived");
-        assert!(pid_gone(gc), "grandchild {gc} survived");
+        assert!(gone_soon(pid), "child {pid} survived");
+        assert!(gone_soon(gc), "grandchild {gc} survived");
         assert!(!live_groups().contains(&pid));
     }
 
