@@ -233,22 +233,24 @@ impl DeviceQueue {
     /// what was published since the previous `needs_call`. Call after
     /// [`flush_used`](Self::flush_used).
     ///
-    /// A SeqCst fence first orders our `used.idx` store before the read of
-    /// `used_event`/`avail.flags` (pairs with the driver's full barrier in
+    /// When something was published, a SeqCst fence orders our `used.idx`
+    /// store before the read of `used_event`/`avail.flags` (pairs with the driver's full barrier in
     /// `virtqueue_enable_cb`; Linux vhost's `smp_mb()` in
     /// `vhost_notify`). Then: nothing published since the last check →
     /// `false`; without EVENT_IDX → `!(avail.flags & NO_INTERRUPT)`; with
     /// EVENT_IDX → `vring_need_event(used_event, new, old)` (spec 2.7.10).
     pub fn needs_call(&mut self) -> bool {
-        fence(Ordering::SeqCst);
         let new = self.used_idx;
         let old = self.signalled_used;
         let valid = self.signalled_valid;
         self.signalled_used = new;
         self.signalled_valid = true;
         if new == old {
+            // Nothing published: no call, and no fence needed (a polling
+            // worker asks this on every empty pass).
             return false;
         }
+        fence(Ordering::SeqCst);
         if !self.features.event_idx {
             let flags = u16::from_le(self.ring.avail_flags().load(Ordering::Relaxed));
             return flags & VRING_AVAIL_F_NO_INTERRUPT == 0;

@@ -76,6 +76,8 @@ pub struct PortQueues {
     clock: PassClock,
     /// Mean lateness of timed wake-ups, ns (EWMA), subtracted from sleeps.
     late_ns: u64,
+    /// Last interval published to the port's gauge, µs (`u64::MAX`: none yet).
+    last_interval_us: u64,
 }
 
 impl std::fmt::Debug for PortQueues {
@@ -165,6 +167,7 @@ impl PortQueues {
             log_budget: 10,
             clock: PassClock::new(port.tsc_per_ns),
             late_ns: 0,
+            last_interval_us: u64::MAX,
             port,
         })
     }
@@ -239,9 +242,10 @@ impl PortQueues {
         let Some(ring) = self.pairs[p].tx.as_mut().filter(|r| !r.broken) else {
             return (0, 0, false, 0);
         };
-        let size = u32::from(ring.q.size());
+        // Sizes are powers of two: a shift instead of a division per pass.
+        let shift = ring.q.size().trailing_zeros();
         let fill = match ring.q.avail_pending() {
-            Ok(n) => (u32::from(n) * 1000 / size.max(1)) as u16,
+            Ok(n) => ((u32::from(n) * 1000) >> shift) as u16,
             Err(_) => 1000,
         };
         let (mut packets, mut bytes, mut taken) = (0u64, 0u64, 0u32);
@@ -764,9 +768,13 @@ impl QueueIo for PortQueues {
 
     fn observe(&mut self, status: &PolicyStatus, _decision: &Decision) {
         let us = status.interval.map_or(0, |d| d.as_micros());
-        self.port
-            .stats
-            .poll_interval_us
-            .store(us, Ordering::Relaxed);
+        // Only on change: this runs every pass, the gauge is read by others.
+        if us != self.last_interval_us {
+            self.last_interval_us = us;
+            self.port
+                .stats
+                .poll_interval_us
+                .store(us, Ordering::Relaxed);
+        }
     }
 }
