@@ -27,9 +27,12 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   iproute2        ip(8) for TAP ports and network namespaces
 #   python3-venv    the lab venv when the system python is used
 #   ca-certificates apt and pip over TLS
+#   openvswitch-switch-dpdk  OVS-DPDK, the B6 anchor of `vadapt bench`
+#   fonts-dejavu-core        text in the PNG plots (drawn without text if absent)
 DEB_PACKAGES=(
     dpdk qemu-system-x86 busybox-static cpio xz-utils zstd
     iproute2 python3-venv ca-certificates
+    openvswitch-switch-dpdk fonts-dejavu-core
 )
 
 if [[ $(id -u) -ne 0 ]]; then

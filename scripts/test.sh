@@ -17,7 +17,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab interop)
+STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab interop bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -59,6 +59,16 @@ step_interop() {
     "$VENV/bin/ruff" format --check tests/interop
     # Strict: a missing prerequisite fails instead of skipping.
     VADAPT_BIN="$bin" VADAPT_INTEROP_STRICT=1 pytest_run -v --durations=8 tests/interop
+}
+
+# The benchmark harness as a smoke test: every benchmark must run; numbers
+# are not judged here (no timing assertions on a shared machine).
+step_bench_quick() {
+    local bin="$TARGET_DIR/release/vadapt" out
+    [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
+    out="$(mktemp -d /tmp/vadapt-bench-quick.XXXXXX)"
+    "$bin" bench --quick --no-write --out "$out"
+    rm -rf "$out"
 }
 
 run_step() {
