@@ -1344,6 +1344,9 @@ mod tests {
         assert_eq!(quantile(&mut v, 1.0), 5.0);
         assert!(median(&mut []).is_nan());
         let d = utc_now();
-        assert!(d.ends_with(" UTC") && d.len() == 20, "{d}");
+        assert!(
+            d.ends_with('Z') && d.len() == 20 && d.as_bytes()[10] == b'T',
+            "{d}"
+        );
     }
 }
