@@ -11,7 +11,7 @@ use super::b1::{pct, per_mpkt};
 use super::error::BenchError;
 use super::report::metric_table;
 use super::results::{BenchFile, Row, Spread};
-use super::testpmd::{self, Testpmd};
+use super::testpmd;
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
 use super::Ctx;
 use vadapt_policy::PolicyKind;
@@ -62,27 +62,14 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
     }
     f.params.insert("saturation_mpps".into(), sat_pps / 1e6);
     f.params.insert("exit_cost_ns".into(), exit as f64);
-    let dpdk = testpmd::available();
     let be_sock = ctx.work.join("b2-dpdk.sock");
-    let mut be = match dpdk {
-        Ok(()) => {
-            let b = Testpmd::spawn(
-                ctx,
-                "b2-dpdk-be",
-                &format!("0@{},1@{}", ctx.frontend_cpu, ctx.backend_cpu),
-                &testpmd::vhost_vdev(&be_sock),
-                &["--forward-mode=rxonly".into()],
-                Some(&be_sock),
-            )?;
-            f.commands.push(ctx.show(&b.child.argv));
-            Some(b)
-        }
-        Err(msg) => {
-            ctx.say(&msg);
-            f.notes.push(msg);
-            None
-        }
-    };
+    let mut be = testpmd::vhost_backend(
+        ctx,
+        f,
+        "b2-dpdk-be",
+        &be_sock,
+        &["--forward-mode=rxonly".into()],
+    )?;
     for run in 0..ctx.runs {
         let levels: &[u32] = if ctx.quick { &QUICK_LEVELS } else { &LEVELS };
         for &level in levels {

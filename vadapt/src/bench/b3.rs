@@ -6,7 +6,7 @@
 use super::error::BenchError;
 use super::report::metric_table;
 use super::results::{BenchFile, Row};
-use super::testpmd::{self, Testpmd};
+use super::testpmd;
 use super::vadapt_proc::{GuestOpts, GuestProc, GuestResult, VmPort, ECHO_MAC};
 use super::Ctx;
 use vadapt_policy::PolicyKind;
@@ -27,25 +27,13 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
     let mut d = super::vadapt_proc::Daemon::spawn(ctx, "b3-vadapt", std::slice::from_ref(&vm))?;
     f.commands.push(ctx.show(&d.command));
     let be_sock = ctx.work.join("b3-dpdk.sock");
-    let mut be = match testpmd::available() {
-        Ok(()) => {
-            let b = Testpmd::spawn(
-                ctx,
-                "b3-dpdk-macswap",
-                &format!("0@{},1@{}", ctx.frontend_cpu, ctx.backend_cpu),
-                &testpmd::vhost_vdev(&be_sock),
-                &["--forward-mode=macswap".into()],
-                Some(&be_sock),
-            )?;
-            f.commands.push(ctx.show(&b.child.argv));
-            Some(b)
-        }
-        Err(msg) => {
-            ctx.say(&msg);
-            f.notes.push(msg);
-            None
-        }
-    };
+    let mut be = testpmd::vhost_backend(
+        ctx,
+        f,
+        "b3-dpdk-macswap",
+        &be_sock,
+        &["--forward-mode=macswap".into()],
+    )?;
     for run in 0..ctx.runs {
         for (name, rate) in RATES {
             ctx.say(&format!("{name} rate round {}/{}", run + 1, ctx.runs));

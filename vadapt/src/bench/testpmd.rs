@@ -8,6 +8,7 @@
 
 use super::child::{wait_path, Child, Spawn};
 use super::error::BenchError;
+use super::results::BenchFile;
 use super::Ctx;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -85,6 +86,38 @@ pub fn virtio_user_vdev(sock: &Path, in_order: bool) -> Vec<String> {
             u8::from(in_order)
         ),
     ]
+}
+
+/// A DPDK vhost PMD backend listening on `sock`, its forwarding lcore on the
+/// backend CPU, with testpmd application arguments `app` (the forward mode);
+/// its command goes into `f`. `None` when testpmd is not installed, with the
+/// reason said and kept as a note in `f`.
+pub fn vhost_backend(
+    ctx: &Ctx,
+    f: &mut BenchFile,
+    name: &str,
+    sock: &Path,
+    app: &[String],
+) -> Result<Option<Testpmd>, BenchError> {
+    match available() {
+        Ok(()) => {
+            let b = Testpmd::spawn(
+                ctx,
+                name,
+                &format!("0@{},1@{}", ctx.frontend_cpu, ctx.backend_cpu),
+                &vhost_vdev(sock),
+                app,
+                Some(sock),
+            )?;
+            f.commands.push(ctx.show(&b.child.argv));
+            Ok(Some(b))
+        }
+        Err(msg) => {
+            ctx.say(&msg);
+            f.notes.push(msg);
+            Ok(None)
+        }
+    }
 }
 
 impl Testpmd {
