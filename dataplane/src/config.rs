@@ -293,11 +293,16 @@ impl DaemonConfig {
         if self.mac_ageing_s == 0 {
             return Err(field("mac_ageing_s", "must be at least 1 second"));
         }
-        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for &c in &self.cpus {
-            if c >= ncpu.max(1024) {
-                return Err(field("cpus", format!("CPU {c} does not exist")));
-            }
+        if !self.cpus.is_empty() {
+            // The daemon's own affinity: CPUs the machine lacks, or that a
+            // cpuset or `taskset` excluded, would fail later in the worker.
+            let allowed = vadapt_coremgr::cputime::current_affinity().map_err(|e| {
+                field(
+                    "cpus",
+                    format!("cannot read this process's CPU affinity: {e}"),
+                )
+            })?;
+            check_cpus(&self.cpus, &allowed)?;
         }
         if self.vm.is_empty() && self.tap.is_empty() {
             return Err(field(
@@ -306,6 +311,45 @@ impl DaemonConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Every CPU of `cpus` must be one of `allowed` (the daemon's affinity).
+fn check_cpus(cpus: &[usize], allowed: &[usize]) -> Result<(), ConfigError> {
+    for &c in cpus {
+        if !allowed.contains(&c) {
+            return Err(field(
+                "cpus",
+                format!(
+                    "CPU {c} is not available to vadapt (its affinity allows {})",
+                    cpu_list(allowed)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `0-3,6,8-9` for `[0, 1, 2, 3, 6, 8, 9]` (the kernel's cpulist format).
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(",")
     }
 }
 
@@ -399,6 +443,27 @@ mod tests {
             vm: vec![parse_vm_spec("name=vm1,socket=/tmp/a.sock").unwrap()],
             ..DaemonConfig::default()
         }
+    }
+
+    #[test]
+    fn cpus_outside_the_affinity_are_refused_with_the_allowed_list() {
+        assert!(check_cpus(&[0, 1], &[0, 1]).is_ok());
+        let e = check_cpus(&[99], &[0, 1]).unwrap_err().to_string();
+        assert!(
+            e.contains("cpus") && e.contains("CPU 99") && e.contains("allows 0-1"),
+            "{e}"
+        );
+        let e = check_cpus(&[2], &[0, 1, 3, 5, 6, 7])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allows 0-1,3,5-7"), "{e}");
+        // The real affinity: CPU 0..=available is what this test process has
+        // unless a cpuset narrowed it; 99 is past a 2-core machine either way.
+        let mut cfg = DaemonConfig::default();
+        cfg.vm
+            .push(parse_vm_spec("name=a,socket=/tmp/x.sock").unwrap());
+        cfg.cpus = vec![libc::CPU_SETSIZE as usize + 1];
+        assert!(cfg.validate().unwrap_err().to_string().contains("cpus"));
     }
 
     #[test]

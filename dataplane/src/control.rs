@@ -73,6 +73,15 @@ pub enum ControlError {
     /// The answer was not valid JSON.
     #[error("malformed answer from the daemon")]
     Decode(#[from] serde_json::Error),
+    /// The control socket's folder did not exist and could not be created.
+    #[error("cannot create control socket folder {dir}")]
+    CreateDir {
+        /// The folder.
+        dir: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The control socket could not be created.
     #[error("cannot create control socket {path}")]
     Bind {
@@ -116,9 +125,8 @@ pub fn serve(
         path: path.to_owned(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(bind_err)?;
-    }
+    crate::socket_dir::ensure(path)
+        .map_err(|(dir, source)| ControlError::CreateDir { dir, source })?;
     // A stale socket from a crashed daemon: replace it, but never steal a live one.
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
@@ -130,8 +138,12 @@ pub fn serve(
         let _ = std::fs::remove_file(path);
     }
     let listener = UnixListener::bind(path).map_err(bind_err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
-    listener.set_nonblocking(true).map_err(bind_err)?;
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| listener.set_nonblocking(true))
+    {
+        let _ = std::fs::remove_file(path);
+        return Err(bind_err(e));
+    }
     let path = path.to_owned();
     Ok(std::thread::Builder::new()
         .name("vadapt-control".into())

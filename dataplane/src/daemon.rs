@@ -9,7 +9,6 @@ use crate::ports::{Echo, Sink, Tap, TapError};
 use crate::switch::Switch;
 use crate::vmport::handler::{self, ListenError};
 use crate::vmport::VmPort;
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -89,6 +88,39 @@ fn set_policy(ports: &[Arc<VmPort>], name: &str, policy: PolicyConfig) -> Result
     Ok(())
 }
 
+/// What `Daemon::start` has started so far. Dropped before
+/// [`Started::complete`] (start-up failed), it stops those threads and
+/// removes the socket files created, so a failed start leaves nothing behind.
+#[derive(Default)]
+struct Started {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    files: Vec<PathBuf>,
+}
+
+impl Started {
+    /// Start-up succeeded: hand the threads over.
+    fn complete(mut self) -> Vec<JoinHandle<()>> {
+        self.files.clear();
+        std::mem::take(&mut self.threads)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.threads.is_empty() && self.files.is_empty() {
+            return;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 /// A running daemon. Dropping it without [`Daemon::shutdown`] leaves the
 /// threads running until the process exits.
 pub struct Daemon {
@@ -115,8 +147,11 @@ impl Daemon {
         cfg.validate()?;
         let registry = Arc::new(Registry::default());
         let switch = Arc::new(Switch::new(Duration::from_secs(cfg.mac_ageing_s)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        // Until start-up is complete, a failure stops what was started and
+        // removes the sockets already created.
+        let mut started = Started::default();
+        let stop = Arc::clone(&started.stop);
+        let mut freq_note = None;
 
         let tsc_per_ns = crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20));
         let mut vm_ports = Vec::new();
@@ -128,9 +163,7 @@ impl Daemon {
                 None => CpuFreq::unavailable("worker not pinned to a CPU (see --cpus)"),
             });
             if i == 0 {
-                if let Some(reason) = freq.unavailable_reason() {
-                    tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");
-                }
+                freq_note = freq.unavailable_reason().map(str::to_owned);
             }
             let port = VmPort::new(
                 vm.clone(),
@@ -150,6 +183,7 @@ impl Daemon {
             registry.add_port(Arc::clone(&port.stats));
             registry.add_worker(Arc::clone(&port.worker_stats));
             listeners.push(handler::listen(&vm.socket, cfg.socket_group.as_deref())?);
+            started.files.push(vm.socket.clone());
             vm_ports.push(port);
         }
         for s in &cfg.sink {
@@ -172,7 +206,7 @@ impl Daemon {
             let id = switch.add_port(tap.clone(), Arc::clone(&stats));
             registry.add_port(stats);
             let (sw, st) = (Arc::clone(&switch), Arc::clone(&stop));
-            threads.push(
+            started.threads.push(
                 std::thread::Builder::new()
                     .name(format!("vadapt-tap-{}", t.name))
                     .spawn(move || tap.run_reader(&sw, id, &st))
@@ -185,27 +219,24 @@ impl Daemon {
             let l = Arc::new(Mutex::new(None));
             live.push(Arc::clone(&l));
             let (p, st) = (Arc::clone(port), Arc::clone(&stop));
-            threads.push(
+            started.threads.push(
                 std::thread::Builder::new()
                     .name(format!("vadapt-vu-{}", port.name()))
                     .spawn(move || handler::serve(p, listener, st, l))
                     .expect("spawning a thread"),
             );
-            tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
-                mac = %port.mac, policy = %port.policy_cfg.lock().map(|p| p.kind().to_string()).unwrap_or_default(),
-                "VM port listening");
         }
 
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
             vm_ports,
         });
-        threads.push(control::serve(
+        started.threads.push(control::serve(
             &cfg.control,
             shared.clone(),
             Arc::clone(&stop),
         )?);
-        tracing::info!(path = %cfg.control.display(), "control socket ready");
+        started.files.push(cfg.control.clone());
 
         let metrics_addr = match cfg.metrics {
             Some(addr) => {
@@ -215,20 +246,19 @@ impl Daemon {
                 l.set_nonblocking(true)
                     .map_err(|source| DaemonError::Metrics { addr, source })?;
                 let (reg, st) = (Arc::clone(&registry), Arc::clone(&stop));
-                threads.push(
+                started.threads.push(
                     std::thread::Builder::new()
                         .name("vadapt-metrics".into())
-                        .spawn(move || serve_metrics(l, reg, st))
+                        .spawn(move || crate::metrics_http::serve(l, reg, st))
                         .expect("spawning a thread"),
                 );
-                tracing::info!(%bound, "Prometheus metrics at http://{bound}/metrics");
                 Some(bound)
             }
             None => None,
         };
 
         let (sw, st) = (Arc::clone(&switch), Arc::clone(&stop));
-        threads.push(
+        started.threads.push(
             std::thread::Builder::new()
                 .name("vadapt-ageing".into())
                 .spawn(move || {
@@ -240,6 +270,20 @@ impl Daemon {
                 .expect("spawning a thread"),
         );
 
+        // Said once start-up can no longer fail: a failed start is one line.
+        for port in &shared.vm_ports {
+            tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
+                mac = %port.mac, policy = %port.policy_cfg.lock().map(|p| p.kind().to_string()).unwrap_or_default(),
+                "VM port listening");
+        }
+        tracing::info!(path = %cfg.control.display(), "control socket ready");
+        if let Some(bound) = metrics_addr {
+            tracing::info!(%bound, "Prometheus metrics at http://{bound}/metrics");
+        }
+        if let Some(reason) = freq_note {
+            tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");
+        }
+        let threads = started.complete();
         Ok(Daemon {
             shared,
             switch,
@@ -309,30 +353,69 @@ impl Daemon {
     }
 }
 
-fn serve_metrics(l: TcpListener, reg: Arc<Registry>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        match l.accept() {
-            Ok((mut s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut line = String::new();
-                let _ = BufReader::new(std::io::Read::take(&s, 8192)).read_line(&mut line);
-                let (status, body) =
-                    if line.starts_with("GET /metrics") || line.starts_with("GET / ") {
-                        ("200 OK", reg.prometheus_text())
-                    } else {
-                        ("404 Not Found", "try /metrics\n".to_string())
-                    };
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_vm_spec;
+
+    fn cfg(dir: &std::path::Path) -> DaemonConfig {
+        let mut c = DaemonConfig::default();
+        for n in ["a", "b"] {
+            let spec = format!(
+                "name={n},socket={}",
+                dir.join(format!("{n}.sock")).display()
+            );
+            c.vm.push(parse_vm_spec(&spec).unwrap());
         }
+        c.control = dir.join("control.sock");
+        c
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_failed_start_leaves_no_socket_behind() {
+        let t = tempfile::tempdir().unwrap();
+        // The metrics address is taken: fails after every socket exists.
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = cfg(t.path());
+        c.metrics = Some(taken.local_addr().unwrap());
+        let e = Daemon::start(c).unwrap_err();
+        assert!(matches!(e, DaemonError::Metrics { .. }), "{e}");
+        assert_eq!(files(t.path()), Vec::<String>::new());
+
+        // An unknown socket group: fails at the first VM socket.
+        let mut c = cfg(t.path());
+        c.socket_group = Some("no-such-group-vadapt".into());
+        assert!(Daemon::start(c).is_err());
+        assert_eq!(files(t.path()), Vec::<String>::new());
+
+        // The control socket is taken by a live daemon: the VM sockets go.
+        let first = Daemon::start(cfg(t.path())).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let mut c = cfg(other.path());
+        c.control = t.path().join("control.sock");
+        let e = Daemon::start(c).unwrap_err();
+        assert!(matches!(e, DaemonError::Control(_)), "{e}");
+        assert_eq!(files(other.path()), Vec::<String>::new());
+        first.shutdown();
+        assert_eq!(files(t.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn socket_folder_errors_name_the_folder() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("file"), b"").unwrap();
+        let mut c = cfg(&t.path().join("file/sub"));
+        c.control = t.path().join("control.sock");
+        let e = Daemon::start(c).unwrap_err().to_string();
+        assert!(e.contains("socket folder") && e.contains("file/sub"), "{e}");
     }
 }

@@ -10,7 +10,7 @@
 //! | `vadapt_queue_kicks_total` | port, queue | guest notifications received (kick eventfd counts) |
 //! | `vadapt_queue_calls_total` | port, queue | interrupts sent to the guest (call eventfd writes) |
 //! | `vadapt_queue_dropped_total` | port, queue, reason | packets/chains dropped, by reason |
-//! | `vadapt_queue_poll_interval_us` | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
+//! | `vadapt_queue_poll_interval_seconds` | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
 //! | `vadapt_worker_cpu_seconds_total` | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | worker | TSC cycles spent in passes that moved packets |
 //! | `vadapt_worker_passes_total` | worker | service passes |
@@ -306,14 +306,75 @@ impl Registry {
         StatsSnapshot { ports, workers }
     }
 
-    /// The Prometheus text exposition of every counter.
-    pub fn prometheus_text(self: &Arc<Self>) -> String {
+    /// Every counter in the OpenMetrics 1.0.0 text format (what
+    /// `prometheus-client` writes: counter families named without `_total`,
+    /// ending with `# EOF`). Served when a scraper asks for it.
+    pub fn openmetrics_text(self: &Arc<Self>) -> String {
         let mut reg = prometheus_client::registry::Registry::default();
         reg.register_collector(Box::new(Collector(Arc::clone(self))));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
         out
+    }
+
+    /// Every counter in the Prometheus text format 0.0.4, the default of
+    /// the metrics endpoint and the output of `vadapt stats --prometheus`.
+    pub fn prometheus_text(self: &Arc<Self>) -> String {
+        openmetrics_to_prometheus(&self.openmetrics_text())
+    }
+}
+
+/// Rewrite an OpenMetrics text exposition as Prometheus text format 0.0.4.
+///
+/// The two differ, for what this registry writes, in three places: 0.0.4
+/// names a counter family after its samples (`# TYPE x_total counter`, where
+/// OpenMetrics writes `# TYPE x counter`), has no `# UNIT` lines, and has no
+/// `# EOF` terminator. OpenMetrics' `unknown` type is 0.0.4's `untyped`.
+/// Samples are the same in both.
+pub fn openmetrics_to_prometheus(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    // A `# HELP` line waits for its `# TYPE` line, which decides the name.
+    let mut help: Option<(&str, &str)> = None;
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            flush_help(&mut out, help.take(), None);
+            help = Some(rest.split_once(' ').unwrap_or((rest, "")));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                "unknown" => (name.to_string(), "untyped"),
+                k => (name.to_string(), k),
+            };
+            flush_help(&mut out, help.take(), Some(&name));
+            out.push_str("# TYPE ");
+            out.push_str(&name);
+            out.push(' ');
+            out.push_str(kind);
+            out.push('\n');
+            continue;
+        }
+        flush_help(&mut out, help.take(), None);
+        out.push_str(line);
+        out.push('\n');
+    }
+    flush_help(&mut out, help, None);
+    out
+}
+
+fn flush_help(out: &mut String, help: Option<(&str, &str)>, name: Option<&str>) {
+    if let Some((n, text)) = help {
+        out.push_str("# HELP ");
+        out.push_str(name.unwrap_or(n));
+        out.push(' ');
+        out.push_str(text);
+        out.push('\n');
     }
 }
 
@@ -402,9 +463,10 @@ impl StatsSnapshot {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<12} {:<5} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  policy",
+            "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  policy",
             "port",
             "kind",
+            "conn",
             "q",
             "tx_pkts",
             "tx_bytes",
@@ -419,9 +481,10 @@ impl StatsSnapshot {
                 let drops: u64 = q.dropped.values().sum();
                 let _ = writeln!(
                     s,
-                    "{:<12} {:<5} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  {}{}",
+                    "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  {}{}",
                     p.name,
                     p.kind,
+                    if p.connected { "yes" } else { "no" },
                     q.queue,
                     q.tx_packets,
                     q.tx_bytes,
@@ -539,14 +602,15 @@ impl prometheus_client::collector::Collector for Collector {
         }
         {
             let mut m = enc.encode_descriptor(
-                "vadapt_queue_poll_interval_us",
-                "Current polling interval (NetAP) or poll window (grow/shrink), microseconds; 0 if none.",
+                "vadapt_queue_poll_interval_seconds",
+                "Current polling interval (NetAP) or poll window (grow/shrink), seconds; 0 if none.",
                 None,
                 MetricType::Gauge,
             )?;
             for p in ports.iter().filter(|p| p.kind == "vm") {
                 for qi in 0..p.queues.len() {
-                    let v = p.poll_interval_us.load(Relaxed) as i64;
+                    // Prometheus base units: seconds (the gauge is kept in µs).
+                    let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
                     ConstGauge::new(v).encode(m.encode_family(&qlabels(p, qi))?)?;
                 }
             }
@@ -621,11 +685,20 @@ impl prometheus_client::collector::Collector for Collector {
             ];
             for w in &workers {
                 let h = w.overshoot_ns.lock().expect("poisoned");
+                // prometheus-client takes per-bucket counts and accumulates
+                // them itself; it writes `le="+Inf"` for f64::MAX (and `inf`,
+                // valid in neither text format, for f64::INFINITY).
+                let mut below = 0;
                 let mut buckets: Vec<(f64, u64)> = BOUNDS_NS
                     .iter()
-                    .map(|&b| (b as f64 / 1e9, h.count_between(0, b)))
+                    .map(|&b| {
+                        let upto = h.count_between(0, b);
+                        let n = upto - below;
+                        below = upto;
+                        (b as f64 / 1e9, n)
+                    })
                     .collect();
-                buckets.push((f64::INFINITY, h.len()));
+                buckets.push((f64::MAX, h.len() - below));
                 let sum = h.mean() * h.len() as f64 / 1e9;
                 let l: Labels = vec![("worker", w.name.clone())];
                 m.encode_family(&l)?
@@ -661,7 +734,7 @@ mod tests {
             "vadapt_queue_calls_total",
             "vadapt_queue_dropped_total",
             "vadapt_worker_cpu_seconds_total",
-            "vadapt_queue_poll_interval_us",
+            "vadapt_queue_poll_interval_seconds",
             "vadapt_worker_sleep_overshoot_seconds_bucket",
         ] {
             assert!(t.contains(name), "{name} missing from:\n{t}");
@@ -678,6 +751,58 @@ mod tests {
         );
     }
 
+    /// Every sample of the 0.0.4 text belongs to a family declared by a
+    /// `# TYPE` line of that name (histograms: `_bucket`, `_sum`, `_count`),
+    /// counters end in `_total`, and nothing OpenMetrics-only is left.
+    #[test]
+    fn text_004_declares_every_sample_family() {
+        let reg = Arc::new(Registry::default());
+        reg.add_port(Arc::new(PortStats::new("vm1", "vm", 2)));
+        let w = Arc::new(WorkerStats::new("vm1"));
+        w.overshoot_ns.lock().unwrap().record(3_000).unwrap();
+        w.overshoot_ns.lock().unwrap().record(2_000_000).unwrap();
+        reg.add_worker(w);
+        let t = reg.prometheus_text();
+        assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
+        let mut types = BTreeMap::new();
+        for l in t.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut it = l[7..].split(' ');
+            types.insert(it.next().unwrap(), it.next().unwrap());
+        }
+        for (name, kind) in &types {
+            if *kind == "counter" {
+                assert!(name.ends_with("_total"), "{name}");
+            }
+            let help = format!("# HELP {name} ");
+            assert!(t.contains(&help), "no HELP for {name}");
+        }
+        for l in t.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|f| types.get(f) == Some(&"histogram"))
+                })
+                .unwrap_or(name);
+            assert!(types.contains_key(family), "sample {l} has no TYPE");
+        }
+        // Buckets are cumulative and end at +Inf with the count.
+        let inf = t.lines().find(|l| l.contains(r#"le="+Inf""#)).unwrap();
+        assert!(inf.ends_with(" 2"), "{inf}");
+        let le3 = t.lines().find(|l| l.contains(r#"le="0.000005""#)).unwrap();
+        assert!(le3.ends_with(" 1"), "{le3}");
+    }
+
+    #[test]
+    fn conversion_renames_counter_families_only() {
+        let om = "# HELP a_b Help text.\n# TYPE a_b counter\n# UNIT a_b seconds\na_b_total 1\n# HELP g G.\n# TYPE g gauge\ng 2\n# TYPE u unknown\nu 3\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_prometheus(om),
+            "# HELP a_b_total Help text.\n# TYPE a_b_total counter\na_b_total 1\n# HELP g G.\n# TYPE g gauge\ng 2\n# TYPE u untyped\nu 3\n"
+        );
+    }
+
     #[test]
     fn snapshot_reports_only_nonzero_drops_and_sums() {
         let reg = Registry::default();
@@ -688,7 +813,17 @@ mod tests {
         let s = reg.snapshot();
         assert_eq!(s.port_total("s", |q| q.rx_packets), Some(5));
         assert_eq!(s.ports[0].queues[0].dropped.len(), 1);
-        assert!(s.to_table().contains("oversize"));
+        let table = s.to_table();
+        assert!(table.contains("oversize"));
+        assert!(table.lines().next().unwrap().contains("conn"), "{table}");
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("s            sink  yes"),
+            "{table}"
+        );
         let json = serde_json::to_string(&s).unwrap();
         let back: StatsSnapshot = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);

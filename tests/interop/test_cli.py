@@ -90,3 +90,64 @@ def test_stats_without_daemon(vadapt_bin, tmp_path):
         [str(vadapt_bin), "stats", "--control", str(tmp_path / "absent.sock"), "--json"]
     )
     assert_clean_error(r, "absent.sock")
+
+
+def assert_one_line_error(r: harness.CliResult, *names: str) -> None:
+    """A failed start says one line on stderr, nothing before it."""
+    assert_clean_error(r, *names)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, f"expected a single stderr line, got:\n{r.stderr}"
+
+
+def test_cpu_the_machine_lacks_is_refused(vadapt_bin, tmp_path):
+    r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/v.sock", "--cpus", "99")
+    assert_one_line_error(r, "cpus", "99")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_start_removes_its_sockets(vadapt_bin, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        host, port = taken.getsockname()
+        addr = f"{host}:{port}"
+        r = serve(
+            vadapt_bin,
+            tmp_path,
+            "--vm",
+            f"name=vm1,socket={tmp_path}/vm1.sock",
+            "--vm",
+            f"name=vm2,socket={tmp_path}/vm2.sock",
+            "--metrics",
+            addr,
+        )
+    assert_one_line_error(r, "metrics")
+    assert list(tmp_path.iterdir()) == [], "a failed start left files behind"
+
+
+def test_unknown_socket_group_is_one_line_and_leaves_nothing(vadapt_bin, tmp_path):
+    r = serve(
+        vadapt_bin,
+        tmp_path,
+        "--vm",
+        f"name=vm1,socket={tmp_path}/vm1.sock",
+        "--socket-group",
+        "no-such-group-vadapt",
+    )
+    assert_one_line_error(r, "no-such-group-vadapt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_socket_folder_is_created_and_said(vadapt_bin, procs):
+    sock = procs.workdir / "new" / "sub" / "vm1.sock"
+    d = harness.Vadapt(vadapt_bin, procs.workdir, procs, ["--vm", f"name=vm1,socket={sock}"])
+    d.start([sock])
+    d.proc.wait_for(r"created the missing socket folder .*new/sub", 5)
+
+
+def test_uncreatable_socket_folder_is_named(vadapt_bin, tmp_path):
+    (tmp_path / "file").write_text("")
+    r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/file/sub/vm1.sock")
+    assert_one_line_error(r, "socket folder", f"{tmp_path}/file/sub")

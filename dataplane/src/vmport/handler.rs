@@ -583,6 +583,15 @@ pub enum ListenError {
     /// `--socket-group` names no group.
     #[error("unknown group `{0}` for --socket-group")]
     UnknownGroup(String),
+    /// The socket's folder did not exist and could not be created.
+    #[error("cannot create socket folder {dir}")]
+    CreateDir {
+        /// The folder.
+        dir: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Bind `path` with mode 0600, or 0660 owned by `group`.
@@ -591,9 +600,14 @@ pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenEr
         path: path.to_owned(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(bind)?;
-    }
+    // Resolve the group before anything is created, so an unknown group
+    // leaves nothing on disk.
+    let gid = match group {
+        Some(g) => Some(group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?),
+        None => None,
+    };
+    crate::socket_dir::ensure(path)
+        .map_err(|(dir, source)| ListenError::CreateDir { dir, source })?;
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(ListenError::InUse(path.to_owned()));
@@ -601,15 +615,21 @@ pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenEr
         std::fs::remove_file(path).map_err(bind)?;
     }
     let l = UnixListener::bind(path).map_err(bind)?;
-    let mode = if let Some(g) = group {
-        let gid = group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?;
-        std::os::unix::fs::chown(path, None, Some(gid)).map_err(bind)?;
-        0o660
-    } else {
-        0o600
+    let finish = || -> Result<(), std::io::Error> {
+        let mode = if let Some(gid) = gid {
+            std::os::unix::fs::chown(path, None, Some(gid))?;
+            0o660
+        } else {
+            0o600
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        l.set_nonblocking(true)
     };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(bind)?;
-    l.set_nonblocking(true).map_err(bind)?;
+    if let Err(e) = finish() {
+        // Bound but unusable: do not leave the socket file behind.
+        let _ = std::fs::remove_file(path);
+        return Err(bind(e));
+    }
     Ok(l)
 }
 
