@@ -116,6 +116,10 @@ impl VmPort {
         policy.validate()?;
         *self.policy_cfg.lock().unwrap_or_else(|e| e.into_inner()) = policy;
         *self.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+        // The old policy's interval is not the new one's: a running worker
+        // writes the new value after the switch; with no frontend connected
+        // there is none yet.
+        self.stats.poll_interval_us.store(0, Ordering::Relaxed);
         self.policy_gen.fetch_add(1, Ordering::AcqRel);
         self.kick_worker();
         Ok(())

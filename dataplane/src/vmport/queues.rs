@@ -758,6 +758,8 @@ impl QueueIo for PortQueues {
             match cfg.build() {
                 Ok(p) => {
                     tracing::info!(port = self.port.name(), policy = %cfg.kind(), "policy switched");
+                    // set_policy zeroed the gauge: write the new policy's value.
+                    self.last_interval_us = u64::MAX;
                     return Control::Switch(p);
                 }
                 Err(e) => tracing::error!(port = self.port.name(), error = %e, "policy rejected"),
