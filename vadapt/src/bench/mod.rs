@@ -43,12 +43,13 @@ use std::time::{Duration, Instant};
 /// `vadapt bench`.
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:\n  \
-    vadapt bench --quick                 # smoke test, < 5 minutes\n  \
+    vadapt bench --quick                 # smoke test, < 5 minutes, writes only --out\n  \
     vadapt bench                         # full suite, rewrites BENCHMARKS.md\n  \
     vadapt bench --only b1,b4 --runs 5   # some benchmarks, more rounds\n\n\
     Build with `cargo build --release -p vadapt` first: a debug build measures the wrong thing.")]
 pub struct BenchArgs {
     /// Short runs (≥ 3 rounds of 1–2 s): checks the harness, numbers are rough.
+    /// Never rewrites BENCHMARKS.md (implies `--no-write`).
     #[arg(long)]
     pub quick: bool,
     /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 timer.
@@ -66,6 +67,27 @@ pub struct BenchArgs {
     /// The BENCHMARKS.md to rewrite [default: BENCHMARKS.md at the git top level].
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+}
+
+/// `--quick` never rewrites the report: a smoke run must not replace the
+/// recorded full run, so naming a report to rewrite with it is an error.
+fn check_write_flags(a: &BenchArgs) -> Result<(), String> {
+    match (&a.markdown, a.quick, a.no_write) {
+        (Some(_), true, _) => Err(
+            "`--markdown` with `--quick`: a quick run never rewrites a report (drop one of them)"
+                .into(),
+        ),
+        (Some(_), _, true) => Err(
+            "`--markdown` with `--no-write`: nothing would be written (drop one of them)".into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Whether this run rewrites BENCHMARKS.md and its plots: a full run that
+/// was not interrupted and not told `--no-write`.
+fn rewrites_report(a: &BenchArgs, stopped: bool) -> bool {
+    !a.quick && !a.no_write && !stopped
 }
 
 /// One benchmark of the suite.
@@ -272,6 +294,9 @@ pub fn run(a: BenchArgs) -> ExitCode {
         Ok(b) => b,
         Err(e) => return crate::cli::fail(e),
     };
+    if let Err(e) = check_write_flags(&a) {
+        return crate::cli::fail(e);
+    }
     if a.runs < 3 {
         return crate::cli::fail(format!(
             "invalid `--runs` {}: each figure is a median of at least 3 runs",
@@ -368,7 +393,10 @@ pub fn run(a: BenchArgs) -> ExitCode {
         total / 60.0,
         a.out.display()
     );
-    if !a.no_write && !stop.load(Ordering::Relaxed) {
+    if a.quick {
+        println!("--quick: BENCHMARKS.md and docs/img/bench/ left as they are (a smoke run never replaces the recorded full run)");
+    }
+    if rewrites_report(&a, stop.load(Ordering::Relaxed)) {
         let md = a
             .markdown
             .clone()
@@ -427,12 +455,14 @@ mod tests {
     use super::*;
 
     pub(crate) fn test_ctx(stop: Arc<AtomicBool>) -> Ctx {
-        let work = std::env::temp_dir().join(format!(
-            "vadapt-bench-test-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&work).unwrap();
+        thread_local! {
+            // Removed when the test's thread ends.
+            static WORK: tempfile::TempDir = tempfile::Builder::new()
+                .prefix("vadapt-bench-test-")
+                .tempdir()
+                .unwrap();
+        }
+        let work = WORK.with(|d| d.path().to_owned());
         Ctx {
             exe: PathBuf::from("/bin/false"),
             out: work.clone(),
@@ -444,6 +474,29 @@ mod tests {
             frontend_cpu: 0,
             invocation: "vadapt bench --only {} --quick".into(),
         }
+    }
+
+    #[test]
+    fn quick_never_names_a_report_to_rewrite() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: BenchArgs,
+        }
+        let parse = |args: &[&str]| Cli::parse_from([&["bench"], args].concat()).a;
+        assert!(check_write_flags(&parse(&["--quick"])).is_ok());
+        assert!(check_write_flags(&parse(&[])).is_ok());
+        assert!(
+            check_write_flags(&parse(&["--quick", "--markdown", "x.md"]))
+                .unwrap_err()
+                .contains("--quick")
+        );
+        assert!(check_write_flags(&parse(&["--no-write", "--markdown", "x.md"])).is_err());
+        assert!(!rewrites_report(&parse(&["--quick"]), false));
+        assert!(!rewrites_report(&parse(&["--no-write"]), false));
+        assert!(!rewrites_report(&parse(&[]), true));
+        assert!(rewrites_report(&parse(&[]), false));
     }
 
     #[test]
