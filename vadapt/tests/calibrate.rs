@@ -2,20 +2,21 @@
 //! calibration, with every measured cost positive and finite. No timing
 //! assertions: the values depend on the machine and its load.
 
-use std::path::PathBuf;
 use std::process::Command;
 use vadapt_sim::{Calibration, Scenario};
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vadapt-it-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder, removed with everything in it when dropped.
+fn tmpdir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("vadapt-it-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
 fn quick_calibration_is_a_valid_simulator_calibration() {
-    let dir = tmpdir("calibrate");
+    let tmp = tmpdir("calibrate");
+    let dir = tmp.path();
     let out = dir.join("measured.toml");
     let run = Command::new(env!("CARGO_BIN_EXE_vadapt"))
         .args(["--log-level", "warn", "calibrate", "--quick", "--out"])
@@ -75,5 +76,4 @@ fn quick_calibration_is_a_valid_simulator_calibration() {
     std::fs::write(&path, sc).unwrap();
     let sc = Scenario::from_file(&path).expect("scenario including the file parses");
     assert_eq!(sc.calibration, c);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +21,12 @@ use vadapt_policy::{PolicyConfig, PolicyKind};
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x01]);
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vadapt-it-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder, removed with everything in it when dropped.
+fn tmpdir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("vadapt-it-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
@@ -106,8 +107,9 @@ fn settled(d: &Daemon, want: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
 
 #[test]
 fn closed_loop_stream_every_packet_counted_and_busy_poll_suppresses_tx_kicks() {
-    let dir = tmpdir("stream");
-    let d = daemon(&dir, vec![vm(&dir, "vm1", 1, 1)], PolicyKind::BusyPoll);
+    let tmp = tmpdir("stream");
+    let dir = tmp.path();
+    let d = daemon(dir, vec![vm(dir, "vm1", 1, 1)], PolicyKind::BusyPoll);
     let r = run(guest_cfg(
         &dir.join("vm1.sock"),
         1,
@@ -131,12 +133,13 @@ fn closed_loop_stream_every_packet_counted_and_busy_poll_suppresses_tx_kicks() {
 
 #[test]
 fn fixed_rate_multiqueue_guest_to_guest_request_response_returns_everything() {
-    let dir = tmpdir("g2g");
+    let tmp = tmpdir("g2g");
+    let dir = tmp.path();
     // Interrupt mode: a missing call would stall the requester, so returning
     // every request also proves calls follow the rules.
     let d = daemon(
-        &dir,
-        vec![vm(&dir, "vm1", 3, 1), vm(&dir, "vm2", 3, 2)],
+        dir,
+        vec![vm(dir, "vm1", 3, 1), vm(dir, "vm2", 3, 2)],
         PolicyKind::Interrupt,
     );
     let vm2_mac = Mac([0x52, 0x54, 0, 0, 0, 2]);
@@ -190,8 +193,9 @@ fn fixed_rate_multiqueue_guest_to_guest_request_response_returns_everything() {
 #[test]
 fn request_response_through_echo_port_under_every_policy() {
     for kind in [PolicyKind::Eekbp, PolicyKind::Netap, PolicyKind::Growshrink] {
-        let dir = tmpdir(&format!("echo-{kind}"));
-        let d = daemon(&dir, vec![vm(&dir, "vm1", 1, 1)], kind);
+        let tmp = tmpdir(&format!("echo-{kind}"));
+        let dir = tmp.path();
+        let d = daemon(dir, vec![vm(dir, "vm1", 1, 1)], kind);
         let r = run(guest_cfg(
             &dir.join("vm1.sock"),
             1,
@@ -232,8 +236,9 @@ fn metric(text: &str, prefix: &str) -> f64 {
 
 #[test]
 fn prometheus_endpoint_serves_the_names_and_values_move() {
-    let dir = tmpdir("prom");
-    let d = daemon(&dir, vec![vm(&dir, "vm1", 1, 1)], PolicyKind::Netap);
+    let tmp = tmpdir("prom");
+    let dir = tmp.path();
+    let d = daemon(dir, vec![vm(dir, "vm1", 1, 1)], PolicyKind::Netap);
     let addr = d.metrics_addr().unwrap();
     let before = scrape(addr);
     assert!(before.starts_with("HTTP/1.1 200"), "{before}");
@@ -244,7 +249,7 @@ fn prometheus_endpoint_serves_the_names_and_values_move() {
         "vadapt_queue_calls_total{",
         "vadapt_queue_dropped_total{",
         "vadapt_worker_cpu_seconds_total{",
-        "vadapt_queue_poll_interval_us{",
+        "vadapt_queue_poll_interval_seconds{",
     ] {
         assert!(before.contains(name), "{name} missing");
     }
@@ -268,18 +273,19 @@ fn prometheus_endpoint_serves_the_names_and_values_move() {
     assert!(
         metric(
             &text,
-            r#"vadapt_queue_poll_interval_us{port="vm1",queue="0"}"#
-        ) >= 100.0
+            r#"vadapt_queue_poll_interval_seconds{port="vm1",queue="0"}"#
+        ) >= 100e-6
     );
     d.shutdown();
 }
 
 #[test]
 fn reconnect_resets_the_port_and_other_ports_keep_forwarding() {
-    let dir = tmpdir("reconnect");
+    let tmp = tmpdir("reconnect");
+    let dir = tmp.path();
     let d = daemon(
-        &dir,
-        vec![vm(&dir, "vm1", 1, 1), vm(&dir, "vm2", 1, 2)],
+        dir,
+        vec![vm(dir, "vm1", 1, 1), vm(dir, "vm2", 1, 2)],
         PolicyKind::Eekbp,
     );
     // vm2 streams for the whole test while vm1 comes and goes.
@@ -319,8 +325,9 @@ fn reconnect_resets_the_port_and_other_ports_keep_forwarding() {
 
 #[test]
 fn malformed_vhost_user_messages_close_only_that_connection() {
-    let dir = tmpdir("garbage");
-    let d = daemon(&dir, vec![vm(&dir, "vm1", 1, 1)], PolicyKind::Interrupt);
+    let tmp = tmpdir("garbage");
+    let dir = tmp.path();
+    let d = daemon(dir, vec![vm(dir, "vm1", 1, 1)], PolicyKind::Interrupt);
     let sock = dir.join("vm1.sock");
     // Unknown request code and absurd size: the connection is dropped.
     for junk in [
@@ -352,8 +359,9 @@ fn malformed_vhost_user_messages_close_only_that_connection() {
 
 #[test]
 fn set_policy_at_run_time_takes_effect() {
-    let dir = tmpdir("setpolicy");
-    let d = daemon(&dir, vec![vm(&dir, "vm1", 1, 1)], PolicyKind::Interrupt);
+    let tmp = tmpdir("setpolicy");
+    let dir = tmp.path();
+    let d = daemon(dir, vec![vm(dir, "vm1", 1, 1)], PolicyKind::Interrupt);
     d.set_policy("vm1", PolicyConfig::default_for(PolicyKind::Netap))
         .unwrap();
     assert!(d
@@ -375,5 +383,16 @@ fn set_policy_at_run_time_takes_effect() {
     assert_eq!(p.policy, "netap");
     assert!(p.poll_interval_us >= 100, "{p:?}");
     assert_eq!(total(&s, "sink0", |q| q.rx_packets), r.totals.sent_packets);
+    // With the frontend gone, a switch to a policy without an interval
+    // must not show the old one.
+    d.set_policy("vm1", PolicyConfig::default_for(PolicyKind::Eekbp))
+        .unwrap();
+    let s = d.registry().snapshot();
+    let p = s.ports.iter().find(|p| p.name == "vm1").unwrap();
+    assert_eq!((p.policy.as_str(), p.poll_interval_us), ("eekbp", 0));
+    assert!(s
+        .to_table()
+        .lines()
+        .any(|l| l.starts_with("vm1") && l.contains("eekbp") && !l.contains(" us)")));
     d.shutdown();
 }

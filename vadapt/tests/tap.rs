@@ -88,8 +88,11 @@ fn host_frame_crosses_tap_to_echo_and_back() {
         eprintln!("skipped: needs root and /dev/net/tun");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("vadapt-tap-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("vadapt-tap-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let ifname = format!("vadt{}", std::process::id() % 100_000);
     let cfg = DaemonConfig {
         tap: vec![TapPortConfig {
@@ -132,5 +135,4 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     assert!(s.port_total(&ifname, |q| q.rx_packets).unwrap() >= 1);
     assert!(s.port_total("echo0", |q| q.rx_packets).unwrap() >= 1);
     d.shutdown();
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -548,14 +548,16 @@ pub fn threads_cpu_seconds(pid: i32, pick: impl Fn(&str) -> bool) -> Option<f64>
 mod tests {
     use super::*;
 
+    thread_local! {
+        // Removed when the test's thread ends.
+        static DIR: tempfile::TempDir = tempfile::Builder::new()
+            .prefix("vadapt-bench-child-")
+            .tempdir()
+            .unwrap();
+    }
+
     fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "vadapt-bench-child-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        DIR.with(|d| d.path().to_owned())
     }
 
     fn sh(name: &str, script: &str, stop: &Arc<AtomicBool>) -> Child {
