@@ -130,7 +130,19 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     }
     let back = back.expect("the echo came back through the TAP port");
     assert_eq!(&back[12..frame.len()], &frame[12..]);
-    let s = d.registry().snapshot();
+    // The TAP port counts a frame after writing it, so the raw socket can
+    // see the echo before the counter moves: wait for the counters (bounded).
+    let counted = |s: &vadapt_dataplane::metrics::StatsSnapshot| {
+        s.port_total(&ifname, |q| q.tx_packets).unwrap() >= 1
+            && s.port_total(&ifname, |q| q.rx_packets).unwrap() >= 1
+            && s.port_total("echo0", |q| q.rx_packets).unwrap() >= 1
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut s = d.registry().snapshot();
+    while !counted(&s) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        s = d.registry().snapshot();
+    }
     assert!(s.port_total(&ifname, |q| q.tx_packets).unwrap() >= 1);
     assert!(s.port_total(&ifname, |q| q.rx_packets).unwrap() >= 1);
     assert!(s.port_total("echo0", |q| q.rx_packets).unwrap() >= 1);
