@@ -27,7 +27,10 @@
 //! saves a pointless pair of frequency switches for a lone packet.
 
 use crate::config::{ConfigError, EekbpParams};
-use crate::{Budget, Decision, FreqHint, Instant, PassReport, Policy, PolicyStatus, WakeCause};
+use crate::{
+    Budget, Decision, FreqHint, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
+    WakeCause,
+};
 
 /// EE-KBP hybrid busy-poll / sleep-on-kick. See the module documentation.
 #[derive(Debug, Clone)]
@@ -119,6 +122,24 @@ impl Policy for EeKbp {
 
     fn status(&self) -> PolicyStatus {
         PolicyStatus::default()
+    }
+
+    fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
+        match *r {
+            Retune::Quota { packets } => {
+                let params = EekbpParams {
+                    quota: packets,
+                    ..self.params
+                };
+                Self::validate(&params)?;
+                self.params = params;
+                Ok(())
+            }
+            _ => Err(RetuneError::NotApplicable {
+                policy: self.name(),
+                param: r.param(),
+            }),
+        }
     }
 }
 

@@ -40,7 +40,8 @@
 use crate::config::{ConfigError, GrowShrinkParams};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
 use crate::{
-    Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP,
+    Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
+    WakeCause, MAX_SLEEP,
 };
 
 /// Grow/shrink adaptive poll window. See the module documentation.
@@ -187,6 +188,26 @@ impl Policy for GrowShrink {
             round: None,
             settled: false,
             restarts: 0,
+        }
+    }
+
+    fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
+        match *r {
+            Retune::PollMax { ns } => {
+                let params = GrowShrinkParams {
+                    poll_max_ns: ns,
+                    ..self.params
+                };
+                Self::validate(&params)?;
+                self.params = params;
+                // QEMU clamps the window when poll-max-ns is lowered.
+                self.poll_ns = self.poll_ns.min(ns);
+                Ok(())
+            }
+            _ => Err(RetuneError::NotApplicable {
+                policy: self.name(),
+                param: r.param(),
+            }),
         }
     }
 }

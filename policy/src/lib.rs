@@ -12,6 +12,9 @@
 //!   }
 //! ```
 //!
+//! That cycle is carried out by one [`Executor`], which the daemon's queue
+//! workers and the simulator both step.
+//!
 //! The three actions are the only things a worker can be told to do
 //! (DESIGN.md): poll again now; sleep for a bounded time with guest
 //! notifications off; or re-enable notifications, re-check the rings (closing
@@ -28,13 +31,18 @@
 pub mod busypoll;
 pub mod config;
 pub mod eekbp;
+pub mod executor;
+pub mod fixed;
 pub mod golden;
 pub mod growshrink;
 pub mod interrupt;
 pub mod netap;
+pub mod retune;
 pub mod time;
 
 pub use config::{ConfigError, PolicyConfig, PolicyKind};
+pub use executor::{kick_fill, Executor, PassStats, Step};
+pub use retune::{Retune, RetuneError};
 pub use time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -243,4 +251,14 @@ pub trait Policy: Send + std::fmt::Debug {
 
     /// Current state for metrics and plots.
     fn status(&self) -> PolicyStatus;
+
+    /// Change one parameter while running (see [`Retune`]); refused, with
+    /// the policy unchanged, when it has no such parameter or the value is
+    /// invalid.
+    fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
+        Err(RetuneError::NotApplicable {
+            policy: self.name(),
+            param: r.param(),
+        })
+    }
 }

@@ -59,7 +59,10 @@
 use crate::config::{ConfigError, NetapParams};
 use crate::golden::GoldenSection;
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::{Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, MAX_SLEEP};
+use crate::{
+    Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
+    MAX_SLEEP,
+};
 use serde::{Deserialize, Serialize};
 
 /// Longest accepted round, ms (one hour); keeps time arithmetic far from overflow.
@@ -392,6 +395,26 @@ impl Policy for NetAp {
             round: Some(self.round),
             settled: self.search.is_settled(),
             restarts: self.restarts,
+        }
+    }
+
+    fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
+        match *r {
+            Retune::SearchRange { lo_us, hi_us } => Ok(self.set_search_range(lo_us, hi_us)?),
+            Retune::KickThreshold { permille } => {
+                let params = NetapParams {
+                    kick_threshold_permille: permille,
+                    ..self.params
+                };
+                Self::validate(&params)?;
+                self.params = params;
+                self.kick = (permille > 0).then_some(permille);
+                Ok(())
+            }
+            _ => Err(RetuneError::NotApplicable {
+                policy: self.name(),
+                param: r.param(),
+            }),
         }
     }
 }
