@@ -11,7 +11,6 @@
 
 use crate::calibration::Calibration;
 use crate::nic::Nic;
-use crate::probe::FixedInterval;
 use crate::result::{LatHist, Sample, SimResult, WorkerSummary};
 use crate::ring::Ring;
 use crate::scenario::{RrLoad, Scenario, ServiceDist, SimPolicy, StreamLoad, Workload};
@@ -20,7 +19,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use vadapt_policy::{Action, Budget, Decision, FreqHint, Instant, PassReport, Policy, WakeCause};
+use vadapt_policy::fixed::FixedInterval;
+use vadapt_policy::{
+    kick_fill, Action, Executor, FreqHint, Instant, PassStats, Policy, Step, WakeCause,
+};
 
 /// The simulation could not run to its end.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -89,8 +91,8 @@ struct PassInfo {
 
 #[derive(Debug)]
 struct Worker {
-    policy: Box<dyn Policy>,
-    budget: Budget,
+    /// The policy and the executor of its decisions (shared with the daemon).
+    exec: Executor,
     label: String,
     state: WState,
     gen: u64,
@@ -188,6 +190,39 @@ pub(crate) struct Engine<'s> {
     events: u64,
     events_in_second: u64,
     second: u64,
+    /// The executor calls of one queue, when tracing (see [`Trace`]).
+    trace: Option<Trace>,
+}
+
+/// The executor calls of one simulated queue worker, in order: what each
+/// pass reported and the step the executor answered. The daemon's worker
+/// loop replayed over the same passes must answer the same steps (a test in
+/// the data plane checks it).
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The queue traced (index over all VMs' queues).
+    pub queue: usize,
+    /// Stop recording after this many passes.
+    pub max_passes: usize,
+    /// The first step, at time 0.
+    pub first: Option<Step>,
+    /// Every pass, in order.
+    pub passes: Vec<TracedPass>,
+}
+
+/// One pass of a [`Trace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracedPass {
+    /// End of the pass.
+    pub now: Instant,
+    /// What ended the wait before it.
+    pub wake: WakeCause,
+    /// How long that wait lasted.
+    pub waited: vadapt_policy::Duration,
+    /// What the pass did.
+    pub stats: PassStats,
+    /// The step the executor answered.
+    pub step: Step,
 }
 
 fn ns(x: f64) -> u64 {
@@ -249,8 +284,7 @@ impl<'s> Engine<'s> {
             });
             for qi in 0..vm.queues {
                 let qn = qs.len() as u64;
-                let policy = build(first)?;
-                let budget = policy.budget();
+                let exec = Executor::start(build(first)?, Instant(0)).0;
                 let (prod, rr) = match &vm.workload {
                     Workload::Stream(s) => {
                         // Spread threads (and the vCPUs that run them) over the queues.
@@ -293,8 +327,7 @@ impl<'s> Engine<'s> {
                     rr,
                     w: Worker {
                         label: first.label(),
-                        policy,
-                        budget,
+                        exec,
                         state: WState::Sleeping,
                         gen: 0,
                         work_left: 0.0,
@@ -342,6 +375,7 @@ impl<'s> Engine<'s> {
             events: 0,
             events_in_second: 0,
             second: 0,
+            trace: None,
         };
         e.snap = e.snapshot();
         for (i, t) in sc.timeline.iter().enumerate().skip(1) {
@@ -390,12 +424,34 @@ impl<'s> Engine<'s> {
         d
     }
 
-    pub(crate) fn run(mut self) -> Result<SimResult, SimError> {
+    /// Record the executor calls of `trace.queue` while running.
+    pub(crate) fn with_trace(mut self, trace: Trace) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// Run, and return the trace asked for with [`Engine::with_trace`].
+    pub(crate) fn run_traced(mut self) -> Result<(SimResult, Option<Trace>), SimError> {
+        if let Some(t) = self.trace.as_mut() {
+            t.first = self.qs.get(t.queue).map(|q| q.w.exec.step());
+        }
+        let mut out = None;
+        let r = self.run_inner(&mut out)?;
+        Ok((r, out))
+    }
+
+    pub(crate) fn run(self) -> Result<SimResult, SimError> {
+        let mut out = None;
+        self.run_inner(&mut out)
+    }
+
+    fn run_inner(mut self, trace_out: &mut Option<Trace>) -> Result<SimResult, SimError> {
         let first = self.sc.timeline[0].policy;
         for q in 0..self.qs.len() {
-            let d = self.qs[q].w.policy.start(Instant(0));
+            // Started at 0 when the worker was built: carry out its first step.
+            let step = self.qs[q].w.exec.step();
             self.qs[q].w.label = first.label();
-            self.execute(q, d);
+            self.execute(q, step);
         }
         self.share = self.sched.share(self.demand());
         let cap = self.sc.max_events_per_sim_s;
@@ -429,6 +485,7 @@ impl<'s> Engine<'s> {
                 return Err(SimError::EventCap { second: sec, cap });
             }
         }
+        *trace_out = self.trace.take();
         Ok(self.finish())
     }
 
@@ -634,8 +691,8 @@ impl<'s> Engine<'s> {
                         WState::Sleeping | WState::WaitKick => {
                             self.qs[q].w.gen += 1;
                             self.qs[q].ring.disable_kick();
-                            let d = self.install(q, p);
-                            self.execute(q, d);
+                            let step = self.install(q, p);
+                            self.execute(q, step);
                         }
                     }
                 }
@@ -647,13 +704,11 @@ impl<'s> Engine<'s> {
         }
     }
 
-    fn install(&mut self, q: usize, p: SimPolicy) -> Decision {
+    fn install(&mut self, q: usize, p: SimPolicy) -> Step {
         // Timeline policies were validated when the scenario was parsed.
-        let mut policy = build(&p).expect("timeline policy validated at parse time");
-        let d = policy.start(Instant(self.now));
+        let policy = build(&p).expect("timeline policy validated at parse time");
         let w = &mut self.qs[q].w;
-        w.budget = policy.budget();
-        w.policy = policy;
+        let d = w.exec.switch(policy, Instant(self.now));
         w.label = p.label();
         w.settled_at = None;
         w.policy_since = self.now;
@@ -674,11 +729,11 @@ impl<'s> Engine<'s> {
         false
     }
 
-    fn execute(&mut self, q: usize, d: Decision) {
-        let d = d.sanitized();
-        if let Some(p) = &self.sc.host.power {
+    /// Carry out `d`: the frequency change and the wait (the pass follows).
+    fn execute(&mut self, q: usize, d: Step) {
+        if let (Some(p), Some(f)) = (&self.sc.host.power, d.freq) {
             let top = p.freqs_mhz.len() - 1;
-            match d.freq {
+            match f {
                 FreqHint::Keep => {}
                 FreqHint::Min => self.qs[q].w.freq_idx = 0,
                 FreqHint::Max => self.qs[q].w.freq_idx = top,
@@ -693,9 +748,12 @@ impl<'s> Engine<'s> {
                 let t = self.now + duration.as_nanos() + self.jitter(self.cal.timer_overshoot_ns);
                 let size = self.qs[q].ring.size();
                 match kick_threshold {
-                    Some(p) => self.qs[q]
-                        .ring
-                        .enable_kick_at_fill((u64::from(p) * size).div_ceil(1000)),
+                    Some(p) => {
+                        let size = u16::try_from(size).unwrap_or(u16::MAX);
+                        self.qs[q]
+                            .ring
+                            .enable_kick_at_fill(u64::from(kick_fill(p, size)))
+                    }
                     None => self.qs[q].ring.disable_kick(),
                 }
                 let w = &mut self.qs[q].w;
@@ -739,7 +797,7 @@ impl<'s> Engine<'s> {
         let now = self.now;
         let vm = self.qs[q].vm;
         self.qs[q].ring.disable_kick();
-        let budget = self.qs[q].w.budget;
+        let budget = self.qs[q].w.exec.step().budget;
         let size = self.qs[q].ring.size();
         let pending = self.qs[q].ring.pending();
         let fill_permille = (pending * 1000 / size).min(1000) as u16;
@@ -823,17 +881,31 @@ impl<'s> Engine<'s> {
         if self.qs[q].rr.is_some() {
             self.end_rr_pass(q, info);
         }
-        let report = PassReport {
-            now: Instant(now),
-            wake: info.wake.unwrap_or(WakeCause::Immediate),
-            waited: vadapt_policy::Duration(info.waited),
+        let exec = &mut self.qs[q].w.exec;
+        let (wake, waited) = (
+            info.wake.unwrap_or(WakeCause::Immediate),
+            vadapt_policy::Duration(info.waited),
+        );
+        let stats = PassStats {
             packets: info.tx + info.rx,
             bytes: info.bytes,
             more_work: info.more_work,
             max_fill_permille: info.fill_permille,
         };
-        let mut d = self.qs[q].w.policy.on_pass(&report);
-        let st = self.qs[q].w.policy.status();
+        exec.woke(wake, waited);
+        let mut d = exec.served(Instant(now), stats);
+        let st = exec.status();
+        if let Some(t) = self.trace.as_mut().filter(|t| t.queue == q) {
+            if t.passes.len() < t.max_passes {
+                t.passes.push(TracedPass {
+                    now: Instant(now),
+                    wake,
+                    waited,
+                    stats,
+                    step: d,
+                });
+            }
+        }
         if st.settled && self.qs[q].w.settled_at.is_none() {
             self.qs[q].w.settled_at = Some(now);
         }
@@ -924,7 +996,7 @@ impl<'s> Engine<'s> {
         for (v, g) in vm_gbps.iter_mut().enumerate() {
             *g = (s.nic[v] - self.snap.nic[v]) * 8.0 / dt / 1e9;
         }
-        let statuses: Vec<_> = self.qs.iter().map(|q| q.w.policy.status()).collect();
+        let statuses: Vec<_> = self.qs.iter().map(|q| q.w.exec.status()).collect();
         let intervals: Vec<Option<f64>> = statuses
             .iter()
             .map(|st| st.interval.map(|d| d.as_nanos() as f64 / 1000.0))
@@ -991,7 +1063,7 @@ impl<'s> Engine<'s> {
             .qs
             .iter()
             .map(|q| {
-                let st = q.w.policy.status();
+                let st = q.w.exec.status();
                 WorkerSummary {
                     vm: self.sc.vms[q.vm].name.clone(),
                     policy: q.w.label.clone(),

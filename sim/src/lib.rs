@@ -1,13 +1,13 @@
 //! vadapt-sim: a discrete-event simulator of a virtualised host that runs
 //! vadapt's **real** policy code (`vadapt-policy`) at the papers' scale.
 //!
-//! Each simulated queue worker holds a `Box<dyn Policy>` built by
-//! [`vadapt_policy::PolicyConfig::build`] and runs the policy cycle exactly as
-//! the daemon does: `start(now)`, then wait as the [`vadapt_policy::Decision`]
-//! says, run a service pass within `policy.budget()`, and feed the
-//! [`vadapt_policy::PassReport`] to `on_pass`. There is no copy of policy logic
-//! here; the only non-policy driver is the fixed-interval sweep probe
-//! ([`probe::FixedInterval`]).
+//! Each simulated queue worker steps a [`vadapt_policy::Executor`], the same
+//! one the daemon's queue workers step, over a policy built by
+//! [`vadapt_policy::PolicyConfig::build`] (or the fixed-interval policy of
+//! sweeps, [`vadapt_policy::fixed::FixedInterval`]): it waits as each
+//! [`vadapt_policy::Step`] says, runs a service pass within its budget, and
+//! reports the pass back. There is no copy of policy or executor logic here:
+//! the engine only models the time and CPU that each step takes.
 //!
 //! # The model, and where its numbers come from
 //!
@@ -83,7 +83,6 @@ pub mod cli;
 mod engine;
 pub mod nic;
 pub mod plot;
-pub mod probe;
 pub mod result;
 pub mod ring;
 pub mod scenario;
@@ -92,10 +91,29 @@ pub mod sweep;
 
 pub use calibration::Calibration;
 pub use cli::{run_cli, SimArgs, SimCommand, SweepArgs};
-pub use engine::SimError;
+pub use engine::{SimError, Trace, TracedPass};
 pub use result::{SimResult, WriteError};
 pub use scenario::{Scenario, ScenarioError};
 pub use sweep::{sweep, ParamRange, SweepError, SweepReport};
+
+/// Run `scenario` with `seed`, recording the executor calls of one queue
+/// worker (the first `max_passes` passes of queue `queue`).
+pub fn trace_scenario(
+    scenario: &Scenario,
+    seed: u64,
+    queue: usize,
+    max_passes: usize,
+) -> Result<Trace, SimError> {
+    let trace = Trace {
+        queue,
+        max_passes,
+        ..Trace::default()
+    };
+    let (_, t) = engine::Engine::new(scenario, seed)?
+        .with_trace(trace)
+        .run_traced()?;
+    Ok(t.unwrap_or_default())
+}
 
 /// Run `scenario` to its end with `seed`.
 pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<SimResult, SimError> {

@@ -151,7 +151,7 @@ pub enum SimPolicy {
     /// One of the policy crate's policies.
     Policy(PolicyConfig),
     /// Sweep probe: sleep a fixed interval after every pass (NetAP's Figure 2).
-    /// See [`crate::probe::FixedInterval`].
+    /// See [`vadapt_policy::fixed::FixedInterval`].
     FixedInterval {
         /// Sleep between passes, µs.
         interval_us: u64,
