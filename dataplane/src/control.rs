@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vadapt_policy::PolicyConfig;
+use vadapt_policy::{PolicyConfig, Retune};
 
 /// A request to the daemon.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -29,6 +29,13 @@ pub enum Request {
         port: String,
         /// New policy.
         policy: PolicyConfig,
+    },
+    /// Change a parameter of a VM port's running policy.
+    Retune {
+        /// Port name.
+        port: String,
+        /// The change.
+        retune: Retune,
     },
 }
 
@@ -201,7 +208,7 @@ mod tests {
                 },
                 Request::Metrics => Response::Metrics { text: "x".into() },
                 Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
-                Request::SetPolicy { port, .. } => Response::Error {
+                Request::SetPolicy { port, .. } | Request::Retune { port, .. } => Response::Error {
                     error: format!("no port {port}"),
                 },
             }

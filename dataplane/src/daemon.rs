@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vadapt_coremgr::cpufreq::CpuFreq;
-use vadapt_policy::PolicyConfig;
+use vadapt_policy::{PolicyConfig, Retune};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -74,15 +74,32 @@ impl Handler for Shared {
                     Err(error) => Response::Error { error },
                 }
             }
+            Request::Retune { port, retune } => match self.retune(&port, retune) {
+                Ok(()) => Response::Ok,
+                Err(error) => Response::Error { error },
+            },
         }
     }
 }
 
-fn set_policy(ports: &[Arc<VmPort>], name: &str, policy: PolicyConfig) -> Result<(), String> {
-    let p = ports.iter().find(|p| p.name() == name).ok_or_else(|| {
+impl Shared {
+    fn retune(&self, name: &str, r: Retune) -> Result<(), String> {
+        let p = find_port(&self.vm_ports, name)?;
+        p.retune(r).map_err(|e| format!("port `{name}`: {e}"))?;
+        tracing::info!(port = name, retune = ?r, "retune requested");
+        Ok(())
+    }
+}
+
+fn find_port<'a>(ports: &'a [Arc<VmPort>], name: &str) -> Result<&'a Arc<VmPort>, String> {
+    ports.iter().find(|p| p.name() == name).ok_or_else(|| {
         let names: Vec<_> = ports.iter().map(|p| p.name()).collect();
         format!("no VM port `{name}` (VM ports: {})", names.join(", "))
-    })?;
+    })
+}
+
+fn set_policy(ports: &[Arc<VmPort>], name: &str, policy: PolicyConfig) -> Result<(), String> {
+    let p = find_port(ports, name)?;
     p.set_policy(policy).map_err(|e| e.to_string())?;
     tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
     Ok(())
@@ -273,7 +290,7 @@ impl Daemon {
         // Said once start-up can no longer fail: a failed start is one line.
         for port in &shared.vm_ports {
             tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
-                mac = %port.mac, policy = %port.policy_cfg.lock().map(|p| p.kind().to_string()).unwrap_or_default(),
+                mac = %port.mac, policy = %port.policy_config().kind(),
                 "VM port listening");
         }
         tracing::info!(path = %cfg.control.display(), "control socket ready");
@@ -318,6 +335,11 @@ impl Daemon {
     /// Change a VM port's policy.
     pub fn set_policy(&self, port: &str, policy: PolicyConfig) -> Result<(), String> {
         set_policy(&self.shared.vm_ports, port, policy)
+    }
+
+    /// Change a parameter of a VM port's running policy.
+    pub fn retune(&self, port: &str, r: Retune) -> Result<(), String> {
+        self.shared.retune(port, r)
     }
 
     /// True once [`Daemon::request_stop`] was called.

@@ -6,23 +6,11 @@
 //! ([`crate::vmport`]); tests implement it with scripted or fault-injecting
 //! fakes.
 
+pub use vadapt_policy::PassStats;
 use vadapt_policy::{
-    Action, Budget, Decision, Duration, FreqHint, Instant, PassReport, Policy, PolicyStatus,
+    Action, Budget, Duration, Executor, FreqHint, Instant, Policy, PolicyStatus, Retune, Step,
     WakeCause,
 };
-
-/// What one service pass did (the policy-independent part of a [`PassReport`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PassStats {
-    /// Packets moved, both directions.
-    pub packets: u64,
-    /// Frame bytes moved, both directions.
-    pub bytes: u64,
-    /// Some queue still had work when its budget ran out.
-    pub more_work: bool,
-    /// Fullest guest-to-host ring at the start of the pass, permille.
-    pub max_fill_permille: u16,
-}
 
 /// How a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +30,8 @@ pub enum Control {
     Stop,
     /// Replace the policy (`vadapt set-policy`).
     Switch(Box<dyn Policy>),
+    /// Change a parameter of the running policy (`vadapt retune`).
+    Retune(Retune),
 }
 
 /// The world of a queue worker.
@@ -56,23 +46,26 @@ pub trait QueueIo {
     fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait;
     /// Apply a CPU-frequency hint (no-op where the host has no cpufreq).
     fn set_freq(&mut self, hint: FreqHint);
-    /// Stop, switch policy, or continue.
+    /// Stop, switch policy, retune it, or continue.
     fn control(&mut self) -> Control;
-    /// Called after every decision, for metrics.
-    fn observe(&mut self, _status: &PolicyStatus, _decision: &Decision) {}
+    /// A retune asked for by [`QueueIo::control`] was refused (the policy
+    /// runs on unchanged); `error` says why.
+    fn retune_refused(&mut self, _retune: &Retune, _error: &vadapt_policy::RetuneError) {}
+    /// Called with every step before it is carried out, for metrics.
+    fn observe(&mut self, _status: &PolicyStatus, _step: &Step) {}
 }
 
-/// Run `policy` until `io.control()` says stop; returns the policy in use then.
-pub fn drive(io: &mut impl QueueIo, mut policy: Box<dyn Policy>) -> Box<dyn Policy> {
-    let mut decision = policy.start(io.now()).sanitized();
-    let mut freq = FreqHint::Keep;
+/// Run `policy` until `io.control()` says stop; returns the policy in use
+/// then. The loop only performs the I/O each [`Step`] of the policy crate's
+/// [`Executor`] asks for: every decision is made there.
+pub fn drive(io: &mut impl QueueIo, policy: Box<dyn Policy>) -> Box<dyn Policy> {
+    let (mut exec, mut step) = Executor::start(policy, io.now());
     loop {
-        io.observe(&policy.status(), &decision);
-        if decision.freq != FreqHint::Keep && decision.freq != freq {
-            io.set_freq(decision.freq);
-            freq = decision.freq;
+        io.observe(&exec.status(), &step);
+        if let Some(f) = step.freq {
+            io.set_freq(f);
         }
-        let wait = match decision.action {
+        let wait = match step.action {
             Action::Poll => Wait {
                 cause: WakeCause::Immediate,
                 waited: Duration::ZERO,
@@ -83,26 +76,19 @@ pub fn drive(io: &mut impl QueueIo, mut policy: Box<dyn Policy>) -> Box<dyn Poli
             } => io.sleep(duration, kick_threshold),
             Action::WaitKick { timeout } => io.wait_kick(timeout),
         };
-        let pass = io.service(policy.budget());
-        match io.control() {
-            Control::Continue => {}
-            Control::Stop => return policy,
-            Control::Switch(p) => {
-                policy = p;
-                decision = policy.start(io.now()).sanitized();
-                continue;
+        exec.woke(wait.cause, wait.waited);
+        let pass = io.service(step.budget);
+        step = match io.control() {
+            Control::Continue => exec.served(io.now(), pass),
+            Control::Stop => return exec.into_policy(),
+            Control::Switch(p) => exec.switch(p, io.now()),
+            Control::Retune(r) => {
+                if let Err(e) = exec.retune(&r) {
+                    io.retune_refused(&r, &e);
+                }
+                exec.served(io.now(), pass)
             }
-        }
-        let report = PassReport {
-            now: io.now(),
-            wake: wait.cause,
-            waited: wait.waited,
-            packets: pass.packets,
-            bytes: pass.bytes,
-            more_work: pass.more_work,
-            max_fill_permille: pass.max_fill_permille,
         };
-        decision = policy.on_pass(&report).sanitized();
     }
 }
 

@@ -27,6 +27,8 @@ pub enum Command {
     Stats(StatsArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
+    /// Change one parameter of a VM port's running policy, keeping its state.
+    Retune(RetuneArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(crate::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
@@ -105,6 +107,25 @@ pub struct SetPolicyArgs {
     pub port: String,
     /// New policy: interrupt, busy-poll, netap, growshrink, eekbp (default parameters).
     pub policy: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// `vadapt retune`.
+#[derive(Debug, Args)]
+#[command(after_help = "PARAMETERS:\n  \
+    search-range=LO-HI    NetAP: golden-section search range, µs, from the next search on (NetAP-ML)\n  \
+    kick-threshold=P      NetAP: ring-full safety net, permille of the ring (0 = the paper's: off)\n  \
+    poll-max=NS           grow/shrink: longest poll window, ns (QEMU's poll-max-ns)\n  \
+    quota=N               EE-KBP: packets per queue per busy-poll pass\n\n\
+    EXAMPLE:\n  vadapt retune --port vm1 search-range=1600-2600")]
+pub struct RetuneArgs {
+    /// VM port name.
+    #[arg(long)]
+    pub port: String,
+    /// The change, PARAM=VALUE (see below).
+    pub retune: String,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
     pub control: PathBuf,

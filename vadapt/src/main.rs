@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
+        cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Demo(args) => demo::run(args),
         cli::Command::Calibrate(args) => calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),

@@ -1,6 +1,6 @@
 //! `vadapt serve`, `vadapt stats`, `vadapt set-policy`.
 
-use crate::cli::{chain, fail, ServeArgs, SetPolicyArgs, StatsArgs};
+use crate::cli::{chain, fail, RetuneArgs, ServeArgs, SetPolicyArgs, StatsArgs};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -119,6 +119,29 @@ pub fn set_policy(a: SetPolicyArgs) -> ExitCode {
     ) {
         Ok(Response::Ok) => {
             println!("{}: policy set to {}", a.port, policy.kind());
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Error { error }) => fail(error),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(chain(&e)),
+    }
+}
+
+/// `vadapt retune`.
+pub fn retune(a: RetuneArgs) -> ExitCode {
+    let retune = match a.retune.parse::<vadapt_policy::Retune>() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("invalid retune: {e}")),
+    };
+    match request(
+        &a.control,
+        &Request::Retune {
+            port: a.port.clone(),
+            retune,
+        },
+    ) {
+        Ok(Response::Ok) => {
+            println!("{}: {} retuned", a.port, retune.param());
             ExitCode::SUCCESS
         }
         Ok(Response::Error { error }) => fail(error),

@@ -20,7 +20,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use vadapt_policy::Policy;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion, MmapRegion};
@@ -261,26 +260,11 @@ fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
     // SAFETY: gettid has no arguments and cannot fail.
     let tid = unsafe { libc::gettid() };
     port.worker_stats.tid.store(tid, Ordering::Release);
-    let gen = port.policy_gen.load(Ordering::Acquire);
-    let parked = port
-        .parked_policy
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let policy: Box<dyn Policy> = match parked {
-        Some((g, p)) if g == gen => p,
-        _ => {
-            let cfg = *port.policy_cfg.lock().unwrap_or_else(|e| e.into_inner());
-            cfg.build().unwrap_or_else(|e| {
-                tracing::error!(port = port.name(), error = %e, "invalid policy; using interrupt");
-                Box::new(vadapt_policy::interrupt::Interrupt)
-            })
-        }
-    };
+    let (policy, view) = port.policy.take(port.name());
+    queues.policy_view = Some(view);
     tracing::debug!(port = port.name(), policy = policy.name(), "worker started");
     let policy = crate::worker::drive(&mut queues, policy);
-    let gen = port.policy_gen.load(Ordering::Acquire);
-    *port.parked_policy.lock().unwrap_or_else(|e| e.into_inner()) = Some((gen, policy));
+    port.policy.park(policy, &view);
     let ws = &port.worker_stats;
     let cpu = crate::metrics::thread_cpu_ns(tid).unwrap_or(0);
     ws.tid.store(0, Ordering::Release);

@@ -12,6 +12,7 @@
 //! as transmit processing, exactly like the papers' vhost thread.
 
 pub mod handler;
+pub mod policy_slot;
 pub mod queues;
 
 use crate::config::VmPortConfig;
@@ -19,9 +20,10 @@ use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats, WorkerStats};
 use crate::net::Mac;
 use crate::switch::{Egress, PortId, Switch};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use vadapt_policy::{Policy, PolicyConfig};
+use policy_slot::{PolicyRequestError, PolicySlot};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::Arc;
+use vadapt_policy::{PolicyConfig, Retune};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Everything about a VM port that outlives a frontend connection.
@@ -47,12 +49,9 @@ pub struct VmPort {
     pub(crate) wake: EventFd,
     /// True while the worker is blocked waiting for kicks.
     pub(crate) waiting: AtomicBool,
-    /// Policy requested for this port, and a generation bumped on change.
-    pub(crate) policy_cfg: Mutex<PolicyConfig>,
-    pub(crate) policy_gen: AtomicU64,
-    /// The policy instance between worker incarnations (keeps NetAP's search
-    /// state when the worker restarts for a vring change).
-    pub(crate) parked_policy: Mutex<Option<(u64, Box<dyn Policy>)>>,
+    /// The port's policy: asked for, switched, retuned, parked between
+    /// worker incarnations.
+    pub(crate) policy: PolicySlot,
     /// CPU to pin the worker to.
     pub(crate) cpu: Option<usize>,
     /// CPU-frequency control of the worker's core.
@@ -86,9 +85,7 @@ impl VmPort {
             rx_pairs: AtomicU16::new(0),
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
             waiting: AtomicBool::new(false),
-            policy_cfg: Mutex::new(policy),
-            policy_gen: AtomicU64::new(0),
-            parked_policy: Mutex::new(None),
+            policy: PolicySlot::new(policy),
             cpu,
             freq,
             tsc_per_ns,
@@ -112,17 +109,30 @@ impl VmPort {
     }
 
     /// Ask the worker to switch to `policy` (takes effect after its current pass).
-    pub fn set_policy(&self, policy: PolicyConfig) -> Result<(), vadapt_policy::ConfigError> {
-        policy.validate()?;
-        *self.policy_cfg.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+    pub fn set_policy(&self, policy: PolicyConfig) -> Result<(), PolicyRequestError> {
+        self.policy.switch(policy)?;
         *self.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
         // The old policy's interval is not the new one's: a running worker
         // writes the new value after the switch; with no frontend connected
         // there is none yet.
         self.stats.poll_interval_us.store(0, Ordering::Relaxed);
-        self.policy_gen.fetch_add(1, Ordering::AcqRel);
         self.kick_worker();
         Ok(())
+    }
+
+    /// Change a parameter of the port's policy in place (see
+    /// [`vadapt_policy::Retune`]): refused now if the policy has no such
+    /// parameter or the value is invalid, else applied by the worker after
+    /// its current pass (or by the next worker, if none runs).
+    pub fn retune(&self, r: Retune) -> Result<(), PolicyRequestError> {
+        self.policy.retune(r)?;
+        self.kick_worker();
+        Ok(())
+    }
+
+    /// The policy asked for.
+    pub fn policy_config(&self) -> PolicyConfig {
+        self.policy.config()
     }
 
     /// Wake the worker if it is blocked waiting for kicks.

@@ -5,6 +5,7 @@
 //! and DPDK virtio-user handle it and translate `VQ_PAIRS_SET` into
 //! `SET_VRING_ENABLE`, which [`super::handler`] honours.
 
+use super::policy_slot::WorkerView;
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::frames::FrameBatch;
@@ -17,7 +18,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vadapt_policy::{Budget, Decision, Duration, FreqHint, Instant, PolicyStatus, WakeCause};
+use vadapt_policy::{Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause};
 use vadapt_virtq::device::{Chain, ChainErrorKind, DeviceQueue};
 use vadapt_virtq::mem::GuestMemory;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -60,7 +61,9 @@ pub struct PortQueues {
     hdr_len: usize,
     mrg_rxbuf: bool,
     stop: Arc<AtomicBool>,
-    policy_gen: u64,
+    /// What this worker has seen of the port's policy slot (set when the
+    /// worker takes its policy).
+    pub(crate) policy_view: Option<WorkerView>,
     epoll: Epoll,
     timer: TimerFd,
     chain: Chain,
@@ -142,14 +145,13 @@ impl PortQueues {
             }
         }
         let npairs = pairs.len();
-        let policy_gen = port.policy_gen.load(Ordering::Acquire);
         Ok(PortQueues {
             hdr_len: crate::net::hdr_len(features),
             mrg_rxbuf: features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0,
             mem,
             pairs,
             stop,
-            policy_gen,
+            policy_view: None,
             epoll,
             timer,
             chain: Chain::with_capacity(64),
@@ -641,7 +643,7 @@ impl QueueIo for PortQueues {
         if let Some(t) = kick_threshold {
             for pair in &mut self.pairs {
                 if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
-                    let n = ((u32::from(r.q.size()) * u32::from(t)) / 1000).max(1) as u16;
+                    let n = vadapt_policy::kick_fill(t, r.q.size());
                     armed |= r.q.set_kick_threshold(n);
                 }
             }
@@ -747,28 +749,26 @@ impl QueueIo for PortQueues {
         if self.stop.load(Ordering::Relaxed) {
             return Control::Stop;
         }
-        let gen = self.port.policy_gen.load(Ordering::Acquire);
-        if gen != self.policy_gen {
-            self.policy_gen = gen;
-            let cfg = *self
-                .port
-                .policy_cfg
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            match cfg.build() {
-                Ok(p) => {
-                    tracing::info!(port = self.port.name(), policy = %cfg.kind(), "policy switched");
+        let Some(view) = self.policy_view.as_mut() else {
+            return Control::Continue;
+        };
+        match self.port.policy.control(view, self.port.name()) {
+            Some(c) => {
+                if matches!(c, Control::Switch(_)) {
                     // set_policy zeroed the gauge: write the new policy's value.
                     self.last_interval_us = u64::MAX;
-                    return Control::Switch(p);
                 }
-                Err(e) => tracing::error!(port = self.port.name(), error = %e, "policy rejected"),
+                c
             }
+            None => Control::Continue,
         }
-        Control::Continue
     }
 
-    fn observe(&mut self, status: &PolicyStatus, _decision: &Decision) {
+    fn retune_refused(&mut self, retune: &Retune, error: &vadapt_policy::RetuneError) {
+        tracing::warn!(port = self.port.name(), ?retune, %error, "retune refused by the running policy");
+    }
+
+    fn observe(&mut self, status: &PolicyStatus, _step: &Step) {
         let us = status.interval.map_or(0, |d| d.as_micros());
         // Only on change: this runs every pass, the gauge is read by others.
         if us != self.last_interval_us {
