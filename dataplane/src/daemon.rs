@@ -432,6 +432,51 @@ mod tests {
     }
 
     #[test]
+    fn retune_reaches_the_port_through_the_control_socket() {
+        let t = tempfile::tempdir().unwrap();
+        let mut c = cfg(t.path());
+        c.policy = PolicyConfig::default_for(vadapt_policy::PolicyKind::Netap);
+        let control = c.control.clone();
+        let d = Daemon::start(c).unwrap();
+        let ask = |port: &str, retune: Retune| {
+            control::request(
+                &control,
+                &Request::Retune {
+                    port: port.into(),
+                    retune,
+                },
+            )
+            .unwrap()
+        };
+        let range = Retune::SearchRange {
+            lo_us: 1600,
+            hi_us: 2600,
+        };
+        assert_eq!(ask("a", range), Response::Ok);
+        match ask("a", Retune::Quota { packets: 4 }) {
+            Response::Error { error } => assert!(
+                error.contains("netap") && error.contains("quota"),
+                "{error}"
+            ),
+            r => panic!("{r:?}"),
+        }
+        match ask("zz", range) {
+            Response::Error { error } => assert!(error.contains("zz"), "{error}"),
+            r => panic!("{r:?}"),
+        }
+        // A retuned config parameter shows in the port's policy.
+        assert_eq!(
+            ask("b", Retune::KickThreshold { permille: 0 }),
+            Response::Ok
+        );
+        match d.vm_ports()[1].policy_config() {
+            PolicyConfig::Netap(p) => assert_eq!(p.kick_threshold_permille, 0),
+            p => panic!("{p:?}"),
+        }
+        d.shutdown();
+    }
+
+    #[test]
     fn socket_folder_errors_name_the_folder() {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join("file"), b"").unwrap();
