@@ -15,6 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod fault_injector;
 pub mod frames;
 pub mod metrics;
 pub mod metrics_http;

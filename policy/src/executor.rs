@@ -18,7 +18,8 @@
 //! It is sans-IO like the policies (smoltcp's `poll(timestamp)` style): time
 //! comes in as arguments, and the I/O side only performs the [`Step`] it is
 //! given. What used to be decided twice (and had drifted) is decided here
-//! once: decisions are [`Decision::sanitized`]; a frequency hint is applied
+//! once: decisions are [`Decision::sanitized`]; a wait for a kick is bounded
+//! by [`IDLE_RECHECK`]; a frequency hint is applied
 //! only when it changes ([`Step::freq`]); a kick threshold in permille becomes
 //! a descriptor count by [`kick_fill`]; a policy switch starts the new
 //! policy at once; a retune reaches the running policy ([`Policy::retune`]).
@@ -69,6 +70,15 @@ enum Phase {
         waited: Duration,
     },
 }
+
+/// The longest a worker waits for a kick before it looks at its rings
+/// again, whatever the policy asked ([`Action::WaitKick`] without a
+/// timeout). A kick that never arrives (a frontend that misbehaves, or a lost
+/// notification) then delays packets by at most this long instead of
+/// stalling the queue for good. An idle worker pays about ten wake-ups a
+/// second for it; a policy that sees a [`WakeCause::Timeout`] with nothing to
+/// do simply waits again.
+pub const IDLE_RECHECK: Duration = crate::MAX_SLEEP;
 
 /// Carries out one policy's decisions (see the module docs).
 #[derive(Debug)]
@@ -171,7 +181,12 @@ impl Executor {
     }
 
     fn step_for(&mut self, decision: Decision) -> Step {
-        let d = decision.sanitized();
+        let mut d = decision.sanitized();
+        if let Action::WaitKick { timeout: None } = d.action {
+            d.action = Action::WaitKick {
+                timeout: Some(IDLE_RECHECK),
+            };
+        }
         let freq = (d.freq != FreqHint::Keep && d.freq != self.freq).then(|| {
             self.freq = d.freq;
             d.freq
@@ -249,9 +264,14 @@ mod tests {
         assert_eq!(s.budget, e.policy().budget());
         e.woke(WakeCause::Kick, Duration(5));
         let s = e.served(Instant(10), stats(3, false));
-        if let Action::WaitKick { timeout: Some(t) } = s.action {
-            assert!(t <= crate::MAX_SLEEP);
-        }
+        // Interrupt mode waits for a kick without a timeout; the executor
+        // bounds it.
+        assert_eq!(
+            s.action,
+            Action::WaitKick {
+                timeout: Some(IDLE_RECHECK)
+            }
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub mod retune;
 pub mod time;
 
 pub use config::{ConfigError, PolicyConfig, PolicyKind};
-pub use executor::{kick_fill, Executor, PassStats, Step};
+pub use executor::{kick_fill, Executor, PassStats, Step, IDLE_RECHECK};
 pub use retune::{Retune, RetuneError};
 pub use time::{Duration, Instant};
 
