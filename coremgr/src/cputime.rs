@@ -8,12 +8,16 @@
 //!   nanoseconds. The thread captures its clock once
 //!   ([`ThreadClock::current`], `pthread_getcpuclockid`) and hands it to the
 //!   metrics code, which reads it for `vadapt_worker_cpu_seconds_total`.
+//! - [`schedstat_cpu_time`]: a thread of this process by its tid, from any
+//!   thread, nanoseconds (`/proc/self/task/<tid>/schedstat`, first field):
+//!   the daemon's queue workers, whose tid the metrics code keeps.
 //! - [`task_cpu_time`] / [`thread_cpu_time`]: any thread of any process
 //!   (QEMU's vCPU threads, vSPACE), from `/proc/<pid>/task/<tid>/stat`
 //!   (`utime + stime`, in clock ticks, usually 10 ms).
 //!
 //! [`pin_current_thread`] sets the calling thread's affinity to one core
-//! (`sched_setaffinity`).
+//! (`sched_setaffinity`); [`current_tid`] and [`set_timer_slack`] are the
+//! other per-thread calls the workers make.
 //!
 //! This is the crate's only module with `unsafe`: libc calls whose arguments
 //! are plain integers or pointers to locals, each explained where it is made.
@@ -47,6 +51,9 @@ pub enum CpuTimeError {
     /// `sched_setaffinity` / `sched_getaffinity` failed.
     #[error("failed to set or get the CPU affinity")]
     Affinity(#[source] io::Error),
+    /// `prctl(PR_SET_TIMERSLACK)` failed.
+    #[error("failed to set the timer slack")]
+    TimerSlack(#[source] io::Error),
     /// The core number does not fit a `cpu_set_t`.
     #[error("CPU {0} is beyond CPU_SETSIZE")]
     CpuOutOfRange(usize),
@@ -107,6 +114,35 @@ pub fn current_tid() -> u32 {
     // SAFETY: gettid takes no arguments and cannot fail.
     let tid = unsafe { libc::gettid() };
     tid as u32
+}
+
+/// CPU time used by thread `tid` of this process, nanoseconds, from
+/// `/proc/self/task/<tid>/schedstat` (its first field: time on a CPU).
+pub fn schedstat_cpu_time(tid: u32) -> Result<Duration, CpuTimeError> {
+    let path = PathBuf::from(format!("/proc/self/task/{tid}/schedstat"));
+    let text = std::fs::read_to_string(&path).map_err(|source| CpuTimeError::ReadStat {
+        path: path.clone(),
+        source,
+    })?;
+    parse_schedstat_ns(&text)
+        .map(Duration::from_nanos)
+        .ok_or(CpuTimeError::ParseStat { path })
+}
+
+/// The on-CPU nanoseconds of a `schedstat` line (`on_cpu_ns wait_ns slices`).
+pub fn parse_schedstat_ns(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Set the calling thread's timer slack (`PR_SET_TIMERSLACK`), ns. The
+/// default 50 µs would turn a 100 µs polling interval into 150 µs.
+pub fn set_timer_slack(ns: u64) -> Result<(), CpuTimeError> {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer argument, no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0u64, 0u64, 0u64) };
+    if rc != 0 {
+        return Err(CpuTimeError::TimerSlack(io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// Clock ticks per second of `/proc` times (`sysconf(_SC_CLK_TCK)`, usually 100).
@@ -209,6 +245,21 @@ mod tests {
         while current_thread_cpu_time().unwrap() == start {
             x = std::hint::black_box(x.wrapping_add(1));
         }
+    }
+
+    #[test]
+    fn schedstat_gives_this_threads_cpu_in_ns() {
+        assert_eq!(parse_schedstat_ns("123456789 42 7\n"), Some(123_456_789));
+        assert_eq!(parse_schedstat_ns(""), None);
+        let tid = current_tid();
+        let t0 = schedstat_cpu_time(tid).unwrap();
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        assert!(schedstat_cpu_time(tid).unwrap() > t0);
+        assert!(schedstat_cpu_time(u32::MAX).is_err());
+        set_timer_slack(1).unwrap();
     }
 
     #[test]

@@ -205,11 +205,7 @@ impl WorkerStats {
     /// CPU time used so far, ns (live thread + retired incarnations).
     pub fn cpu_ns(&self) -> u64 {
         let tid = self.tid.load(Relaxed);
-        let live = if tid > 0 {
-            thread_cpu_ns(tid).unwrap_or(0)
-        } else {
-            0
-        };
+        let live = if tid > 0 { thread_cpu_ns(tid) } else { 0 };
         self.cpu_ns_retired.load(Relaxed) + live
     }
 }
@@ -219,11 +215,12 @@ pub fn new_overshoot_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 1_000_000_000, 3).expect("static bounds are valid")
 }
 
-/// CPU time of thread `tid` of this process, from `/proc/self/task/<tid>/schedstat`
-/// (first field: ns on CPU).
-pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
+/// CPU time of thread `tid` of this process, ns (0 once it has exited).
+pub fn thread_cpu_ns(tid: i32) -> u64 {
+    u32::try_from(tid)
+        .ok()
+        .and_then(|t| vadapt_coremgr::cputime::schedstat_cpu_time(t).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// All the daemon's counters.

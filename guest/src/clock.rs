@@ -59,17 +59,7 @@ impl ExitCost {
     }
 }
 
-/// CPU time consumed by the calling thread (ns), from `CLOCK_THREAD_CPUTIME_ID`; 0 if the
-/// clock is unavailable.
+/// CPU time consumed by the calling thread (ns); 0 if the clock is unavailable.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+    vadapt_coremgr::cputime::current_thread_cpu_time().map_or(0, |d| d.as_nanos() as u64)
 }

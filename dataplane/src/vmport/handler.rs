@@ -253,12 +253,11 @@ fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
             tracing::warn!(port = port.name(), cpu, error = %e, "cannot pin worker");
         }
     }
-    // Timer slack of 1 ns: a 100 µs interval must not become 150 µs
-    // (the default slack is 50 µs).
-    // SAFETY: PR_SET_TIMERSLACK takes an integer argument, no pointers.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
-    // SAFETY: gettid has no arguments and cannot fail.
-    let tid = unsafe { libc::gettid() };
+    // Timer slack of 1 ns: a 100 µs interval must not become 150 µs.
+    if let Err(e) = vadapt_coremgr::cputime::set_timer_slack(1) {
+        tracing::warn!(port = port.name(), error = %e, "timer slack stays at the default");
+    }
+    let tid = vadapt_coremgr::cputime::current_tid() as i32;
     port.worker_stats.tid.store(tid, Ordering::Release);
     let (policy, view) = port.policy.take(port.name());
     queues.policy_view = Some(view);
@@ -266,7 +265,7 @@ fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
     let policy = crate::worker::drive(&mut queues, policy);
     port.policy.park(policy, &view);
     let ws = &port.worker_stats;
-    let cpu = crate::metrics::thread_cpu_ns(tid).unwrap_or(0);
+    let cpu = crate::metrics::thread_cpu_ns(tid);
     ws.tid.store(0, Ordering::Release);
     ws.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
     queues.into_bases()
