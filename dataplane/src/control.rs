@@ -4,13 +4,14 @@
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.
 
+use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use vadapt_policy::{PolicyConfig, Retune};
@@ -155,34 +156,54 @@ pub fn serve(
     Ok(std::thread::Builder::new()
         .name("vadapt-control".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        if let Err(e) = answer(conn, handler.as_ref()) {
-                            tracing::debug!(error = %e, "control connection failed");
+            crate::local_server::run("control", &stop, |stop| async move {
+                let listener = match tokio::net::UnixListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "control socket unusable");
+                        return;
+                    }
+                };
+                let limit = ConnLimit::new("control", MAX_CONNECTIONS);
+                while let Some(accepted) = stop.until_stopped(listener.accept()).await {
+                    match accepted {
+                        Ok((conn, _)) => {
+                            let h = Arc::clone(&handler);
+                            limit.spawn(async move {
+                                if let Err(e) = answer(conn, h.as_ref()).await {
+                                    tracing::debug!(error = %e, "control connection failed");
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "control socket accept failed");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
                         }
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "control socket accept failed");
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
                 }
-            }
+            });
             let _ = std::fs::remove_file(&path);
         })
         .expect("spawning a thread"))
 }
 
-fn answer(conn: UnixStream, handler: &dyn Handler) -> Result<(), ControlError> {
-    conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+/// Most control connections open at once (see [`ConnLimit`]).
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest a client may take to send its request, and to take the answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request line read.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+async fn answer(conn: tokio::net::UnixStream, handler: &dyn Handler) -> Result<(), ControlError> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let timed_out = || ControlError::Io(std::io::ErrorKind::TimedOut.into());
+    let (rd, mut wr) = conn.into_split();
     let mut line = String::new();
     // Bound the request size: a control client is local but still untrusted input.
-    let mut reader = BufReader::new(std::io::Read::take(&conn, 64 * 1024));
-    reader.read_line(&mut line)?;
+    let mut reader = tokio::io::BufReader::new(rd.take(MAX_REQUEST));
+    tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line))
+        .await
+        .map_err(|_| timed_out())??;
     let resp = match serde_json::from_str::<Request>(&line) {
         Ok(req) => handler.handle(req),
         Err(e) => Response::Error {
@@ -191,13 +212,16 @@ fn answer(conn: UnixStream, handler: &dyn Handler) -> Result<(), ControlError> {
     };
     let mut out = serde_json::to_string(&resp)?;
     out.push('\n');
-    (&conn).write_all(out.as_bytes())?;
+    tokio::time::timeout(REQUEST_TIMEOUT, wr.write_all(out.as_bytes()))
+        .await
+        .map_err(|_| timed_out())??;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     struct Echoer;
     impl Handler for Echoer {
@@ -213,6 +237,34 @@ mod tests {
                 },
             }
         }
+    }
+
+    #[test]
+    fn idle_clients_never_block_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = serve(&path, Arc::new(Echoer), stop.clone()).unwrap();
+        // More idle connections than the server keeps: the oldest are closed
+        // to make room, and a real request is answered all the same.
+        let idle: Vec<_> = (0..500)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        assert!(matches!(
+            request(&path, &Request::Stats).unwrap(),
+            Response::Stats { .. }
+        ));
+        // A slow client that sends half a line is cut off, not waited for.
+        let mut slow = UnixStream::connect(&path).unwrap();
+        slow.write_all(b"{\"cmd\":").unwrap();
+        slow.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut a = String::new();
+        let n = BufReader::new(&slow).read_line(&mut a).unwrap_or(0);
+        assert_eq!(n, 0, "a half request got an answer: {a}");
+        drop(idle);
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
     }
 
     #[test]

@@ -13,10 +13,12 @@
 
 pub mod clock;
 pub mod config;
+pub mod conn_limit;
 pub mod control;
 pub mod daemon;
 pub mod fault_injector;
 pub mod frames;
+pub mod local_server;
 pub mod metrics;
 pub mod metrics_http;
 pub mod net;

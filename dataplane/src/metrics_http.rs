@@ -1,4 +1,5 @@
-//! The Prometheus scrape endpoint: `GET` or `HEAD` on `/metrics` (or `/`).
+//! The Prometheus scrape endpoint: `GET` or `HEAD` on `/metrics` (or `/`),
+//! served by hyper on the daemon's local-server runtime.
 //!
 //! The format follows the request's `Accept` header the way Prometheus
 //! negotiates it: OpenMetrics 1.0.0 when the client ranks
@@ -6,10 +7,14 @@
 //! Prometheus text format 0.0.4 (also for clients that send no `Accept`,
 //! such as curl).
 
+use crate::conn_limit::ConnLimit;
 use crate::metrics::Registry;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +73,7 @@ pub fn negotiate(accept: Option<&str>) -> Format {
     }
 }
 
-/// A parsed request head: method, path and the `Accept` header.
+/// A request as far as the endpoint cares: method, path and `Accept`.
 #[derive(Debug, PartialEq, Eq)]
 struct RequestHead {
     method: String,
@@ -76,92 +81,102 @@ struct RequestHead {
     accept: Option<String>,
 }
 
-/// The longest request head read (request line and headers).
-const MAX_HEAD: u64 = 8192;
-
-fn read_head(s: &TcpStream) -> Option<RequestHead> {
-    let mut r = BufReader::new(Read::take(s, MAX_HEAD));
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
-    let mut it = line.split_whitespace();
-    let (method, path) = (it.next()?.to_string(), it.next()?.to_string());
-    let mut accept = None;
-    loop {
-        line.clear();
-        if r.read_line(&mut line).ok()? == 0 {
-            break;
-        }
-        let h = line.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("accept") {
-                accept = Some(v.trim().to_string());
-            }
-        }
-    }
-    Some(RequestHead {
-        method,
-        path,
-        accept,
-    })
-}
-
-/// The full response (head and body) to one request.
-fn respond(head: &RequestHead, reg: &Arc<Registry>) -> Vec<u8> {
+/// The response (status, content type, body) to one request; `HEAD` gets
+/// the headers of `GET` with an empty body.
+fn respond(head: &RequestHead, reg: &Arc<Registry>) -> (u16, &'static str, String) {
     let path = head.path.split('?').next().unwrap_or("");
     let is_head = head.method == "HEAD";
     let (status, ctype, body) = if head.method != "GET" && !is_head {
-        (
-            "405 Method Not Allowed",
-            TEXT_004,
-            "GET or HEAD\n".to_string(),
-        )
+        (405, TEXT_004, "GET or HEAD\n".to_string())
     } else if path == "/metrics" || path == "/" {
         let f = negotiate(head.accept.as_deref());
         let body = match f {
             Format::Text004 => reg.prometheus_text(),
             Format::OpenMetrics => reg.openmetrics_text(),
         };
-        ("200 OK", f.content_type(), body)
+        (200, f.content_type(), body)
     } else {
-        ("404 Not Found", TEXT_004, "try /metrics\n".to_string())
+        (404, TEXT_004, "try /metrics\n".to_string())
     };
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
-        body.len(),
-        if status.starts_with("405") {
-            "Allow: GET, HEAD\r\n"
-        } else {
-            ""
-        }
-    )
-    .into_bytes();
-    if !is_head {
-        out.extend_from_slice(body.as_bytes());
-    }
-    out
+    (status, ctype, body)
 }
 
-/// Serve scrapes on `l` (non-blocking) until `stop` is set.
-pub fn serve(l: TcpListener, reg: Arc<Registry>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        match l.accept() {
-            Ok((mut s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
-                if let Some(head) = read_head(&s) {
-                    let _ = s.write_all(&respond(&head, &reg));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
+/// Most scrape connections open at once (see [`ConnLimit`]).
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest a client may take to send a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a connection lives (a keep-alive scraper reconnects after it).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+async fn handle(
+    req: hyper::Request<hyper::body::Incoming>,
+    reg: Arc<Registry>,
+) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible> {
+    let head = RequestHead {
+        method: req.method().as_str().to_string(),
+        path: req.uri().path().to_string(),
+        accept: req
+            .headers()
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    };
+    let (status, ctype, body) = respond(&head, &reg);
+    let len = body.len();
+    let body = if head.method == "HEAD" {
+        Bytes::new()
+    } else {
+        Bytes::from(body)
+    };
+    let mut resp = hyper::Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, ctype)
+        .header(hyper::header::CONTENT_LENGTH, len);
+    if status == 405 {
+        resp = resp.header(hyper::header::ALLOW, "GET, HEAD");
     }
+    // Only fixed, valid header values above: building cannot fail.
+    Ok(resp.body(Full::new(body)).unwrap_or_default())
+}
+
+/// Serve scrapes on `l` until `stop` is set: HTTP/1.1 by hyper, each
+/// connection a task with a header timeout and a lifetime, at most
+/// [`MAX_CONNECTIONS`] at once (the oldest is closed to make room).
+pub fn serve(l: TcpListener, reg: Arc<Registry>, stop: Arc<AtomicBool>) {
+    crate::local_server::run("metrics", &stop, |stop| async move {
+        let listener = match tokio::net::TcpListener::from_std(l) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "metrics listener unusable");
+                return;
+            }
+        };
+        let limit = ConnLimit::new("metrics", MAX_CONNECTIONS);
+        while let Some(accepted) = stop.until_stopped(listener.accept()).await {
+            let stream = match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let reg = Arc::clone(&reg);
+            limit.spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(
+                        TokioIo::new(stream),
+                        service_fn(move |req| handle(req, Arc::clone(&reg))),
+                    );
+                // A connection past its lifetime is simply closed.
+                if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+                    tracing::debug!(error = %e, "metrics connection failed");
+                }
+            });
+        }
+    });
 }
 
 #[cfg(test)]
@@ -206,33 +221,57 @@ mod tests {
     }
 
     #[test]
-    fn head_gets_the_headers_of_get_without_a_body() {
+    fn paths_methods_and_formats() {
         let r = reg();
-        let get = String::from_utf8(respond(&head("GET", "/metrics", None), &r)).unwrap();
-        let hd = String::from_utf8(respond(&head("HEAD", "/metrics", None), &r)).unwrap();
-        assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
-        assert!(hd.starts_with("HTTP/1.1 200 OK\r\n"), "{hd}");
-        let (get_head, body) = get.split_once("\r\n\r\n").unwrap();
-        assert_eq!(format!("{get_head}\r\n\r\n"), hd);
-        assert!(get_head.contains(&format!("Content-Length: {}", body.len())));
-        assert!(get_head.contains(TEXT_004));
+        let (st, ct, body) = respond(&head("GET", "/metrics", None), &r);
+        assert_eq!((st, ct), (200, TEXT_004));
         assert!(!body.contains("# EOF"));
-    }
-
-    #[test]
-    fn openmetrics_when_asked_and_errors_for_the_rest() {
-        let r = reg();
-        let om = String::from_utf8(respond(
+        let (st, ct, _) = respond(&head("HEAD", "/metrics", None), &r);
+        assert_eq!((st, ct), (200, TEXT_004));
+        let (st, ct, body) = respond(
             &head("GET", "/metrics", Some("application/openmetrics-text")),
             &r,
-        ))
-        .unwrap();
-        assert!(om.contains(OPENMETRICS_100), "{om}");
-        assert!(om.ends_with("# EOF\n"), "{om}");
-        let nf = String::from_utf8(respond(&head("GET", "/nope", None), &r)).unwrap();
-        assert!(nf.starts_with("HTTP/1.1 404"), "{nf}");
-        let na = String::from_utf8(respond(&head("POST", "/metrics", None), &r)).unwrap();
-        assert!(na.starts_with("HTTP/1.1 405"), "{na}");
-        assert!(na.contains("Allow: GET, HEAD"), "{na}");
+        );
+        assert_eq!((st, ct), (200, OPENMETRICS_100));
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        assert_eq!(respond(&head("GET", "/nope", None), &r).0, 404);
+        assert_eq!(respond(&head("POST", "/metrics", None), &r).0, 405);
+        assert_eq!(respond(&head("GET", "/?x=1", None), &r).0, 200);
+    }
+
+    /// A live endpoint: HEAD has GET's headers and no body; 200 idle
+    /// connections held open do not keep a scrape from being answered.
+    #[test]
+    fn idle_clients_never_block_a_scrape() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, st) = (reg(), Arc::clone(&stop));
+        let t = std::thread::spawn(move || serve(l, r, st));
+        let idle: Vec<_> = (0..200)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let get = |req: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let g = get("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assert!(g.starts_with("HTTP/1.1 200"), "{g}");
+        let h = get("HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+        let (gh, body) = g.split_once("\r\n\r\n").unwrap();
+        assert!(gh
+            .to_ascii_lowercase()
+            .contains(&format!("content-length: {}", body.len())));
+        assert!(h.ends_with("\r\n\r\n"), "HEAD has a body: {h}");
+        drop(idle);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        t.join().unwrap();
     }
 }
