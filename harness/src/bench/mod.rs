@@ -30,7 +30,7 @@ pub mod testpmd;
 mod timer;
 pub mod vadapt_proc;
 
-use crate::cli::chain;
+use crate::cli_util::chain;
 use clap::Args;
 use error::BenchError;
 use results::BenchFile;
@@ -292,29 +292,29 @@ fn install_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
 pub fn run(a: BenchArgs) -> ExitCode {
     let benches = match select(&a.only) {
         Ok(b) => b,
-        Err(e) => return crate::cli::fail(e),
+        Err(e) => return crate::cli_util::fail(e),
     };
     if let Err(e) = check_write_flags(&a) {
-        return crate::cli::fail(e);
+        return crate::cli_util::fail(e);
     }
     if a.runs < 3 {
-        return crate::cli::fail(format!(
+        return crate::cli_util::fail(format!(
             "invalid `--runs` {}: each figure is a median of at least 3 runs",
             a.runs
         ));
     }
     let stop = Arc::new(AtomicBool::new(false));
     if let Err(e) = install_signals(&stop) {
-        return crate::cli::fail(format!("cannot install signal handler: {e}"));
+        return crate::cli_util::fail(format!("cannot install signal handler: {e}"));
     }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => return crate::cli::fail(format!("cannot find my own binary: {e}")),
+        Err(e) => return crate::cli_util::fail(format!("cannot find my own binary: {e}")),
     };
     let work = std::env::temp_dir().join(format!("vadapt-bench-{}", std::process::id()));
     for d in [&a.out, &work] {
         if let Err(e) = std::fs::create_dir_all(d) {
-            return crate::cli::fail(format!("cannot create {}: {e}", d.display()));
+            return crate::cli_util::fail(format!("cannot create {}: {e}", d.display()));
         }
     }
     let mut inv = String::from("vadapt bench --only {}");

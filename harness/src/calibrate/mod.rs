@@ -36,7 +36,7 @@
 //! too and written as a comment: it is a workload parameter of scenarios that
 //! model the synthetic guest (`xmit_segment_ns`), not a calibration key.
 
-use crate::cli::{chain, fail};
+use crate::cli_util::{chain, fail};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //! `demo-out/` with the time series, a summary and plots in the style of
 //! NetAP's Figure 4 (bandwidth and polling interval over time).
 
-use crate::cli::{chain, fail};
+use crate::cli_util::{chain, fail};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
