@@ -20,3 +20,4 @@ pub mod bench;
 pub mod calibrate;
 pub mod cli_util;
 pub mod demo;
+pub mod machine;

@@ -11,11 +11,11 @@
 //! half of the NetAP phase, flagged `converged = 0`); "before" is the
 //! interrupt phase without its first second.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::{metric_table, table};
 use super::results::{cell, spread, BenchFile, Row};
+use super::table::{metric_table, table};
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
 use crate::demo::{rates, Sample};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, VmPortConfig};

@@ -1154,7 +1154,7 @@ fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    crate::bench::machine::utc(secs)
+    crate::machine::utc(secs)
 }
 
 fn source(a: &CalibrateArgs) -> String {

@@ -1,4 +1,5 @@
-//! The machine and the versions a benchmark ran on, for the report.
+//! The machine and the versions a benchmark ran on, for the bench report,
+//! and UTC timestamps (bench results, calibration files).
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
