@@ -136,6 +136,15 @@ mod tests {
     }
 
     #[test]
+    fn now_is_iso_8601_utc() {
+        let d = utc_now();
+        assert!(
+            d.ends_with('Z') && d.len() == 20 && d.as_bytes()[10] == b'T',
+            "{d}"
+        );
+    }
+
+    #[test]
     fn cpu_model_line() {
         let t = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B12\n";
         assert_eq!(cpu_model(t).as_deref(), Some("AMD EPYC 7B12"));
