@@ -13,6 +13,12 @@
 //! `vadapt` binary is a thin dispatcher over them: the benchmark suite starts
 //! `vadapt serve` and `vadapt guest` from [`std::env::current_exe`], so it
 //! must run inside that binary.
+//!
+//! Below them, shared and importing none of them: [`machine`] (the machine
+//! and versions for reports, UTC timestamps), [`rates`] (per-second rates of
+//! the daemon's ports, for the demo and B5) and [`cli_util`] (error lines and
+//! the exit code, also used by the binary's `serve`). Imports inside the crate
+//! go one way; `scripts/check-imports.py` fails on a cycle between files.
 
 #![deny(missing_docs)]
 
@@ -21,3 +27,4 @@ pub mod calibrate;
 pub mod cli_util;
 pub mod demo;
 pub mod machine;
+pub mod rates;
