@@ -1,7 +1,7 @@
 //! vadapt-harness: the experiments of `vadapt`, the commands that start
 //! processes and daemons, measure them and write reports.
 //!
-//! * [`bench`] — `vadapt bench`, the benchmark suite against DPDK and
+//! * [`bench`](mod@bench) — `vadapt bench`, the benchmark suite against DPDK and
 //!   OVS-DPDK that regenerates BENCHMARKS.md;
 //! * [`calibrate`] — `vadapt calibrate`, the simulator's cost calibration
 //!   measured on this host, and `--validate` (real daemon against simulator);
