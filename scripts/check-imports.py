@@ -213,6 +213,8 @@ class Crate:
         self.label = label
         self.root = Module((), root_file)
         self.files: dict[Path, list[Tok]] = {}
+        # The module (inline ones included) each token of a file is in.
+        self.where: dict[Path, list[Module]] = {}
         self.problems: list[str] = []
         self._load(self.root, root_file.parent)
 
@@ -220,7 +222,8 @@ class Crate:
         """Read `module`'s file; children of the file's outermost module live in `child_dir`."""
         toks = tokens(module.file.read_text(encoding="utf-8"))
         self.files[module.file] = toks
-        # Inline modules: follow braces to know which module a declaration is in.
+        where: list[Module] = self.where.setdefault(module.file, [])
+        # Inline modules: follow braces to know which module each token is in.
         stack: list[Module | None] = []
         current = module
         pending: dict[int, tuple[str, bool]] = {i: (n, il) for i, n, il in mod_decls(toks)}
@@ -229,6 +232,7 @@ class Crate:
             t = toks[i].text
             if i in pending:
                 name, inline = pending[i]
+                where.extend([current] * 3)
                 if inline:
                     child = Module(current.path + (name,), module.file, parent=current, inline=True)
                     current.children[name] = child
@@ -248,6 +252,7 @@ class Crate:
                     self._load(child, f.parent if f.name == "mod.rs" else f.with_suffix(""))
                 i += 3
                 continue
+            where.append(current)
             if t == "{":
                 stack.append(None)
             elif t == "}" and stack:
@@ -255,13 +260,6 @@ class Crate:
                 if top is not None:
                     current = top
             i += 1
-
-    def modules(self):
-        todo = [self.root]
-        while todo:
-            m = todo.pop()
-            yield m
-            todo.extend(m.children.values())
 
 
 # ---------------------------------------------------------------- imports
@@ -312,33 +310,6 @@ class Edge:
     path: str
 
 
-def module_at(crate: Crate, file: Path, toks: list[Tok]) -> list[Module]:
-    """The module each token of `file` is in (inline modules included)."""
-    top = next(m for m in crate.modules() if m.file == file and not m.inline)
-    where: list[Module] = []
-    stack: list[Module | None] = []
-    current = top
-    decl = {i: (n, il) for i, n, il in mod_decls(toks)}
-    i = 0
-    while i < len(toks):
-        where.append(current)
-        if i in decl and decl[i][1]:
-            where.extend([current, current])
-            stack.append(current)
-            current = current.children[decl[i][0]]
-            i += 3
-            continue
-        t = toks[i].text
-        if t == "{":
-            stack.append(None)
-        elif t == "}" and stack:
-            top_ = stack.pop()
-            if top_ is not None:
-                current = top_
-        i += 1
-    return where
-
-
 def lookup_child(m: Module, name: str) -> Module | None:
     """A child module named `name` visible in `m` (through `use super::*` of inline modules)."""
     while m is not None:
@@ -381,7 +352,7 @@ def resolve(crate: Crate, m: Module, segs: list[str]) -> Module | None:
 def imports(crate: Crate) -> list[Edge]:
     edges = []
     for file, toks in crate.files.items():
-        where = module_at(crate, file, toks)
+        where = crate.where[file]
         # Inline modules that glob-import their parent see its child modules.
         for i, t in enumerate(toks):
             if t.text == "use" and i + 3 < len(toks):
