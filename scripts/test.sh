@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it (.ci/run): dependencies, guest image, Rust
-# format/lint/docs/tests, release build, the Python lab, and the interop tests
-# against the release binary. Fails fast at the first failing step, with a
-# banner naming it, and ends with one summary line and the time of each step.
+# format, import layering, lint, docs and tests, release build, the Python lab,
+# and the interop tests against the release binary. Fails fast at the first
+# failing step, with a banner naming it, and ends with one summary line and the
+# time of each step.
 #
 #   scripts/test.sh              every step
 #   scripts/test.sh STEP...      only these steps (names as in the banners),
@@ -17,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab interop bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -45,6 +46,8 @@ pytest_run() {
 step_deps() { bash scripts/install-deps.sh; }
 step_guest_image() { bash scripts/guest-image.sh; }
 step_fmt() { cargo fmt --all --check; }
+# No import cycle between the files of a crate (known ones listed in the script).
+step_imports() { python3 scripts/check-imports.py; }
 step_clippy() { cargo clippy --workspace --all-targets -- -D warnings; }
 step_doc() { RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; }
 step_cargo_test() { cargo test --workspace; }

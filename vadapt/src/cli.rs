@@ -30,15 +30,15 @@ pub enum Command {
     /// Change one parameter of a VM port's running policy, keeping its state.
     Retune(RetuneArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
-    Demo(crate::demo::DemoArgs),
+    Demo(vadapt_harness::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
-    Calibrate(crate::calibrate::CalibrateArgs),
+    Calibrate(vadapt_harness::calibrate::CalibrateArgs),
     /// A synthetic guest: a vhost-user frontend driving virtio-net like a Linux guest under load.
     Guest(vadapt_guest::GuestArgs),
     /// Discrete-event simulation of a virtualised host running the same policies.
     Sim(vadapt_sim::SimArgs),
     /// The benchmark suite: vadapt against DPDK (and OVS-DPDK), rewrites BENCHMARKS.md.
-    Bench(crate::bench::BenchArgs),
+    Bench(vadapt_harness::bench::BenchArgs),
 }
 
 /// `vadapt serve`.
@@ -142,22 +142,4 @@ pub fn init_logging(level: &str) {
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-}
-
-/// Print a one-line error and return the failure exit code.
-pub fn fail(msg: impl std::fmt::Display) -> std::process::ExitCode {
-    eprintln!("vadapt: error: {msg}");
-    std::process::ExitCode::from(2)
-}
-
-/// `err` and its causes on one line, `a: b: c`.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut src = err.source();
-    while let Some(e) = src {
-        s.push_str(": ");
-        s.push_str(&e.to_string());
-        src = e.source();
-    }
-    s
 }

@@ -1,9 +1,6 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
-mod bench;
-mod calibrate;
 mod cli;
-mod demo;
 mod serve;
 
 use clap::Parser;
@@ -17,10 +14,10 @@ fn main() -> ExitCode {
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
-        cli::Command::Demo(args) => demo::run(args),
-        cli::Command::Calibrate(args) => calibrate::run(args),
+        cli::Command::Demo(args) => vadapt_harness::demo::run(args),
+        cli::Command::Calibrate(args) => vadapt_harness::calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),
         cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
-        cli::Command::Bench(args) => bench::run(args),
+        cli::Command::Bench(args) => vadapt_harness::bench::run(args),
     }
 }

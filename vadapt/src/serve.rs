@@ -1,12 +1,13 @@
-//! `vadapt serve`, `vadapt stats`, `vadapt set-policy`.
+//! `vadapt serve`, `vadapt stats`, `vadapt set-policy`, `vadapt retune`.
 
-use crate::cli::{chain, fail, RetuneArgs, ServeArgs, SetPolicyArgs, StatsArgs};
+use crate::cli::{RetuneArgs, ServeArgs, SetPolicyArgs, StatsArgs};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig, TapPortConfig};
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_dataplane::Daemon;
+use vadapt_harness::cli_util::{chain, fail};
 use vadapt_policy::PolicyConfig;
 
 /// Merge the config file and the command line into one configuration.

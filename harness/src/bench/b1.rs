@@ -14,12 +14,12 @@
 //! non-empty bursts; vadapt's `busy_cycles / busy_packets` counts TSC cycles
 //! of non-empty service passes — the same definition on both sides.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::{metric_table, LabelCol};
 use super::results::{BenchFile, Row};
+use super::table::{metric_table, LabelCol};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
 

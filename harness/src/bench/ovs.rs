@@ -14,13 +14,16 @@
 //! CPU is the PMD thread's (`/proc/<pid>/task/*/comm` = `pmd…`).
 
 use super::child::{run_once, threads_cpu_seconds, Child, Spawn};
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::metric_table;
 use super::results::{BenchFile, Row};
+use super::table::metric_table;
 use super::vadapt_proc::{GuestOpts, GuestProc};
-use super::Ctx;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The DPDK build of ovs-vswitchd in Debian's package.
+pub const OVS_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
 
 /// PMD sleep settings measured, µs (0 = busy polling).
 const MAXSLEEP: [u32; 2] = [0, 500];
@@ -116,7 +119,7 @@ impl Ovs {
         args.extend(settings.iter().map(String::as_str));
         tool(ctx, &dir, "ovs-vsctl", &args)?;
         let argv = vec![
-            super::b6::OVS_DPDK.to_string(),
+            OVS_DPDK.to_string(),
             db(&dir),
             format!("--unixctl={}", dir.join("vswitchd.ctl").display()),
             "--log-file".into(),

@@ -6,22 +6,20 @@
 //! When OVS-DPDK is not installed the benchmark is skipped with a line saying
 //! how to install it; when it cannot start, its exact failure is recorded.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
+use super::ovs::{self, OVS_DPDK};
 use super::results::BenchFile;
-use super::Ctx;
 use std::path::Path;
 
 /// Title.
 pub const TITLE: &str = "OVS-DPDK anchor: PMD busy polling and pmd-maxsleep";
 
-/// The DPDK build of ovs-vswitchd in Debian's package.
-pub const OVS_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
-
 /// Why OVS-DPDK cannot be used here, if it cannot.
 pub fn unavailable() -> Option<String> {
     let missing: Vec<&str> = ["ovsdb-server", "ovsdb-tool", "ovs-vsctl", "ovs-ofctl"]
         .into_iter()
-        .filter(|p| super::machine::which(p).is_none())
+        .filter(|p| crate::machine::which(p).is_none())
         .collect();
     if !Path::new(OVS_DPDK).is_file() || !missing.is_empty() {
         let what = if Path::new(OVS_DPDK).is_file() {
@@ -44,10 +42,10 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
         f.status = "skipped".into();
         return Ok(());
     }
-    super::ovs::run(ctx, f)
+    ovs::run(ctx, f)
 }
 
 /// The B6 section.
 pub fn render(f: &BenchFile) -> String {
-    super::ovs::render(f)
+    ovs::render(f)
 }

@@ -10,12 +10,12 @@
 //! one after another rather than interleaved).
 
 use super::child::process_cpu_seconds;
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::metric_table;
 use super::results::{BenchFile, Row};
+use super::table::metric_table;
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
 
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn windows_sample_runs_plus_one_times() {
-        let ctx = super::super::tests::test_ctx(Arc::new(AtomicBool::new(false)));
+        let ctx = super::super::ctx::test_ctx(Arc::new(AtomicBool::new(false)));
         let mut seen = Vec::new();
         windows(&ctx, Duration::from_millis(1), |run, dt, st| {
             *st += 1.0;

@@ -3,8 +3,8 @@
 //! --json`, pinned to CPU 0), started from this very binary.
 
 use super::child::{wait_path, Child, Spawn};
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::Ctx;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,11 +3,11 @@
 //! `overshoot_p99_ns`), under a light load (the synthetic guest at 10 kpps).
 //! A fresh daemon per round, so each round's histogram is its own.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::metric_table;
 use super::results::{BenchFile, Row};
+use super::table::metric_table;
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
 use vadapt_policy::PolicyKind;
 
 /// Title.

@@ -1,4 +1,5 @@
-//! The machine and the versions a benchmark ran on, for the report.
+//! The machine and the versions a benchmark ran on, for the bench report,
+//! and UTC timestamps (bench results, calibration files).
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -132,6 +133,15 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(utc(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn now_is_iso_8601_utc() {
+        let d = utc_now();
+        assert!(
+            d.ends_with('Z') && d.len() == 20 && d.as_bytes()[10] == b'T',
+            "{d}"
+        );
     }
 
     #[test]

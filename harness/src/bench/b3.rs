@@ -3,12 +3,12 @@
 //! policy, and DPDK's vhost PMD with testpmd `macswap` as the reference.
 //! Round-trip p50/p99/p99.9 as the guest times them.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::metric_table;
 use super::results::{BenchFile, Row};
+use super::table::metric_table;
 use super::testpmd;
 use super::vadapt_proc::{GuestOpts, GuestProc, GuestResult, VmPort, ECHO_MAC};
-use super::Ctx;
 use vadapt_policy::PolicyKind;
 
 /// Title.

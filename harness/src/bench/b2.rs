@@ -8,12 +8,12 @@
 //! the time, by construction).
 
 use super::b1::{pct, per_mpkt};
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::metric_table;
 use super::results::{BenchFile, Row, Spread};
+use super::table::metric_table;
 use super::testpmd;
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
 use vadapt_policy::PolicyKind;
 
 /// Title.

@@ -13,6 +13,13 @@
 //! killed when dropped, so errors, panics and Ctrl-C leave nothing running.
 //! A benchmark that fails keeps the rows it finished and names the failure;
 //! the suite goes on with the next one (unless interrupted).
+//!
+//! Imports go one way, down: this file runs the suite (`suite.rs` lists the
+//! benchmarks); the report imports the benchmarks for their `render`; a
+//! benchmark imports only what is below it — [`ctx::Ctx`], [`table`] (the
+//! markdown tables), [`results`], the process wrappers ([`vadapt_proc`],
+//! [`testpmd`], `ovs.rs`, [`child`]) — and never this file, the suite or the
+//! report (`scripts/check-imports.py` checks it).
 
 mod b1;
 mod b2;
@@ -21,24 +28,29 @@ mod b4;
 mod b5;
 mod b6;
 pub mod child;
+pub mod ctx;
 pub mod error;
-pub mod machine;
 mod ovs;
 pub mod report;
 pub mod results;
+mod suite;
+pub mod table;
 pub mod testpmd;
 mod timer;
 pub mod vadapt_proc;
 
-use crate::cli::chain;
+use crate::cli_util::chain;
+use crate::machine;
 use clap::Args;
+use ctx::Ctx;
 use error::BenchError;
 use results::BenchFile;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use suite::{names, Bench, SUITE};
 
 /// `vadapt bench`.
 #[derive(Debug, Args)]
@@ -88,111 +100,6 @@ fn check_write_flags(a: &BenchArgs) -> Result<(), String> {
 /// was not interrupted and not told `--no-write`.
 fn rewrites_report(a: &BenchArgs, stopped: bool) -> bool {
     !a.quick && !a.no_write && !stopped
-}
-
-/// One benchmark of the suite.
-#[derive(Debug)]
-struct Bench {
-    name: &'static str,
-    title: &'static str,
-    run: fn(&Ctx, &mut BenchFile) -> Result<(), BenchError>,
-}
-
-/// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-const SUITE: [Bench; 7] = [
-    Bench {
-        name: "b1",
-        title: b1::TITLE,
-        run: b1::run,
-    },
-    Bench {
-        name: "b2",
-        title: b2::TITLE,
-        run: b2::run,
-    },
-    Bench {
-        name: "b3",
-        title: b3::TITLE,
-        run: b3::run,
-    },
-    Bench {
-        name: "b4",
-        title: b4::TITLE,
-        run: b4::run,
-    },
-    Bench {
-        name: "b5",
-        title: b5::TITLE,
-        run: b5::run,
-    },
-    Bench {
-        name: "timer",
-        title: timer::TITLE,
-        run: timer::run,
-    },
-    Bench {
-        name: "b6",
-        title: b6::TITLE,
-        run: b6::run,
-    },
-];
-
-/// Names of the suite's benchmarks, in run order.
-pub fn names() -> Vec<&'static str> {
-    SUITE.iter().map(|b| b.name).collect()
-}
-
-/// What every benchmark step needs.
-#[derive(Debug)]
-pub struct Ctx {
-    /// This binary (`vadapt serve` / `vadapt guest` are started from it).
-    pub exe: PathBuf,
-    /// Sockets and process logs (short path: unix sockets need < 108 bytes).
-    pub work: PathBuf,
-    /// Where results go (`--out`).
-    pub out: PathBuf,
-    /// Set by SIGINT/SIGTERM: every wait returns [`BenchError::Interrupted`].
-    pub stop: Arc<AtomicBool>,
-    /// `--quick`.
-    pub quick: bool,
-    /// Rounds per figure.
-    pub runs: u32,
-    /// CPU of backend workers (DPDK forwarding lcore, vadapt workers).
-    pub backend_cpu: usize,
-    /// CPU of senders (guest, virtio-user forwarding lcore).
-    pub frontend_cpu: usize,
-    /// The invocation that reproduces one benchmark: `{}` stands for its name.
-    pub invocation: String,
-}
-
-impl Ctx {
-    /// Seconds of one measurement: `full` normally, `quick` with `--quick`.
-    pub fn secs(&self, full: f64, quick: f64) -> Duration {
-        Duration::from_secs_f64(if self.quick { quick } else { full })
-    }
-
-    /// The results directory.
-    pub fn out_dir(&self) -> PathBuf {
-        self.out.clone()
-    }
-
-    /// Sleep, interruptibly.
-    pub fn sleep(&self, d: Duration) -> Result<(), BenchError> {
-        child::sleep(d, &self.stop)
-    }
-
-    /// A command line as the report shows it: this binary as `vadapt`, the
-    /// work directory as `$WORK` (it is temporary).
-    pub fn show(&self, argv: &[String]) -> String {
-        argv.join(" ")
-            .replace(&self.exe.display().to_string(), "vadapt")
-            .replace(&self.work.display().to_string(), "$WORK")
-    }
-
-    /// Print a progress line.
-    pub fn say(&self, msg: &str) {
-        println!("  {msg}");
-    }
 }
 
 /// The repository's top level (for BENCHMARKS.md and docs/img/bench).
@@ -292,29 +199,29 @@ fn install_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
 pub fn run(a: BenchArgs) -> ExitCode {
     let benches = match select(&a.only) {
         Ok(b) => b,
-        Err(e) => return crate::cli::fail(e),
+        Err(e) => return crate::cli_util::fail(e),
     };
     if let Err(e) = check_write_flags(&a) {
-        return crate::cli::fail(e);
+        return crate::cli_util::fail(e);
     }
     if a.runs < 3 {
-        return crate::cli::fail(format!(
+        return crate::cli_util::fail(format!(
             "invalid `--runs` {}: each figure is a median of at least 3 runs",
             a.runs
         ));
     }
     let stop = Arc::new(AtomicBool::new(false));
     if let Err(e) = install_signals(&stop) {
-        return crate::cli::fail(format!("cannot install signal handler: {e}"));
+        return crate::cli_util::fail(format!("cannot install signal handler: {e}"));
     }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => return crate::cli::fail(format!("cannot find my own binary: {e}")),
+        Err(e) => return crate::cli_util::fail(format!("cannot find my own binary: {e}")),
     };
     let work = std::env::temp_dir().join(format!("vadapt-bench-{}", std::process::id()));
     for d in [&a.out, &work] {
         if let Err(e) = std::fs::create_dir_all(d) {
-            return crate::cli::fail(format!("cannot create {}: {e}", d.display()));
+            return crate::cli_util::fail(format!("cannot create {}: {e}", d.display()));
         }
     }
     let mut inv = String::from("vadapt bench --only {}");
@@ -452,29 +359,9 @@ fn plots(root: &Path, results: &Path, img: &Path) {
 
 #[cfg(test)]
 mod tests {
+    use super::ctx::test_ctx;
     use super::*;
-
-    pub(crate) fn test_ctx(stop: Arc<AtomicBool>) -> Ctx {
-        thread_local! {
-            // Removed when the test's thread ends.
-            static WORK: tempfile::TempDir = tempfile::Builder::new()
-                .prefix("vadapt-bench-test-")
-                .tempdir()
-                .unwrap();
-        }
-        let work = WORK.with(|d| d.path().to_owned());
-        Ctx {
-            exe: PathBuf::from("/bin/false"),
-            out: work.clone(),
-            work,
-            stop,
-            quick: true,
-            runs: 3,
-            backend_cpu: 1,
-            frontend_cpu: 0,
-            invocation: "vadapt bench --only {} --quick".into(),
-        }
-    }
+    use std::time::Duration;
 
     #[test]
     fn quick_never_names_a_report_to_rewrite() {

@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the kernel paths the data plane and the guest use:
 //! eventfd wake-ups across CPUs and on one CPU, eventfd reads, timed sleeps.
 
-use super::{median, CalibrateError, Result};
+use super::error::{CalibrateError, Result};
+use super::stats::median;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;

@@ -1,10 +1,9 @@
 //! `vadapt calibrate --validate`: a scenario on the real daemon + synthetic
 //! guests and in the simulator, the same periods measured on both sides.
 
-use super::{
-    blocked_wakeups, join_guest, port_sum, spawn_guest, tmpdir, worker, CalibrateArgs,
-    CalibrateError, Result, SINK,
-};
+use super::args::CalibrateArgs;
+use super::daemon::{blocked_wakeups, join_guest, port_sum, spawn_guest, tmpdir, worker, SINK};
+use super::error::{CalibrateError, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -7,9 +7,9 @@
 //! (A/B/A/B) without one's polling disturbing the other's run.
 
 use super::child::{wait_path, Child, Spawn};
+use super::ctx::Ctx;
 use super::error::BenchError;
 use super::results::BenchFile;
-use super::Ctx;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ pub struct Testpmd {
 
 /// Whether `dpdk-testpmd` can be run, else a line saying how to get it.
 pub fn available() -> Result<(), String> {
-    if super::machine::which(TESTPMD).is_some() {
+    if crate::machine::which(TESTPMD).is_some() {
         Ok(())
     } else {
         Err(format!(

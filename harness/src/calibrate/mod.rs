@@ -6,11 +6,11 @@
 //! # What is measured, and how
 //!
 //! Everything runs in this process: the real daemon ([`Daemon::start`]) with a
-//! sink port, one synthetic guest ([`Guest`]) with one sender thread, and a few
-//! micro-benchmarks of the kernel paths the data plane uses. With two or more
-//! CPUs the queue worker is pinned to CPU 1 and the guest to CPU 0, so the two
-//! do not time-share a core during the measurement (the simulator models the
-//! sharing itself).
+//! sink port, one synthetic guest ([`vadapt_guest::Guest`]) with one sender
+//! thread, and a few micro-benchmarks of the kernel paths the data plane
+//! uses. With two or more CPUs the queue worker is pinned to CPU 1 and the
+//! guest to CPU 0, so the two do not time-share a core during the measurement
+//! (the simulator models the sharing itself).
 //!
 //! | key | method |
 //! |---|---|
@@ -35,152 +35,48 @@
 //! the rounds, since other load only adds to it) is measured
 //! too and written as a comment: it is a workload parameter of scenarios that
 //! model the synthetic guest (`xmit_segment_ns`), not a calibration key.
+//!
+//! # The code
+//!
+//! This file measures and writes the calibration; `micro.rs` holds the
+//! kernel-path micro-benchmarks and `validate.rs` the `--validate` runs. What
+//! they share is below them — the arguments (`args.rs`), the error
+//! (`error.rs`), quantiles and the fit (`stats.rs`), the daemon and guest
+//! helpers (`daemon.rs`) — and none of them imports this file.
 
-use crate::cli::{chain, fail};
-use clap::Args;
+use crate::cli_util::{chain, fail};
+use crate::machine::utc_now;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::clock::calibrate_tsc;
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
-use vadapt_dataplane::metrics::{StatsSnapshot, WorkerSnapshot};
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::Daemon;
-use vadapt_guest::{Guest, GuestConfig, GuestReport, Load};
+use vadapt_guest::{GuestConfig, Load};
 use vadapt_policy::config::NetapParams;
 use vadapt_policy::PolicyConfig;
 use vadapt_sim::Calibration;
 
+mod args;
+mod daemon;
+mod error;
 mod micro;
+mod stats;
 mod validate;
 
-use micro::{nanosleep_overshoot, pin, ping_pong, write_read_signalled, PingPong};
+pub use args::CalibrateArgs;
+pub use error::CalibrateError;
+
+use daemon::{blocked_wakeups, join_guest, port_sum, spawn_guest, tmpdir, worker, SINK};
+use error::Result;
+use micro::{nanosleep_overshoot, ping_pong, write_read_signalled, PingPong};
+use stats::{least_squares, median, quantile};
 use validate::validate_all;
-
-/// `vadapt calibrate`.
-#[derive(Debug, Args)]
-#[command(after_help = "EXAMPLES:\n  \
-    vadapt calibrate --out sim/calibration/measured.toml\n  \
-    vadapt calibrate --quick --out /tmp/cal.toml\n  \
-    vadapt calibrate --validate sim/scenarios/validate-1vm-1t.toml --validate-out /tmp/val")]
-pub struct CalibrateArgs {
-    /// Where to write the calibration file.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "sim/calibration/measured.toml"
-    )]
-    pub out: PathBuf,
-    /// Measuring time per load point and round, seconds (each point also has a short warm-up).
-    #[arg(long, value_name = "S", default_value_t = 1.5)]
-    pub duration: f64,
-    /// Rounds: every measurement runs once per round, interleaved, and the file takes the
-    /// median (this machine is shared; one noisy round should not decide a value).
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    pub rounds: usize,
-    /// A short run (one round, 0.4 s per point, fewer samples; under 30 s), for tests and
-    /// smoke checks.
-    #[arg(long)]
-    pub quick: bool,
-    /// Emulated VM-exit cost added to the measured kick and call syscalls, ns: the synthetic
-    /// guest's `--exit-cost-ns`; with `--validate`, the guests' exit cost.
-    #[arg(long, value_name = "NS", default_value_t = vadapt_guest::config::DEFAULT_EXIT_COST_NS)]
-    pub exit_cost_ns: u64,
-    /// Do not calibrate: run each of these scenarios on the real daemon + synthetic guests and
-    /// in the simulator, and print both side by side. Repeatable.
-    #[arg(long, value_name = "SCENARIO")]
-    pub validate: Vec<PathBuf>,
-    /// With `--validate`: write validation.md, validation.json and PNG plots here.
-    #[arg(long, value_name = "DIR", requires = "validate")]
-    pub validate_out: Option<PathBuf>,
-}
-
-/// Calibration or validation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CalibrateError {
-    /// The daemon did not start.
-    #[error("cannot start the daemon")]
-    StartDaemon(#[source] vadapt_dataplane::daemon::DaemonError),
-    /// A synthetic guest failed to connect or run.
-    #[error("synthetic guest `{vm}` failed")]
-    Guest {
-        /// VM port name.
-        vm: String,
-        /// The guest's error.
-        #[source]
-        source: vadapt_guest::GuestError,
-    },
-    /// A synthetic guest ended early or its thread panicked.
-    #[error("synthetic guest `{vm}` did not finish: {reason}")]
-    GuestEnded {
-        /// VM port name.
-        vm: String,
-        /// What happened.
-        reason: String,
-    },
-    /// A thread, eventfd or directory could not be set up.
-    #[error("cannot set up {what}")]
-    Setup {
-        /// What.
-        what: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A measurement produced nothing usable.
-    #[error("measurement `{what}` is unusable: {reason}")]
-    Measure {
-        /// Which measurement.
-        what: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The daemon refused a policy change.
-    #[error("cannot change the policy: {0}")]
-    SetPolicy(String),
-    /// The output could not be written.
-    #[error("cannot write {path}")]
-    Write {
-        /// File or directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file written does not parse as a calibration (a bug here).
-    #[error("the calibration written does not parse back: {0}")]
-    Roundtrip(String),
-    /// A validation scenario is invalid.
-    #[error("invalid scenario")]
-    Scenario(#[source] vadapt_sim::ScenarioError),
-    /// A validation scenario describes something the real run cannot reproduce.
-    #[error("{file}: cannot be run on the real daemon: {reason}")]
-    Unsupported {
-        /// Scenario file.
-        file: String,
-        /// Why.
-        reason: String,
-    },
-    /// The simulation failed.
-    #[error("simulation of {file} failed")]
-    Sim {
-        /// Scenario file.
-        file: String,
-        /// The cause.
-        #[source]
-        source: vadapt_sim::SimError,
-    },
-    /// A plot could not be drawn.
-    #[error("cannot draw the validation plots")]
-    Plot(#[source] vadapt_sim::WriteError),
-}
-
-type Result<T> = std::result::Result<T, CalibrateError>;
 
 /// Run `vadapt calibrate`.
 pub fn run(a: CalibrateArgs) -> ExitCode {
@@ -236,20 +132,6 @@ impl Plan {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    quantile(v, 0.5)
-}
-
-/// The `q`-quantile of `v` (sorts `v`); NaN when empty.
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
 // ------------------------------------------------------------ daemon points
 
 /// Idle times before the measured wake-ups (µs), with the share of `Plan::pings` each gets
@@ -258,18 +140,6 @@ const WAKE_GAPS_US: [(u64, usize); 4] = [(0, 1), (20, 2), (200, 4), (2000, 20)];
 /// The extra idle gap whose wake-up goes into the file: none, a worker kicked again as
 /// soon as it went to sleep, as under load.
 const WAKE_GAP_US: u64 = 0;
-
-const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
-
-fn tmpdir(tag: &str) -> Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("vadapt-calib-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).map_err(|source| CalibrateError::Setup {
-        what: format!("directory {}", d.display()),
-        source,
-    })?;
-    Ok(d)
-}
 
 /// Which CPUs the worker and the guest use in calibration points.
 #[derive(Clone, Copy, Debug)]
@@ -321,77 +191,6 @@ struct PointResult {
     overshoot_p50_ns: u64,
     /// Guest CPU per packet sent over the whole guest run, ns.
     guest_ns_per_packet: f64,
-}
-
-fn worker<'a>(s: &'a StatsSnapshot, name: &str) -> Option<&'a WorkerSnapshot> {
-    s.workers.iter().find(|w| w.name == name)
-}
-
-/// Wake-ups that ended a blocked wait (timer, kick, timeout). A `recheck` found work
-/// right after re-enabling notifications and never blocked, so it is not a wake-up
-/// in the model's sense.
-fn blocked_wakeups(w: &WorkerSnapshot) -> u64 {
-    w.wakeups
-        .iter()
-        .filter(|(cause, _)| cause.as_str() != "recheck")
-        .map(|(_, n)| n)
-        .sum()
-}
-
-fn port_sum(
-    s: &StatsSnapshot,
-    port: &str,
-    f: fn(&vadapt_dataplane::metrics::QueueSnapshot) -> u64,
-) -> u64 {
-    s.port_total(port, f).unwrap_or(0)
-}
-
-/// Start a guest on its own thread (pinned to `cpu`, which its sender threads
-/// inherit).
-fn spawn_guest(
-    vm: &str,
-    cfg: GuestConfig,
-    cpu: Option<usize>,
-    stop: &Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<std::result::Result<GuestReport, vadapt_guest::GuestError>>> {
-    let guest = Guest::connect(cfg).map_err(|source| CalibrateError::Guest {
-        vm: vm.to_string(),
-        source,
-    })?;
-    let st = Arc::clone(stop);
-    std::thread::Builder::new()
-        .name(format!("guest-{vm}"))
-        .spawn(move || {
-            pin(cpu);
-            guest.run(st)
-        })
-        .map_err(|source| CalibrateError::Setup {
-            what: "a guest thread".into(),
-            source,
-        })
-}
-
-fn join_guest(
-    vm: &str,
-    h: std::thread::JoinHandle<std::result::Result<GuestReport, vadapt_guest::GuestError>>,
-) -> Result<GuestReport> {
-    match h.join() {
-        Ok(Ok(r)) => match &r.error {
-            Some(e) => Err(CalibrateError::GuestEnded {
-                vm: vm.to_string(),
-                reason: e.clone(),
-            }),
-            None => Ok(r),
-        },
-        Ok(Err(source)) => Err(CalibrateError::Guest {
-            vm: vm.to_string(),
-            source,
-        }),
-        Err(_) => Err(CalibrateError::GuestEnded {
-            vm: vm.to_string(),
-            reason: "its thread panicked".into(),
-        }),
-    }
 }
 
 fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
@@ -491,44 +290,6 @@ fn netap_near_200us() -> PolicyConfig {
         kick_threshold_permille: 0,
         ..NetapParams::default()
     })
-}
-
-/// Least squares: `rows` of (x, y); returns the coefficients or `None` when singular.
-fn least_squares<const K: usize>(rows: &[([f64; K], f64)]) -> Option<[f64; K]> {
-    let mut m = [[0.0f64; K]; K];
-    let mut v = [0.0f64; K];
-    for (x, y) in rows {
-        for i in 0..K {
-            v[i] += x[i] * y;
-            for j in 0..K {
-                m[i][j] += x[i] * x[j];
-            }
-        }
-    }
-    // Gauss-Jordan elimination with partial pivoting on the normal equations.
-    for c in 0..K {
-        let p = (c..K).max_by(|&a, &b| m[a][c].abs().total_cmp(&m[b][c].abs()))?;
-        if m[p][c].abs() < 1e-12 {
-            return None;
-        }
-        m.swap(c, p);
-        v.swap(c, p);
-        let (pivot, vc) = (m[c], v[c]);
-        for (r, (row, vr)) in m.iter_mut().zip(v.iter_mut()).enumerate() {
-            if r != c {
-                let f = row[c] / pivot[c];
-                for (x, px) in row.iter_mut().zip(pivot.iter()).skip(c) {
-                    *x -= f * px;
-                }
-                *vr -= f * vc;
-            }
-        }
-    }
-    let mut out = [0.0; K];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = v[i] / m[i][i];
-    }
-    Some(out)
 }
 
 // ------------------------------------------------------------ calibration
@@ -1149,14 +910,6 @@ fn git_rev() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// UTC date and time now, ISO 8601 (the bench report's formatter).
-fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    crate::bench::machine::utc(secs)
-}
-
 fn source(a: &CalibrateArgs) -> String {
     let cmd: Vec<String> = std::env::args().collect();
     let cmd = if cmd.is_empty() {
@@ -1185,7 +938,7 @@ fn render(a: &CalibrateArgs, m: &Measured) -> String {
          # CPU 0 when there are two CPUs). Format: vadapt-sim's `Calibration`.\n\
          # Costs are of this machine: a userspace guest whose kicks and calls are eventfd\n\
          # syscalls, with the VM-exit part of kick_ns / call_ns the guest's emulated exit cost\n\
-         # ({} ns). Methods: the module docs of vadapt/src/calibrate.rs.\n\
+         # ({} ns). Methods: the module docs of harness/src/calibrate/mod.rs.\n\
          # TSC {:.4} GHz. {} round(s) of every measurement, interleaved, {} s per load point;\n\
          # each value is the median over rounds.{}",
         a.exit_cost_ns,
@@ -1310,43 +1063,6 @@ fn print_summary(m: &Measured) {
             p.busy_cycles as f64 / p.busy_packets.max(1) as f64 / m.tsc_per_ns,
             p.cpu_s / p.secs * 100.0,
             p.wakeups as f64 / p.secs
-        );
-    }
-}
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn least_squares_recovers_a_plane() {
-        let rows: Vec<([f64; 3], f64)> = [
-            (4.0, 312.0),
-            (16.0, 1248.0),
-            (64.0, 4992.0),
-            (64.0, 89600.0),
-        ]
-        .iter()
-        .map(|&(n, b)| ([n, b, 1.0], 30.0 * n + 0.5 * b + 200.0))
-        .collect();
-        let c = least_squares(&rows).unwrap();
-        assert!((c[0] - 30.0).abs() < 1e-6, "{c:?}");
-        assert!((c[1] - 0.5).abs() < 1e-9, "{c:?}");
-        assert!((c[2] - 200.0).abs() < 1e-6, "{c:?}");
-        // Two identical rows cannot give three coefficients.
-        assert!(least_squares(&rows[..1]).is_none());
-    }
-
-    #[test]
-    fn quantiles_and_dates() {
-        let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(median(&mut v), 3.0);
-        assert_eq!(quantile(&mut v, 0.0), 1.0);
-        assert_eq!(quantile(&mut v, 1.0), 5.0);
-        assert!(median(&mut []).is_nan());
-        let d = utc_now();
-        assert!(
-            d.ends_with('Z') && d.len() == 20 && d.as_bytes()[10] == b'T',
-            "{d}"
         );
     }
 }

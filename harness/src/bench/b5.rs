@@ -2,7 +2,7 @@
 //! load (64 B, closed loop, emulated exit cost on): every port on
 //! `interrupt` first, then switched to `netap` at run time; throughput, kicks
 //! and the polling interval sampled once a second from the daemon's stats
-//! (with the demo's own per-second arithmetic, [`crate::demo::rates`]).
+//! (with the demo's own per-second arithmetic, [`crate::rates`]).
 //!
 //! Rounds to converge: seconds after the switch until the interval of every
 //! VM stops changing for the rest of the run (NetAP's search takes 11 rounds
@@ -11,12 +11,12 @@
 //! half of the NetAP phase, flagged `converged = 0`); "before" is the
 //! interrupt phase without its first second.
 
+use super::ctx::Ctx;
 use super::error::BenchError;
-use super::report::{metric_table, table};
 use super::results::{cell, spread, BenchFile, Row};
+use super::table::{metric_table, table};
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
-use super::Ctx;
-use crate::demo::{rates, Sample};
+use crate::rates::{rates, Sample};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, VmPortConfig};
 use vadapt_policy::PolicyKind;

@@ -1,0 +1,38 @@
+//! The arguments of `vadapt demo`.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// `vadapt demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Policy, or several separated by commas to run one after another on the
+    /// same load (the duration is split evenly), e.g. `interrupt,netap`.
+    #[arg(long, default_value = "netap", value_name = "LIST")]
+    pub policy: String,
+    /// Synthetic VMs on the switch.
+    #[arg(long, default_value_t = 2)]
+    pub vms: u32,
+    /// Sender threads per VM (one queue pair each, up to 16).
+    #[arg(long, default_value_t = 3)]
+    pub threads: u32,
+    /// Message size, bytes (the frame is 14 bytes more).
+    #[arg(long, default_value_t = 64)]
+    pub size: u32,
+    /// Run time, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Output directory.
+    #[arg(long, default_value = "demo-out")]
+    pub out: PathBuf,
+    /// Emulated cost of each guest kick and handled call, ns (0 = off).
+    #[arg(long, default_value_t = vadapt_guest::config::DEFAULT_EXIT_COST_NS)]
+    pub exit_cost_ns: u64,
+    /// Pin the queue workers to these CPUs (default: let the scheduler share
+    /// cores between guests and workers, as the NetAP paper's host did).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// No live view; only the summary.
+    #[arg(long)]
+    pub quiet: bool,
+}

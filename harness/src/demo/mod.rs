@@ -1,0 +1,256 @@
+//! `vadapt demo`: the embedded default run. A daemon in this process, k
+//! synthetic guests on its switch sending to a sink (the NetAP paper's
+//! netperf VMs and their external server), a live line per second, and
+//! `demo-out/` with the time series, a summary and plots in the style of
+//! NetAP's Figure 4 (bandwidth and polling interval over time).
+//!
+//! The files: this one runs the demo and prints the live view; the
+//! arguments are in `args.rs`, the per-policy summary in `summary.rs`, the
+//! output folder in `output.rs`, and the per-second rates in
+//! [`crate::rates`], which `vadapt bench`'s B5 uses too.
+
+use crate::cli_util::{chain, fail};
+use crate::rates::{rates, Sample};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig, MAX_QUEUE_PAIRS};
+use vadapt_dataplane::net::Mac;
+use vadapt_dataplane::Daemon;
+use vadapt_guest::{Guest, GuestConfig, GuestReport, Load};
+use vadapt_policy::{PolicyConfig, PolicyKind};
+
+mod args;
+mod output;
+mod summary;
+
+pub use args::DemoArgs;
+
+use output::write_outputs;
+use summary::{print_summary, summarize};
+
+fn parse_policies(s: &str) -> Result<Vec<PolicyKind>, String> {
+    let v: Result<Vec<PolicyKind>, _> = s.split(',').map(|p| p.trim().parse()).collect();
+    let v = v.map_err(|e| format!("invalid `--policy`: {e}"))?;
+    if v.is_empty() {
+        return Err("invalid `--policy`: empty".into());
+    }
+    Ok(v)
+}
+
+fn validate(a: &DemoArgs) -> Result<Vec<PolicyKind>, String> {
+    if a.vms == 0 || a.vms > 16 {
+        return Err(format!("invalid `--vms` {}: must be 1..=16", a.vms));
+    }
+    if a.threads == 0 || a.threads > 64 {
+        return Err(format!("invalid `--threads` {}: must be 1..=64", a.threads));
+    }
+    if a.duration < 2 {
+        return Err(format!(
+            "invalid `--duration` {}: at least 2 seconds",
+            a.duration
+        ));
+    }
+    let p = parse_policies(&a.policy)?;
+    if a.duration < 2 * p.len() as u64 {
+        return Err("invalid `--duration`: at least 2 seconds per policy".into());
+    }
+    Ok(p)
+}
+
+/// Run the demo.
+pub fn run(a: DemoArgs) -> ExitCode {
+    let policies = match validate(&a) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    match demo(&a, &policies) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("vadapt-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let sink_mac = Mac([0x02, 0x00, 0x00, 0x00, 0x5e, 0x01]);
+    let queues = a.threads.min(u32::from(MAX_QUEUE_PAIRS)) as u16;
+    let cfg = DaemonConfig {
+        vm: (1..=a.vms)
+            .map(|i| VmPortConfig {
+                name: format!("vm{i}"),
+                socket: dir.join(format!("vm{i}.sock")),
+                queues,
+                mac: None,
+                policy: None,
+            })
+            .collect(),
+        sink: vec![LocalPortConfig {
+            name: "server".into(),
+            mac: Some(sink_mac),
+        }],
+        policy: PolicyConfig::default_for(policies[0]),
+        control: dir.join("control.sock"),
+        cpus: a.cpus.clone(),
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::start(cfg.clone()).map_err(|e| chain(&e))?;
+    let result = drive(a, policies, &cfg, &daemon, sink_mac);
+    daemon.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (samples, reports) = result?;
+    let phases = summarize(&samples, policies);
+    print_summary(a, &phases, &reports);
+    write_outputs(&a.out, a, &samples, &phases, &reports)?;
+    println!(
+        "\nwrote {}/ (timeseries.csv, timeseries.json, summary.json, bandwidth.png, interval.png)",
+        a.out.display()
+    );
+    Ok(())
+}
+
+type Run = (Vec<Sample>, Vec<GuestReport>);
+
+fn drive(
+    a: &DemoArgs,
+    policies: &[PolicyKind],
+    cfg: &DaemonConfig,
+    daemon: &Daemon,
+    sink_mac: Mac,
+) -> Result<Run, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut guests = Vec::new();
+    for vm in &cfg.vm {
+        let mut g = GuestConfig::new(&vm.socket);
+        g.threads = a.threads;
+        g.size = a.size;
+        g.load = Load::ClosedLoop;
+        g.duration = Duration::from_secs(a.duration + 30);
+        g.exit_cost_ns = a.exit_cost_ns;
+        g.dst_mac = sink_mac.0;
+        let guest = Guest::connect(g).map_err(|e| format!("{}: {}", vm.name, chain(&e)))?;
+        let st = Arc::clone(&stop);
+        let name = vm.name.clone();
+        guests.push(
+            std::thread::Builder::new()
+                .name(format!("guest-{name}"))
+                .spawn(move || guest.run(st))
+                .map_err(|e| format!("cannot start guest thread: {e}"))?,
+        );
+    }
+    if !a.quiet {
+        println!(
+            "vadapt demo: {} VMs x {} threads, {}-byte messages, closed loop, {} s, policy {}",
+            a.vms,
+            a.threads,
+            a.size,
+            a.duration,
+            policies
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(" then ")
+        );
+        println!(
+            "(exit cost emulated: {} ns per kick and per handled call)",
+            a.exit_cost_ns
+        );
+    }
+    let reg = daemon.registry();
+    let phase_len = a.duration as f64 / policies.len() as f64;
+    let mut phase = 0usize;
+    let start = Instant::now();
+    let mut prev = reg.snapshot();
+    let mut prev_t = 0.0f64;
+    let mut samples = Vec::new();
+    let mut next = 1u64;
+    while (next as f64) <= a.duration as f64 {
+        let target = start + Duration::from_secs(next);
+        std::thread::sleep(target.saturating_duration_since(Instant::now()));
+        let t = start.elapsed().as_secs_f64();
+        let snap = reg.snapshot();
+        let dt = (t - prev_t).max(1e-6);
+        let policy = policies[phase].as_str();
+        let rows = rates(&prev, &snap, dt, t, policy, cfg);
+        if !a.quiet {
+            live_line(&rows, next, a.duration, policy);
+        }
+        samples.extend(rows);
+        prev = snap;
+        prev_t = t;
+        let want = ((next as f64) / phase_len) as usize;
+        if want > phase && want < policies.len() {
+            phase = want;
+            for vm in &cfg.vm {
+                daemon.set_policy(&vm.name, PolicyConfig::default_for(policies[phase]))?;
+            }
+            if !a.quiet {
+                println!("--- switching every VM port to {} ---", policies[phase]);
+            }
+        }
+        next += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut reports = Vec::new();
+    for g in guests {
+        match g.join() {
+            Ok(Ok(r)) => reports.push(r),
+            Ok(Err(e)) => return Err(chain(&e)),
+            Err(_) => return Err("a guest thread panicked".into()),
+        }
+    }
+    Ok((samples, reports))
+}
+
+fn live_line(rows: &[Sample], sec: u64, total: u64, policy: &str) {
+    let sum = |f: fn(&Sample) -> f64| rows.iter().map(f).sum::<f64>();
+    let intervals: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            if r.interval_us > 0 {
+                format!("{}={}us", r.vm, r.interval_us)
+            } else {
+                format!("{}=-", r.vm)
+            }
+        })
+        .collect();
+    println!(
+        "[{sec:>3}/{total}s] {policy:<10} {:>7.3} Mpps {:>8.1} Mbit/s  kicks/s {:>8.0}  calls/s {:>7.0}  worker CPU {:>5.1}%  interval {}",
+        sum(|r| r.pps) / 1e6,
+        sum(|r| r.mbps),
+        sum(|r| r.kicks_per_s),
+        sum(|r| r.calls_per_s),
+        sum(|r| r.worker_cpu_pct),
+        intervals.join(" ")
+    );
+    let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_knobs_are_named() {
+        let mut a = DemoArgs {
+            policy: "netap".into(),
+            vms: 0,
+            threads: 3,
+            size: 64,
+            duration: 30,
+            out: "x".into(),
+            exit_cost_ns: 0,
+            cpus: vec![],
+            quiet: true,
+        };
+        assert!(validate(&a).unwrap_err().contains("--vms"));
+        a.vms = 2;
+        a.policy = "netap,warp".into();
+        assert!(validate(&a).unwrap_err().contains("warp"));
+        a.policy = "interrupt,netap".into();
+        a.duration = 3;
+        assert!(validate(&a).unwrap_err().contains("--duration"));
+    }
+}

@@ -1,0 +1,164 @@
+//! The per-policy summary of a demo run: means per phase, printed as a table
+//! and written to `summary.json`.
+
+use super::args::DemoArgs;
+use crate::rates::Sample;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vadapt_guest::GuestReport;
+use vadapt_policy::PolicyKind;
+
+/// One policy phase, summed over VMs.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseSummary {
+    /// Policy.
+    pub policy: String,
+    /// Seconds measured (the first second of a phase is skipped).
+    pub seconds: f64,
+    /// Aggregate throughput, Mbit/s.
+    pub mbps: f64,
+    /// Aggregate packets per second.
+    pub pps: f64,
+    /// Kicks per second, all VMs.
+    pub kicks_per_s: f64,
+    /// Kicks per million packets.
+    pub kicks_per_mpkt: f64,
+    /// Calls per second.
+    pub calls_per_s: f64,
+    /// Worker CPU, percent of a core, all workers.
+    pub worker_cpu_pct: f64,
+    /// Worker CPU-seconds per GB moved.
+    pub cpu_s_per_gb: f64,
+    /// Last polling interval per VM, µs.
+    pub final_interval_us: BTreeMap<String, u64>,
+}
+
+/// Per-phase means, skipping each phase's first second (the switch-over).
+pub fn summarize(samples: &[Sample], policies: &[PolicyKind]) -> Vec<PhaseSummary> {
+    let mut out = Vec::new();
+    for p in policies {
+        let rows: Vec<&Sample> = samples.iter().filter(|s| s.policy == p.as_str()).collect();
+        let mut secs: Vec<f64> = rows.iter().map(|s| s.t).collect();
+        secs.dedup();
+        let skip = secs.first().copied();
+        let rows: Vec<&&Sample> = rows
+            .iter()
+            .filter(|s| Some(s.t) != skip || secs.len() == 1)
+            .collect();
+        let n = rows
+            .iter()
+            .map(|s| s.t)
+            .fold(Vec::<f64>::new(), |mut v, t| {
+                if v.last() != Some(&t) {
+                    v.push(t);
+                }
+                v
+            })
+            .len()
+            .max(1) as f64;
+        let sum = |f: fn(&Sample) -> f64| rows.iter().map(|s| f(s)).sum::<f64>() / n;
+        let mut last = BTreeMap::new();
+        for s in &rows {
+            last.insert(s.vm.clone(), s.interval_us);
+        }
+        let pps = sum(|s| s.pps);
+        let mbps = sum(|s| s.mbps);
+        let cpu = sum(|s| s.worker_cpu_pct);
+        let kicks = sum(|s| s.kicks_per_s);
+        out.push(PhaseSummary {
+            policy: p.to_string(),
+            seconds: n,
+            mbps,
+            pps,
+            kicks_per_s: kicks,
+            kicks_per_mpkt: if pps > 0.0 { kicks / pps * 1e6 } else { 0.0 },
+            calls_per_s: sum(|s| s.calls_per_s),
+            worker_cpu_pct: cpu,
+            cpu_s_per_gb: if mbps > 0.0 {
+                (cpu / 100.0) / (mbps / 8.0 / 1000.0)
+            } else {
+                0.0
+            },
+            final_interval_us: last,
+        });
+    }
+    out
+}
+
+pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[GuestReport]) {
+    println!(
+        "\nsummary ({} VMs x {} threads, {} B):",
+        a.vms, a.threads, a.size
+    );
+    println!(
+        "{:<11} {:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>12}  final interval",
+        "policy", "Mpps", "Mbit/s", "kicks/s", "kicks/Mpkt", "calls/s", "worker CPU", "CPU-s/GB"
+    );
+    for p in phases {
+        let iv: Vec<String> = p
+            .final_interval_us
+            .iter()
+            .map(|(vm, us)| {
+                if *us > 0 {
+                    format!("{vm}={us}us")
+                } else {
+                    format!("{vm}=-")
+                }
+            })
+            .collect();
+        println!(
+            "{:<11} {:>9.3} {:>10.1} {:>10.0} {:>12.0} {:>10.0} {:>10.1}% {:>12.3}  {}",
+            p.policy,
+            p.pps / 1e6,
+            p.mbps,
+            p.kicks_per_s,
+            p.kicks_per_mpkt,
+            p.calls_per_s,
+            p.worker_cpu_pct,
+            p.cpu_s_per_gb,
+            iv.join(" ")
+        );
+    }
+    let sent: u64 = reports.iter().map(|r| r.totals.sent_packets).sum();
+    let stalls: u64 = reports.iter().map(|r| r.totals.ring_full_stalls).sum();
+    let kicks: u64 = reports.iter().map(|r| r.totals.kicks).sum();
+    println!("guests: {sent} packets sent, {kicks} kicks, {stalls} ring-full stalls");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(t: f64, vm: &str, policy: &str, pps: f64) -> Sample {
+        Sample {
+            t,
+            vm: vm.into(),
+            policy: policy.into(),
+            mbps: pps * 64.0 * 8.0 / 1e6,
+            pps,
+            kicks_per_s: 10.0,
+            calls_per_s: 0.0,
+            worker_cpu_pct: 50.0,
+            interval_us: 100,
+        }
+    }
+
+    #[test]
+    fn summary_skips_first_second_of_each_phase_and_sums_vms() {
+        let samples = vec![
+            s(1.0, "vm1", "interrupt", 999.0),
+            s(1.0, "vm2", "interrupt", 999.0),
+            s(2.0, "vm1", "interrupt", 100.0),
+            s(2.0, "vm2", "interrupt", 300.0),
+            s(3.0, "vm1", "netap", 999.0),
+            s(3.0, "vm2", "netap", 999.0),
+            s(4.0, "vm1", "netap", 500.0),
+            s(4.0, "vm2", "netap", 500.0),
+        ];
+        let p = summarize(&samples, &[PolicyKind::Interrupt, PolicyKind::Netap]);
+        assert_eq!(p[0].pps, 400.0);
+        assert_eq!(p[1].pps, 1000.0);
+        assert_eq!(p[1].worker_cpu_pct, 100.0);
+        assert_eq!(p[0].kicks_per_mpkt, 20.0 / 400.0 * 1e6);
+    }
+}
