@@ -24,6 +24,7 @@
 //! ```
 
 use crate::net::Mac;
+use crate::vmport::memory_file::UnsealedMemory;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -89,6 +90,11 @@ pub struct VmPortConfig {
     /// Policy of this port's worker; default: the daemon's `policy`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
+    /// Guest-memory files not sealed against shrinking: `refuse` (default)
+    /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
+    /// [`crate::vmport::memory_file`].
+    #[serde(default)]
+    pub unsealed_memory: UnsealedMemory,
 }
 
 fn one() -> u16 {
@@ -364,6 +370,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut queues = 1u16;
     let mut mac = None;
     let mut policy = None;
+    let mut unsealed_memory = UnsealedMemory::default();
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -388,10 +395,17 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                         .map_err(|e| field("--vm policy", e.to_string()))?,
                 )
             }
+            "unsealed_memory" => {
+                unsealed_memory = v
+                    .parse()
+                    .map_err(|e: String| field("--vm unsealed_memory", e))?
+            }
             other => {
                 return Err(field(
                     "--vm",
-                    format!("unknown key `{other}` (known: name, socket, queues, mac, policy)"),
+                    format!(
+                        "unknown key `{other}` (known: name, socket, queues, mac, policy, unsealed_memory)"
+                    ),
                 ))
             }
         }
@@ -410,6 +424,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         queues,
         mac,
         policy,
+        unsealed_memory,
     })
 }
 

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod net;
 pub mod ports;
+pub mod sigbus_guard;
 pub mod socket_dir;
 pub mod switch;
 pub mod vmport;

@@ -20,6 +20,9 @@ from harness import Testpmd, Vadapt, dropped, port, total, wait_path
 
 FRAME = 64  # bytes per frame sent by testpmd (--txpkts), no virtio-net header
 RUN_S = 3.0  # seconds of traffic per run
+# DPDK virtio-user shares guest memory that is not sealed against shrinking;
+# vadapt refuses that unless the port says otherwise.
+UNSEALED = "unsealed_memory=accept"
 # flowgen subtracts the 4-byte Ethernet FCS from --txpkts (DPDK 22.11
 # app/test-pmd/flowgen.c), txonly does not.
 FLOWGEN_FRAME = FRAME - 4
@@ -40,7 +43,7 @@ def test_txonly_into_sink_exact_counts(vadapt_bin, testpmd, procs, queues):
         vadapt_bin,
         procs.workdir,
         procs,
-        ["--vm", f"name=vm1,socket={sock},queues={queues}", "--sink", "sink0"],
+        ["--vm", f"name=vm1,socket={sock},queues={queues},{UNSEALED}", "--sink", "sink0"],
     ).start([sock])
     fe = Testpmd(
         procs,
@@ -82,7 +85,7 @@ def test_echo_returns_every_packet(vadapt_bin, testpmd, procs):
         vadapt_bin,
         procs.workdir,
         procs,
-        ["--vm", f"name=vm1,socket={sock},queues=1", "--echo", "echo0"],
+        ["--vm", f"name=vm1,socket={sock},queues=1,{UNSEALED}", "--echo", "echo0"],
     ).start([sock])
     fe = Testpmd(
         procs,

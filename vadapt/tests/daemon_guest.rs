@@ -36,6 +36,7 @@ fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
         queues,
         mac: Some(Mac([0x52, 0x54, 0, 0, 0, mac])),
         policy: None,
+        unsealed_memory: Default::default(),
     }
 }
 

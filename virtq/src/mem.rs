@@ -308,18 +308,37 @@ impl GuestMemory {
 
     /// Test/driver helper: `size` bytes of zeroed memfd-backed shared
     /// memory at gpa 0 (`uva` = host address), and the memfd so a
-    /// vhost-user frontend can send it in `SET_MEM_TABLE`.
+    /// vhost-user frontend can send it in `SET_MEM_TABLE`. The memfd is
+    /// sealed against shrinking and growing, as QEMU's
+    /// `memory-backend-memfd` seals guest RAM, so a backend can map it
+    /// without fearing a SIGBUS.
     pub fn new_memfd(size: u64) -> Result<(GuestMemory, File), MemError> {
         let create = |source| MemError::CreateMemfd { size, source };
         // SAFETY: the name is a valid NUL-terminated C string; the returned
         // fd is checked and then owned by the `File`.
-        let fd = unsafe { libc::memfd_create(c"vadapt-guest".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"vadapt-guest".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(create(io::Error::last_os_error()));
         }
         // SAFETY: `fd` is a fresh, valid descriptor nobody else owns.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(size).map_err(create)?;
+        // SAFETY: F_ADD_SEALS takes an integer argument; `fd` is ours.
+        let r = unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            )
+        };
+        if r != 0 {
+            return Err(create(io::Error::last_os_error()));
+        }
         let mapping = Arc::new(MmapRegion::map_file(&file, 0, size)?);
         let mem = Self::from_mapped(vec![MappedRegion {
             gpa: 0,

@@ -10,7 +10,7 @@
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
 use super::queues::{Pair, PortQueues, Ring};
-use super::VmPort;
+use super::{memory_file, VmPort};
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -69,8 +69,13 @@ pub struct Connection {
     features: u64,
     protocol: u64,
     mem: Option<GuestMemory>,
+    /// SIGBUS guards of the unsealed regions of `mem`; dropped before it.
+    mem_guards: Vec<crate::sigbus_guard::Guard>,
     vrings: Vec<Vring>,
     worker: Option<Worker>,
+    /// Set when the frontend sent something that ends the connection (the
+    /// serve loop closes it after the reply).
+    fatal: Option<String>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -95,8 +100,10 @@ impl Connection {
             features: 0,
             protocol: 0,
             mem: None,
+            mem_guards: Vec::new(),
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
+            fatal: None,
         }
     }
 
@@ -225,9 +232,11 @@ impl Connection {
         for b in &self.port.backlogs {
             b.clear();
         }
+        self.mem_guards.clear();
         self.mem = None;
         self.features = 0;
         self.protocol = 0;
+        self.fatal = None;
         for v in &mut self.vrings {
             *v = Vring::default();
         }
@@ -323,14 +332,39 @@ impl VhostUserBackendReqHandlerMut for Connection {
             return Err(VhostError::InvalidParam);
         }
         let mut regions = Vec::with_capacity(ctx.len());
-        for (r, f) in ctx.iter().zip(&files) {
-            let Some(len) = r.mmap_offset.checked_add(r.memory_size) else {
-                return Err(VhostError::InvalidParam);
+        let mut guards = Vec::new();
+        for (i, (r, f)) in ctx.iter().zip(&files).enumerate() {
+            // Never map what could SIGBUS the daemon (see memory_file).
+            let sealed = match memory_file::check(
+                f,
+                r.mmap_offset,
+                r.memory_size,
+                self.port.cfg.unsealed_memory,
+            ) {
+                Ok(sealed) => sealed,
+                Err(e) => {
+                    let msg = format!("memory table refused: region {i}: {e}");
+                    tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+                    self.fatal = Some(msg);
+                    return Err(VhostError::InvalidParam);
+                }
             };
+            let len = r.mmap_offset + r.memory_size; // checked above
             let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
                 tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
                 VhostError::InvalidParam
             })?;
+            if !sealed {
+                match crate::sigbus_guard::guard(mapping.as_ptr(), mapping.len() as usize) {
+                    Ok(g) => guards.push(g),
+                    Err(e) => {
+                        let msg = format!("memory table refused: region {i}: {e}");
+                        tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+                        self.fatal = Some(msg);
+                        return Err(VhostError::InvalidParam);
+                    }
+                }
+            }
             regions.push(MappedRegion {
                 gpa: r.guest_phys_addr,
                 uva: r.user_addr,
@@ -344,6 +378,8 @@ impl VhostUserBackendReqHandlerMut for Connection {
             VhostError::InvalidParam
         })?;
         self.stop_worker();
+        // Old guards go before the old mappings they cover.
+        self.mem_guards = guards;
         let total: u64 = mem.regions().iter().map(|r| r.size).sum();
         tracing::info!(
             port = self.port.name(),
@@ -664,7 +700,12 @@ pub fn serve(
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            match handler.handle_request() {
+            let result = handler.handle_request();
+            if let Some(why) = conn.lock().unwrap_or_else(|e| e.into_inner()).fatal.take() {
+                tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
+                break;
+            }
+            match result {
                 Ok(()) => {}
                 Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
                     tracing::info!(

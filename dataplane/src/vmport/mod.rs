@@ -12,6 +12,7 @@
 //! as transmit processing, exactly like the papers' vhost thread.
 
 pub mod handler;
+pub mod memory_file;
 pub mod policy_slot;
 pub mod queues;
 

@@ -77,6 +77,7 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
                     queues: p.queues,
                     mac: None,
                     policy: None,
+                    unsealed_memory: Default::default(),
                 })
                 .collect(),
             ..DaemonConfig::default()

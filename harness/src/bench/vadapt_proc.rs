@@ -75,8 +75,10 @@ impl Daemon {
         ];
         for v in vms {
             argv.push("--vm".into());
+            // DPDK virtio-user (B1–B3's sender) shares guest memory that is
+            // not sealed against shrinking; the bench's frontends are trusted.
             argv.push(format!(
-                "name={},socket={},queues={},policy={}",
+                "name={},socket={},queues={},policy={},unsealed_memory=accept",
                 v.name,
                 v.socket.display(),
                 v.queues,

@@ -202,6 +202,7 @@ fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
             queues: 1,
             mac: None,
             policy: None,
+            unsealed_memory: Default::default(),
         }],
         sink: vec![LocalPortConfig {
             name: "sink0".into(),

@@ -222,6 +222,7 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
                 queues: 1,
                 mac: None,
                 policy: None,
+                unsealed_memory: Default::default(),
             })
             .collect(),
         sink: vec![LocalPortConfig {

@@ -85,6 +85,7 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
                 queues,
                 mac: None,
                 policy: None,
+                unsealed_memory: Default::default(),
             })
             .collect(),
         sink: vec![LocalPortConfig {

@@ -1,0 +1,165 @@
+//! Checks on a frontend's guest-memory file before the daemon maps it.
+//!
+//! Mapping a file and touching a page past its end raises SIGBUS, which
+//! kills the whole daemon (every VM loses its network). Two ways a frontend
+//! can cause that:
+//!
+//! - a region announced larger than its file (`mmap_offset + memory_size`
+//!   past the end): refused here, from `fstat`;
+//! - a file that shrinks after it was mapped (`ftruncate`): refused here
+//!   unless the file is sealed against shrinking (`F_SEAL_SHRINK`, which
+//!   QEMU's `memory-backend-memfd` sets by default and vadapt's synthetic
+//!   guest sets too). A port configured with `unsealed_memory = "accept"`
+//!   (DPDK's virtio-user, QEMU's `memory-backend-file`) takes unsealed files
+//!   anyway; there [`crate::sigbus_guard`] survives a shrink and the port is
+//!   reset.
+//!
+//! Why both: the size check costs nothing and stops the common mistake; the
+//! seal makes a later shrink impossible, which no check at mapping time can;
+//! the guard is the fallback where sealing cannot be required.
+
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+/// Whether a port maps guest-memory files not sealed against shrinking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnsealedMemory {
+    /// Refuse them (the default): a frontend can then never shrink mapped memory.
+    #[default]
+    Refuse,
+    /// Map them, and survive a shrink (the port is reset).
+    Accept,
+}
+
+impl std::str::FromStr for UnsealedMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "refuse" => Ok(UnsealedMemory::Refuse),
+            "accept" => Ok(UnsealedMemory::Accept),
+            _ => Err(format!("`{s}`: expected `refuse` or `accept`")),
+        }
+    }
+}
+
+/// Why a region's file was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MemoryFileError {
+    /// The region reaches past the end of its file.
+    #[error("region needs {needed} bytes of its file but the file has {size}")]
+    TooSmall {
+        /// `mmap_offset + memory_size`.
+        needed: u64,
+        /// The file's size.
+        size: u64,
+    },
+    /// `mmap_offset + memory_size` overflows.
+    #[error("region offset + size overflows")]
+    Overflow,
+    /// The file is not sealed against shrinking and the port refuses that.
+    #[error(
+        "guest memory file is not sealed against shrinking (F_SEAL_SHRINK); use a sealed memfd \
+         (QEMU memory-backend-memfd does this by default) or set unsealed_memory = \"accept\" on the port"
+    )]
+    Unsealed,
+    /// `fstat` failed.
+    #[error("cannot stat the guest memory file: {0}")]
+    Stat(String),
+}
+
+/// Check that `file` can back a region of `memory_size` bytes at
+/// `mmap_offset`, under `policy` for unsealed files. Returns whether the
+/// file is sealed against shrinking.
+pub fn check(
+    file: &File,
+    mmap_offset: u64,
+    memory_size: u64,
+    policy: UnsealedMemory,
+) -> Result<bool, MemoryFileError> {
+    let needed = mmap_offset
+        .checked_add(memory_size)
+        .ok_or(MemoryFileError::Overflow)?;
+    let size = file
+        .metadata()
+        .map_err(|e| MemoryFileError::Stat(e.to_string()))?
+        .len();
+    if needed > size {
+        return Err(MemoryFileError::TooSmall { needed, size });
+    }
+    let sealed = seals(file) & libc::F_SEAL_SHRINK != 0;
+    if !sealed && policy == UnsealedMemory::Refuse {
+        return Err(MemoryFileError::Unsealed);
+    }
+    Ok(sealed)
+}
+
+/// The file's seals (0 for a file that cannot be sealed, such as one on
+/// hugetlbfs or tmpfs opened by path).
+fn seals(file: &File) -> libc::c_int {
+    // SAFETY: F_GET_SEALS takes no argument beyond the descriptor, which
+    // `file` keeps open for the call; it returns the seals or -1 (EINVAL
+    // for files that are not memfds).
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    r.max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn memfd(size: u64, seal: bool) -> File {
+        let flags = if seal { libc::MFD_ALLOW_SEALING } else { 0 };
+        // SAFETY: the name is a NUL-terminated literal; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"vadapt-test".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let f = unsafe { File::from_raw_fd(fd) };
+        f.set_len(size).unwrap();
+        if seal {
+            // SAFETY: F_ADD_SEALS with an integer argument on our own memfd.
+            let r = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+            assert_eq!(r, 0);
+        }
+        f
+    }
+
+    #[test]
+    fn a_region_past_the_end_of_its_file_is_refused() {
+        let f = memfd(4 << 20, true);
+        let e = check(&f, 0, 8 << 20, UnsealedMemory::Refuse).unwrap_err();
+        assert_eq!(
+            e,
+            MemoryFileError::TooSmall {
+                needed: 8 << 20,
+                size: 4 << 20
+            }
+        );
+        assert_eq!(
+            check(&f, 1 << 20, 3 << 20, UnsealedMemory::Refuse),
+            Ok(true)
+        );
+        assert!(check(&f, 1 << 20, 3 << 20 | 1, UnsealedMemory::Refuse).is_err());
+        assert_eq!(
+            check(&f, u64::MAX, 2, UnsealedMemory::Refuse),
+            Err(MemoryFileError::Overflow)
+        );
+    }
+
+    #[test]
+    fn unsealed_files_follow_the_port_setting() {
+        let f = memfd(1 << 20, false);
+        assert_eq!(
+            check(&f, 0, 1 << 20, UnsealedMemory::Refuse),
+            Err(MemoryFileError::Unsealed)
+        );
+        assert_eq!(check(&f, 0, 1 << 20, UnsealedMemory::Accept), Ok(false));
+        // A sealed file cannot shrink any more.
+        let s = memfd(1 << 20, true);
+        assert!(s.set_len(4096).is_err());
+        assert_eq!("accept".parse(), Ok(UnsealedMemory::Accept));
+        assert!("maybe".parse::<UnsealedMemory>().is_err());
+    }
+}
