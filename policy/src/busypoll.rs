@@ -5,7 +5,8 @@
 //! (`MAX_PKT_BURST` in testpmd), so queues are served round-robin in small
 //! batches.
 
-use crate::{Budget, Decision, Instant, PassReport, Policy, PolicyStatus};
+use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus};
+use crate::time::Instant;
 
 /// Packets per queue per pass, DPDK's default burst.
 pub const BURST: u32 = 32;
@@ -42,7 +43,8 @@ impl Policy for BusyPoll {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Duration, WakeCause};
+    use crate::interface::WakeCause;
+    use crate::time::Duration;
 
     #[test]
     fn always_polls() {

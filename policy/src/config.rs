@@ -4,29 +4,20 @@
 //! its TOML config (`[policy] kind = "netap" ...`), the control socket
 //! (`vadapt set-policy`) and simulator scenarios.
 
-use crate::{busypoll::BusyPoll, eekbp::EeKbp, growshrink::GrowShrink, interrupt::Interrupt};
-use crate::{netap::NetAp, Duration, Policy};
+use crate::busypoll::BusyPoll;
+use crate::eekbp::EeKbp;
+pub use crate::eekbp::EekbpParams;
+use crate::error::ConfigError;
+use crate::growshrink::GrowShrink;
+pub use crate::growshrink::GrowShrinkParams;
+use crate::interface::Policy;
+use crate::interrupt::Interrupt;
+use crate::netap::NetAp;
+pub use crate::netap::NetapParams;
+use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
-
-/// A parameter was out of its valid range.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ConfigError {
-    /// The policy name is not one of [`PolicyKind::ALL`].
-    #[error(
-        "unknown policy `{0}` (expected one of: interrupt, busy-poll, netap, growshrink, eekbp)"
-    )]
-    UnknownPolicy(String),
-    /// A parameter is invalid; `param` names it as written in config files.
-    #[error("invalid policy parameter `{param}`: {reason}")]
-    InvalidParam {
-        /// Parameter name, e.g. `min_interval_us`.
-        param: &'static str,
-        /// Why it is invalid.
-        reason: String,
-    },
-}
 
 /// The policies vadapt knows, by command-line name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -83,90 +74,6 @@ impl FromStr for PolicyKind {
             "growshrink" | "grow-shrink" => Ok(PolicyKind::Growshrink),
             "eekbp" | "ee-kbp" => Ok(PolicyKind::Eekbp),
             other => Err(ConfigError::UnknownPolicy(other.to_string())),
-        }
-    }
-}
-
-/// NetAP parameters (NetAP paper, Algorithms 1–2). Defaults are the paper's.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NetapParams {
-    /// Smallest polling interval searched, µs (paper: 100).
-    pub min_interval_us: u64,
-    /// Largest polling interval searched, µs (paper: 4000).
-    pub max_interval_us: u64,
-    /// Golden-section ratio R, in (0, 1) (paper: 0.618).
-    pub ratio: f64,
-    /// Search stops once the step is at most this, µs (paper: 30).
-    pub min_distance_us: u64,
-    /// Length of one adaptation round, ms (paper's best: 1000).
-    pub round_ms: u64,
-    /// Restart the search when a settled round's bytes differ from the
-    /// previous round's by more than this fraction (paper: MinChange; 0.2).
-    pub min_change: f64,
-    /// Restart the search after this many rounds (paper: MaxRound). 0 = never.
-    pub max_rounds: u32,
-    /// Ring-full safety net: let a kick through when a guest-to-host ring is at
-    /// least this permille full while the worker sleeps. 0 disables (paper behaviour).
-    pub kick_threshold_permille: u16,
-}
-
-impl Default for NetapParams {
-    fn default() -> Self {
-        NetapParams {
-            min_interval_us: 100,
-            max_interval_us: 4000,
-            ratio: 0.618,
-            min_distance_us: 30,
-            round_ms: 1000,
-            min_change: 0.2,
-            max_rounds: 300,
-            kick_threshold_permille: 750,
-        }
-    }
-}
-
-/// Grow/shrink parameters (QEMU AioContext adaptive polling). Defaults are QEMU's.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GrowShrinkParams {
-    /// Cap of the poll window, ns (QEMU `poll-max-ns`, default 32768 ≈ 32 µs).
-    pub poll_max_ns: u64,
-    /// First non-zero window when growing from 0, ns (QEMU hard-codes 4000,
-    /// "start polling at 4 microseconds", in `adjust_polling_time`).
-    pub poll_start_ns: u64,
-    /// Growth factor (QEMU `poll-grow`, 0 = default 2).
-    pub poll_grow: u64,
-    /// Shrink divisor (QEMU `poll-shrink`, 0 = reset to 0).
-    pub poll_shrink: u64,
-}
-
-impl Default for GrowShrinkParams {
-    fn default() -> Self {
-        GrowShrinkParams {
-            poll_max_ns: 32_768,
-            poll_start_ns: 4_000,
-            poll_grow: 2,
-            poll_shrink: 0,
-        }
-    }
-}
-
-/// EE-KBP parameters (EE-KBP paper, Algorithm 1).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EekbpParams {
-    /// Packets per queue per busy-poll pass (NAPI's default weight, 64).
-    pub quota: u32,
-    /// Consecutive empty passes before the worker goes to sleep (1 = at once).
-    pub empty_passes: u32,
-}
-
-impl Default for EekbpParams {
-    fn default() -> Self {
-        EekbpParams {
-            quota: 64,
-            empty_passes: 1,
         }
     }
 }

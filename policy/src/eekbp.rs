@@ -26,11 +26,30 @@
 //! the rings the worker goes back to sleep without ever raising it, which
 //! saves a pointless pair of frequency switches for a lone packet.
 
-use crate::config::{ConfigError, EekbpParams};
-use crate::{
-    Budget, Decision, FreqHint, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
-    WakeCause,
-};
+use crate::error::ConfigError;
+use crate::interface::{Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause};
+use crate::retune::{Retune, RetuneError};
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+
+/// EE-KBP parameters (EE-KBP paper, Algorithm 1).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EekbpParams {
+    /// Packets per queue per busy-poll pass (NAPI's default weight, 64).
+    pub quota: u32,
+    /// Consecutive empty passes before the worker goes to sleep (1 = at once).
+    pub empty_passes: u32,
+}
+
+impl Default for EekbpParams {
+    fn default() -> Self {
+        EekbpParams {
+            quota: 64,
+            empty_passes: 1,
+        }
+    }
+}
 
 /// EE-KBP hybrid busy-poll / sleep-on-kick. See the module documentation.
 #[derive(Debug, Clone)]
@@ -146,7 +165,8 @@ impl Policy for EeKbp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Action, Duration};
+    use crate::interface::Action;
+    use crate::time::Duration;
 
     fn report(wake: WakeCause, packets: u64, more_work: bool) -> PassReport {
         PassReport {

@@ -24,10 +24,11 @@
 //! a descriptor count by [`kick_fill`]; a policy switch starts the new
 //! policy at once; a retune reaches the running policy ([`Policy::retune`]).
 
-use crate::{
-    Action, Budget, Decision, Duration, FreqHint, Instant, PassReport, Policy, PolicyStatus,
-    Retune, RetuneError, WakeCause,
+use crate::interface::{
+    Action, Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause,
 };
+use crate::retune::{Retune, RetuneError};
+use crate::time::{Duration, Instant};
 
 /// What one service pass did: the policy-independent part of a
 /// [`PassReport`], measured by the I/O side.
@@ -78,7 +79,7 @@ enum Phase {
 /// stalling the queue for good. An idle worker pays about ten wake-ups a
 /// second for it; a policy that sees a [`WakeCause::Timeout`] with nothing to
 /// do simply waits again.
-pub const IDLE_RECHECK: Duration = crate::MAX_SLEEP;
+pub const IDLE_RECHECK: Duration = crate::interface::MAX_SLEEP;
 
 /// Carries out one policy's decisions (see the module docs).
 #[derive(Debug)]
@@ -211,7 +212,7 @@ pub fn kick_fill(permille: u16, ring_size: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PolicyConfig, PolicyKind};
+    use crate::config::{PolicyConfig, PolicyKind};
 
     fn stats(packets: u64, more_work: bool) -> PassStats {
         PassStats {

@@ -8,8 +8,9 @@
 //! weights; while work is left it polls again, else it sleeps the interval
 //! with notifications off and no ring-full safety net.
 
+use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::{Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus};
+use crate::time::{Duration, Instant};
 
 /// Sleep a fixed interval between drains.
 #[derive(Debug, Clone)]
@@ -58,7 +59,7 @@ impl Policy for FixedInterval {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Action, WakeCause};
+    use crate::interface::{Action, WakeCause};
 
     #[test]
     fn drains_then_sleeps_the_interval() {

@@ -37,12 +37,38 @@
 //! until it is empty and the weight keeps one busy queue from starving the
 //! worker's others.
 
-use crate::config::{ConfigError, GrowShrinkParams};
+use crate::error::ConfigError;
+use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::{
-    Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
-    WakeCause, MAX_SLEEP,
-};
+use crate::retune::{Retune, RetuneError};
+use crate::time::{Duration, Instant};
+use serde::{Deserialize, Serialize};
+
+/// Grow/shrink parameters (QEMU AioContext adaptive polling). Defaults are QEMU's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrowShrinkParams {
+    /// Cap of the poll window, ns (QEMU `poll-max-ns`, default 32768 ≈ 32 µs).
+    pub poll_max_ns: u64,
+    /// First non-zero window when growing from 0, ns (QEMU hard-codes 4000,
+    /// "start polling at 4 microseconds", in `adjust_polling_time`).
+    pub poll_start_ns: u64,
+    /// Growth factor (QEMU `poll-grow`, 0 = default 2).
+    pub poll_grow: u64,
+    /// Shrink divisor (QEMU `poll-shrink`, 0 = reset to 0).
+    pub poll_shrink: u64,
+}
+
+impl Default for GrowShrinkParams {
+    fn default() -> Self {
+        GrowShrinkParams {
+            poll_max_ns: 32_768,
+            poll_start_ns: 4_000,
+            poll_grow: 2,
+            poll_shrink: 0,
+        }
+    }
+}
 
 /// Grow/shrink adaptive poll window. See the module documentation.
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@
 //! Limits are vhost-net's (`drivers/vhost/net.c`): `VHOST_NET_PKT_WEIGHT` = 256
 //! packets and `VHOST_NET_WEIGHT` = 0x80000 bytes per handler run.
 
-use crate::{Action, Budget, Decision, Instant, PassReport, Policy, PolicyStatus};
+use crate::interface::{Action, Budget, Decision, PassReport, Policy, PolicyStatus};
+use crate::time::Instant;
 
 /// vhost-net's `VHOST_NET_PKT_WEIGHT`.
 pub const PKT_WEIGHT: u32 = 256;
@@ -56,7 +57,8 @@ impl Policy for Interrupt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Duration, WakeCause};
+    use crate::interface::WakeCause;
+    use crate::time::Duration;
 
     #[test]
     fn waits_for_kick_when_empty_and_polls_while_work_left() {

@@ -56,14 +56,52 @@
 //! The first pass runs at once ([`Policy::start`] returns [`Decision::POLL`]),
 //! as Algorithm 1 services the queues before its first sleep.
 
-use crate::config::{ConfigError, NetapParams};
+use crate::error::ConfigError;
 use crate::golden::GoldenSection;
+use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus, MAX_SLEEP};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::{
-    Budget, Decision, Duration, Instant, PassReport, Policy, PolicyStatus, Retune, RetuneError,
-    MAX_SLEEP,
-};
+use crate::retune::{Retune, RetuneError};
+use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
+
+/// NetAP parameters (NetAP paper, Algorithms 1–2). Defaults are the paper's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetapParams {
+    /// Smallest polling interval searched, µs (paper: 100).
+    pub min_interval_us: u64,
+    /// Largest polling interval searched, µs (paper: 4000).
+    pub max_interval_us: u64,
+    /// Golden-section ratio R, in (0, 1) (paper: 0.618).
+    pub ratio: f64,
+    /// Search stops once the step is at most this, µs (paper: 30).
+    pub min_distance_us: u64,
+    /// Length of one adaptation round, ms (paper's best: 1000).
+    pub round_ms: u64,
+    /// Restart the search when a settled round's bytes differ from the
+    /// previous round's by more than this fraction (paper: MinChange; 0.2).
+    pub min_change: f64,
+    /// Restart the search after this many rounds (paper: MaxRound). 0 = never.
+    pub max_rounds: u32,
+    /// Ring-full safety net: let a kick through when a guest-to-host ring is at
+    /// least this permille full while the worker sleeps. 0 disables (paper behaviour).
+    pub kick_threshold_permille: u16,
+}
+
+impl Default for NetapParams {
+    fn default() -> Self {
+        NetapParams {
+            min_interval_us: 100,
+            max_interval_us: 4000,
+            ratio: 0.618,
+            min_distance_us: 30,
+            round_ms: 1000,
+            min_change: 0.2,
+            max_rounds: 300,
+            kick_threshold_permille: 750,
+        }
+    }
+}
 
 /// Longest accepted round, ms (one hour); keeps time arithmetic far from overflow.
 const MAX_ROUND_MS: u64 = 3_600_000;
@@ -423,7 +461,7 @@ impl Policy for NetAp {
 mod tests {
     use super::*;
     use crate::golden::Step;
-    use crate::{Action, WakeCause};
+    use crate::interface::{Action, WakeCause};
 
     fn pass(now: Instant, bytes: u64) -> PassReport {
         PassReport {

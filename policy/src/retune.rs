@@ -111,7 +111,7 @@ pub enum RetuneError {
     },
     /// The new value is invalid for the policy.
     #[error(transparent)]
-    Invalid(#[from] crate::ConfigError),
+    Invalid(#[from] crate::error::ConfigError),
 }
 
 #[cfg(test)]
