@@ -168,9 +168,14 @@ pub fn line_chart(
 
 /// Plots of one run: throughput, CPU, and (when policies report one) intervals.
 pub(crate) fn timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
-    let t = |f: &dyn Fn(&crate::result::Sample) -> f64| -> Vec<(f64, f64)> {
-        r.samples.iter().map(|s| (s.t_s, f(s))).collect()
+    // A series of the samples where `f` has a value.
+    let opt = |f: &dyn Fn(&crate::result::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.samples
+            .iter()
+            .filter_map(|s| f(s).map(|v| (s.t_s, v)))
+            .collect()
     };
+    let t = |f: &dyn Fn(&crate::result::Sample) -> f64| opt(&|s| Some(f(s)));
     let total = Series {
         label: "all VMs",
         points: t(&|s| s.gbps),
@@ -207,11 +212,7 @@ pub(crate) fn timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
     let series: Vec<Series<'_>> = (0..nw)
         .map(|w| Series {
             label: &labels[w],
-            points: r
-                .samples
-                .iter()
-                .filter_map(|s| s.intervals_us[w].map(|i| (s.t_s, i)))
-                .collect(),
+            points: opt(&|s| s.intervals_us[w]),
         })
         .filter(|s| !s.points.is_empty())
         .collect();
@@ -235,19 +236,11 @@ pub(crate) fn timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
             &[
                 Series {
                     label: "p50",
-                    points: r
-                        .samples
-                        .iter()
-                        .filter_map(|s| s.p50_us.map(|v| (s.t_s, v)))
-                        .collect(),
+                    points: opt(&|s| s.p50_us),
                 },
                 Series {
                     label: "p99",
-                    points: r
-                        .samples
-                        .iter()
-                        .filter_map(|s| s.p99_us.map(|v| (s.t_s, v)))
-                        .collect(),
+                    points: opt(&|s| s.p99_us),
                 },
             ],
             None,

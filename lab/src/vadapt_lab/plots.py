@@ -33,6 +33,14 @@ from vadapt_lab.results import ResultsError, load_results  # noqa: E402
 ORDER = ["pmd", "macswap", "busy-poll", "netap", "eekbp", "growshrink", "interrupt"]
 
 
+def _save(fig, path: Path) -> Path:
+    """Lay out, write at 90 dpi, close; the path written."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def label(backend: str, policy: str) -> str:
     """How a backend/policy pair is named in figures (as in BENCHMARKS.md)."""
     if backend == "dpdk-vhost":
@@ -99,11 +107,7 @@ def plot_b1(df: pd.DataFrame, out: Path) -> Path:
         extra = f", {variant}" if variant else ""
         _bars(ax, part, f"{sender}, {frame} B{extra}", "Mpps")
     fig.suptitle("B1 saturation: median of rounds, bars = min–max")
-    fig.tight_layout()
-    path = out / "b1-throughput.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "b1-throughput.png")
 
 
 def plot_b2(df: pd.DataFrame, out: Path) -> Path:
@@ -123,11 +127,7 @@ def plot_b2(df: pd.DataFrame, out: Path) -> Path:
     ax.set_yscale("log")
     ax.set_title("B2 efficiency under partial load")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "b2-cpu-per-mpkt.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "b2-cpu-per-mpkt.png")
 
 
 def plot_b3(df: pd.DataFrame, out: Path) -> Path:
@@ -154,11 +154,7 @@ def plot_b3(df: pd.DataFrame, out: Path) -> Path:
         ax.set_title(f"{rate} rate", fontsize=9)
         ax.legend(fontsize=8)
     fig.suptitle("B3 request/response latency (median of rounds, bars = min–max)")
-    fig.tight_layout()
-    path = out / "b3-latency.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "b3-latency.png")
 
 
 def plot_b4(df: pd.DataFrame, out: Path) -> Path:
@@ -167,11 +163,7 @@ def plot_b4(df: pd.DataFrame, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     _bars(ax, s, "B4 idle (guest connected, 1 packet/s)", "CPU % of one core")
     ax.set_yscale("symlog", linthresh=1)
-    fig.tight_layout()
-    path = out / "b4-idle.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "b4-idle.png")
 
 
 def plot_b5(df: pd.DataFrame, out: Path) -> Path:
@@ -193,11 +185,7 @@ def plot_b5(df: pd.DataFrame, out: Path) -> Path:
     a2.set_ylabel("polling interval, µs")
     a2.set_xlabel("time, s (dashed: switch from interrupt to NetAP)")
     a1.set_title("B5 adaptation, 2 VMs × 3 threads (round 1)")
-    fig.tight_layout()
-    path = out / "b5-timeline.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "b5-timeline.png")
 
 
 PLOTS = {"b1": plot_b1, "b2": plot_b2, "b3": plot_b3, "b4": plot_b4, "b5": plot_b5}
