@@ -1,9 +1,9 @@
 //! The worker's view of a VM port: its running rings as a [`QueueIo`].
 //!
-//! The ring service is [`super::tx`] and [`super::rx`], the rings
-//! themselves [`super::ring`]; here they are wired to the port (its switch,
-//! backlogs, counters, policy slot) and the results counted and logged, and
-//! the worker waits.
+//! This is glue: the ring service is [`super::tx`] and [`super::rx`], the
+//! waiting [`super::waiting`], the rings themselves [`super::ring`]; here
+//! they are wired to the port (its switch, backlogs, counters, policy slot)
+//! and the results counted and logged.
 //!
 //! The control queue never reaches a vhost-user backend: QEMU and DPDK
 //! virtio-user handle it and translate `VQ_PAIRS_SET` into
@@ -14,20 +14,16 @@ use super::ring::Pair;
 use super::ring_pass::RingPass;
 use super::rx::{RxPending, RxService};
 use super::tx::{TxService, TX_BATCH};
+use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, QueueStats};
 use crate::switch::FdbCache;
 use crate::worker::{Control, PassStats, QueueIo, Wait};
-use std::fs::File;
-use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::{Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause};
 use vadapt_virtq::mem::GuestMemory;
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
-use vmm_sys_util::timerfd::TimerFd;
 
 /// How often (passes) a busy-polling worker drains kick eventfds to count kicks.
 const KICK_DRAIN_EVERY: u64 = 4096;
@@ -44,14 +40,12 @@ pub struct PortQueues {
     /// What this worker has seen of the port's policy slot (set when the
     /// worker takes its policy).
     pub(crate) policy_view: Option<WorkerView>,
-    epoll: Epoll,
-    timer: TimerFd,
+    waiter: Waiter,
     tx: TxService,
     rx: RxService,
     /// Per queue pair: frames taken from its backlog, not yet delivered.
     rx_pending: Vec<RxPending>,
     fdb: FdbCache,
-    events: Vec<EpollEvent>,
     passes: u64,
     /// How late timed sleeps woke, ns; merged into the port's histogram
     /// about once a second.
@@ -60,8 +54,7 @@ pub struct PortQueues {
     /// Warnings left before the next refill.
     log_budget: u32,
     clock: PassClock,
-    /// Mean lateness of timed wake-ups, ns (EWMA), subtracted from sleeps.
-    late_ns: u64,
+    early_wake: EarlyWake,
     /// Last interval published to the port's gauge, µs (`u64::MAX`: none yet).
     last_interval_us: u64,
 }
@@ -75,19 +68,6 @@ impl std::fmt::Debug for PortQueues {
     }
 }
 
-/// epoll tokens: 0 = wake eventfd, 1 = timer, 2 + ring index = kicks.
-const TOKEN_WAKE: u64 = 0;
-const TOKEN_TIMER: u64 = 1;
-const TOKEN_KICK0: u64 = 2;
-
-fn read_eventfd(f: &File) -> u64 {
-    let mut buf = [0u8; 8];
-    match (&*f).read(&mut buf) {
-        Ok(8) => u64::from_ne_bytes(buf),
-        _ => 0,
-    }
-}
-
 impl PortQueues {
     /// Build the worker's world. `pairs` hold the rings that are running.
     pub fn new(
@@ -97,29 +77,7 @@ impl PortQueues {
         features: u64,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<Self> {
-        let epoll = Epoll::new()?;
-        let timer = TimerFd::new()?;
-        epoll.ctl(
-            ControlOperation::Add,
-            port.wake.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, TOKEN_WAKE),
-        )?;
-        epoll.ctl(
-            ControlOperation::Add,
-            timer.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, TOKEN_TIMER),
-        )?;
-        for (p, pair) in pairs.iter().enumerate() {
-            for (i, ring) in [(2 * p, &pair.rx), (2 * p + 1, &pair.tx)] {
-                if let Some(r) = ring {
-                    epoll.ctl(
-                        ControlOperation::Add,
-                        r.kick.as_raw_fd(),
-                        EpollEvent::new(EventSet::IN, TOKEN_KICK0 + i as u64),
-                    )?;
-                }
-            }
-        }
+        let waiter = Waiter::new(&port.wake, &pairs)?;
         let mut pairs = pairs;
         // Workers start with guest notifications off; `wait_kick` turns them on.
         for pair in &mut pairs {
@@ -128,13 +86,11 @@ impl PortQueues {
             }
         }
         let hdr_len = crate::net::hdr_len(features);
-        let npairs = pairs.len();
         Ok(PortQueues {
             mem,
             stop,
             policy_view: None,
-            epoll,
-            timer,
+            waiter,
             tx: TxService::new(hdr_len, TX_BATCH),
             rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0),
             rx_pending: port.backlogs[..pairs.len()]
@@ -143,13 +99,12 @@ impl PortQueues {
                 .collect(),
             pairs,
             fdb: FdbCache::default(),
-            events: vec![EpollEvent::default(); 2 + 2 * npairs + 2],
             passes: 0,
             overshoot: crate::metrics::new_overshoot_histogram(),
             last_merge: Instant(0),
             log_budget: LOG_BUDGET,
             clock: PassClock::new(port.tsc_per_ns),
-            late_ns: 0,
+            early_wake: EarlyWake::default(),
             last_interval_us: u64::MAX,
             port,
         })
@@ -252,10 +207,7 @@ impl PortQueues {
     fn drain_kicks(&mut self) -> u64 {
         let mut total = 0;
         for (p, pair) in self.pairs.iter().enumerate() {
-            let mut n = 0;
-            for r in pair.rings() {
-                n += read_eventfd(&r.kick);
-            }
+            let n = drain_kicks(pair);
             if n > 0 {
                 self.port.stats.queues[p]
                     .kicks
@@ -275,42 +227,21 @@ impl PortQueues {
         work
     }
 
-    fn epoll_wait(&mut self, timeout_ms: i32) -> (bool, bool, bool) {
-        let (mut wake, mut timer, mut kick) = (false, false, false);
-        match self.epoll.wait(timeout_ms, &mut self.events) {
-            Ok(n) => {
-                for ev in &self.events[..n] {
-                    match ev.data() {
-                        TOKEN_WAKE => wake = true,
-                        TOKEN_TIMER => timer = true,
-                        _ => kick = true,
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+    fn epoll_wait(&mut self) -> Woken {
+        match self.waiter.wait(&self.port.wake) {
+            Ok(w) => w,
             Err(e) => {
                 tracing::error!(port = self.port.name(), error = %e, "epoll_wait failed");
                 std::thread::sleep(std::time::Duration::from_millis(1));
+                Woken::default()
             }
         }
-        if wake {
-            let _ = self.port.wake.read();
-        }
-        if timer {
-            let _ = self.timer.wait();
-        }
-        (wake, timer, kick)
     }
 
     fn arm_timer(&mut self, d: Duration) {
-        let d = std::time::Duration::from_nanos(d.as_nanos().max(1));
-        if let Err(e) = self.timer.reset(d, None) {
+        if let Err(e) = self.waiter.arm_timer(d) {
             tracing::error!(port = self.port.name(), error = %e, "timerfd_settime failed");
         }
-    }
-
-    fn disarm_timer(&mut self) {
-        let _ = self.timer.clear();
     }
 
     fn note_wake(&self, cause: WakeCause) {
@@ -333,28 +264,6 @@ impl PortQueues {
             }
             self.overshoot.reset();
             self.last_merge = now;
-        }
-    }
-}
-
-/// Sleep until `deadline` on `CLOCK_MONOTONIC` (absolute, so no drift).
-fn sleep_until(deadline: Instant) {
-    let ts = libc::timespec {
-        tv_sec: (deadline.0 / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline.0 % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is valid; the remainder pointer may be null with TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if r != libc::EINTR {
-            break;
         }
     }
 }
@@ -396,12 +305,7 @@ impl QueueIo for PortQueues {
     fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait {
         let start = monotonic_now();
         let deadline = start + duration;
-        // Early-wake compensation: the kernel wakes us, on average, `late_ns`
-        // after the time we ask for (hrtimer and scheduling latency; tens of
-        // µs in these VMs even with 1 ns timer slack). Asking that much
-        // earlier keeps a 100 µs interval at 100 µs instead of 135.
-        let comp = self.late_ns.min(duration.as_nanos() / 2);
-        let target = Instant(deadline.0 - comp);
+        let target = self.early_wake.target(deadline, duration);
         let mut armed = false;
         if let Some(t) = kick_threshold {
             for pair in &mut self.pairs {
@@ -415,16 +319,16 @@ impl QueueIo for PortQueues {
             self.arm_timer(target.saturating_since(start));
             let mut cause = WakeCause::Timer;
             loop {
-                let (wake, timer, kick) = self.epoll_wait(-1);
-                if kick {
+                let woken = self.epoll_wait();
+                if woken.kick {
                     cause = WakeCause::Kick;
                     break;
                 }
-                if timer || wake || monotonic_now() >= target {
+                if woken.timer || woken.wake || monotonic_now() >= target {
                     break;
                 }
             }
-            self.disarm_timer();
+            self.waiter.disarm_timer();
             cause
         } else {
             sleep_until(target);
@@ -432,9 +336,7 @@ impl QueueIo for PortQueues {
         };
         let end = monotonic_now();
         if cause == WakeCause::Timer {
-            let late = end.saturating_since(target).as_nanos();
-            // EWMA with weight 1/8, like TCP's SRTT.
-            self.late_ns = self.late_ns - self.late_ns / 8 + late / 8;
+            self.early_wake.record(end.saturating_since(target));
             let _ = self
                 .overshoot
                 .record(end.saturating_since(deadline).as_nanos().max(1));
@@ -479,11 +381,11 @@ impl QueueIo for PortQueues {
             if let Some(t) = timeout {
                 self.arm_timer(t);
             }
-            let (_wake, timer, kick) = self.epoll_wait(-1);
+            let woken = self.epoll_wait();
             if timeout.is_some() {
-                self.disarm_timer();
+                self.waiter.disarm_timer();
             }
-            if kick || !timer {
+            if woken.kick || !woken.timer {
                 WakeCause::Kick
             } else {
                 WakeCause::Timeout
