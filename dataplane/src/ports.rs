@@ -250,21 +250,8 @@ impl Egress for Tap {
 mod tests {
     use super::*;
     use crate::net::Mac;
-    use std::sync::Mutex;
+    use crate::switch::test_utils::Recorder;
     use std::time::Duration;
-
-    #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<Vec<u8>>>);
-    impl Egress for Recorder {
-        fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
-            for &i in which {
-                self.0
-                    .lock()
-                    .unwrap()
-                    .push(frames.get(usize::from(i)).to_vec());
-            }
-        }
-    }
 
     #[test]
     fn echo_swaps_macs_and_returns_to_sender_and_sink_counts() {

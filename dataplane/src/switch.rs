@@ -218,13 +218,20 @@ impl Switch {
     }
 }
 
+/// Test doubles for the modules whose unit tests deliver frames. Inline
+/// here, beside [`Egress`], rather than in a file of its own: such a file
+/// would import this one while this file's tests import it (a cycle).
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metrics::PortStats;
+pub(crate) mod test_utils {
+    use super::{Egress, Switch};
+    use crate::frames::FrameBatch;
+    use std::sync::Mutex;
 
+    /// An [`Egress`] that keeps a copy of every frame delivered to it, in
+    /// delivery order.
     #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<Vec<u8>>>);
+    pub(crate) struct Recorder(pub(crate) Mutex<Vec<Vec<u8>>>);
+
     impl Egress for Recorder {
         fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
             let mut v = self.0.lock().unwrap();
@@ -233,6 +240,13 @@ mod tests {
             }
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_utils::Recorder;
+    use super::*;
+    use crate::metrics::PortStats;
 
     fn frame(dst: Mac, src: Mac, tag: u8) -> Vec<u8> {
         let mut f = Vec::new();

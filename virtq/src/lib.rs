@@ -5,7 +5,9 @@
 //!   daemon's queue workers;
 //! * [`driver::DriverQueue`] — the guest driver's view, used by the
 //!   synthetic guest, tests, fuzzers and benchmarks;
-//! * [`raw::RawRing`] — unchecked field access for tests and fuzzers.
+//! * [`raw::RawRing`] — unchecked field access for tests and fuzzers;
+//! * `mock::MockQueue` (feature `test-utils`) — a driver and a device over
+//!   one ring in anonymous memory, for tests of code that serves rings.
 //!
 //! # Why not `virtio-queue`
 //!
@@ -81,6 +83,8 @@ pub mod driver;
 pub mod features;
 pub mod layout;
 pub mod mem;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod mock;
 pub mod raw;
 mod ring;
 pub mod spec;

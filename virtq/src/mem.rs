@@ -355,24 +355,31 @@ impl GuestMemory {
     /// allowed but `gpa` must still be inside a region.
     #[inline]
     pub fn translate(&self, gpa: u64, len: u64) -> Option<*mut u8> {
-        for r in &self.inner.regions {
-            // Wrapping: below `r.gpa` gives a huge offset, rejected below.
-            let off = gpa.wrapping_sub(r.gpa);
-            if off < r.size {
-                // `off < size`, so `size - off` cannot underflow and
-                // `len <= size - off` means the end is inside the region,
-                // without computing `gpa + len` (which could overflow).
-                return (len <= r.size - off).then(|| r.host.wrapping_add(off as usize));
-            }
-        }
-        None
+        self.translate_from(gpa, len, |r| r.gpa)
     }
 
     /// Like [`translate`](Self::translate) for a frontend user-space address.
     pub fn translate_uva(&self, uva: u64, len: u64) -> Option<*mut u8> {
+        self.translate_from(uva, len, |r| r.uva)
+    }
+
+    /// Host address of `[addr, addr + len)`, where `base` gives each
+    /// region's first address in `addr`'s address space (guest-physical or
+    /// frontend user space): the one region scan both translations share.
+    #[inline]
+    fn translate_from(
+        &self,
+        addr: u64,
+        len: u64,
+        base: impl Fn(&Region) -> u64,
+    ) -> Option<*mut u8> {
         for r in &self.inner.regions {
-            let off = uva.wrapping_sub(r.uva);
+            // Wrapping: below the region's base gives a huge offset, rejected below.
+            let off = addr.wrapping_sub(base(r));
             if off < r.size {
+                // `off < size`, so `size - off` cannot underflow and
+                // `len <= size - off` means the end is inside the region,
+                // without computing `addr + len` (which could overflow).
                 return (len <= r.size - off).then(|| r.host.wrapping_add(off as usize));
             }
         }

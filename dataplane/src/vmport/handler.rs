@@ -9,7 +9,8 @@
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
-use super::queues::{Pair, PortQueues, Ring};
+use super::queues::PortQueues;
+use super::ring::{Pair, Ring};
 use super::{memory_file, VmPort};
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use std::fs::File;

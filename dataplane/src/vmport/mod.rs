@@ -4,7 +4,18 @@
 //! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate) and
 //!   keeps the negotiated state: features, memory table, vrings.
 //! * [`queues`] is the worker's world: the port's rings as a
-//!   [`QueueIo`](crate::worker::QueueIo), serviced by the policy loop.
+//!   [`QueueIo`](crate::worker::QueueIo), serviced by the policy loop — glue
+//!   over the modules below, which need no vhost-user connection:
+//!   * [`ring`] — a running ring with its kick and call eventfds, queue
+//!     pairs, calling the guest and asking it for kicks;
+//!   * [`tx`] — transmit ring service: guest frames to the switch;
+//!   * [`rx`] — receive ring service: backlog frames into guest buffers;
+//!   * [`ring_pass`] — what a pass did and dropped, counted into the port's
+//!     counters;
+//!   * [`waiting`] — epoll over kicks, wake-ups and a timer; absolute
+//!     sleeps; early-wake compensation; draining kicks.
+//! * [`policy_slot`] is the port's policy life cycle: switch, retune, park
+//!   between worker incarnations.
 //!
 //! Frames from other ports arrive through [`Egress::deliver`] into a
 //! per-queue-pair [`Backlog`]; the worker copies them into the guest's receive
@@ -15,6 +26,11 @@ pub mod handler;
 pub mod memory_file;
 pub mod policy_slot;
 pub mod queues;
+pub mod ring;
+pub mod ring_pass;
+pub mod rx;
+pub mod tx;
+pub mod waiting;
 
 use crate::config::VmPortConfig;
 use crate::frames::{Backlog, FrameBatch};

@@ -1,84 +1,60 @@
 //! The worker's view of a VM port: its running rings as a [`QueueIo`].
 //!
-//! Queue pair `p` is receive ring `2p` (host→guest) and transmit ring `2p+1`
-//! (guest→host). The control queue never reaches a vhost-user backend: QEMU
-//! and DPDK virtio-user handle it and translate `VQ_PAIRS_SET` into
+//! This is glue: the ring service is [`super::tx`] and [`super::rx`], the
+//! waiting [`super::waiting`], the rings themselves [`super::ring`]; here
+//! they are wired to the port (its switch, backlogs, counters, policy slot)
+//! and the results counted and logged.
+//!
+//! The control queue never reaches a vhost-user backend: QEMU and DPDK
+//! virtio-user handle it and translate `VQ_PAIRS_SET` into
 //! `SET_VRING_ENABLE`, which [`super::handler`] honours.
 
 use super::policy_slot::WorkerView;
+use super::ring::Pair;
+use super::ring_pass::RingPass;
+use super::rx::{RxPending, RxService};
+use super::tx::{TxService, TX_BATCH};
+use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
-use crate::frames::FrameBatch;
-use crate::metrics::{Dir, DropReason, QueueStats};
-use crate::net::{HDR_NUM_BUFFERS_OFFSET, MAX_FRAME, MIN_FRAME};
+use crate::metrics::{Dir, QueueStats};
 use crate::switch::FdbCache;
 use crate::worker::{Control, PassStats, QueueIo, Wait};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::{Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause};
-use vadapt_virtq::device::{Chain, ChainErrorKind, DeviceQueue};
 use vadapt_virtq::mem::GuestMemory;
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
-use vmm_sys_util::timerfd::TimerFd;
 
-/// Frames per transmit batch handed to the switch.
-const TX_BATCH: usize = 64;
 /// How often (passes) a busy-polling worker drains kick eventfds to count kicks.
 const KICK_DRAIN_EVERY: u64 = 4096;
-/// Most buffers one received frame may be merged over (MRG_RXBUF).
-const MAX_MERGE: usize = 16;
-
-/// One running ring.
-#[derive(Debug)]
-pub struct Ring {
-    /// The ring itself.
-    pub q: DeviceQueue,
-    /// Kick eventfd (guest → us), non-blocking.
-    pub kick: File,
-    /// Call eventfd (us → guest), if the frontend gave one.
-    pub call: Option<File>,
-    /// Set when the guest corrupted the ring: it is no longer serviced.
-    pub broken: bool,
-}
-
-/// A queue pair's running rings.
-#[derive(Debug, Default)]
-pub struct Pair {
-    /// Receive ring (host→guest), if running.
-    pub rx: Option<Ring>,
-    /// Transmit ring (guest→host), if running.
-    pub tx: Option<Ring>,
-}
+/// Warnings a worker may log per budget, refilled every
+/// [`KICK_DRAIN_EVERY`] passes; the counters have the totals.
+const LOG_BUDGET: u32 = 10;
 
 /// Everything a worker incarnation owns.
 pub struct PortQueues {
     port: Arc<VmPort>,
     mem: GuestMemory,
     pairs: Vec<Pair>,
-    hdr_len: usize,
-    mrg_rxbuf: bool,
     stop: Arc<AtomicBool>,
     /// What this worker has seen of the port's policy slot (set when the
     /// worker takes its policy).
     pub(crate) policy_view: Option<WorkerView>,
-    epoll: Epoll,
-    timer: TimerFd,
-    chain: Chain,
-    chains: Vec<Chain>,
-    tx_batch: FrameBatch,
-    rx_pending: Vec<(FrameBatch, usize)>,
+    waiter: Waiter,
+    tx: TxService,
+    rx: RxService,
+    /// Per queue pair: frames taken from its backlog, not yet delivered.
+    rx_pending: Vec<RxPending>,
     fdb: FdbCache,
-    events: Vec<EpollEvent>,
     passes: u64,
+    /// How late timed sleeps woke, ns; merged into the port's histogram
+    /// about once a second.
     overshoot: hdrhistogram::Histogram<u64>,
     last_merge: Instant,
+    /// Warnings left before the next refill.
     log_budget: u32,
     clock: PassClock,
-    /// Mean lateness of timed wake-ups, ns (EWMA), subtracted from sleeps.
-    late_ns: u64,
+    early_wake: EarlyWake,
     /// Last interval published to the port's gauge, µs (`u64::MAX`: none yet).
     last_interval_us: u64,
 }
@@ -92,19 +68,6 @@ impl std::fmt::Debug for PortQueues {
     }
 }
 
-/// epoll tokens: 0 = wake eventfd, 1 = timer, 2 + ring index = kicks.
-const TOKEN_WAKE: u64 = 0;
-const TOKEN_TIMER: u64 = 1;
-const TOKEN_KICK0: u64 = 2;
-
-fn read_eventfd(f: &File) -> u64 {
-    let mut buf = [0u8; 8];
-    match (&*f).read(&mut buf) {
-        Ok(8) => u64::from_ne_bytes(buf),
-        _ => 0,
-    }
-}
-
 impl PortQueues {
     /// Build the worker's world. `pairs` hold the rings that are running.
     pub fn new(
@@ -114,29 +77,7 @@ impl PortQueues {
         features: u64,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<Self> {
-        let epoll = Epoll::new()?;
-        let timer = TimerFd::new()?;
-        epoll.ctl(
-            ControlOperation::Add,
-            port.wake.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, TOKEN_WAKE),
-        )?;
-        epoll.ctl(
-            ControlOperation::Add,
-            timer.as_raw_fd(),
-            EpollEvent::new(EventSet::IN, TOKEN_TIMER),
-        )?;
-        for (p, pair) in pairs.iter().enumerate() {
-            for (i, ring) in [(2 * p, &pair.rx), (2 * p + 1, &pair.tx)] {
-                if let Some(r) = ring {
-                    epoll.ctl(
-                        ControlOperation::Add,
-                        r.kick.as_raw_fd(),
-                        EpollEvent::new(EventSet::IN, TOKEN_KICK0 + i as u64),
-                    )?;
-                }
-            }
-        }
+        let waiter = Waiter::new(&port.wake, &pairs)?;
         let mut pairs = pairs;
         // Workers start with guest notifications off; `wait_kick` turns them on.
         for pair in &mut pairs {
@@ -144,31 +85,26 @@ impl PortQueues {
                 r.q.disable_notifications();
             }
         }
-        let npairs = pairs.len();
+        let hdr_len = crate::net::hdr_len(features);
         Ok(PortQueues {
-            hdr_len: crate::net::hdr_len(features),
-            mrg_rxbuf: features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0,
             mem,
-            pairs,
             stop,
             policy_view: None,
-            epoll,
-            timer,
-            chain: Chain::with_capacity(64),
-            chains: (0..MAX_MERGE).map(|_| Chain::with_capacity(64)).collect(),
-            tx_batch: FrameBatch::new(TX_BATCH),
-            rx_pending: port.backlogs[..npairs]
+            waiter,
+            tx: TxService::new(hdr_len, TX_BATCH),
+            rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0),
+            rx_pending: port.backlogs[..pairs.len()]
                 .iter()
-                .map(|b| (FrameBatch::new(b.capacity()), 0))
+                .map(RxPending::for_backlog)
                 .collect(),
+            pairs,
             fdb: FdbCache::default(),
-            events: vec![EpollEvent::default(); 2 + 2 * npairs + 2],
             passes: 0,
             overshoot: crate::metrics::new_overshoot_histogram(),
             last_merge: Instant(0),
-            log_budget: 10,
+            log_budget: LOG_BUDGET,
             clock: PassClock::new(port.tsc_per_ns),
-            late_ns: 0,
+            early_wake: EarlyWake::default(),
             last_interval_us: u64::MAX,
             port,
         })
@@ -192,29 +128,6 @@ impl PortQueues {
         &self.port.stats.queues[pair.min(self.port.stats.queues.len() - 1)]
     }
 
-    fn count_chain_error(&mut self, pair: usize, dir: &str, kind: ChainErrorKind) {
-        let reason = match kind {
-            ChainErrorKind::AvailIndexAhead => DropReason::RingCorrupt,
-            ChainErrorKind::HeadOutOfRange | ChainErrorKind::DescIndexOutOfRange => {
-                DropReason::BadIndex
-            }
-            ChainErrorKind::AddressOutOfRange | ChainErrorKind::LengthOverflow => {
-                DropReason::BadAddress
-            }
-            ChainErrorKind::ChainTooLong => DropReason::ChainLoop,
-            ChainErrorKind::ReadableAfterWritable => DropReason::WrongDirection,
-            ChainErrorKind::IndirectNotNegotiated
-            | ChainErrorKind::IndirectWithNext
-            | ChainErrorKind::IndirectTableEmpty
-            | ChainErrorKind::IndirectTableMisaligned
-            | ChainErrorKind::IndirectTableTooLarge
-            | ChainErrorKind::IndirectTableOutOfRange
-            | ChainErrorKind::NestedIndirect => DropReason::BadIndirect,
-        };
-        self.qstats(pair).drop(reason, 1);
-        self.rate_limited_warn(pair, dir, kind.name());
-    }
-
     fn rate_limited_warn(&mut self, pair: usize, dir: &str, what: &str) {
         // At most ~10 lines a second per worker; the counters have the totals.
         if self.log_budget > 0 {
@@ -229,12 +142,20 @@ impl PortQueues {
         }
     }
 
-    fn call(ring: &mut Ring, stats: &QueueStats) {
-        if ring.q.needs_call() {
-            if let Some(c) = &ring.call {
-                let _ = (&*c).write(&1u64.to_ne_bytes());
-                stats.calls.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Counts a pass over pair `p`'s ring in direction `dir` and logs its
+    /// bad chains (rate-limited); `wrong_direction` names the bad chains
+    /// the pass counts in `drops.wrong_direction`, if they are worth a line.
+    fn count_pass(&mut self, p: usize, dir: Dir, pass: &RingPass, wrong_direction: Option<&str>) {
+        pass.count_into(self.qstats(p), dir);
+        let dir = match dir {
+            Dir::Tx => "tx",
+            Dir::Rx => "rx",
+        };
+        if let Some(what) = wrong_direction.filter(|_| pass.drops.wrong_direction > 0) {
+            self.rate_limited_warn(p, dir, what);
+        }
+        for k in &pass.drops.chain_errors {
+            self.rate_limited_warn(p, dir, k.name());
         }
     }
 
@@ -244,238 +165,49 @@ impl PortQueues {
         let Some(ring) = self.pairs[p].tx.as_mut().filter(|r| !r.broken) else {
             return (0, 0, false, 0);
         };
-        // Sizes are powers of two: a shift instead of a division per pass.
-        let shift = ring.q.size().trailing_zeros();
-        let fill = match ring.q.avail_pending() {
-            Ok(n) => ((u32::from(n) * 1000) >> shift) as u16,
-            Err(_) => 1000,
-        };
-        let (mut packets, mut bytes, mut taken) = (0u64, 0u64, 0u32);
-        let mut more = false;
-        let mut errors: Vec<ChainErrorKind> = Vec::new();
-        let mut oversize = 0u64;
-        let mut undersize = 0u64;
-        let mut wrong_dir = 0u64;
-        let hdr = self.hdr_len;
-        loop {
-            if taken >= budget.packets || bytes >= budget.bytes {
-                more = ring.q.avail_pending().map(|n| n > 0).unwrap_or(false);
-                break;
-            }
-            match ring.q.pop(&self.mem, &mut self.chain) {
-                Ok(None) => break,
-                Ok(Some(head)) => {
-                    taken += 1;
-                    let c = &self.chain;
-                    let total = c.readable_len() as usize;
-                    if c.has_writable() {
-                        wrong_dir += 1;
-                    } else if total < hdr + MIN_FRAME {
-                        undersize += 1;
-                    } else if total - hdr > MAX_FRAME {
-                        oversize += 1;
-                    } else {
-                        let len = total - hdr;
-                        let slot = self.tx_batch.next_slot().expect("batch flushed when full");
-                        c.read_into(hdr, &mut slot[..len]);
-                        self.tx_batch.commit(len);
-                        packets += 1;
-                        bytes += len as u64;
-                    }
-                    ring.q.push_used(head, 0);
-                    if self.tx_batch.is_full() {
-                        ring.q.flush_used();
-                        Self::call(ring, &self.port.stats.queues[p]);
-                        self.port.switch.forward(
-                            self.port.port_id(),
-                            p as u16,
-                            &self.tx_batch,
-                            &mut self.fdb,
-                        );
-                        self.tx_batch.clear();
-                    }
-                }
-                Err(e) => {
-                    taken += 1;
-                    errors.push(e.kind);
-                    if let Some(h) = e.head {
-                        ring.q.push_used(h, 0);
-                    }
-                    if e.kind == ChainErrorKind::AvailIndexAhead {
-                        ring.broken = true;
-                        tracing::error!(
-                            port = self.port.name(),
-                            queue = p,
-                            "guest corrupted its transmit ring (avail index ran ahead); queue stopped until the frontend resets it"
-                        );
-                        break;
-                    }
-                }
-            }
+        let (port, fdb) = (&self.port, &mut self.fdb);
+        let pass = self.tx.serve(ring, &self.mem, budget, |batch| {
+            port.switch.forward(port.port_id(), p as u16, batch, fdb);
+        });
+        if pass.broke_ring {
+            tracing::error!(
+                port = self.port.name(),
+                queue = p,
+                "guest corrupted its transmit ring (avail index ran ahead); queue stopped until the frontend resets it"
+            );
         }
-        ring.q.flush_used();
-        Self::call(ring, &self.port.stats.queues[p]);
-        if !self.tx_batch.is_empty() {
-            self.port
-                .switch
-                .forward(self.port.port_id(), p as u16, &self.tx_batch, &mut self.fdb);
-            self.tx_batch.clear();
-        }
-        let st = self.qstats(p);
-        st.add(Dir::Tx, packets, bytes);
-        if oversize > 0 {
-            st.drop(DropReason::Oversize, oversize);
-        }
-        if undersize > 0 {
-            st.drop(DropReason::Undersize, undersize);
-        }
-        if wrong_dir > 0 {
-            st.drop(DropReason::WrongDirection, wrong_dir);
-            self.rate_limited_warn(p, "tx", "writable descriptor in a transmit chain");
-        }
-        for k in errors {
-            self.count_chain_error(p, "tx", k);
-        }
-        (packets, bytes, more, fill)
+        self.count_pass(
+            p,
+            Dir::Tx,
+            &pass,
+            Some("writable descriptor in a transmit chain"),
+        );
+        (pass.packets, pass.bytes, pass.more_work, pass.fill_permille)
     }
 
     /// Host → guest: copy up to `budget` backlog frames of pair `p` into the
     /// guest's receive buffers. Returns (packets, bytes, more_work).
     fn service_rx(&mut self, p: usize, budget: Budget) -> (u64, u64, bool) {
-        let (pending, pos) = &mut self.rx_pending[p];
-        if *pos >= pending.len() {
-            pending.clear();
-            *pos = 0;
-            self.port.backlogs[p].take_into(pending);
-        }
-        if pending.is_empty() {
-            return (0, 0, false);
-        }
-        let Some(ring) = self.pairs[p].rx.as_mut().filter(|r| !r.broken) else {
-            // No running receive ring: the frames cannot go anywhere.
-            let n = (pending.len() - *pos) as u64;
-            pending.clear();
-            *pos = 0;
-            self.port.stats.queues[p].drop(DropReason::PortDown, n);
-            return (0, 0, false);
-        };
-        let hdr = self.hdr_len;
-        let (mut packets, mut bytes) = (0u64, 0u64);
-        let mut errors: Vec<ChainErrorKind> = Vec::new();
-        let mut no_room = 0u64;
-        let mut wrong_dir = 0u64;
-        let mut out_of_buffers = false;
-        'frames: while *pos < pending.len() && (packets as u32) < budget.packets {
-            let frame = pending.get(*pos);
-            let need = hdr + frame.len();
-            // Gather buffers until the frame fits (one without MRG_RXBUF).
-            let mut got = 0usize;
-            let mut room = 0usize;
-            while room < need {
-                if got == MAX_MERGE || (!self.mrg_rxbuf && got == 1) {
-                    break;
-                }
-                match ring.q.pop(&self.mem, &mut self.chains[got]) {
-                    Ok(Some(_)) => {
-                        let c = &self.chains[got];
-                        if c.has_readable() {
-                            wrong_dir += 1;
-                            ring.q.push_used(c.head(), 0);
-                            continue;
-                        }
-                        room += c.writable_len() as usize;
-                        got += 1;
-                    }
-                    Ok(None) => {
-                        out_of_buffers = true;
-                        break;
-                    }
-                    Err(e) => {
-                        errors.push(e.kind);
-                        if let Some(h) = e.head {
-                            ring.q.push_used(h, 0);
-                        }
-                        if e.kind == ChainErrorKind::AvailIndexAhead {
-                            ring.broken = true;
-                            break;
-                        }
-                    }
-                }
-            }
-            if room < need {
-                // Give back what we took, empty: the guest's driver drops a
-                // zero-length buffer and reuses it.
-                for c in &self.chains[..got] {
-                    ring.q.push_used(c.head(), 0);
-                }
-                if out_of_buffers || ring.broken {
-                    if got > 0 {
-                        no_room += 1;
-                        *pos += 1;
-                    }
-                    break 'frames;
-                }
-                no_room += 1;
-                *pos += 1;
-                continue;
-            }
-            // Header: all zero (no offloads) but num_buffers.
-            let mut h = [0u8; crate::net::HDR_LEN_MRG];
-            if hdr > HDR_NUM_BUFFERS_OFFSET {
-                h[HDR_NUM_BUFFERS_OFFSET..HDR_NUM_BUFFERS_OFFSET + 2]
-                    .copy_from_slice(&(got as u16).to_le_bytes());
-            }
-            let mut off = 0usize; // offset in (header ++ frame)
-            for c in &mut self.chains[..got] {
-                let cap = c.writable_len() as usize;
-                let mut w = 0usize;
-                if off < hdr {
-                    let n = (hdr - off).min(cap);
-                    c.write_from(0, &h[off..off + n]);
-                    w += n;
-                    off += n;
-                }
-                if w < cap && off < need {
-                    let n = (need - off).min(cap - w);
-                    c.write_from(w, &frame[off - hdr..off - hdr + n]);
-                    w += n;
-                    off += n;
-                }
-                ring.q.push_used(c.head(), w as u32);
-            }
-            packets += 1;
-            bytes += frame.len() as u64;
-            *pos += 1;
-        }
-        ring.q.flush_used();
-        Self::call(ring, &self.port.stats.queues[p]);
-        let more = *pos < pending.len() && !out_of_buffers;
-        let st = &self.port.stats.queues[p];
-        st.add(Dir::Rx, packets, bytes);
-        if no_room > 0 {
-            st.drop(DropReason::NoRxBuffer, no_room);
-        }
-        if wrong_dir > 0 {
-            st.drop(DropReason::WrongDirection, wrong_dir);
-        }
-        for k in errors {
-            self.count_chain_error(p, "rx", k);
-        }
-        (packets, bytes, more)
+        let ring = self.pairs[p].rx.as_mut().filter(|r| !r.broken);
+        let pass = self.rx.serve(
+            ring,
+            &self.mem,
+            &self.port.backlogs[p],
+            &mut self.rx_pending[p],
+            budget,
+        );
+        self.count_pass(p, Dir::Rx, &pass, None);
+        (pass.packets, pass.bytes, pass.more_work)
     }
 
     fn rx_waiting(&self, p: usize) -> bool {
-        let (pending, pos) = &self.rx_pending[p];
-        *pos < pending.len() || self.port.backlogs[p].has_frames()
+        self.rx_pending[p].frames_waiting(&self.port.backlogs[p])
     }
 
     fn drain_kicks(&mut self) -> u64 {
         let mut total = 0;
         for (p, pair) in self.pairs.iter().enumerate() {
-            let mut n = 0;
-            for r in [&pair.rx, &pair.tx].into_iter().flatten() {
-                n += read_eventfd(&r.kick);
-            }
+            let n = drain_kicks(pair);
             if n > 0 {
                 self.port.stats.queues[p]
                     .kicks
@@ -490,64 +222,26 @@ impl PortQueues {
         let mut work = false;
         for p in 0..self.pairs.len() {
             let rx_wants = self.rx_waiting(p);
-            let pair = &mut self.pairs[p];
-            if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
-                if on {
-                    work |= r.q.enable_notifications().unwrap_or(false);
-                } else {
-                    r.q.disable_notifications();
-                }
-            }
-            if let Some(r) = pair.rx.as_mut().filter(|r| !r.broken) {
-                // Receive kicks only matter when frames wait for buffers
-                // (vhost-net enables them only then, too).
-                if on && rx_wants {
-                    let has_buffers = r.q.enable_notifications().unwrap_or(false);
-                    work |= has_buffers;
-                } else {
-                    r.q.disable_notifications();
-                }
-            }
+            work |= self.pairs[p].set_notifications(on, rx_wants);
         }
         work
     }
 
-    fn epoll_wait(&mut self, timeout_ms: i32) -> (bool, bool, bool) {
-        let (mut wake, mut timer, mut kick) = (false, false, false);
-        match self.epoll.wait(timeout_ms, &mut self.events) {
-            Ok(n) => {
-                for ev in &self.events[..n] {
-                    match ev.data() {
-                        TOKEN_WAKE => wake = true,
-                        TOKEN_TIMER => timer = true,
-                        _ => kick = true,
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+    fn epoll_wait(&mut self) -> Woken {
+        match self.waiter.wait(&self.port.wake) {
+            Ok(w) => w,
             Err(e) => {
                 tracing::error!(port = self.port.name(), error = %e, "epoll_wait failed");
                 std::thread::sleep(std::time::Duration::from_millis(1));
+                Woken::default()
             }
         }
-        if wake {
-            let _ = self.port.wake.read();
-        }
-        if timer {
-            let _ = self.timer.wait();
-        }
-        (wake, timer, kick)
     }
 
     fn arm_timer(&mut self, d: Duration) {
-        let d = std::time::Duration::from_nanos(d.as_nanos().max(1));
-        if let Err(e) = self.timer.reset(d, None) {
+        if let Err(e) = self.waiter.arm_timer(d) {
             tracing::error!(port = self.port.name(), error = %e, "timerfd_settime failed");
         }
-    }
-
-    fn disarm_timer(&mut self) {
-        let _ = self.timer.clear();
     }
 
     fn note_wake(&self, cause: WakeCause) {
@@ -570,28 +264,6 @@ impl PortQueues {
             }
             self.overshoot.reset();
             self.last_merge = now;
-        }
-    }
-}
-
-/// Sleep until `deadline` on `CLOCK_MONOTONIC` (absolute, so no drift).
-fn sleep_until(deadline: Instant) {
-    let ts = libc::timespec {
-        tv_sec: (deadline.0 / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline.0 % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is valid; the remainder pointer may be null with TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if r != libc::EINTR {
-            break;
         }
     }
 }
@@ -625,7 +297,7 @@ impl QueueIo for PortQueues {
         self.passes += 1;
         if self.passes % KICK_DRAIN_EVERY == 0 {
             self.drain_kicks();
-            self.log_budget = 10;
+            self.log_budget = LOG_BUDGET;
         }
         s
     }
@@ -633,12 +305,7 @@ impl QueueIo for PortQueues {
     fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait {
         let start = monotonic_now();
         let deadline = start + duration;
-        // Early-wake compensation: the kernel wakes us, on average, `late_ns`
-        // after the time we ask for (hrtimer and scheduling latency; tens of
-        // µs in these VMs even with 1 ns timer slack). Asking that much
-        // earlier keeps a 100 µs interval at 100 µs instead of 135.
-        let comp = self.late_ns.min(duration.as_nanos() / 2);
-        let target = Instant(deadline.0 - comp);
+        let target = self.early_wake.target(deadline, duration);
         let mut armed = false;
         if let Some(t) = kick_threshold {
             for pair in &mut self.pairs {
@@ -652,16 +319,16 @@ impl QueueIo for PortQueues {
             self.arm_timer(target.saturating_since(start));
             let mut cause = WakeCause::Timer;
             loop {
-                let (wake, timer, kick) = self.epoll_wait(-1);
-                if kick {
+                let woken = self.epoll_wait();
+                if woken.kick {
                     cause = WakeCause::Kick;
                     break;
                 }
-                if timer || wake || monotonic_now() >= target {
+                if woken.timer || woken.wake || monotonic_now() >= target {
                     break;
                 }
             }
-            self.disarm_timer();
+            self.waiter.disarm_timer();
             cause
         } else {
             sleep_until(target);
@@ -669,9 +336,7 @@ impl QueueIo for PortQueues {
         };
         let end = monotonic_now();
         if cause == WakeCause::Timer {
-            let late = end.saturating_since(target).as_nanos();
-            // EWMA with weight 1/8, like TCP's SRTT.
-            self.late_ns = self.late_ns - self.late_ns / 8 + late / 8;
+            self.early_wake.record(end.saturating_since(target));
             let _ = self
                 .overshoot
                 .record(end.saturating_since(deadline).as_nanos().max(1));
@@ -716,11 +381,11 @@ impl QueueIo for PortQueues {
             if let Some(t) = timeout {
                 self.arm_timer(t);
             }
-            let (_wake, timer, kick) = self.epoll_wait(-1);
+            let woken = self.epoll_wait();
             if timeout.is_some() {
-                self.disarm_timer();
+                self.waiter.disarm_timer();
             }
-            if kick || !timer {
+            if woken.kick || !woken.timer {
                 WakeCause::Kick
             } else {
                 WakeCause::Timeout

@@ -1,0 +1,173 @@
+//! What one service pass over a ring did — frames moved, calls sent, and
+//! what it dropped, by cause — and how that is counted into the port's
+//! [`QueueStats`]. The ring service ([`super::tx`], [`super::rx`]) returns a
+//! [`RingPass`]; the worker counts it and does the logging.
+
+use crate::metrics::{Dir, DropReason, QueueStats};
+use std::sync::atomic::Ordering;
+use vadapt_virtq::device::ChainErrorKind;
+
+/// The outcome of one pass over one ring.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingPass {
+    /// Frames moved: handed to the switch (transmit) or written into guest
+    /// buffers (receive).
+    pub packets: u64,
+    /// Their length, bytes, without the virtio-net header.
+    pub bytes: u64,
+    /// The pass stopped at its budget with more work pending.
+    pub more_work: bool,
+    /// Transmit only: entries available at the start of the pass, ‰ of the
+    /// ring size (1000 when the ring is corrupt).
+    pub fill_permille: u16,
+    /// Calls (interrupts) sent to the guest.
+    pub calls: u64,
+    /// The guest ran `avail.idx` ahead: the pass marked the ring broken.
+    pub broke_ring: bool,
+    /// What was dropped.
+    pub drops: Drops,
+}
+
+impl RingPass {
+    /// Adds the pass to `stats`: calls, packets and bytes in direction
+    /// `dir`, drops by reason.
+    pub fn count_into(&self, stats: &QueueStats, dir: Dir) {
+        if self.calls > 0 {
+            stats.calls.fetch_add(self.calls, Ordering::Relaxed);
+        }
+        stats.add(dir, self.packets, self.bytes);
+        self.drops.count_into(stats);
+    }
+}
+
+/// Frames and descriptor chains one pass dropped, by cause.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// Transmit chains shorter than the virtio-net header plus an Ethernet
+    /// header ([`crate::net::MIN_FRAME`]).
+    pub undersize: u64,
+    /// Transmit frames longer than [`crate::net::MAX_FRAME`].
+    pub oversize: u64,
+    /// Chains with descriptors the wrong way round: device-writable ones on
+    /// transmit, device-readable ones on receive.
+    pub wrong_direction: u64,
+    /// Received frames that no (set of) guest buffers could hold.
+    pub no_rx_buffer: u64,
+    /// Received frames with no running receive ring to go to.
+    pub port_down: u64,
+    /// Chains the ring rejected, in the order met (one drop each).
+    pub chain_errors: Vec<ChainErrorKind>,
+}
+
+impl Drops {
+    /// Adds every drop to `stats` under its [`DropReason`].
+    pub fn count_into(&self, stats: &QueueStats) {
+        for (reason, n) in [
+            (DropReason::Oversize, self.oversize),
+            (DropReason::Undersize, self.undersize),
+            (DropReason::WrongDirection, self.wrong_direction),
+            (DropReason::NoRxBuffer, self.no_rx_buffer),
+            (DropReason::PortDown, self.port_down),
+        ] {
+            if n > 0 {
+                stats.drop(reason, n);
+            }
+        }
+        for &kind in &self.chain_errors {
+            stats.drop(chain_error_reason(kind), 1);
+        }
+    }
+}
+
+/// The drop counter a rejected chain counts in.
+pub fn chain_error_reason(kind: ChainErrorKind) -> DropReason {
+    match kind {
+        ChainErrorKind::AvailIndexAhead => DropReason::RingCorrupt,
+        ChainErrorKind::HeadOutOfRange | ChainErrorKind::DescIndexOutOfRange => {
+            DropReason::BadIndex
+        }
+        ChainErrorKind::AddressOutOfRange | ChainErrorKind::LengthOverflow => {
+            DropReason::BadAddress
+        }
+        ChainErrorKind::ChainTooLong => DropReason::ChainLoop,
+        ChainErrorKind::ReadableAfterWritable => DropReason::WrongDirection,
+        ChainErrorKind::IndirectNotNegotiated
+        | ChainErrorKind::IndirectWithNext
+        | ChainErrorKind::IndirectTableEmpty
+        | ChainErrorKind::IndirectTableMisaligned
+        | ChainErrorKind::IndirectTableTooLarge
+        | ChainErrorKind::IndirectTableOutOfRange
+        | ChainErrorKind::NestedIndirect => DropReason::BadIndirect,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_utils {
+    use crate::metrics::{DropReason, QueueStats};
+    use std::sync::atomic::Ordering;
+
+    /// Drops counted in `stats` for `reason`.
+    pub(crate) fn dropped(stats: &QueueStats, reason: DropReason) -> u64 {
+        let i = DropReason::ALL.iter().position(|r| *r == reason).unwrap();
+        stats.drops[i].load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_utils::dropped;
+    use super::*;
+
+    #[test]
+    fn a_pass_is_counted_by_direction_and_reason() {
+        let pass = RingPass {
+            packets: 3,
+            bytes: 180,
+            calls: 2,
+            drops: Drops {
+                undersize: 1,
+                oversize: 2,
+                wrong_direction: 3,
+                no_rx_buffer: 4,
+                port_down: 5,
+                chain_errors: vec![
+                    ChainErrorKind::AddressOutOfRange,
+                    ChainErrorKind::LengthOverflow,
+                    ChainErrorKind::ReadableAfterWritable,
+                ],
+            },
+            ..RingPass::default()
+        };
+        let st = QueueStats::default();
+        pass.count_into(&st, Dir::Tx);
+        assert_eq!(st.packets[Dir::Tx as usize].load(Ordering::Relaxed), 3);
+        assert_eq!(st.bytes[Dir::Tx as usize].load(Ordering::Relaxed), 180);
+        assert_eq!(st.packets[Dir::Rx as usize].load(Ordering::Relaxed), 0);
+        assert_eq!(st.calls.load(Ordering::Relaxed), 2);
+        assert_eq!(dropped(&st, DropReason::Undersize), 1);
+        assert_eq!(dropped(&st, DropReason::Oversize), 2);
+        assert_eq!(dropped(&st, DropReason::WrongDirection), 3 + 1);
+        assert_eq!(dropped(&st, DropReason::NoRxBuffer), 4);
+        assert_eq!(dropped(&st, DropReason::PortDown), 5);
+        assert_eq!(dropped(&st, DropReason::BadAddress), 2);
+    }
+
+    #[test]
+    fn every_chain_error_has_a_reason_other_than_other() {
+        for kind in ChainErrorKind::ALL {
+            assert_ne!(chain_error_reason(kind), DropReason::Other, "{kind:?}");
+        }
+        assert_eq!(
+            chain_error_reason(ChainErrorKind::AvailIndexAhead),
+            DropReason::RingCorrupt
+        );
+        assert_eq!(
+            chain_error_reason(ChainErrorKind::ChainTooLong),
+            DropReason::ChainLoop
+        );
+        assert_eq!(
+            chain_error_reason(ChainErrorKind::NestedIndirect),
+            DropReason::BadIndirect
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! Receive ring service (switch → guest): take the frames other ports left
+//! in a queue pair's [`Backlog`], write each behind a virtio-net header into
+//! the guest's receive buffers — over several buffers with
+//! `VIRTIO_NET_F_MRG_RXBUF` — give the buffers back used, and call the guest
+//! as it asks.
+//!
+//! No vhost-user connection or epoll here: the ring, the guest memory and
+//! the backlog come in as arguments, so the tests drive it from the guest's
+//! side over `vadapt_virtq::mock` (feature `test-utils`).
+
+use super::ring::Ring;
+use super::ring_pass::RingPass;
+use crate::frames::{Backlog, FrameBatch};
+use crate::net::{HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET};
+use vadapt_policy::Budget;
+use vadapt_virtq::device::Chain;
+use vadapt_virtq::mem::GuestMemory;
+
+/// Most buffers one received frame may be merged over (MRG_RXBUF).
+pub const MAX_MERGE: usize = 16;
+
+/// Frames a worker took out of one queue pair's [`Backlog`] and has not
+/// delivered yet: the backlog is swapped out whole, under its lock, and
+/// delivered from here over as many passes as the guest's buffers need.
+#[derive(Debug)]
+pub struct RxPending {
+    frames: FrameBatch,
+    /// Index in `frames` of the next frame to deliver.
+    next: usize,
+}
+
+impl RxPending {
+    /// Room for a swap with `backlog` (the same capacity).
+    pub fn for_backlog(backlog: &Backlog) -> Self {
+        RxPending {
+            frames: FrameBatch::new(backlog.capacity()),
+            next: 0,
+        }
+    }
+
+    /// Frames taken from the backlog and not yet delivered.
+    pub fn remaining(&self) -> usize {
+        self.frames.len() - self.next
+    }
+
+    /// `true` if frames wait for the guest's buffers, here or still in
+    /// `backlog`.
+    pub fn frames_waiting(&self, backlog: &Backlog) -> bool {
+        self.remaining() > 0 || backlog.has_frames()
+    }
+
+    /// When everything taken was delivered, takes what `backlog` holds now.
+    fn refill(&mut self, backlog: &Backlog) {
+        if self.remaining() == 0 {
+            self.frames.clear();
+            self.next = 0;
+            backlog.take_into(&mut self.frames);
+        }
+    }
+
+    /// Forgets every undelivered frame; returns how many.
+    fn discard(&mut self) -> u64 {
+        let n = self.remaining() as u64;
+        self.frames.clear();
+        self.next = 0;
+        n
+    }
+}
+
+/// A worker's receive service: the negotiated header format and the scratch
+/// chains one frame may be merged over.
+#[derive(Debug)]
+pub struct RxService {
+    /// Length of the virtio-net header written in front of every frame,
+    /// bytes.
+    hdr_len: usize,
+    /// `VIRTIO_NET_F_MRG_RXBUF`: a frame may span several buffers.
+    mrg_rxbuf: bool,
+    chains: Vec<Chain>,
+}
+
+impl RxService {
+    /// A service writing `hdr_len`-byte headers, merging buffers if
+    /// `mrg_rxbuf`.
+    pub fn new(hdr_len: usize, mrg_rxbuf: bool) -> Self {
+        RxService {
+            hdr_len,
+            mrg_rxbuf,
+            chains: (0..MAX_MERGE).map(|_| Chain::with_capacity(64)).collect(),
+        }
+    }
+
+    /// Delivers up to `budget.packets` frames of `pending` (refilled from
+    /// `backlog` once it is empty) into `ring`'s buffers. Each frame gets a
+    /// zero header (no offloads) whose `num_buffers`, if the header has one,
+    /// is the number of buffers it spans: one without MRG_RXBUF, up to
+    /// [`MAX_MERGE`] with it. Used entries are published once at the end,
+    /// then the guest is called if it wants.
+    ///
+    /// With no running `ring` the frames are dropped (`port_down`). A frame
+    /// that does not fit is dropped (`no_rx_buffer`) and the buffers taken
+    /// for it are given back empty. When the guest has no buffers left, the
+    /// frame in hand stays pending for a later pass (and `more_work` is
+    /// `false`: only a kick will bring buffers). Readable chains are given
+    /// back unused (`wrong_direction`); a ring whose `avail.idx` ran ahead is
+    /// marked broken.
+    pub fn serve(
+        &mut self,
+        ring: Option<&mut Ring>,
+        mem: &GuestMemory,
+        backlog: &Backlog,
+        pending: &mut RxPending,
+        budget: Budget,
+    ) -> RingPass {
+        let mut pass = RingPass::default();
+        pending.refill(backlog);
+        if pending.remaining() == 0 {
+            return pass;
+        }
+        let Some(ring) = ring else {
+            // No running receive ring: the frames cannot go anywhere.
+            pass.drops.port_down = pending.discard();
+            return pass;
+        };
+        let hdr = self.hdr_len;
+        let mut out_of_buffers = false;
+        'frames: while pending.next < pending.frames.len() && (pass.packets as u32) < budget.packets
+        {
+            let frame = pending.frames.get(pending.next);
+            let need = hdr + frame.len();
+            // Gather buffers until the frame fits (one without MRG_RXBUF).
+            let mut got = 0usize;
+            let mut room = 0usize;
+            while room < need {
+                if got == MAX_MERGE || (!self.mrg_rxbuf && got == 1) {
+                    break;
+                }
+                match ring.q.pop(mem, &mut self.chains[got]) {
+                    Ok(Some(_)) => {
+                        let c = &self.chains[got];
+                        if c.has_readable() {
+                            pass.drops.wrong_direction += 1;
+                            ring.q.push_used(c.head(), 0);
+                            continue;
+                        }
+                        room += c.writable_len() as usize;
+                        got += 1;
+                    }
+                    Ok(None) => {
+                        out_of_buffers = true;
+                        break;
+                    }
+                    Err(e) => {
+                        pass.drops.chain_errors.push(e.kind);
+                        if ring.give_back_rejected(&e) {
+                            pass.broke_ring = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if room < need {
+                // Give back what we took, empty: the guest's driver drops a
+                // zero-length buffer and reuses it.
+                for c in &self.chains[..got] {
+                    ring.q.push_used(c.head(), 0);
+                }
+                if out_of_buffers || ring.broken {
+                    if got > 0 {
+                        pass.drops.no_rx_buffer += 1;
+                        pending.next += 1;
+                    }
+                    break 'frames;
+                }
+                pass.drops.no_rx_buffer += 1;
+                pending.next += 1;
+                continue;
+            }
+            // Header: all zero (no offloads) but num_buffers.
+            let mut h = [0u8; HDR_LEN_MRG];
+            if hdr > HDR_NUM_BUFFERS_OFFSET {
+                h[HDR_NUM_BUFFERS_OFFSET..HDR_NUM_BUFFERS_OFFSET + 2]
+                    .copy_from_slice(&(got as u16).to_le_bytes());
+            }
+            let mut off = 0usize; // offset in (header ++ frame)
+            for c in &mut self.chains[..got] {
+                let cap = c.writable_len() as usize;
+                let mut w = 0usize;
+                if off < hdr {
+                    let n = (hdr - off).min(cap);
+                    c.write_from(0, &h[off..off + n]);
+                    w += n;
+                    off += n;
+                }
+                if w < cap && off < need {
+                    let n = (need - off).min(cap - w);
+                    c.write_from(w, &frame[off - hdr..off - hdr + n]);
+                    w += n;
+                    off += n;
+                }
+                ring.q.push_used(c.head(), w as u32);
+            }
+            pass.packets += 1;
+            pass.bytes += frame.len() as u64;
+            pending.next += 1;
+        }
+        ring.q.flush_used();
+        pass.calls += u64::from(ring.call_if_needed());
+        pass.more_work = pending.remaining() > 0 && !out_of_buffers;
+        pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::HDR_LEN_LEGACY;
+    use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
+    use vadapt_virtq::device::ChainErrorKind;
+    use vadapt_virtq::mock::{buf, readable, writable};
+    use vadapt_virtq::RingFeatures;
+
+    /// A backlog of capacity 16 holding `frames`, and its pending list.
+    fn backlog(frames: &[Vec<u8>]) -> (Backlog, RxPending) {
+        let b = Backlog::new(16);
+        let mut batch = FrameBatch::new(16);
+        for f in frames {
+            assert!(batch.push(f));
+        }
+        let all: Vec<u16> = (0..frames.len() as u16).collect();
+        assert_eq!(b.push(&batch, &all), (frames.len() as u64, 0));
+        let pending = RxPending::for_backlog(&b);
+        (b, pending)
+    }
+
+    /// The guest posts receive buffers of `len` bytes in slots `slots`.
+    fn post(g: &mut Guest, slots: std::ops::Range<u64>, len: u32) -> Vec<u16> {
+        let heads = slots
+            .map(|i| g.driver.add(&[writable(buf(i), len)]).unwrap())
+            .collect();
+        g.driver.publish();
+        heads
+    }
+
+    /// What the guest received: per used buffer, its head and the bytes written.
+    fn received(g: &mut Guest, heads: &[u16]) -> Vec<(u16, Vec<u8>)> {
+        std::iter::from_fn(|| g.driver.pop_used())
+            .map(|(head, len)| {
+                let slot = heads.iter().position(|&h| h == head).unwrap() as u64;
+                let mut b = vec![0u8; len as usize];
+                g.mem.read(buf(slot), &mut b).unwrap();
+                (head, b)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_frame_fills_one_buffer_behind_its_header_without_mrg_rxbuf() {
+        for hdr in [HDR_LEN_LEGACY, HDR_LEN_MRG] {
+            let (mut r, mut g) = ring(16, RingFeatures::default());
+            let mut rx = RxService::new(hdr, false);
+            let frames = [frame(1, 60), frame(2, 1514)];
+            let (bl, mut pending) = backlog(&frames);
+            let heads = post(&mut g, 0..3, 2048);
+            let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+            assert_eq!((pass.packets, pass.bytes), (2, 60 + 1514));
+            assert!(!pass.more_work);
+            assert_eq!(pass.drops, Default::default());
+            let got = received(&mut g, &heads);
+            assert_eq!(got.len(), 2);
+            for ((_, bytes), f) in got.iter().zip(&frames) {
+                let mut want = vec![0u8; hdr];
+                if hdr == HDR_LEN_MRG {
+                    want[HDR_NUM_BUFFERS_OFFSET] = 1; // num_buffers, little-endian
+                }
+                want.extend_from_slice(f);
+                assert_eq!(bytes, &want, "header of {hdr} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn with_mrg_rxbuf_a_frame_spans_buffers_and_says_how_many() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, true);
+        let f = frame(3, 1500);
+        let (bl, mut pending) = backlog(std::slice::from_ref(&f));
+        let heads = post(&mut g, 0..4, 512);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!((pass.packets, pass.bytes), (1, 1500));
+        let got = received(&mut g, &heads);
+        let lens: Vec<usize> = got.iter().map(|(_, b)| b.len()).collect();
+        assert_eq!(
+            lens,
+            [512, 512, 1512 - 1024],
+            "three buffers, the last partly"
+        );
+        let all: Vec<u8> = got.into_iter().flat_map(|(_, b)| b).collect();
+        assert_eq!(u16::from_le_bytes([all[10], all[11]]), 3, "num_buffers");
+        assert_eq!(&all[HDR_LEN_MRG..], &f[..]);
+        assert_eq!(g.driver.outstanding(), 1, "the fourth buffer is left");
+    }
+
+    #[test]
+    fn a_frame_too_big_for_one_buffer_is_dropped_without_mrg_rxbuf() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, false);
+        let (bl, mut pending) = backlog(&[frame(4, 1000), frame(5, 100)]);
+        let heads = post(&mut g, 0..2, 512);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass.packets, 1);
+        assert_eq!(pass.drops.no_rx_buffer, 1);
+        let got = received(&mut g, &heads);
+        assert_eq!(got[0].1.len(), 0, "the buffer comes back empty");
+        assert_eq!(&got[1].1[HDR_LEN_MRG..], &frame(5, 100)[..]);
+    }
+
+    #[test]
+    fn with_no_buffers_frames_wait_for_a_later_pass() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, true);
+        let frames = [frame(6, 80), frame(7, 90), frame(8, 100)];
+        let (bl, mut pending) = backlog(&frames);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass, RingPass::default(), "nothing moved, nothing dropped");
+        assert_eq!(pending.remaining(), 3);
+        assert!(pending.frames_waiting(&bl));
+        // One buffer: one frame goes, the rest keep waiting; a kick, not
+        // another pass, will bring buffers.
+        let mut heads = post(&mut g, 0..1, 2048);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!((pass.packets, pass.more_work), (1, false));
+        assert_eq!(pending.remaining(), 2);
+        heads.extend(post(&mut g, 1..3, 2048));
+        let budget = Budget {
+            packets: 1,
+            bytes: u64::MAX,
+        };
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, budget);
+        assert_eq!(
+            (pass.packets, pass.more_work),
+            (1, true),
+            "budget, not buffers"
+        );
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass.packets, 1);
+        assert!(!pending.frames_waiting(&bl));
+        let got: Vec<Vec<u8>> = received(&mut g, &heads)
+            .into_iter()
+            .map(|(_, b)| b[HDR_LEN_MRG..].to_vec())
+            .collect();
+        assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn frames_are_dropped_when_no_receive_ring_runs() {
+        let (_, g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, false);
+        let (bl, mut pending) = backlog(&[frame(1, 60), frame(2, 60)]);
+        let pass = rx.serve(None, &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass.drops.port_down, 2);
+        assert!(!pending.frames_waiting(&bl));
+    }
+
+    #[test]
+    fn readable_and_bad_chains_are_given_back_and_counted() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, false);
+        let (bl, mut pending) = backlog(&[frame(1, 60)]);
+        g.driver.add(&[readable(buf(0), 2048)]).unwrap();
+        g.driver
+            .add(&[writable(vadapt_virtq::mock::MEM_SIZE, 64)])
+            .unwrap();
+        let good = g.driver.add(&[writable(buf(2), 2048)]).unwrap();
+        g.driver.publish();
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass.packets, 1);
+        assert_eq!(pass.drops.wrong_direction, 1);
+        assert_eq!(
+            pass.drops.chain_errors,
+            vec![ChainErrorKind::AddressOutOfRange]
+        );
+        let used: Vec<(u16, u32)> = std::iter::from_fn(|| g.driver.pop_used()).collect();
+        assert_eq!(used.len(), 3);
+        assert_eq!(used[2], (good, (HDR_LEN_MRG + 60) as u32));
+    }
+
+    #[test]
+    fn calls_follow_the_guests_flags() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, false);
+        post(&mut g, 0..4, 2048);
+        let (bl, mut pending) = backlog(&[frame(1, 60)]);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!(pass.calls, 1);
+        assert_eq!(take_count(r.call.as_ref().unwrap()), 1);
+        g.driver.disable_cb(); // NAPI polling: no interrupts wanted
+        let mut batch = FrameBatch::new(1);
+        batch.push(&frame(2, 60));
+        bl.push(&batch, &[0]);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        assert_eq!((pass.packets, pass.calls), (1, 0));
+        assert_eq!(take_count(r.call.as_ref().unwrap()), 0);
+    }
+}
