@@ -233,7 +233,7 @@ impl Daemon {
 
         let mut live = Vec::new();
         for (port, listener) in vm_ports.iter().zip(listeners) {
-            let l = Arc::new(Mutex::new(None));
+            let l = Arc::clone(&port.live);
             live.push(Arc::clone(&l));
             let (p, st) = (Arc::clone(port), Arc::clone(&stop));
             started.threads.push(

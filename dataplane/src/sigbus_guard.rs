@@ -42,6 +42,14 @@ static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// Serialises slot allocation (the handler never takes it).
 static ALLOC: Mutex<()> = Mutex::new(());
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
+/// Faults handled in any region, ever: workers compare it every pass (one
+/// load) and look at their own regions only when it moved.
+static TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Faults handled in any guarded region since the daemon started.
+pub fn total_faults() -> u64 {
+    TOTAL.load(Ordering::Acquire)
+}
 static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// Why a region could not be guarded.
@@ -141,6 +149,7 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
             };
             if r != libc::MAP_FAILED {
                 s.faults.fetch_add(1, Ordering::AcqRel);
+                TOTAL.fetch_add(1, Ordering::AcqRel);
                 return;
             }
         }

@@ -11,7 +11,7 @@
 
 use super::queues::PortQueues;
 use super::ring::{Pair, Ring};
-use super::{memory_file, VmPort};
+use super::{eventfd_io, memory_file, VmPort};
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -70,8 +70,6 @@ pub struct Connection {
     features: u64,
     protocol: u64,
     mem: Option<GuestMemory>,
-    /// SIGBUS guards of the unsealed regions of `mem`; dropped before it.
-    mem_guards: Vec<crate::sigbus_guard::Guard>,
     vrings: Vec<Vring>,
     worker: Option<Worker>,
     /// Set when the frontend sent something that ends the connection (the
@@ -101,7 +99,6 @@ impl Connection {
             features: 0,
             protocol: 0,
             mem: None,
-            mem_guards: Vec::new(),
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
             fatal: None,
@@ -226,6 +223,20 @@ impl Connection {
         out
     }
 
+    /// Kick, call and err descriptors must be eventfds (see
+    /// [`super::eventfd_io`]); anything else ends the connection.
+    fn require_eventfd(&mut self, what: &str, index: u8, fd: Option<&File>) -> VhostResult<()> {
+        match fd {
+            Some(f) if !eventfd_io::is_eventfd(f) => {
+                let msg = format!("{what} descriptor of ring {index} is not an eventfd");
+                tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+                self.fatal = Some(msg);
+                Err(VhostError::InvalidParam)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Forget the frontend: stop the worker, drop memory and rings.
     pub fn reset(&mut self) {
         self.stop_worker();
@@ -233,7 +244,11 @@ impl Connection {
         for b in &self.port.backlogs {
             b.clear();
         }
-        self.mem_guards.clear();
+        self.port
+            .mem_guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.mem = None;
         self.features = 0;
         self.protocol = 0;
@@ -380,7 +395,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
         })?;
         self.stop_worker();
         // Old guards go before the old mappings they cover.
-        self.mem_guards = guards;
+        *self
+            .port
+            .mem_guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = guards;
         let total: u64 = mem.regions().iter().map(|r| r.size).sum();
         tracing::info!(
             port = self.port.name(),
@@ -438,6 +457,7 @@ impl VhostUserBackendReqHandlerMut for Connection {
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
         self.vring(u32::from(index))?;
+        self.require_eventfd("kick", index, fd.as_ref())?;
         self.stop_worker();
         // Without a kick fd (the "polling" flag) the ring still runs: we give
         // it a private eventfd nobody writes, so only polling finds work.
@@ -464,12 +484,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
         self.vring(u32::from(index))?;
+        self.require_eventfd("call", index, fd.as_ref())?;
         self.reconfigure(|c| c.vrings[usize::from(index)].call = fd);
         Ok(())
     }
 
-    fn set_vring_err(&mut self, index: u8, _fd: Option<File>) -> VhostResult<()> {
+    fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {
         self.vring(u32::from(index))?;
+        self.require_eventfd("err", index, fd.as_ref())?;
         Ok(())
     }
 

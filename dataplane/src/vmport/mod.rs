@@ -22,6 +22,7 @@
 //! buffers during its passes, so a policy that sleeps delays receive as well
 //! as transmit processing, exactly like the papers' vhost thread.
 
+pub mod eventfd_io;
 pub mod handler;
 pub mod memory_file;
 pub mod policy_slot;
@@ -38,8 +39,9 @@ use crate::metrics::{DropReason, PortStats, WorkerStats};
 use crate::net::Mac;
 use crate::switch::{Egress, PortId, Switch};
 use policy_slot::{PolicyRequestError, PolicySlot};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use vadapt_policy::{PolicyConfig, Retune};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -69,6 +71,11 @@ pub struct VmPort {
     /// The port's policy: asked for, switched, retuned, parked between
     /// worker incarnations.
     pub(crate) policy: PolicySlot,
+    /// The connected frontend's socket (a clone), so that a shutdown or a
+    /// misbehaving frontend can end the connection from any thread.
+    pub(crate) live: Arc<Mutex<Option<UnixStream>>>,
+    /// SIGBUS guards of the connected frontend's unsealed guest memory.
+    pub(crate) mem_guards: Mutex<Vec<crate::sigbus_guard::Guard>>,
     /// CPU to pin the worker to.
     pub(crate) cpu: Option<usize>,
     /// CPU-frequency control of the worker's core.
@@ -103,6 +110,8 @@ impl VmPort {
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
             waiting: AtomicBool::new(false),
             policy: PolicySlot::new(policy),
+            live: Arc::new(Mutex::new(None)),
+            mem_guards: Mutex::new(Vec::new()),
             cpu,
             freq,
             tsc_per_ns,
@@ -150,6 +159,30 @@ impl VmPort {
     /// The policy asked for.
     pub fn policy_config(&self) -> PolicyConfig {
         self.policy.config()
+    }
+
+    /// End the frontend's connection (the port is reset and waits for a new
+    /// one); `why` goes to the log. Other ports are not affected.
+    pub fn disconnect(&self, why: &str) {
+        if let Some(s) = self.live.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            tracing::warn!(
+                port = self.name(),
+                reason = why,
+                "closing the frontend's connection"
+            );
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Faults survived in the frontend's guest memory since it was mapped
+    /// (see [`crate::sigbus_guard`]).
+    pub fn guest_memory_faults(&self) -> u64 {
+        self.mem_guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|g| g.faults())
+            .sum()
     }
 
     /// Wake the worker if it is blocked waiting for kicks.

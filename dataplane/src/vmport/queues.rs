@@ -40,6 +40,11 @@ pub struct PortQueues {
     /// What this worker has seen of the port's policy slot (set when the
     /// worker takes its policy).
     pub(crate) policy_view: Option<WorkerView>,
+    /// Why the frontend must be disconnected, once something it controls
+    /// failed (a notification descriptor, guest memory).
+    frontend_failed: Option<String>,
+    /// [`crate::sigbus_guard::total_faults`] when last looked at.
+    seen_faults: u64,
     waiter: Waiter,
     tx: TxService,
     rx: RxService,
@@ -90,6 +95,8 @@ impl PortQueues {
             mem,
             stop,
             policy_view: None,
+            frontend_failed: None,
+            seen_faults: crate::sigbus_guard::total_faults(),
             waiter,
             tx: TxService::new(hdr_len, TX_BATCH),
             rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0),
@@ -207,7 +214,14 @@ impl PortQueues {
     fn drain_kicks(&mut self) -> u64 {
         let mut total = 0;
         for (p, pair) in self.pairs.iter().enumerate() {
-            let n = drain_kicks(pair);
+            let n = match drain_kicks(pair) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Never spin on it: stop this worker and end the connection.
+                    self.frontend_failed = Some(format!("kick descriptor unusable: {e}"));
+                    0
+                }
+            };
             if n > 0 {
                 self.port.stats.queues[p]
                     .kicks
@@ -412,6 +426,22 @@ impl QueueIo for PortQueues {
 
     fn control(&mut self) -> Control {
         if self.stop.load(Ordering::Relaxed) {
+            return Control::Stop;
+        }
+        // Guest memory that shrank under us (an unsealed file the port
+        // accepted), or a notification descriptor gone bad: this port only
+        // is reset; the daemon and every other port go on.
+        let faults = crate::sigbus_guard::total_faults();
+        if faults != self.seen_faults {
+            self.seen_faults = faults;
+            if self.port.guest_memory_faults() > 0 {
+                self.frontend_failed =
+                    Some("guest memory shrank under the daemon (SIGBUS survived)".into());
+            }
+        }
+        if let Some(why) = self.frontend_failed.take() {
+            self.port.disconnect(&why);
+            self.stop.store(true, Ordering::Relaxed);
             return Control::Stop;
         }
         let Some(view) = self.policy_view.as_mut() else {

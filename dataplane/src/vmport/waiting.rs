@@ -5,8 +5,8 @@
 //! draining kick eventfds, which is how kicks are counted ([`drain_kicks`]).
 
 use super::ring::Pair;
-use std::fs::File;
-use std::io::{self, Read};
+
+use std::io;
 use std::os::fd::AsRawFd;
 use vadapt_policy::{Duration, Instant};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -108,20 +108,15 @@ impl Waiter {
     }
 }
 
-/// Reads and resets a non-blocking eventfd's counter: how many times it was
-/// signalled since the last read (0 if never).
-pub fn drain_eventfd(f: &File) -> u64 {
-    let mut buf = [0u8; 8];
-    match (&*f).read(&mut buf) {
-        Ok(8) => u64::from_ne_bytes(buf),
-        _ => 0,
+/// Drains the kick eventfds of `pair`'s running rings without blocking: the
+/// kicks received since the last drain, or an error if a descriptor is
+/// unusable (the port must be reset then).
+pub fn drain_kicks(pair: &Pair) -> io::Result<u64> {
+    let mut n = 0;
+    for r in pair.rings() {
+        n += super::eventfd_io::drain(&r.kick)?;
     }
-}
-
-/// Drains the kick eventfds of `pair`'s running rings: the kicks received
-/// since the last drain.
-pub fn drain_kicks(pair: &Pair) -> u64 {
-    pair.rings().map(|r| drain_eventfd(&r.kick)).sum()
+    Ok(n)
 }
 
 /// Sleeps until `deadline` on `CLOCK_MONOTONIC` (absolute, so no drift),
@@ -183,6 +178,7 @@ mod tests {
     use super::*;
     use crate::clock::monotonic_now;
     use crate::vmport::ring::test_utils::ring;
+    use std::fs::File;
     use std::io::Write;
     use vadapt_virtq::RingFeatures;
 
@@ -215,8 +211,8 @@ mod tests {
         kick(&pairs[0].rx.as_ref().unwrap().kick, 2);
         let woken = w.wait(&wake).unwrap();
         assert_eq!(causes(woken), (false, false, true));
-        assert_eq!(drain_kicks(&pairs[0]), 3);
-        assert_eq!(drain_kicks(&pairs[0]), 0, "drained");
+        assert_eq!(drain_kicks(&pairs[0]).unwrap(), 3);
+        assert_eq!(drain_kicks(&pairs[0]).unwrap(), 0, "drained");
     }
 
     #[test]
