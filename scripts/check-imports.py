@@ -57,9 +57,6 @@ KNOWN_CYCLES: list[tuple[str, ...]] = [
         "policy/src/lib.rs",
         "policy/src/netap.rs",
     ),
-    # vadapt-guest: lib.rs re-exports cli.rs's GuestArgs/run_cli; cli.rs uses
-    # lib.rs's Load.
-    ("guest/src/cli.rs", "guest/src/lib.rs"),
     # vadapt-coremgr: lib.rs re-exports CpuFreq, PowerModel, Rapl; cpufreq.rs
     # and power.rs use lib.rs's Availability (and TestDir in their tests).
     ("coremgr/src/cpufreq.rs", "coremgr/src/lib.rs", "coremgr/src/power.rs"),
