@@ -57,9 +57,6 @@ KNOWN_CYCLES: list[tuple[str, ...]] = [
         "policy/src/lib.rs",
         "policy/src/netap.rs",
     ),
-    # vadapt-coremgr: lib.rs re-exports CpuFreq, PowerModel, Rapl; cpufreq.rs
-    # and power.rs use lib.rs's Availability (and TestDir in their tests).
-    ("coremgr/src/cpufreq.rs", "coremgr/src/lib.rs", "coremgr/src/power.rs"),
     # vadapt-sim: plot.rs draws result.rs's types; result.rs calls
     # plot::timeseries to write its plots.
     ("sim/src/plot.rs", "sim/src/result.rs"),
