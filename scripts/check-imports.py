@@ -57,9 +57,6 @@ KNOWN_CYCLES: list[tuple[str, ...]] = [
         "policy/src/lib.rs",
         "policy/src/netap.rs",
     ),
-    # vadapt-sim: plot.rs draws result.rs's types; result.rs calls
-    # plot::timeseries to write its plots.
-    ("sim/src/plot.rs", "sim/src/result.rs"),
     # vadapt-sim: lib.rs re-exports cli.rs and sweep.rs; cli.rs and sweep.rs
     # call lib.rs's run_scenario (and cli.rs runs sweeps).
     ("sim/src/cli.rs", "sim/src/lib.rs", "sim/src/sweep.rs"),

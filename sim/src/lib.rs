@@ -82,6 +82,7 @@ pub mod calibration;
 pub mod cli;
 mod engine;
 pub mod nic;
+mod output;
 pub mod plot;
 pub mod result;
 pub mod ring;
@@ -92,7 +93,8 @@ pub mod sweep;
 pub use calibration::Calibration;
 pub use cli::{run_cli, SimArgs, SimCommand, SweepArgs};
 pub use engine::{SimError, Trace, TracedPass};
-pub use result::{SimResult, WriteError};
+pub use output::WriteError;
+pub use result::SimResult;
 pub use scenario::{Scenario, ScenarioError};
 pub use sweep::{sweep, ParamRange, SweepError, SweepReport};
 

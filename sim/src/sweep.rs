@@ -1,7 +1,8 @@
 //! Parameter sweeps: one scenario, one parameter, many values, all cores.
 
 use crate::engine::SimError;
-use crate::result::{create_dir, write_file, SimResult, WriteError};
+use crate::output::{create_dir, write_file, WriteError};
+use crate::result::SimResult;
 use crate::scenario::{Scenario, SimPolicy, TimelineEntry, Workload};
 use serde::Serialize;
 use std::path::Path;
