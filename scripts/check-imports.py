@@ -57,9 +57,6 @@ KNOWN_CYCLES: list[tuple[str, ...]] = [
         "policy/src/lib.rs",
         "policy/src/netap.rs",
     ),
-    # vadapt-sim: lib.rs re-exports cli.rs and sweep.rs; cli.rs and sweep.rs
-    # call lib.rs's run_scenario (and cli.rs runs sweeps).
-    ("sim/src/cli.rs", "sim/src/lib.rs", "sim/src/sweep.rs"),
 ]
 
 KEYWORD_STARTS = {"crate", "super", "self"}

@@ -3,6 +3,7 @@
 use crate::engine::SimError;
 use crate::output::{create_dir, write_file, WriteError};
 use crate::result::SimResult;
+use crate::run::run_scenario;
 use crate::scenario::{Scenario, SimPolicy, TimelineEntry, Workload};
 use serde::Serialize;
 use std::path::Path;
@@ -174,7 +175,7 @@ pub fn sweep(
                 if i >= scenarios.len() {
                     break;
                 }
-                let r = crate::run_scenario(&scenarios[i], sc.seed);
+                let r = run_scenario(&scenarios[i], sc.seed);
                 *results[i].lock().expect("no panics while holding the lock") = Some(r);
             });
         }
