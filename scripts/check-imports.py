@@ -37,35 +37,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Cycles that existed when this check was introduced, in crates it did not
-# change. Each entry is one cycle: the exact set of files (relative to the
+# Cycles allowed to stay, each the exact set of files (relative to the
 # repository root) of a strongly connected component of the import graph.
-# Remove an entry when its cycle is broken; never add one for new code. A new
-# file joining a listed cycle changes its set and fails; a new import between
-# files already in one does not (this list is per component, not per import).
+# Empty: every crate is free of file-level import cycles. Never add an entry
+# for new code; the mechanism stays for a cycle that cannot be broken at once,
+# with a comment saying why.
 KNOWN_CYCLES: list[tuple[str, ...]] = [
-    # vadapt-virtq: lib.rs defines QueueLayout/RingFeatures/vring_need_event
-    # and re-exports the chain, device, driver and ring types; those files
-    # import lib.rs's types (and device.rs imports chain.rs and ring.rs).
-    (
-        "virtq/src/chain.rs",
-        "virtq/src/device.rs",
-        "virtq/src/driver.rs",
-        "virtq/src/lib.rs",
-        "virtq/src/ring.rs",
-    ),
-    # vadapt-guest: lib.rs re-exports cli.rs's GuestArgs/run_cli; cli.rs uses
-    # lib.rs's Load.
-    ("guest/src/cli.rs", "guest/src/lib.rs"),
-    # vadapt-coremgr: lib.rs re-exports CpuFreq, PowerModel, Rapl; cpufreq.rs
-    # and power.rs use lib.rs's Availability (and TestDir in their tests).
-    ("coremgr/src/cpufreq.rs", "coremgr/src/lib.rs", "coremgr/src/power.rs"),
-    # vadapt-sim: plot.rs draws result.rs's types; result.rs calls
-    # plot::timeseries to write its plots.
-    ("sim/src/plot.rs", "sim/src/result.rs"),
-    # vadapt-sim: lib.rs re-exports cli.rs and sweep.rs; cli.rs and sweep.rs
-    # call lib.rs's run_scenario (and cli.rs runs sweeps).
-    ("sim/src/cli.rs", "sim/src/lib.rs", "sim/src/sweep.rs"),
 ]
 
 KEYWORD_STARTS = {"crate", "super", "self"}

@@ -32,7 +32,7 @@
 //! f.apply(FreqHint::Max).ok();
 //! ```
 
-use crate::Availability;
+use crate::availability::Availability;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -254,7 +254,7 @@ impl Drop for CpuFreq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TestDir;
+    use crate::test_dir::TestDir;
 
     const CPU3: &str = "devices/system/cpu/cpu3/cpufreq";
 

@@ -236,7 +236,7 @@ pub fn current_affinity() -> Result<Vec<usize>, CpuTimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TestDir;
+    use crate::test_dir::TestDir;
 
     /// Spin until the calling thread's CPU clock has advanced (no timing assumption).
     fn burn() {

@@ -17,7 +17,7 @@
 //! comparisons between policies do not need it; set it to report whole-host
 //! figures.
 
-use crate::Availability;
+use crate::availability::Availability;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -164,7 +164,7 @@ impl PowerModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TestDir;
+    use crate::test_dir::TestDir;
 
     const PKG: &str = "class/powercap/intel-rapl:0";
 

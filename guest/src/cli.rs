@@ -276,6 +276,7 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::Load;
     use clap::Parser;
 
     #[derive(Parser, Debug)]
@@ -319,7 +320,7 @@ mod tests {
         let c = a.to_config().unwrap();
         assert_eq!(c.threads, 3);
         assert_eq!(c.size, 128);
-        assert_eq!(c.load, crate::Load::Rate { pps: 1e6 });
+        assert_eq!(c.load, Load::Rate { pps: 1e6 });
         assert_eq!(c.mode, Mode::RequestResponse);
         assert_eq!(c.duration, Duration::from_millis(500));
         assert_eq!(c.exit_cost_ns, 0);
@@ -364,7 +365,7 @@ mod tests {
             .to_config()
             .unwrap();
         // 1500-byte frames = 12000 bits -> 1000 pps.
-        assert_eq!(c.load, crate::Load::Rate { pps: 1000.0 });
+        assert_eq!(c.load, Load::Rate { pps: 1000.0 });
     }
 
     #[test]

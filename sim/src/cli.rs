@@ -1,5 +1,6 @@
 //! `vadapt sim ...`: argument structs for the `vadapt` binary and their runner.
 
+use crate::run::run_scenario;
 use crate::scenario::Scenario;
 use crate::sweep::{sweep, with_policy, ParamRange, SweepReport};
 use std::path::PathBuf;
@@ -96,7 +97,7 @@ pub fn run_cli(args: &SimArgs) -> ExitCode {
             }
             let seed = args.seed.unwrap_or(sc.seed);
             let t0 = WallClock::now();
-            let r = match crate::run_scenario(&sc, seed) {
+            let r = match run_scenario(&sc, seed) {
                 Ok(r) => r,
                 Err(e) => return fail(chain(&e)),
             };
@@ -177,7 +178,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     let baseline = if a.no_baseline {
         None
     } else {
-        match crate::run_scenario(&with_policy(&sc, PolicyConfig::Interrupt), sc.seed) {
+        match run_scenario(&with_policy(&sc, PolicyConfig::Interrupt), sc.seed) {
             Ok(r) => Some(r),
             Err(e) => return fail(chain(&e)),
         }

@@ -82,9 +82,11 @@ pub mod calibration;
 pub mod cli;
 mod engine;
 pub mod nic;
+mod output;
 pub mod plot;
 pub mod result;
 pub mod ring;
+mod run;
 pub mod scenario;
 pub mod sched;
 pub mod sweep;
@@ -92,32 +94,8 @@ pub mod sweep;
 pub use calibration::Calibration;
 pub use cli::{run_cli, SimArgs, SimCommand, SweepArgs};
 pub use engine::{SimError, Trace, TracedPass};
-pub use result::{SimResult, WriteError};
+pub use output::WriteError;
+pub use result::SimResult;
+pub use run::{run_scenario, trace_scenario};
 pub use scenario::{Scenario, ScenarioError};
 pub use sweep::{sweep, ParamRange, SweepError, SweepReport};
-
-/// Run `scenario` with `seed`, recording the executor calls of one queue
-/// worker (the first `max_passes` passes of queue `queue`).
-pub fn trace_scenario(
-    scenario: &Scenario,
-    seed: u64,
-    queue: usize,
-    max_passes: usize,
-) -> Result<Trace, SimError> {
-    let trace = Trace {
-        queue,
-        max_passes,
-        ..Trace::default()
-    };
-    let (_, t) = engine::Engine::new(scenario, seed)?
-        .with_trace(trace)
-        .run_traced()?;
-    Ok(t.unwrap_or_default())
-}
-
-/// Run `scenario` to its end with `seed`.
-pub fn run_scenario(scenario: &Scenario, seed: u64) -> Result<SimResult, SimError> {
-    let mut r = engine::Engine::new(scenario, seed)?.run()?;
-    r.seed = seed;
-    Ok(r)
-}

@@ -1,10 +1,12 @@
-//! PNG plots (plotters, bitmap backend).
+//! PNG line charts (plotters, bitmap backend). A run's plots
+//! ([`SimResult::write`](crate::result::SimResult::write)), a sweep's and the
+//! harness's are all drawn by [`line_chart`].
 //!
 //! Text is drawn with a TrueType font loaded at run time from the usual
 //! system locations (DejaVu / Liberation); with no font found the plots are
 //! drawn without text rather than failing, since headless hosts differ.
 
-use crate::result::{SimResult, WriteError};
+use crate::output::WriteError;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -164,88 +166,4 @@ pub fn line_chart(
             .map_err(|e| plot_err(path, e))?;
     }
     root.present().map_err(|e| plot_err(path, e))
-}
-
-/// Plots of one run: throughput, CPU, and (when policies report one) intervals.
-pub(crate) fn timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
-    // A series of the samples where `f` has a value.
-    let opt = |f: &dyn Fn(&crate::result::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
-        r.samples
-            .iter()
-            .filter_map(|s| f(s).map(|v| (s.t_s, v)))
-            .collect()
-    };
-    let t = |f: &dyn Fn(&crate::result::Sample) -> f64| opt(&|s| Some(f(s)));
-    let total = Series {
-        label: "all VMs",
-        points: t(&|s| s.gbps),
-    };
-    line_chart(
-        &dir.join("throughput.png"),
-        &format!("{}: throughput", r.scenario),
-        "time (s)",
-        "Gb/s",
-        &[total],
-        None,
-        false,
-    )?;
-    line_chart(
-        &dir.join("cpu.png"),
-        &format!("{}: CPU", r.scenario),
-        "time (s)",
-        "% of a core",
-        &[
-            Series {
-                label: "queue workers",
-                points: t(&|s| s.host_cpu_pct),
-            },
-            Series {
-                label: "vCPUs",
-                points: t(&|s| s.guest_cpu_pct),
-            },
-        ],
-        None,
-        false,
-    )?;
-    let nw = r.samples.first().map_or(0, |s| s.intervals_us.len());
-    let labels: Vec<String> = (0..nw).map(|w| format!("worker {w}")).collect();
-    let series: Vec<Series<'_>> = (0..nw)
-        .map(|w| Series {
-            label: &labels[w],
-            points: opt(&|s| s.intervals_us[w]),
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    if !series.is_empty() {
-        line_chart(
-            &dir.join("intervals.png"),
-            &format!("{}: polling interval", r.scenario),
-            "time (s)",
-            "interval (µs)",
-            &series,
-            None,
-            false,
-        )?;
-    }
-    if r.samples.iter().any(|s| s.p99_us.is_some()) {
-        line_chart(
-            &dir.join("latency.png"),
-            &format!("{}: latency", r.scenario),
-            "time (s)",
-            "µs",
-            &[
-                Series {
-                    label: "p50",
-                    points: opt(&|s| s.p50_us),
-                },
-                Series {
-                    label: "p99",
-                    points: opt(&|s| s.p99_us),
-                },
-            ],
-            None,
-            false,
-        )?;
-    }
-    Ok(())
 }

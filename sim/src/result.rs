@@ -1,35 +1,14 @@
 //! What a run produced: a time series, per-period and per-worker summaries,
 //! and writers for CSV, JSON and PNG.
 
+use crate::output::{create_dir, write_file};
+use crate::plot::{line_chart, Series};
 use crate::scenario::Scenario;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Writing results failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    /// Creating the directory or writing a file failed.
-    #[error("cannot write {path}")]
-    Io {
-        /// The file or directory.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Serialising to JSON failed.
-    #[error("cannot serialise results to JSON")]
-    Json(#[source] serde_json::Error),
-    /// Drawing a plot failed.
-    #[error("cannot draw {path}: {reason}")]
-    Plot {
-        /// The PNG file.
-        path: String,
-        /// What the plotting library said.
-        reason: String,
-    },
-}
+pub use crate::output::WriteError;
 
 /// Latency histogram with log-spaced buckets (16 per power of two, ~4 %
 /// resolution), µs.
@@ -322,22 +301,92 @@ impl SimResult {
         write_file(&out_dir.join("timeseries.csv"), self.to_csv().as_bytes())?;
         let json = serde_json::to_string_pretty(self).map_err(WriteError::Json)?;
         write_file(&out_dir.join("result.json"), json.as_bytes())?;
-        crate::plot::timeseries(self, out_dir)
+        plot_timeseries(self, out_dir)
     }
 }
 
-pub(crate) fn create_dir(dir: &Path) -> Result<(), WriteError> {
-    std::fs::create_dir_all(dir).map_err(|source| WriteError::Io {
-        path: dir.display().to_string(),
-        source,
-    })
-}
-
-pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    std::fs::write(path, bytes).map_err(|source| WriteError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+/// Plots of one run: throughput, CPU, and (when policies report one) intervals.
+fn plot_timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
+    // A series of the samples where `f` has a value.
+    let opt = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.samples
+            .iter()
+            .filter_map(|s| f(s).map(|v| (s.t_s, v)))
+            .collect()
+    };
+    let t = |f: &dyn Fn(&Sample) -> f64| opt(&|s| Some(f(s)));
+    let total = Series {
+        label: "all VMs",
+        points: t(&|s| s.gbps),
+    };
+    line_chart(
+        &dir.join("throughput.png"),
+        &format!("{}: throughput", r.scenario),
+        "time (s)",
+        "Gb/s",
+        &[total],
+        None,
+        false,
+    )?;
+    line_chart(
+        &dir.join("cpu.png"),
+        &format!("{}: CPU", r.scenario),
+        "time (s)",
+        "% of a core",
+        &[
+            Series {
+                label: "queue workers",
+                points: t(&|s| s.host_cpu_pct),
+            },
+            Series {
+                label: "vCPUs",
+                points: t(&|s| s.guest_cpu_pct),
+            },
+        ],
+        None,
+        false,
+    )?;
+    let nw = r.samples.first().map_or(0, |s| s.intervals_us.len());
+    let labels: Vec<String> = (0..nw).map(|w| format!("worker {w}")).collect();
+    let series: Vec<Series<'_>> = (0..nw)
+        .map(|w| Series {
+            label: &labels[w],
+            points: opt(&|s| s.intervals_us[w]),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    if !series.is_empty() {
+        line_chart(
+            &dir.join("intervals.png"),
+            &format!("{}: polling interval", r.scenario),
+            "time (s)",
+            "interval (µs)",
+            &series,
+            None,
+            false,
+        )?;
+    }
+    if r.samples.iter().any(|s| s.p99_us.is_some()) {
+        line_chart(
+            &dir.join("latency.png"),
+            &format!("{}: latency", r.scenario),
+            "time (s)",
+            "µs",
+            &[
+                Series {
+                    label: "p50",
+                    points: opt(&|s| s.p50_us),
+                },
+                Series {
+                    label: "p99",
+                    points: opt(&|s| s.p99_us),
+                },
+            ],
+            None,
+            false,
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Parameter sweeps: one scenario, one parameter, many values, all cores.
 
 use crate::engine::SimError;
-use crate::result::{create_dir, write_file, SimResult, WriteError};
+use crate::output::{create_dir, write_file, WriteError};
+use crate::result::SimResult;
+use crate::run::run_scenario;
 use crate::scenario::{Scenario, SimPolicy, TimelineEntry, Workload};
 use serde::Serialize;
 use std::path::Path;
@@ -173,7 +175,7 @@ pub fn sweep(
                 if i >= scenarios.len() {
                     break;
                 }
-                let r = crate::run_scenario(&scenarios[i], sc.seed);
+                let r = run_scenario(&scenarios[i], sc.seed);
                 *results[i].lock().expect("no panics while holding the lock") = Some(r);
             });
         }

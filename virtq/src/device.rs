@@ -20,10 +20,12 @@
 
 use std::sync::atomic::{fence, Ordering};
 
+use crate::event_idx::vring_need_event;
+use crate::features::RingFeatures;
+use crate::layout::QueueLayout;
 use crate::mem::GuestMemory;
 use crate::ring::RingPtrs;
 use crate::spec::{VRING_AVAIL_F_NO_INTERRUPT, VRING_USED_F_NO_NOTIFY};
-use crate::{vring_need_event, QueueLayout, RingFeatures};
 
 pub use crate::chain::{Chain, ChainError, ChainErrorKind, Segment};
 pub use crate::ring::QueueError;

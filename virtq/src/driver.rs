@@ -12,13 +12,15 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
+use crate::event_idx::vring_need_event;
+use crate::features::RingFeatures;
+use crate::layout::QueueLayout;
 use crate::mem::GuestMemory;
 use crate::ring::{write_desc_at, QueueError, RingPtrs};
 use crate::spec::{
     Descriptor, DESC_SIZE, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE,
     VRING_AVAIL_F_NO_INTERRUPT, VRING_USED_F_NO_NOTIFY,
 };
-use crate::{vring_need_event, QueueLayout, RingFeatures};
 
 /// Errors adding a buffer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,10 +7,10 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::layout::QueueLayout;
 use crate::mem::GuestMemory;
 use crate::ring::{QueueError, RingPtrs};
 use crate::spec::Descriptor;
-use crate::QueueLayout;
 
 /// Raw view of one split ring in guest memory.
 #[derive(Debug)]

@@ -20,10 +20,11 @@
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
-use crate::layout::{avail_ring_bytes, desc_table_bytes, is_valid_size, used_ring_bytes};
+use crate::layout::{
+    avail_ring_bytes, desc_table_bytes, is_valid_size, used_ring_bytes, QueueLayout,
+};
 use crate::mem::GuestMemory;
 use crate::spec::{Descriptor, AVAIL_ALIGN, DESC_ALIGN, DESC_SIZE, USED_ALIGN};
-use crate::QueueLayout;
 
 /// Errors setting up or reading a queue's rings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
