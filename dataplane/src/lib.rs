@@ -19,6 +19,7 @@ pub mod daemon;
 pub mod fault_injector;
 pub mod frames;
 pub mod local_server;
+pub mod log_limit;
 pub mod metrics;
 pub mod metrics_http;
 pub mod net;

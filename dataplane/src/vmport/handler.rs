@@ -223,6 +223,29 @@ impl Connection {
         out
     }
 
+    /// The three areas of ring `index` must lie inside the frontend's guest
+    /// memory (frontend addresses; sizes from the ring's size, or one byte
+    /// each when no size was set yet).
+    fn check_ring_addrs(&self, index: u32, desc: u64, used: u64, avail: u64) -> Result<(), String> {
+        let Some(mem) = &self.mem else {
+            return Err("no memory table yet".into());
+        };
+        let n = u64::from(self.vrings[index as usize].num);
+        let areas = [
+            ("descriptor table", desc, (16 * n).max(1)),
+            ("available ring", avail, (6 + 2 * n).max(1)),
+            ("used ring", used, (6 + 8 * n).max(1)),
+        ];
+        for (what, addr, len) in areas {
+            if mem.translate_uva(addr, len).is_none() {
+                return Err(format!(
+                    "{what} at {addr:#x} ({len} bytes) is outside guest memory"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Kick, call and err descriptors must be eventfds (see
     /// [`super::eventfd_io`]); anything else ends the connection.
     fn require_eventfd(&mut self, what: &str, index: u8, fd: Option<&File>) -> VhostResult<()> {
@@ -431,6 +454,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
         _log: u64,
     ) -> VhostResult<()> {
         self.vring(index)?;
+        if let Err(why) = self.check_ring_addrs(index, descriptor, used, available) {
+            tracing::warn!(
+                port = self.port.name(),
+                ring = index,
+                "SET_VRING_ADDR refused: {why}"
+            );
+            return Err(VhostError::InvalidParam);
+        }
         self.reconfigure(|c| c.vrings[index as usize].addrs = Some((descriptor, used, available)));
         Ok(())
     }
@@ -445,7 +476,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_vring_base(&mut self, index: u32) -> VhostResult<VhostUserVringState> {
-        self.vring(index)?;
+        if self.vring(index).is_err() {
+            // The frontend waits for an answer the vhost crate does not send
+            // when we fail: close the connection rather than leave it hanging.
+            self.fatal = Some(format!(
+                "GET_VRING_BASE for ring {index}, which does not exist"
+            ));
+            return Err(VhostError::InvalidParam);
+        }
         self.stop_worker();
         let v = &mut self.vrings[index as usize];
         v.started = false;
@@ -719,6 +757,7 @@ pub fn serve(
         port.switch.learn_now(port.mac, port.port_id());
         let conn = Arc::new(Mutex::new(Connection::new(Arc::clone(&port))));
         let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
+        let mut refused_log = crate::log_limit::LogLimit::per_second();
         loop {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -746,7 +785,16 @@ pub fn serve(
                     | VhostError::InactiveOperation(_)
                     | VhostError::ReqHandlerError(_)),
                 ) => {
-                    tracing::warn!(port = port.name(), error = %e, "vhost-user request refused");
+                    if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
+                        tracing::warn!(port = port.name(), error = %e, held_back, "vhost-user request refused");
+                    }
+                }
+                // recvmsg closed the descriptors of a message that carried
+                // more than vhost-user's 32 (MSG_CTRUNC): its header is
+                // consumed and the stream cannot be trusted any more.
+                Err(VhostError::SocketRetry(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    tracing::warn!(port = port.name(), "vhost-user message with more than 32 file descriptors; closing the connection and resetting the port");
+                    break;
                 }
                 Err(e) => {
                     tracing::warn!(port = port.name(), error = %e, "malformed vhost-user message; closing the connection and resetting the port");

@@ -27,9 +27,6 @@ use vadapt_virtq::mem::GuestMemory;
 
 /// How often (passes) a busy-polling worker drains kick eventfds to count kicks.
 const KICK_DRAIN_EVERY: u64 = 4096;
-/// Warnings a worker may log per budget, refilled every
-/// [`KICK_DRAIN_EVERY`] passes; the counters have the totals.
-const LOG_BUDGET: u32 = 10;
 
 /// Everything a worker incarnation owns.
 pub struct PortQueues {
@@ -57,7 +54,8 @@ pub struct PortQueues {
     overshoot: hdrhistogram::Histogram<u64>,
     last_merge: Instant,
     /// Warnings left before the next refill.
-    log_budget: u32,
+    /// Lines the guest can provoke (bad chains, a corrupted ring).
+    log_limit: crate::log_limit::LogLimit,
     clock: PassClock,
     early_wake: EarlyWake,
     /// Last interval published to the port's gauge, µs (`u64::MAX`: none yet).
@@ -109,7 +107,7 @@ impl PortQueues {
             passes: 0,
             overshoot: crate::metrics::new_overshoot_histogram(),
             last_merge: Instant(0),
-            log_budget: LOG_BUDGET,
+            log_limit: crate::log_limit::LogLimit::per_second(),
             clock: PassClock::new(port.tsc_per_ns),
             early_wake: EarlyWake::default(),
             last_interval_us: u64::MAX,
@@ -136,15 +134,15 @@ impl PortQueues {
     }
 
     fn rate_limited_warn(&mut self, pair: usize, dir: &str, what: &str) {
-        // At most ~10 lines a second per worker; the counters have the totals.
-        if self.log_budget > 0 {
-            self.log_budget -= 1;
+        // At most 10 lines a second per worker; the counters have the totals.
+        if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
             tracing::warn!(
                 port = self.port.name(),
                 queue = pair,
                 dir,
                 reason = what,
-                "dropped a bad descriptor chain from the guest"
+                held_back,
+                "dropped a bad descriptor chain or frame from the guest"
             );
         }
     }
@@ -164,6 +162,12 @@ impl PortQueues {
         for k in &pass.drops.chain_errors {
             self.rate_limited_warn(p, dir, k.name());
         }
+        if pass.drops.undersize > 0 {
+            self.rate_limited_warn(p, dir, "frame shorter than an Ethernet header");
+        }
+        if pass.drops.oversize > 0 {
+            self.rate_limited_warn(p, dir, "frame longer than vadapt forwards");
+        }
     }
 
     /// Guest → host: take up to `budget` frames from pair `p`'s TX ring into
@@ -177,11 +181,14 @@ impl PortQueues {
             port.switch.forward(port.port_id(), p as u16, batch, fdb);
         });
         if pass.broke_ring {
-            tracing::error!(
-                port = self.port.name(),
-                queue = p,
-                "guest corrupted its transmit ring (avail index ran ahead); queue stopped until the frontend resets it"
-            );
+            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+                tracing::error!(
+                    port = self.port.name(),
+                    queue = p,
+                    held_back,
+                    "guest corrupted its transmit ring (avail index ran ahead); queue stopped until the frontend resets it"
+                );
+            }
         }
         self.count_pass(
             p,
@@ -311,7 +318,6 @@ impl QueueIo for PortQueues {
         self.passes += 1;
         if self.passes % KICK_DRAIN_EVERY == 0 {
             self.drain_kicks();
-            self.log_budget = LOG_BUDGET;
         }
         s
     }
@@ -417,9 +423,8 @@ impl QueueIo for PortQueues {
 
     fn set_freq(&mut self, hint: FreqHint) {
         if let Err(e) = self.port.freq.apply(hint) {
-            if self.log_budget > 0 {
-                self.log_budget -= 1;
-                tracing::warn!(port = self.port.name(), error = %e, "CPU-frequency hint failed");
+            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+                tracing::warn!(port = self.port.name(), error = %e, held_back, "CPU-frequency hint failed");
             }
         }
     }
