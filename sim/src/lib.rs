@@ -84,6 +84,7 @@ mod engine;
 pub mod nic;
 pub mod plot;
 pub mod result;
+mod result_file;
 pub mod ring;
 pub mod scenario;
 pub mod sched;
