@@ -1066,6 +1066,7 @@ impl<'s> Engine<'s> {
                 let st = q.w.exec.status();
                 WorkerSummary {
                     vm: self.sc.vms[q.vm].name.clone(),
+                    workload: self.sc.vms[q.vm].workload.kind().to_string(),
                     policy: q.w.label.clone(),
                     final_interval_us: st.interval.map(|d| d.as_nanos() as f64 / 1000.0),
                     settled_after_s: q.w.settled_at.map(|t| (t - q.w.policy_since) as f64 / 1e9),

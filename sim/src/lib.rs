@@ -85,6 +85,7 @@ pub mod nic;
 mod output;
 pub mod plot;
 pub mod result;
+mod result_file;
 pub mod ring;
 mod run;
 pub mod scenario;

@@ -18,6 +18,9 @@ pub enum WriteError {
     /// Serialising to JSON failed.
     #[error("cannot serialise results to JSON")]
     Json(#[source] serde_json::Error),
+    /// Writing `result.json` failed.
+    #[error("cannot store the run as a result file")]
+    ResultFile(#[source] vadapt_results::ResultError),
     /// Drawing a plot failed.
     #[error("cannot draw {path}: {reason}")]
     Plot {

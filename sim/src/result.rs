@@ -1,10 +1,13 @@
 //! What a run produced: a time series, per-period and per-worker summaries,
 //! and writers for CSV, JSON and PNG.
+//!
+//! [`SimResult`] is the simulator's in-memory result; on disk, `result.json`
+//! is the one result schema of `vadapt-results` (`kind` `sim`), which
+//! `result_file.rs` builds ([`SimResult::to_result_file`]).
 
 use crate::output::{create_dir, write_file};
 use crate::plot::{line_chart, Series};
 use crate::scenario::Scenario;
-use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -52,7 +55,7 @@ impl LatHist {
 }
 
 /// One time-series row: rates over the window that ends at `t_s`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
     /// End of the window, s.
     pub t_s: f64,
@@ -91,7 +94,7 @@ pub struct Sample {
 }
 
 /// Means over a scenario period.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PeriodSummary {
     /// Period label.
     pub name: String,
@@ -116,10 +119,12 @@ pub struct PeriodSummary {
 }
 
 /// One worker at the end of the run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WorkerSummary {
     /// VM the worker serves.
     pub vm: String,
+    /// Its VM's workload kind (`stream`, `rr`).
+    pub workload: String,
     /// Its policy at the end.
     pub policy: String,
     /// Its interval at the end, µs.
@@ -145,7 +150,7 @@ pub struct WorkerSummary {
 }
 
 /// Everything a run produced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SimResult {
     /// Scenario name.
     pub scenario: String,
@@ -157,6 +162,11 @@ pub struct SimResult {
     pub param: Option<(String, f64)>,
     /// Calibration's `machine`.
     pub calibration_machine: String,
+    /// Label of the scenario's first policy (its timeline's first entry).
+    pub first_policy: String,
+    /// The VMs' workload kinds (`stream`, `rr`), each once in VM order,
+    /// joined with `+` (`stream+rr`).
+    pub workload: String,
     /// Simulated time, s.
     pub duration_s: f64,
     /// Events processed.
@@ -169,6 +179,18 @@ pub struct SimResult {
     pub periods: Vec<PeriodSummary>,
     /// Per-worker summaries.
     pub workers: Vec<WorkerSummary>,
+}
+
+/// Each VM's workload kind once, in VM order, joined with `+`.
+fn workload_kinds(sc: &Scenario) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for vm in &sc.vms {
+        let k = vm.workload.kind();
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds.join("+")
 }
 
 fn mean(xs: impl Iterator<Item = f64>) -> f64 {
@@ -223,6 +245,11 @@ impl SimResult {
             seed: 0,
             param: None,
             calibration_machine: sc.calibration.machine.clone(),
+            first_policy: sc
+                .timeline
+                .first()
+                .map_or(String::new(), |t| t.policy.label()),
+            workload: workload_kinds(sc),
             duration_s: sc.duration.as_secs_f64(),
             events,
             energy_j: sc.host.power.as_ref().map(|_| energy_j),
@@ -293,14 +320,17 @@ impl SimResult {
         out
     }
 
-    /// Write `timeseries.csv`, `result.json` and PNG plots into `out_dir`
-    /// (created if missing). Output is a pure function of the result, so
-    /// equal results give byte-identical files.
+    /// Write `timeseries.csv`, `result.json` (the run as a
+    /// `vadapt_results::ResultFile` of kind `sim`, see
+    /// [`SimResult::to_result_file`]) and PNG plots into `out_dir` (created if
+    /// missing). Output is a pure function of the result, so equal results
+    /// give byte-identical files.
     pub fn write(&self, out_dir: &Path) -> Result<(), WriteError> {
         create_dir(out_dir)?;
         write_file(&out_dir.join("timeseries.csv"), self.to_csv().as_bytes())?;
-        let json = serde_json::to_string_pretty(self).map_err(WriteError::Json)?;
-        write_file(&out_dir.join("result.json"), json.as_bytes())?;
+        self.to_result_file()
+            .write_to(&out_dir.join("result.json"))
+            .map_err(WriteError::ResultFile)?;
         plot_timeseries(self, out_dir)
     }
 }

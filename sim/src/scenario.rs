@@ -130,6 +130,16 @@ pub enum Workload {
     Rr(RrLoad),
 }
 
+impl Workload {
+    /// Its `kind` as the scenario file names it: `stream` or `rr`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Workload::Stream(_) => "stream",
+            Workload::Rr(_) => "rr",
+        }
+    }
+}
+
 /// One VM (after `count` expansion).
 #[derive(Clone, Debug, PartialEq)]
 pub struct VmSpec {

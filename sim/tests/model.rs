@@ -3,6 +3,7 @@
 //! sharing), each on a small scenario so the suite stays fast.
 
 use std::path::Path;
+use vadapt_results::{Kind, ResultFile};
 use vadapt_sim::{run_scenario, sweep, Scenario, ScenarioError, SimError};
 
 /// A small scenario: `vms` VMs x `threads` senders on `cores` cores, `policy`
@@ -90,6 +91,18 @@ fn same_seed_gives_byte_identical_output() {
         compared += 1;
     }
     assert_eq!(compared, 5);
+    // result.json is the one result schema, kind `sim`: a row per sample and
+    // per worker, as the lab reads them.
+    let f = ResultFile::read_from(&a.join("result.json"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.kind, Kind::Sim);
+    assert_eq!(f.params["seed"], 7.0);
+    assert_eq!(f.table("samples").count(), 8);
+    assert_eq!(f.table("workers").count(), 3);
+    assert!(f
+        .table("samples")
+        .all(|r| r.policy == "netap" && r.run == 7));
     // A different seed changes the jittered wake-ups, hence the series.
     let c = run_scenario(&sc, 8).unwrap();
     assert_ne!(

@@ -16,12 +16,12 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row};
-use super::table::{metric_table, LabelCol};
+use super::table::{label, metric_table, LabelCol};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{ResultFile, Row};
 
 /// Title.
 pub const TITLE: &str =
@@ -42,7 +42,7 @@ const FRAMES: [u32; 2] = [64, 1518];
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// Run B1.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(3.0, 0.8);
     f.run_seconds = window.as_secs_f64();
     let dpdk = testpmd::available();
@@ -104,7 +104,7 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
 #[allow(clippy::too_many_arguments)]
 fn dpdk_sender(
     ctx: &Ctx,
-    f: &mut BenchFile,
+    f: &mut ResultFile,
     d: &mut Daemon,
     mut be: Option<&mut Testpmd>,
     be_sock: &std::path::Path,
@@ -224,7 +224,7 @@ fn dpdk_sender(
 
 fn guest_sender(
     ctx: &Ctx,
-    f: &mut BenchFile,
+    f: &mut ResultFile,
     d: &mut Daemon,
     mut be: Option<&mut Testpmd>,
     be_sock: &std::path::Path,
@@ -306,7 +306,7 @@ pub fn per_mpkt(n: u64, pkts: u64) -> f64 {
 
 /// Per-round ratios to DPDK (same table, variant, frame, round) on each row,
 /// for the plots; the report recomputes them from the raw values.
-fn add_ratios(f: &mut BenchFile) {
+fn add_ratios(f: &mut ResultFile) {
     let base: Vec<Row> = f
         .rows
         .iter()
@@ -330,12 +330,9 @@ fn add_ratios(f: &mut BenchFile) {
 }
 
 /// The B1 tables.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let mut s = String::new();
-    let first: &[LabelCol<'_>] = &[
-        ("frame", |r| format!("{} B", r.frame)),
-        ("backend", |r| r.label()),
-    ];
+    let first: &[LabelCol<'_>] = &[("frame", |r| format!("{} B", r.frame)), ("backend", label)];
     let same = |b: &Row, r: &Row| {
         b.backend == "dpdk-vhost"
             && b.variant == r.variant
@@ -394,7 +391,7 @@ mod tests {
 
     #[test]
     fn ratios_pair_the_same_round_and_condition() {
-        let mut f = BenchFile::default();
+        let mut f = ResultFile::default();
         for run in 0..2 {
             let mut d = Row::new("dpdk-fe", "s", "dpdk-vhost", "pmd", "in_order=1").at(64, run);
             d.set("mpps", 10.0 * f64::from(run + 1))

@@ -10,11 +10,11 @@
 use super::b1::{pct, per_mpkt};
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row, Spread};
-use super::table::metric_table;
+use super::table::{label, metric_table};
 use super::testpmd;
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{ResultFile, Row, Spread};
 
 /// Title.
 pub const TITLE: &str =
@@ -37,7 +37,7 @@ const QUICK_LEVELS: [u32; 2] = [10, 50];
 const FRAME: u32 = 64;
 
 /// Run B2.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(4.0, 1.0);
     f.run_seconds = window.as_secs_f64();
     let exit = vadapt_guest::config::DEFAULT_EXIT_COST_NS;
@@ -147,7 +147,7 @@ fn fill(
 }
 
 /// The B2 table.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let mut s = String::new();
     if let Some(m) = f.params.get("saturation_mpps") {
         s.push_str(&format!(
@@ -161,7 +161,7 @@ pub fn render(f: &BenchFile) -> String {
     let rows: Vec<&Row> = f.table("load").collect();
     s.push_str(&metric_table(
         &rows,
-        &[("load", |r| r.variant.clone()), ("backend", |r| r.label())],
+        &[("load", |r| r.variant.clone()), ("backend", label)],
         &[
             ("offered_mpps", "offered Mpps", 3),
             ("mpps", "Mpps", 3),

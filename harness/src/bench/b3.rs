@@ -5,11 +5,11 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row};
-use super::table::metric_table;
+use super::table::{label, metric_table};
 use super::testpmd;
 use super::vadapt_proc::{GuestOpts, GuestProc, GuestResult, VmPort, ECHO_MAC};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{ResultFile, Row};
 
 /// Title.
 pub const TITLE: &str = "latency: request/response through an echo, p50/p99/p99.9";
@@ -18,7 +18,7 @@ pub const TITLE: &str = "latency: request/response through an echo, p50/p99/p99.
 pub const RATES: [(&str, u32); 2] = [("low", 1_000), ("medium", 20_000)];
 
 /// Run B3.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(4.0, 0.8);
     f.run_seconds = window.as_secs_f64();
     let exit = vadapt_guest::config::DEFAULT_EXIT_COST_NS;
@@ -85,7 +85,7 @@ fn row(backend: &str, policy: &str, variant: &str, rate: u32, run: u32, g: &Gues
 }
 
 /// The B3 table.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("rr").collect();
     let mut s = format!(
         "\nOne request outstanding, 64 B frames, paced at {} requests/s, exit cost {} ns; \
@@ -99,7 +99,7 @@ pub fn render(f: &BenchFile) -> String {
     );
     s.push_str(&metric_table(
         &rows,
-        &[("rate", |r| r.variant.clone()), ("backend", |r| r.label())],
+        &[("rate", |r| r.variant.clone()), ("backend", label)],
         &[
             ("p50_us", "p50 µs", 1),
             ("p99_us", "p99 µs", 1),
@@ -148,7 +148,7 @@ mod tests {
             },
         );
         assert!(!no.m.contains_key("p99_us"));
-        assert!(render(&BenchFile {
+        assert!(render(&ResultFile {
             rows: vec![r],
             ..Default::default()
         })

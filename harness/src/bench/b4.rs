@@ -12,12 +12,12 @@
 use super::child::process_cpu_seconds;
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row};
-use super::table::metric_table;
+use super::table::{label, metric_table};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{ResultFile, Row};
 
 /// Title.
 pub const TITLE: &str = "idle: backend CPU with a connected guest sending 1 packet/s";
@@ -26,7 +26,7 @@ pub const TITLE: &str = "idle: backend CPU with a connected guest sending 1 pack
 const LEAD_IN: Duration = Duration::from_millis(700);
 
 /// Run B4.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     // 10 s per backend in the full run, 3 s in the quick one.
     let window = ctx.secs(10.0 / f64::from(ctx.runs), 1.0);
     f.run_seconds = window.as_secs_f64();
@@ -134,7 +134,7 @@ fn wakeups(
 }
 
 /// The B4 table.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("idle").collect();
     let mut s = format!(
         "\nCPU in percent of one core, {} windows of {:.1} s per backend.\n\n",
@@ -142,7 +142,7 @@ pub fn render(f: &BenchFile) -> String {
     );
     s.push_str(&metric_table(
         &rows,
-        &[("backend", |r| r.label())],
+        &[("backend", label)],
         &[
             ("cpu_pct", "CPU % of a core", 2),
             ("wakeups_per_s", "worker wake-ups/s", 0),

@@ -13,13 +13,13 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{cell, spread, BenchFile, Row};
 use super::table::{metric_table, table};
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
 use crate::rates::{rates, Sample};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, VmPortConfig};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{cell, spread, ResultFile, Row};
 
 /// Title.
 pub const TITLE: &str = "adaptation: interrupt, then NetAP at run time, 2 VMs × 3 threads";
@@ -28,7 +28,7 @@ const VMS: u32 = 2;
 const THREADS: u32 = 3;
 
 /// Run B5.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let before = ctx.secs(20.0, 4.0).as_secs();
     let after = ctx.secs(20.0, 12.0).as_secs();
     let total = before + after;
@@ -222,7 +222,7 @@ pub fn phases(samples: &[Sample], switch_s: u64, run: u32) -> Vec<Row> {
 }
 
 /// The B5 tables.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("phases").collect();
     let mut s = format!(
         "\n2 VMs × 3 threads (one queue pair each), 64 B, closed loop, exit cost {} ns; \
@@ -373,7 +373,7 @@ mod tests {
         assert_eq!(p[2].m["kicks_per_s"], 20.0);
         assert_eq!(p[2].m["seconds"], 4.0);
         assert_eq!(p[2].m["converge_s"], 8.0);
-        let f = BenchFile {
+        let f = ResultFile {
             rows: p,
             runs: 1,
             ..Default::default()

@@ -9,8 +9,8 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::ovs::{self, OVS_DPDK};
-use super::results::BenchFile;
 use std::path::Path;
+use vadapt_results::ResultFile;
 
 /// Title.
 pub const TITLE: &str = "OVS-DPDK anchor: PMD busy polling and pmd-maxsleep";
@@ -35,7 +35,7 @@ pub fn unavailable() -> Option<String> {
 }
 
 /// Run B6.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     if let Some(msg) = unavailable() {
         ctx.say(&msg);
         f.notes.push(msg);
@@ -46,6 +46,6 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
 }
 
 /// The B6 section.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     ovs::render(f)
 }

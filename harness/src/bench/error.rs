@@ -62,6 +62,9 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// A result file could not be written or read.
+    #[error("result file failed")]
+    Results(#[from] vadapt_results::ResultError),
     /// A measurement came out unusable (e.g. a guest run ended early).
     #[error("{0}")]
     Failed(String),

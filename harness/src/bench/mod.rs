@@ -4,7 +4,7 @@
 //! vhost PMD, OVS-DPDK) side by side on this machine, interleaved A/B/A/B
 //! over `--runs` rounds, backend worker on CPU 1 and sender on CPU 0 (as
 //! DESIGN.md pins them), and stores flat per-run rows in `<out>/<name>.json`
-//! ([`results`]). The report ([`report`]) turns every stored file into the
+//! (a [`vadapt_results::ResultFile`] of kind `bench`). The report ([`report`]) turns every stored file into the
 //! generated section of BENCHMARKS.md — medians with min–max, ratios taken
 //! within a round, the issue-6 goals judged from the numbers — and the lab
 //! (`python -m vadapt_lab.plots`) draws the figures.
@@ -17,7 +17,7 @@
 //! Imports go one way, down: this file runs the suite (`suite.rs` lists the
 //! benchmarks); the report imports the benchmarks for their `render`; a
 //! benchmark imports only what is below it — [`ctx::Ctx`], [`table`] (the
-//! markdown tables), [`results`], the process wrappers ([`vadapt_proc`],
+//! markdown tables), the process wrappers ([`vadapt_proc`],
 //! [`testpmd`], `ovs.rs`, [`child`]) — and never this file, the suite or the
 //! report (`scripts/check-imports.py` checks it).
 
@@ -32,7 +32,6 @@ pub mod ctx;
 pub mod error;
 mod ovs;
 pub mod report;
-pub mod results;
 mod suite;
 pub mod table;
 pub mod testpmd;
@@ -44,13 +43,13 @@ use crate::machine;
 use clap::Args;
 use ctx::Ctx;
 use error::BenchError;
-use results::BenchFile;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use suite::{names, Bench, SUITE};
+use vadapt_results::ResultFile;
 
 /// `vadapt bench`.
 #[derive(Debug, Args)]
@@ -137,8 +136,8 @@ fn select(only: &[String]) -> Result<Vec<&'static Bench>, String> {
 }
 
 /// Run one benchmark into its file; the file is written whatever happens.
-fn run_one(ctx: &Ctx, b: &Bench, out: &Path) -> BenchFile {
-    let mut f = BenchFile {
+fn run_one(ctx: &Ctx, b: &Bench, out: &Path) -> ResultFile {
+    let mut f = ResultFile {
         bench: b.name.into(),
         title: b.title.into(),
         status: "running".into(),
@@ -146,7 +145,7 @@ fn run_one(ctx: &Ctx, b: &Bench, out: &Path) -> BenchFile {
         quick: ctx.quick,
         runs: ctx.runs,
         commands: vec![ctx.invocation.replace("{}", b.name)],
-        ..BenchFile::default()
+        ..ResultFile::default()
     };
     let t = Instant::now();
     // A panic inside a step unwinds through its children's Drop (killing
@@ -397,7 +396,7 @@ mod tests {
         assert_eq!(select(&[]).unwrap().len(), SUITE.len());
     }
 
-    fn failing_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+    fn failing_step(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         // Starts a process tree, records a finished measurement, then fails.
         let argv = vec![
             "sh".into(),
@@ -409,11 +408,12 @@ mod tests {
         f.params.insert("pid".into(), f64::from(c.pid()));
         f.params
             .insert("gc".into(), l[3..].trim().parse::<f64>().unwrap_or(0.0));
-        f.rows.push(results::Row::new("t", "s", "b", "p", "v"));
+        f.rows
+            .push(vadapt_results::Row::new("t", "s", "b", "p", "v"));
         Err(BenchError::Failed("step failed on purpose".into()))
     }
 
-    fn blocking_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+    fn blocking_step(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         let argv = vec![
             "sh".into(),
             "-c".into(),
@@ -430,14 +430,14 @@ mod tests {
         Ok(())
     }
 
-    fn panicking_step(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+    fn panicking_step(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         let argv = vec!["sleep".into(), "60".into()];
         let c = child::Child::spawn(child::Spawn::new("sleeper", argv, &ctx.work), &ctx.stop)?;
         f.params.insert("pid".into(), f64::from(c.pid()));
         panic!("step panicked on purpose");
     }
 
-    fn pids(f: &BenchFile) -> Vec<i32> {
+    fn pids(f: &ResultFile) -> Vec<i32> {
         f.params.values().map(|v| *v as i32).collect()
     }
 
@@ -458,7 +458,7 @@ mod tests {
         for p in ps {
             assert!(p > 0 && child::gone_soon(p), "process {p} left behind");
         }
-        let stored = BenchFile::read(&ctx.work, "selftest").unwrap().unwrap();
+        let stored = ResultFile::read(&ctx.work, "selftest").unwrap().unwrap();
         assert_eq!(stored.status, "failed");
     }
 

@@ -16,11 +16,11 @@
 use super::child::{run_once, threads_cpu_seconds, Child, Spawn};
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row};
-use super::table::metric_table;
+use super::table::{label, metric_table};
 use super::vadapt_proc::{GuestOpts, GuestProc};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vadapt_results::{ResultFile, Row};
 
 /// The DPDK build of ovs-vswitchd in Debian's package.
 pub const OVS_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
@@ -70,7 +70,7 @@ impl Ovs {
     }
 
     /// Start both daemons and build `br0` with vhost-user port `vh0`.
-    fn start(ctx: &Ctx, f: &mut BenchFile) -> Result<Ovs, BenchError> {
+    fn start(ctx: &Ctx, f: &mut ResultFile) -> Result<Ovs, BenchError> {
         let dir = ctx.work.join("ovs");
         std::fs::create_dir_all(&dir).map_err(BenchError::io(&dir))?;
         let env = env(&dir);
@@ -194,10 +194,10 @@ pub fn parse_n_packets(lines: &[String]) -> Option<u64> {
 }
 
 /// Run OVS-DPDK under the idle and partial loads.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(4.0, 1.0);
     f.run_seconds = window.as_secs_f64();
-    let sat = BenchFile::read(&ctx.out_dir(), "b2")
+    let sat = ResultFile::read(&ctx.out_dir(), "b2")
         .ok()
         .flatten()
         .and_then(|b| b.params.get("saturation_mpps").copied())
@@ -255,7 +255,7 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
 }
 
 /// Tables of B6.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.rows.iter().collect();
     if rows.is_empty() {
         return String::new();
@@ -267,7 +267,7 @@ pub fn render(f: &BenchFile) -> String {
     );
     s.push_str(&metric_table(
         &rows,
-        &[("load", |r| r.variant.clone()), ("backend", |r| r.label())],
+        &[("load", |r| r.variant.clone()), ("backend", label)],
         &[
             ("mpps", "Mpps", 3),
             ("cpu_pct", "PMD CPU %", 1),

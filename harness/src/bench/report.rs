@@ -7,13 +7,13 @@
 //! the output directory: nothing here is typed in by hand.
 
 use super::error::BenchError;
-use super::results::{ratio, spread, BenchFile, Row, Spread};
 use super::suite::names;
 use super::table::table;
 use crate::machine::Machine;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use vadapt_results::{ratio, spread, ResultFile, Row, Spread};
 
 /// Start marker of the generated section.
 pub const BEGIN: &str = "<!-- BEGIN GENERATED -->";
@@ -57,7 +57,7 @@ pub fn rewrite(md: &Path, results: &Path, img: &Path, suite: &SuiteInfo) -> Resu
     };
     let mut files = Vec::new();
     for name in names() {
-        if let Some(f) = BenchFile::read(results, name)? {
+        if let Some(f) = ResultFile::read(results, name)? {
             files.push(f);
         }
     }
@@ -92,7 +92,7 @@ fn relative(base: &Path, p: &Path) -> PathBuf {
 }
 
 /// The whole generated section.
-pub fn render(files: &[BenchFile], suite: &SuiteInfo, img_rel: &Path, img_abs: &Path) -> String {
+pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: &Path) -> String {
     let mut s = String::new();
     let m = &suite.machine;
     let _ = writeln!(
@@ -216,11 +216,11 @@ pub struct Goal {
     pub source: &'static str,
 }
 
-fn find<'a>(files: &'a [BenchFile], bench: &str) -> Option<&'a BenchFile> {
+fn find<'a>(files: &'a [ResultFile], bench: &str) -> Option<&'a ResultFile> {
     files.iter().find(|f| f.bench == bench)
 }
 
-fn rows_of<'a>(f: &'a BenchFile, table: &str, pred: impl Fn(&Row) -> bool) -> Vec<&'a Row> {
+fn rows_of<'a>(f: &'a ResultFile, table: &str, pred: impl Fn(&Row) -> bool) -> Vec<&'a Row> {
     f.rows
         .iter()
         .filter(|r| r.table == table && pred(r))
@@ -232,7 +232,7 @@ fn ratio_text(r: &Spread) -> String {
 }
 
 /// The issue-6 goals, each judged on medians of within-round ratios.
-pub fn judge(files: &[BenchFile]) -> Vec<Goal> {
+pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
     let mut g = Vec::new();
     // 1. busy-poll ≥ 1.0× DPDK rate at 64 B with ≤ its cycles/packet (DPDK sender, default in_order).
     let one = find(files, "b1").and_then(|f| {
@@ -354,7 +354,7 @@ fn unmeasured(goal: &'static str, source: &'static str) -> Goal {
 }
 
 /// The goals table.
-pub fn goals(files: &[BenchFile]) -> String {
+pub fn goals(files: &[ResultFile]) -> String {
     let rows: Vec<Vec<String>> = judge(files)
         .into_iter()
         .map(|g| {
@@ -407,7 +407,7 @@ mod tests {
 
     #[test]
     fn goals_are_computed_from_rows_not_typed_in() {
-        let mut b1 = BenchFile {
+        let mut b1 = ResultFile {
             bench: "b1".into(),
             ..Default::default()
         };
@@ -446,11 +446,11 @@ mod tests {
 
     #[test]
     fn idle_and_latency_goals() {
-        let mut b4 = BenchFile {
+        let mut b4 = ResultFile {
             bench: "b4".into(),
             ..Default::default()
         };
-        let mut b3 = BenchFile {
+        let mut b3 = ResultFile {
             bench: "b3".into(),
             ..Default::default()
         };

@@ -3,8 +3,8 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::BenchFile;
 use super::{b1, b2, b3, b4, b5, b6, timer};
+use vadapt_results::ResultFile;
 
 /// One benchmark of the suite.
 #[derive(Debug)]
@@ -14,7 +14,7 @@ pub(super) struct Bench {
     /// One line: what it measures.
     pub(super) title: &'static str,
     /// Runs it, filling its results file.
-    pub(super) run: fn(&Ctx, &mut BenchFile) -> Result<(), BenchError>,
+    pub(super) run: fn(&Ctx, &mut ResultFile) -> Result<(), BenchError>,
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).

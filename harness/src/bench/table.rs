@@ -1,9 +1,10 @@
 //! Markdown tables of benchmark results, shared by every benchmark's
 //! `render` and by the report: [`table`] from cells, [`metric_table`] from
-//! rows (median and min–max per configuration, per-round ratios to a base).
+//! rows (median and min–max per configuration, per-round ratios to a base),
+//! [`label`] for a row's backend and policy.
 
-use super::results::{cell, group, ratio, spread, Row};
 use std::fmt::Write;
+use vadapt_results::{cell, group, ratio, spread, Row};
 
 /// A markdown table from a header and rows of cells.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -14,6 +15,16 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         let _ = writeln!(s, "| {} |", r.join(" | "));
     }
     s
+}
+
+/// `backend` plus `policy` as the tables show them: `vadapt busy-poll`,
+/// `DPDK vhost PMD`, `OVS-DPDK pmd` (the lab's `plots.label` says the same).
+pub fn label(r: &Row) -> String {
+    match r.backend.as_str() {
+        "dpdk-vhost" => "DPDK vhost PMD".into(),
+        "ovs-dpdk" => format!("OVS-DPDK {}", r.policy),
+        _ => format!("vadapt {}", r.policy),
+    }
 }
 
 /// A leading column of [`metric_table`]: header and how a row shows it.
@@ -83,7 +94,7 @@ mod tests {
         let refs: Vec<&Row> = rows.iter().collect();
         let t = metric_table(
             &refs,
-            &[("backend", |r: &Row| r.label())],
+            &[("backend", label)],
             &[("mpps", "Mpps", 1)],
             &[("mpps", "× DPDK")],
             |b, _| b.backend == "dpdk-vhost",

@@ -9,9 +9,9 @@
 use super::child::{wait_path, Child, Spawn};
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::BenchFile;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vadapt_results::ResultFile;
 
 /// The testpmd binary.
 pub const TESTPMD: &str = "dpdk-testpmd";
@@ -94,7 +94,7 @@ pub fn virtio_user_vdev(sock: &Path, in_order: bool) -> Vec<String> {
 /// reason said and kept as a note in `f`.
 pub fn vhost_backend(
     ctx: &Ctx,
-    f: &mut BenchFile,
+    f: &mut ResultFile,
     name: &str,
     sock: &Path,
     app: &[String],

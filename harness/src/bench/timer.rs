@@ -5,10 +5,10 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::results::{BenchFile, Row};
-use super::table::metric_table;
+use super::table::{label, metric_table};
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
 use vadapt_policy::PolicyKind;
+use vadapt_results::{ResultFile, Row};
 
 /// Title.
 pub const TITLE: &str = "timer precision: NetAP sleep overshoot under light load";
@@ -17,7 +17,7 @@ pub const TITLE: &str = "timer precision: NetAP sleep overshoot under light load
 const RATE: u32 = 10_000;
 
 /// Run the timer benchmark.
-pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
+pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(5.0, 2.0);
     f.run_seconds = window.as_secs_f64();
     f.params.insert("rate_pps".into(), f64::from(RATE));
@@ -63,7 +63,7 @@ pub fn run(ctx: &Ctx, f: &mut BenchFile) -> Result<(), BenchError> {
 }
 
 /// The timer table.
-pub fn render(f: &BenchFile) -> String {
+pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("overshoot").collect();
     let mut s = format!(
         "\nNetAP worker, guest at {} packets/s; overshoot = wake-up time minus the deadline \
@@ -73,7 +73,7 @@ pub fn render(f: &BenchFile) -> String {
     );
     s.push_str(&metric_table(
         &rows,
-        &[("worker", |r| r.label())],
+        &[("worker", label)],
         &[
             ("p50_us", "overshoot p50 µs", 1),
             ("p99_us", "overshoot p99 µs", 1),
@@ -96,7 +96,7 @@ mod tests {
         r.set("p50_us", 4.2)
             .set("p99_us", 30.0)
             .set("sleeps", 1000.0);
-        let f = BenchFile {
+        let f = ResultFile {
             rows: vec![r],
             ..Default::default()
         };
