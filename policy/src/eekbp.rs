@@ -28,7 +28,7 @@
 
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause};
-use crate::retune::{Retune, RetuneError};
+use crate::retune::{self, Retune, RetuneError};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 
@@ -146,18 +146,13 @@ impl Policy for EeKbp {
     fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
         match *r {
             Retune::Quota { packets } => {
-                let params = EekbpParams {
+                let new = EekbpParams {
                     quota: packets,
                     ..self.params
                 };
-                Self::validate(&params)?;
-                self.params = params;
-                Ok(())
+                retune::apply(&mut self.params, new, Self::validate)
             }
-            _ => Err(RetuneError::NotApplicable {
-                policy: self.name(),
-                param: r.param(),
-            }),
+            _ => Err(r.not_applicable(self.name())),
         }
     }
 }

@@ -40,7 +40,7 @@
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::retune::{Retune, RetuneError};
+use crate::retune::{self, Retune, RetuneError};
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
@@ -220,20 +220,16 @@ impl Policy for GrowShrink {
     fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
         match *r {
             Retune::PollMax { ns } => {
-                let params = GrowShrinkParams {
+                let new = GrowShrinkParams {
                     poll_max_ns: ns,
                     ..self.params
                 };
-                Self::validate(&params)?;
-                self.params = params;
+                retune::apply(&mut self.params, new, Self::validate)?;
                 // QEMU clamps the window when poll-max-ns is lowered.
                 self.poll_ns = self.poll_ns.min(ns);
                 Ok(())
             }
-            _ => Err(RetuneError::NotApplicable {
-                policy: self.name(),
-                param: r.param(),
-            }),
+            _ => Err(r.not_applicable(self.name())),
         }
     }
 }

@@ -217,9 +217,6 @@ pub trait Policy: Send + std::fmt::Debug {
     /// the policy unchanged, when it has no such parameter or the value is
     /// invalid.
     fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
-        Err(RetuneError::NotApplicable {
-            policy: self.name(),
-            param: r.param(),
-        })
+        Err(r.not_applicable(self.name()))
     }
 }

@@ -60,7 +60,7 @@ use crate::error::ConfigError;
 use crate::golden::GoldenSection;
 use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus, MAX_SLEEP};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::retune::{Retune, RetuneError};
+use crate::retune::{self, Retune, RetuneError};
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
@@ -440,19 +440,15 @@ impl Policy for NetAp {
         match *r {
             Retune::SearchRange { lo_us, hi_us } => Ok(self.set_search_range(lo_us, hi_us)?),
             Retune::KickThreshold { permille } => {
-                let params = NetapParams {
+                let new = NetapParams {
                     kick_threshold_permille: permille,
                     ..self.params
                 };
-                Self::validate(&params)?;
-                self.params = params;
+                retune::apply(&mut self.params, new, Self::validate)?;
                 self.kick = (permille > 0).then_some(permille);
                 Ok(())
             }
-            _ => Err(RetuneError::NotApplicable {
-                policy: self.name(),
-                param: r.param(),
-            }),
+            _ => Err(r.not_applicable(self.name())),
         }
     }
 }

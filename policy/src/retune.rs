@@ -6,6 +6,7 @@
 //! NetAP the search range around a predicted interval; the control socket's
 //! `retune` request and `vadapt retune` reach it at run time.
 
+use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// One parameter change. Each names the policy it applies to; the others
@@ -98,6 +99,28 @@ impl std::str::FromStr for Retune {
     }
 }
 
+impl Retune {
+    /// The refusal of a policy named `policy` that has no such parameter.
+    pub fn not_applicable(&self, policy: &'static str) -> RetuneError {
+        RetuneError::NotApplicable {
+            policy,
+            param: self.param(),
+        }
+    }
+}
+
+/// Replace `params` by `new` if `validate` accepts it (a retune's common
+/// step: the policy keeps its state, only the parameter changes).
+pub fn apply<P>(
+    params: &mut P,
+    new: P,
+    validate: impl Fn(&P) -> Result<(), ConfigError>,
+) -> Result<(), RetuneError> {
+    validate(&new)?;
+    *params = new;
+    Ok(())
+}
+
 /// Why a retune was refused; the running policy is unchanged.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RetuneError {
@@ -111,7 +134,7 @@ pub enum RetuneError {
     },
     /// The new value is invalid for the policy.
     #[error(transparent)]
-    Invalid(#[from] crate::error::ConfigError),
+    Invalid(#[from] ConfigError),
 }
 
 #[cfg(test)]

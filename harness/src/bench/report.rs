@@ -378,22 +378,8 @@ pub fn goals(files: &[ResultFile]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table::test_row as row;
     use super::*;
-
-    fn row(
-        table: &str,
-        backend: &str,
-        policy: &str,
-        variant: &str,
-        run: u32,
-        kv: &[(&str, f64)],
-    ) -> Row {
-        let mut r = Row::new(table, "x", backend, policy, variant).at(64, run);
-        for (k, v) in kv {
-            r.set(k, *v);
-        }
-        r
-    }
 
     #[test]
     fn splice_keeps_the_text_around_the_markers() {

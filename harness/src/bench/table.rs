@@ -64,24 +64,27 @@ pub fn metric_table(
     table(&header, &out)
 }
 
+/// A row for the report's tests: 64-byte frames, sender `x`.
+#[cfg(test)]
+pub(crate) fn test_row(
+    table: &str,
+    backend: &str,
+    policy: &str,
+    variant: &str,
+    run: u32,
+    kv: &[(&str, f64)],
+) -> Row {
+    let mut r = Row::new(table, "x", backend, policy, variant).at(64, run);
+    for (k, v) in kv {
+        r.set(k, *v);
+    }
+    r
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_row as row;
     use super::*;
-
-    fn row(
-        table: &str,
-        backend: &str,
-        policy: &str,
-        variant: &str,
-        run: u32,
-        kv: &[(&str, f64)],
-    ) -> Row {
-        let mut r = Row::new(table, "x", backend, policy, variant).at(64, run);
-        for (k, v) in kv {
-            r.set(k, *v);
-        }
-        r
-    }
 
     #[test]
     fn metric_table_shows_spread_and_ratios() {
