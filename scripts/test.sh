@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop soak-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -53,6 +53,8 @@ step_doc() { RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; }
 step_cargo_test() { cargo test --workspace; }
 step_build_release() { cargo build --release -p vadapt; }
 step_lab() {
+    "$VENV/bin/ruff" check --config scripts/ruff.toml scripts
+    "$VENV/bin/ruff" format --check --config scripts/ruff.toml scripts
     (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
 }
 step_interop() {
@@ -62,6 +64,15 @@ step_interop() {
     "$VENV/bin/ruff" format --check tests/interop
     # Strict: a missing prerequisite fails instead of skipping.
     VADAPT_BIN="$bin" VADAPT_INTEROP_STRICT=1 pytest_run -v --durations=8 tests/interop
+}
+
+# The soak (scripts/soak.py, 64 ports for 10 minutes) in short: 8 ports,
+# 20 s of guests connecting, sending and leaving; no packet lost, memory and
+# fds flat.
+step_soak_smoke() {
+    local bin="$TARGET_DIR/release/vadapt"
+    [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
+    VADAPT_BIN="$bin" python3 scripts/soak.py --ports 8 --seconds 20
 }
 
 # The benchmark harness as a smoke test: every benchmark must run; numbers
