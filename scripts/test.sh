@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop soak-smoke bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop soak-smoke stall-hunt-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -73,6 +73,13 @@ step_soak_smoke() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
     VADAPT_BIN="$bin" python3 scripts/soak.py --ports 8 --seconds 20
+}
+
+# The lost wake-up hunt (scripts/stall_hunt.py, 1000 runs) in short.
+step_stall_hunt_smoke() {
+    local bin="$TARGET_DIR/release/vadapt"
+    [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
+    VADAPT_BIN="$bin" python3 scripts/stall_hunt.py --runs 30
 }
 
 # The benchmark harness as a smoke test: every benchmark must run; numbers
