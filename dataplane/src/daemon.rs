@@ -147,6 +147,7 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
     live: Vec<Arc<Mutex<Option<UnixStream>>>>,
     sockets: Vec<PathBuf>,
+    control: PathBuf,
     metrics_addr: Option<SocketAddr>,
 }
 
@@ -308,6 +309,7 @@ impl Daemon {
             threads,
             live,
             sockets: cfg.vm.iter().map(|v| v.socket.clone()).collect(),
+            control: cfg.control.clone(),
             metrics_addr,
         })
     }
@@ -355,6 +357,13 @@ impl Daemon {
     /// Ask every thread to stop.
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Every socket file the daemon created (VM ports and the control socket).
+    pub fn socket_paths(&self) -> Vec<PathBuf> {
+        let mut v = self.sockets.clone();
+        v.push(self.control.clone());
+        v
     }
 
     /// Stop everything: connections are closed, workers joined, sockets removed.

@@ -151,3 +151,39 @@ def test_uncreatable_socket_folder_is_named(vadapt_bin, tmp_path):
     (tmp_path / "file").write_text("")
     r = serve(vadapt_bin, tmp_path, "--vm", f"name=vm1,socket={tmp_path}/file/sub/vm1.sock")
     assert_one_line_error(r, "socket folder", f"{tmp_path}/file/sub")
+
+
+def test_sigterm_ends_the_daemon_whatever_its_clients_do(vadapt_bin, procs):
+    """A frontend stuck mid-message, an idle control client and an idle
+    scrape do not keep SIGTERM from ending the daemon, sockets removed."""
+    import socket
+    import struct
+    import time
+
+    sock = procs.workdir / "vm1.sock"
+    d = harness.Vadapt(
+        vadapt_bin,
+        procs.workdir,
+        procs,
+        ["--vm", f"name=vm1,socket={sock}", "--metrics", "127.0.0.1:0"],
+    ).start([sock])
+    m, _ = d.proc.wait_for(r"http://127\.0\.0\.1:(\d+)/metrics", 10)
+    holders = []
+    vm = socket.socket(socket.AF_UNIX)
+    vm.connect(str(sock))
+    # GET_FEATURES announcing 64 bytes of payload that never come.
+    vm.sendall(struct.pack("<III", 1, 1, 64))
+    holders.append(vm)
+    ctl = socket.socket(socket.AF_UNIX)
+    ctl.connect(str(d.control))
+    holders.append(ctl)
+    holders.append(socket.create_connection(("127.0.0.1", int(m.group(1)))))
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    rc = d.proc.stop(grace=5.0)
+    took = time.monotonic() - t0
+    for h in holders:
+        h.close()
+    assert rc == 0, f"exit {rc} after {took:.2f} s\n{d.proc.tail()}"
+    assert took < 5.0, f"SIGTERM took {took:.2f} s"
+    assert not sock.exists() and not d.control.exists()

@@ -72,9 +72,30 @@ pub fn run(a: ServeArgs) -> ExitCode {
         std::thread::sleep(Duration::from_millis(100));
     }
     tracing::info!("stopping");
-    daemon.shutdown();
+    // Whatever a frontend does, the daemon is gone within STOP_DEADLINE of
+    // the signal: an orderly shutdown normally takes milliseconds; past the
+    // deadline the sockets are removed and the process exits anyway.
+    let sockets = daemon.socket_paths();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        daemon.shutdown();
+        let _ = done_tx.send(());
+    });
+    if done.recv_timeout(STOP_DEADLINE).is_err() {
+        tracing::error!(
+            "shutdown did not finish within {} ms; exiting without it",
+            STOP_DEADLINE.as_millis()
+        );
+        for s in sockets {
+            let _ = std::fs::remove_file(s);
+        }
+        return ExitCode::FAILURE;
+    }
     ExitCode::SUCCESS
 }
+
+/// The longest an orderly shutdown may take after SIGINT or SIGTERM.
+const STOP_DEADLINE: Duration = Duration::from_millis(1500);
 
 /// `vadapt stats`.
 pub fn stats(a: StatsArgs) -> ExitCode {
