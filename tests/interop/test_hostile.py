@@ -15,8 +15,6 @@ Each case also checks that the daemon refused or survived the attack the
 way it promises: a REPLY_ACK refusal, a closed connection, and the log line
 that names the port (the real lines of dataplane/src/vmport/handler.rs).
 
-Cases marked xfail(strict) assert the correct behaviour for defects that
-are known and not yet fixed on this branch; each reason says which.
 """
 
 from __future__ import annotations
@@ -56,12 +54,6 @@ DATA_OFF = 0x40000
 RING_SIZE = 256
 TXQ = 1  # ring 1 is queue pair 0's transmit ring
 
-FIXED_IN_MAIN = "fixed in main: "
-DEFECT = "daemon defect, reported, not fixed yet: "
-NO_REPLY = (
-    DEFECT + "a request the handler refuses before its reply is written (the vhost crate's "
-    "`?`) gets no REPLY_ACK and the connection stays open: the frontend hangs"
-)
 
 # Log lines of the daemon (dataplane/src/vmport/handler.rs, mod.rs, queues.rs).
 MALFORMED = "malformed vhost-user message; closing the connection"
@@ -640,9 +632,6 @@ def test_vring_index_out_of_range(rig, req, index):
     rig.log(REFUSED, on("vm1"))
 
 
-@pytest.mark.xfail(
-    strict=True, reason=FIXED_IN_MAIN + "GET_VRING_BASE with a bad index gets no reply"
-)
 @pytest.mark.parametrize("index", [2, 0xFFFF_FFFF])
 def test_get_vring_base_bad_index_is_answered(rig, index):
     with rig.connect() as fe:
@@ -651,9 +640,6 @@ def test_get_vring_base_bad_index_is_answered(rig, index):
         answered_or_closed(fe, vr.GET_VRING_BASE)
 
 
-@pytest.mark.xfail(
-    strict=True, reason=FIXED_IN_MAIN + "SET_VRING_ADDR outside guest memory is acknowledged"
-)
 @pytest.mark.parametrize("where", ["outside", "straddling-the-end"])
 def test_vring_addr_outside_guest_memory(rig, where):
     with rig.connect() as fe:
@@ -775,9 +761,6 @@ def _more_than_32_fds(rig, code: int, payload: bytes, fds: list[int]) -> None:
             os.close(fd)
 
 
-@pytest.mark.xfail(
-    strict=True, reason=FIXED_IN_MAIN + "a message with more than 32 fds is swallowed silently"
-)
 def test_more_than_32_fds_on_a_kick(rig):
     fds = [vr.eventfd() for _ in range(vr.MAX_FDS + 1)]
     _more_than_32_fds(rig, vr.SET_VRING_KICK, vr.u64(0), fds)
@@ -836,7 +819,6 @@ def test_get_config_oversize(rig, oversize):
     rig.log_re(ENDED_VM1)
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REPLY)
 @pytest.mark.parametrize(
     "req", ["SET_LOG_BASE", "GET_MAX_MEM_SLOTS", "ADD_MEM_REG", "SET_VRING_ENABLE-2"]
 )
