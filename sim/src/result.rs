@@ -345,76 +345,61 @@ fn plot_timeseries(r: &SimResult, dir: &Path) -> Result<(), WriteError> {
             .collect()
     };
     let t = |f: &dyn Fn(&Sample) -> f64| opt(&|s| Some(f(s)));
-    let total = Series {
-        label: "all VMs",
-        points: t(&|s| s.gbps),
-    };
-    line_chart(
-        &dir.join("throughput.png"),
-        &format!("{}: throughput", r.scenario),
-        "time (s)",
-        "Gb/s",
-        &[total],
-        None,
-        false,
-    )?;
-    line_chart(
-        &dir.join("cpu.png"),
-        &format!("{}: CPU", r.scenario),
-        "time (s)",
-        "% of a core",
-        &[
-            Series {
-                label: "queue workers",
-                points: t(&|s| s.host_cpu_pct),
-            },
-            Series {
-                label: "vCPUs",
-                points: t(&|s| s.guest_cpu_pct),
-            },
-        ],
-        None,
-        false,
-    )?;
     let nw = r.samples.first().map_or(0, |s| s.intervals_us.len());
     let labels: Vec<String> = (0..nw).map(|w| format!("worker {w}")).collect();
-    let series: Vec<Series<'_>> = (0..nw)
+    let intervals: Vec<Series<'_>> = (0..nw)
         .map(|w| Series {
             label: &labels[w],
             points: opt(&|s| s.intervals_us[w]),
         })
-        .filter(|s| !s.points.is_empty())
         .collect();
-    if !series.is_empty() {
-        line_chart(
-            &dir.join("intervals.png"),
-            &format!("{}: polling interval", r.scenario),
-            "time (s)",
-            "interval (µs)",
-            &series,
-            None,
-            false,
-        )?;
-    }
-    if r.samples.iter().any(|s| s.p99_us.is_some()) {
-        line_chart(
-            &dir.join("latency.png"),
-            &format!("{}: latency", r.scenario),
-            "time (s)",
-            "µs",
-            &[
-                Series {
-                    label: "p50",
-                    points: opt(&|s| s.p50_us),
-                },
-                Series {
-                    label: "p99",
-                    points: opt(&|s| s.p99_us),
-                },
+    let series = |label, points| Series { label, points };
+    // (file, title, y label, series); charts whose series are all empty are skipped.
+    let charts = [
+        (
+            "throughput.png",
+            "throughput",
+            "Gb/s",
+            vec![series("all VMs", t(&|s| s.gbps))],
+        ),
+        (
+            "cpu.png",
+            "CPU",
+            "% of a core",
+            vec![
+                series("queue workers", t(&|s| s.host_cpu_pct)),
+                series("vCPUs", t(&|s| s.guest_cpu_pct)),
             ],
-            None,
-            false,
-        )?;
+        ),
+        (
+            "intervals.png",
+            "polling interval",
+            "interval (µs)",
+            intervals,
+        ),
+        (
+            "latency.png",
+            "latency",
+            "µs",
+            vec![
+                series("p50", opt(&|s| s.p50_us)),
+                series("p99", opt(&|s| s.p99_us)),
+            ],
+        ),
+    ];
+    for (file, title, y, mut s) in charts {
+        s.retain(|s| !s.points.is_empty());
+        if !s.is_empty() {
+            line_chart(
+                &dir.join(file),
+                &format!("{}: {title}", r.scenario),
+                "time (s)",
+                y,
+                &s,
+                None,
+                false,
+            )?;
+        }
     }
     Ok(())
 }

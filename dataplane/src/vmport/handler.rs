@@ -951,8 +951,14 @@ mod tests {
                 vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             )
         ));
-        assert!(answer_skipped(&m(18, 0x9, Some(2)), &VhostError::InvalidParam));
-        assert!(!answer_skipped(&m(18, 0x9, Some(1)), &VhostError::InvalidParam));
+        assert!(answer_skipped(
+            &m(18, 0x9, Some(2)),
+            &VhostError::InvalidParam
+        ));
+        assert!(!answer_skipped(
+            &m(18, 0x9, Some(1)),
+            &VhostError::InvalidParam
+        ));
     }
 
     #[test]
@@ -961,7 +967,9 @@ mod tests {
         use vmm_sys_util::sock_ctrl_msg::ScmSocket;
         let (a, b) = UnixStream::pair().unwrap();
         let ev = vmm_sys_util::eventfd::EventFd::new(0).unwrap();
-        let msg = [18u8, 0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0];
+        let msg = [
+            18u8, 0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+        ];
         let fds = [ev.as_raw_fd(); 3];
         a.send_with_fds(&[&msg[..]], &fds).unwrap();
         let before = std::fs::read_dir("/proc/self/fd").unwrap().count();
