@@ -4,7 +4,9 @@
 //!
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
 //!   real backend request handler, over a real socket pair.
+//! * [`control`] — the control-socket protocol against a real daemon.
 
+pub mod control;
 pub mod vhost_user;
 
 /// Open file descriptors of this process (entries of `/proc/self/fd`).
