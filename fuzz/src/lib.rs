@@ -5,7 +5,9 @@
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
 //!   real backend request handler, over a real socket pair.
 //! * [`control`] — the control-socket protocol against a real daemon.
+//! * [`config`] — the config file and command-line spec parsers.
 
+pub mod config;
 pub mod control;
 pub mod vhost_user;
 
