@@ -49,6 +49,9 @@ done
 
 # --- what it needs -----------------------------------------------------------
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The fuzz workspace keeps its own fuzz/target: nightly and sanitizer flags
+# would only invalidate the main workspace's build in a shared one.
+unset CARGO_TARGET_DIR
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     log "installing the nightly toolchain (cargo fuzz needs it)"
     rustup toolchain install nightly --profile minimal \
