@@ -17,7 +17,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab interop bench-quick)
+STEPS=(deps guest-image fmt clippy doc cargo-test build-release lab fuzz-smoke interop bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -52,6 +52,8 @@ step_build_release() { cargo build --release -p vadapt; }
 step_lab() {
     (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
 }
+# Every fuzz target for 30 s (nightly, libFuzzer, ASan): a crash fails the step.
+step_fuzz_smoke() { bash scripts/fuzz.sh --smoke; }
 step_interop() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
