@@ -111,7 +111,8 @@ pub enum Op {
     Start {
         /// Features acked (masked to those offered).
         features: u64,
-        /// Rings set up: `1 + rings % min(2 * queues, 4)`.
+        /// Rings set up: `min(2 + rings % 3, 2 * queues)`: a receive and a
+        /// transmit ring at least.
         rings: u8,
         /// Ring size: `1 << (size % 9)`.
         size: u8,
@@ -119,16 +120,26 @@ pub enum Op {
         short: Option<u32>,
     },
     /// The guest reaps a started ring's used entries, then adds a buffer
-    /// (an Ethernet frame to `dst` for a transmit ring) and kicks.
+    /// (an Ethernet frame to `dst` in its first segment) and kicks. Zeros
+    /// (what `arbitrary` gives once the input runs out) make a well-formed
+    /// buffer: full-size segments the right way round for the ring.
     Post {
-        /// Ring (modulo the rings started).
+        /// Ring (modulo the rings started): even receive, odd transmit.
         ring: u8,
-        /// Segments: length (up to 2 KiB) and device-writable.
-        segs: Vec<(u16, bool)>,
+        /// Segments (at most 8): see [`Seg1`].
+        segs: (Seg1, Vec<Seg1>),
         /// First byte of the frame's destination MAC (0xff: broadcast).
         dst: u8,
     },
 }
+
+/// A segment of a posted buffer: its length (receive ring: `len % 2049`,
+/// 0 for a whole 2 KiB buffer; transmit ring: `len % 257`, 0 for 72 bytes,
+/// a header and a minimal frame, so that most frames are not oversized),
+/// and 1 to give the device the wrong access for the ring (read for a
+/// receive ring, write for a transmit ring; any other value, the right one:
+/// one wrong segment spoils the whole buffer, so it is the rare case).
+pub type Seg1 = (u16, u8);
 
 /// Request codes (`vhost::vhost_user::message::FrontendReq`), or any.
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -630,7 +641,10 @@ impl Session {
                 short,
             } => self.start(*features, *rings, *size, *short),
             Op::Post { ring, segs, dst } => {
-                self.post(*ring, segs, *dst);
+                let all: Vec<Seg1> = std::iter::once(segs.0)
+                    .chain(segs.1.iter().copied())
+                    .collect();
+                self.post(*ring, &all, *dst);
                 true
             }
         }
@@ -673,7 +687,7 @@ impl Session {
         });
         self.drivers.clear();
         // At most 4: each message restarts the worker, a thread (~0.5 ms).
-        let n = 1 + u16::from(rings) % (2 * self.queues).min(4);
+        let n = (2 + u16::from(rings) % 3).min(2 * self.queues);
         for i in 0..n as u8 {
             let (layout, _) = QueueLayout::contiguous(size, u64::from(i) * RING_STRIDE);
             let rf = RingFeatures::from_bits(features);
@@ -719,23 +733,31 @@ impl Session {
     }
 
     /// [`Op::Post`].
-    fn post(&mut self, ring: u8, segs: &[(u16, bool)], dst: u8) {
-        if self.drivers.is_empty() || segs.is_empty() {
+    fn post(&mut self, ring: u8, segs: &[Seg1], dst: u8) {
+        if self.drivers.is_empty() {
             return;
         }
         let k = usize::from(ring) % self.drivers.len();
         let (index, drv) = &mut self.drivers[k];
+        let receive = *index % 2 == 0;
         while drv.pop_used().is_some() {}
         let segs: Vec<Seg> = segs
             .iter()
             .take(8)
-            .map(|&(len, writable)| {
+            .map(|&(len, wrong_way)| {
+                let wrong_way = wrong_way == 1;
                 let gpa = BUFFERS + (self.next_buffer % (BUFFERS / BUFFER_LEN)) * BUFFER_LEN;
                 self.next_buffer += 1;
+                let len = match (receive, u32::from(len)) {
+                    (true, n) if n % 2049 == 0 => BUFFER_LEN as u32,
+                    (true, n) => n % 2049,
+                    (false, n) if n % 257 == 0 => 72,
+                    (false, n) => n % 257,
+                };
                 Seg {
                     gpa,
-                    len: u32::from(len) % (BUFFER_LEN as u32 + 1),
-                    writable,
+                    len,
+                    writable: receive != wrong_way,
                 }
             })
             .collect();
@@ -896,12 +918,12 @@ mod tests {
         assert_eq!(s.drivers.len(), 2);
         let rx = Op::Post {
             ring: 0,
-            segs: vec![(2048, true)],
+            segs: ((0, 0), vec![]),
             dst: 0,
         };
         let tx = Op::Post {
             ring: 1,
-            segs: vec![(64, false)],
+            segs: ((0, 0), vec![]),
             dst: 0xff,
         };
         assert!(s.run(&rx) && s.run(&tx));
