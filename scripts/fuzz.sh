@@ -11,8 +11,9 @@
 # installs it if it can), a C++ compiler for libFuzzer (g++, Debian), and
 # cargo-fuzz (`cargo install --locked`). Runs the harnesses' own unit tests
 # (fuzz/src) first. Targets are built with AddressSanitizer (cargo fuzz's
-# default) and run with -rss_limit_mb=2048 and -timeout=10 (per input), and
-# with fuzz/dicts/<target>.dict where there is one. Corpora grow in fuzz/corpus/<target>/ (seeded from fuzz/seeds/),
+# default) and run with -rss_limit_mb=2048 and -timeout=10 (per input), with
+# fuzz/dicts/<target>.dict where there is one (and EXTRA_ARGS below).
+# Corpora grow in fuzz/corpus/<target>/ (seeded from fuzz/seeds/),
 # findings land in fuzz/artifacts/<target>/, each run's libFuzzer log in
 # fuzz/target/logs/<target>.log; the summary goes to stdout and
 # fuzz/last-run.md. Exits 1 if any target crashed (or hung, or ran out of
@@ -24,10 +25,15 @@ FUZZ="$ROOT/fuzz"
 ALL_TARGETS=(split_device driver_device vhost_user control config)
 RSS_LIMIT_MB=2048
 INPUT_TIMEOUT_S=10
+# Per-target libFuzzer options. vhost_user's inputs are operation lists
+# decoded with `arbitrary` and it runs ~100-1000 inputs/s (every ring message
+# restarts a worker thread): libFuzzer's default slow growth of the length
+# limit would keep its inputs to one or two operations for most of a run.
+declare -A EXTRA_ARGS=([vhost_user]="-len_control=0 -max_len=1024")
 
 log() { printf '[fuzz] %s\n' "$*"; }
 die() { printf '[fuzz] error: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
 
 seconds=""
 targets=("${ALL_TARGETS[@]}")
@@ -90,8 +96,10 @@ for t in "${targets[@]}"; do
     if [[ -d "seeds/$t" ]]; then
         cp -n "seeds/$t"/* "$corpus"/ 2>/dev/null || true
     fi
-    dict=()
-    [[ -f "dicts/$t.dict" ]] && dict=("-dict=dicts/$t.dict")
+    extra=()
+    [[ -f "dicts/$t.dict" ]] && extra+=("-dict=dicts/$t.dict")
+    read -r -a more <<<"${EXTRA_ARGS[$t]:-}"
+    extra+=("${more[@]}")
     before="$(ls -A "$artifacts")"
     logf="target/logs/$t.log"
     log "running $t for $seconds s (log: fuzz/$logf)"
@@ -99,7 +107,7 @@ for t in "${targets[@]}"; do
     rc=0
     cargo +nightly fuzz run "$t" "$corpus" -- \
         -max_total_time="$seconds" -rss_limit_mb="$RSS_LIMIT_MB" \
-        -timeout="$INPUT_TIMEOUT_S" -print_final_stats=1 "${dict[@]}" \
+        -timeout="$INPUT_TIMEOUT_S" -print_final_stats=1 "${extra[@]}" \
         >"$logf" 2>&1 || rc=$?
     SECS[$t]=$(($(date +%s) - t0))
     # libFuzzer's final stats; after a crash the last status line instead.
