@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab interop soak-smoke stall-hunt-smoke bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab fuzz-smoke interop soak-smoke stall-hunt-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -57,6 +57,8 @@ step_lab() {
     "$VENV/bin/ruff" format --check --config scripts/ruff.toml scripts
     (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
 }
+# Every fuzz target for 30 s (nightly, libFuzzer, ASan): a crash fails the step.
+step_fuzz_smoke() { bash scripts/fuzz.sh --smoke; }
 step_interop() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }

@@ -1,0 +1,331 @@
+//! The control-socket protocol against a real daemon: one line in, one
+//! JSON answer out, through the daemon's own control socket (one daemon per
+//! fuzzing process, with two VM ports `a` and `b`, a sink and an echo).
+//!
+//! The first byte of an input picks its form: the rest is either the raw
+//! line sent, or decoded with `arbitrary` into a [`Req`] of known commands,
+//! ports and parameter names that is sent as JSON. Checked for every input:
+//! a request whose first line is UTF-8 gets exactly one line back, a JSON
+//! [`Response`]; a request that parses gets the answer its command calls
+//! for, never "bad request"; a line that is not UTF-8 gets no answer.
+
+use arbitrary::{Arbitrary, Unstructured};
+use serde_json::{Map, Value};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig};
+use vadapt_dataplane::control::{Request, Response};
+use vadapt_dataplane::Daemon;
+
+/// The longest request line the daemon reads (`control::MAX_REQUEST`).
+const MAX_REQUEST: usize = 64 * 1024;
+
+/// A request built from known words, sent as one JSON object.
+#[derive(Arbitrary, Debug)]
+pub struct Req {
+    /// `cmd`.
+    pub cmd: Word,
+    /// `port`.
+    pub port: Option<Port>,
+    /// `policy`: an object.
+    pub policy: Option<Vec<(Word, Val)>>,
+    /// `retune`: an object.
+    pub retune: Option<Vec<(Word, Val)>>,
+    /// More fields.
+    pub extra: Vec<(Word, Val)>,
+}
+
+/// A port name: the daemon's, or any.
+#[derive(Arbitrary, Debug)]
+#[allow(missing_docs)]
+pub enum Port {
+    A,
+    B,
+    Sink,
+    Other(String),
+}
+
+/// Words of the protocol: commands, policy kinds, parameter names.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+#[allow(missing_docs)]
+pub enum Word {
+    Cmd,
+    Stats,
+    Metrics,
+    SetPolicy,
+    Retune,
+    Port,
+    Policy,
+    Kind,
+    Interrupt,
+    BusyPoll,
+    Netap,
+    Growshrink,
+    Eekbp,
+    Param,
+    SearchRange,
+    KickThreshold,
+    PollMax,
+    Quota,
+    LoUs,
+    HiUs,
+    Permille,
+    Ns,
+    Packets,
+    MinIntervalUs,
+    MaxIntervalUs,
+    Ratio,
+    MinDistanceUs,
+    RoundMs,
+    MinChange,
+    MaxRounds,
+    KickThresholdPermille,
+    PollMaxNs,
+    PollStartNs,
+    PollGrow,
+    PollShrink,
+    EmptyPasses,
+}
+
+impl Word {
+    fn as_str(self) -> &'static str {
+        match self {
+            Word::Cmd => "cmd",
+            Word::Stats => "stats",
+            Word::Metrics => "metrics",
+            Word::SetPolicy => "set-policy",
+            Word::Retune => "retune",
+            Word::Port => "port",
+            Word::Policy => "policy",
+            Word::Kind => "kind",
+            Word::Interrupt => "interrupt",
+            Word::BusyPoll => "busy-poll",
+            Word::Netap => "netap",
+            Word::Growshrink => "growshrink",
+            Word::Eekbp => "eekbp",
+            Word::Param => "param",
+            Word::SearchRange => "search-range",
+            Word::KickThreshold => "kick-threshold",
+            Word::PollMax => "poll-max",
+            Word::Quota => "quota",
+            Word::LoUs => "lo_us",
+            Word::HiUs => "hi_us",
+            Word::Permille => "permille",
+            Word::Ns => "ns",
+            Word::Packets => "packets",
+            Word::MinIntervalUs => "min_interval_us",
+            Word::MaxIntervalUs => "max_interval_us",
+            Word::Ratio => "ratio",
+            Word::MinDistanceUs => "min_distance_us",
+            Word::RoundMs => "round_ms",
+            Word::MinChange => "min_change",
+            Word::MaxRounds => "max_rounds",
+            Word::KickThresholdPermille => "kick_threshold_permille",
+            Word::PollMaxNs => "poll_max_ns",
+            Word::PollStartNs => "poll_start_ns",
+            Word::PollGrow => "poll_grow",
+            Word::PollShrink => "poll_shrink",
+            Word::EmptyPasses => "empty_passes",
+        }
+    }
+}
+
+/// A JSON value.
+#[derive(Arbitrary, Debug)]
+#[allow(missing_docs)]
+pub enum Val {
+    Word(Word),
+    U64(u64),
+    Small(u16),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+    Null,
+}
+
+impl Val {
+    fn json(&self) -> Value {
+        match self {
+            Val::Word(w) => w.as_str().into(),
+            Val::U64(n) => (*n).into(),
+            Val::Small(n) => (*n).into(),
+            Val::I64(n) => (*n).into(),
+            Val::F64(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Val::Bool(b) => (*b).into(),
+            Val::Str(s) => s.as_str().into(),
+            Val::Null => Value::Null,
+        }
+    }
+}
+
+fn object(fields: &[(Word, Val)]) -> Map<String, Value> {
+    fields
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.json()))
+        .collect()
+}
+
+impl Req {
+    /// The request as one line of JSON.
+    pub fn line(&self) -> Vec<u8> {
+        let mut m = object(&self.extra);
+        m.insert("cmd".into(), self.cmd.as_str().into());
+        if let Some(p) = &self.port {
+            let name = match p {
+                Port::A => "a",
+                Port::B => "b",
+                Port::Sink => "s",
+                Port::Other(s) => s,
+            };
+            m.insert("port".into(), name.into());
+        }
+        if let Some(p) = &self.policy {
+            m.insert("policy".into(), object(p).into());
+        }
+        if let Some(r) = &self.retune {
+            m.insert("retune".into(), object(r).into());
+        }
+        let mut line = serde_json::to_vec(&Value::Object(m)).expect("JSON");
+        line.push(b'\n');
+        line
+    }
+}
+
+/// The line an input sends: first byte even, the rest as it is; odd, a
+/// [`Req`] decoded from the rest.
+pub fn input_line(data: &[u8]) -> Option<Vec<u8>> {
+    let (mode, rest) = data.split_first()?;
+    if mode % 2 == 0 {
+        return Some(rest.to_vec());
+    }
+    Req::arbitrary_take_rest(Unstructured::new(rest))
+        .ok()
+        .map(|r| r.line())
+}
+
+/// The daemon under test and its control socket.
+#[derive(Debug)]
+pub struct Fixture {
+    /// The daemon (never stopped: it lives as long as the fuzzer).
+    pub daemon: Daemon,
+    /// Its control socket.
+    pub control: PathBuf,
+}
+
+extern "C" fn remove_fixture_dir() {
+    let _ = std::fs::remove_dir_all(fixture_dir());
+}
+
+fn fixture_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("vadapt-fuzz-control-{}", std::process::id()))
+}
+
+/// The process's daemon, started on first use in a private temporary folder
+/// (removed when the process exits normally).
+pub fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = fixture_dir();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating the fixture's folder");
+        // SAFETY: registers a plain function with no arguments.
+        unsafe { libc::atexit(remove_fixture_dir) };
+        let mut cfg = DaemonConfig::default();
+        for n in ["a", "b"] {
+            let spec = format!(
+                "name={n},socket={}",
+                dir.join(format!("{n}.sock")).display()
+            );
+            cfg.vm.push(parse_vm_spec(&spec).expect("a VM spec"));
+        }
+        cfg.sink
+            .push(parse_local_spec("--sink", "s").expect("a sink spec"));
+        cfg.echo
+            .push(parse_local_spec("--echo", "e").expect("an echo spec"));
+        cfg.control = dir.join("control.sock");
+        let control = cfg.control.clone();
+        let daemon = Daemon::start(cfg).expect("starting the daemon");
+        Fixture { daemon, control }
+    })
+}
+
+/// Send `line` to the daemon's control socket; check the answer.
+pub fn run(line: &[u8]) {
+    let f = fixture();
+    let mut s = UnixStream::connect(&f.control).expect("connecting to the control socket");
+    // The daemon cuts a silent client off after 5 s; it must never need that here.
+    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(8))).unwrap();
+    let _ = s.write_all(line);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut answer = Vec::new();
+    if let Err(e) = s.read_to_end(&mut answer) {
+        panic!("no answer to the end: {e} (after {} bytes)", answer.len());
+    }
+
+    // What the daemon reads: its first line, within its size limit.
+    let line = &line[..line.len().min(MAX_REQUEST)];
+    let first = match line.iter().position(|&b| b == b'\n') {
+        Some(i) => &line[..=i],
+        None => line,
+    };
+    let Ok(text) = std::str::from_utf8(first) else {
+        assert!(answer.is_empty(), "an answer to a line that is not UTF-8");
+        return;
+    };
+    assert!(
+        answer.ends_with(b"\n") && answer.iter().filter(|&&b| b == b'\n').count() == 1,
+        "not one line: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    let resp: Response = serde_json::from_slice(&answer).expect("the answer is a JSON Response");
+    let Ok(req) = serde_json::from_str::<Request>(text) else {
+        assert!(
+            matches!(&resp, Response::Error { error } if error.starts_with("bad request")),
+            "{resp:?}"
+        );
+        return;
+    };
+    let known = |port: &str| ["a", "b"].contains(&port);
+    match (&req, &resp) {
+        (Request::Stats, Response::Stats { .. }) | (Request::Metrics, Response::Metrics { .. }) => {
+        }
+        (Request::SetPolicy { port, .. } | Request::Retune { port, .. }, Response::Ok)
+            if known(port) => {}
+        (
+            Request::SetPolicy { port, .. } | Request::Retune { port, .. },
+            Response::Error { error },
+        ) if !error.starts_with("bad request") && (known(port) || error.contains("no VM port")) => {
+        }
+        _ => panic!("request {req:?} got {resp:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seeds are requests the daemon takes, and each gets its answer.
+    #[test]
+    fn seeds_are_answered() {
+        let _one = crate::tests::serial();
+        for seed in [
+            &include_bytes!("../seeds/control/stats")[..],
+            include_bytes!("../seeds/control/metrics"),
+            include_bytes!("../seeds/control/set-policy"),
+            include_bytes!("../seeds/control/retune"),
+        ] {
+            let line = input_line(seed).unwrap();
+            serde_json::from_slice::<Request>(&line).unwrap();
+            run(&line);
+        }
+        // Built requests, garbage, and a line that is not UTF-8.
+        for data in [&b"\x01abcdefgh"[..], b"\x00{not json\n", b"\x00\xff\xfe\n"] {
+            run(&input_line(data).unwrap());
+        }
+    }
+}
