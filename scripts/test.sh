@@ -81,7 +81,7 @@ step_soak_smoke() {
 step_stall_hunt_smoke() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
-    VADAPT_BIN="$bin" python3 scripts/stall_hunt.py --runs 30
+    VADAPT_BIN="$bin" python3 scripts/stall_hunt.py --runs 30 --max-threads 2
 }
 
 # The benchmark harness as a smoke test: every benchmark must run; numbers
