@@ -16,6 +16,11 @@
 //! queues = 2
 //! policy = { kind = "eekbp" }
 //!
+//! [[vm]]              # QEMU listens: -chardev socket,path=..,server=on,wait=off
+//! name = "vm2"
+//! socket = "/run/vadapt/vm2.sock"
+//! mode = "client"
+//!
 //! [[sink]]
 //! name = "sink0"
 //!
@@ -24,6 +29,7 @@
 //! ```
 
 use crate::net::Mac;
+use crate::vmport::frontend_socket::SocketMode;
 use crate::vmport::memory_file::UnsealedMemory;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -79,8 +85,15 @@ fn field(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 pub struct VmPortConfig {
     /// Port name, unique in the daemon.
     pub name: String,
-    /// Path of the vhost-user socket vadapt listens on.
+    /// Path of the vhost-user socket: vadapt listens on it (`mode = "server"`)
+    /// or connects to it (`mode = "client"`).
     pub socket: PathBuf,
+    /// Which end of the socket vadapt is: `server` (default; start QEMU with
+    /// `reconnect=1` on its chardev to survive a vadapt restart) or `client`
+    /// (QEMU listens with `server=on,wait=off`; vadapt reconnects with
+    /// backoff); see [`crate::vmport::frontend_socket`].
+    #[serde(default)]
+    pub mode: SocketMode,
     /// Queue pairs offered (`VIRTIO_NET_F_MQ`), 1..=16.
     #[serde(default = "one")]
     pub queues: u16,
@@ -371,6 +384,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut mac = None;
     let mut policy = None;
     let mut unsealed_memory = UnsealedMemory::default();
+    let mut mode = SocketMode::default();
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -400,11 +414,12 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     .parse()
                     .map_err(|e: String| field("--vm unsealed_memory", e))?
             }
+            "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, queues, mac, policy, unsealed_memory)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory)"
                     ),
                 ))
             }
@@ -421,6 +436,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     Ok(VmPortConfig {
         name,
         socket,
+        mode,
         queues,
         mac,
         policy,

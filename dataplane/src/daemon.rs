@@ -7,7 +7,8 @@ use crate::metrics::{PortStats, Registry};
 use crate::net::Mac;
 use crate::ports::{Echo, Sink, Tap, TapError};
 use crate::switch::Switch;
-use crate::vmport::handler::{self, ListenError};
+use crate::vmport::frontend_socket::{self, Connector, FrontendSocket, ListenError, SocketMode};
+use crate::vmport::handler;
 use crate::vmport::VmPort;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
@@ -200,8 +201,14 @@ impl Daemon {
             port.set_port_id(id);
             registry.add_port(Arc::clone(&port.stats));
             registry.add_worker(Arc::clone(&port.worker_stats));
-            listeners.push(handler::listen(&vm.socket, cfg.socket_group.as_deref())?);
-            started.files.push(vm.socket.clone());
+            listeners.push(match vm.mode {
+                SocketMode::Server => {
+                    let l = frontend_socket::listen(&vm.socket, cfg.socket_group.as_deref())?;
+                    started.files.push(vm.socket.clone());
+                    FrontendSocket::Listen(l)
+                }
+                SocketMode::Client => FrontendSocket::Connect(Connector::new(vm.socket.clone())),
+            });
             vm_ports.push(port);
         }
         for s in &cfg.sink {
@@ -290,9 +297,12 @@ impl Daemon {
 
         // Said once start-up can no longer fail: a failed start is one line.
         for port in &shared.vm_ports {
+            let what = match port.cfg.mode {
+                SocketMode::Server => "VM port listening",
+                SocketMode::Client => "VM port connecting to the frontend's socket",
+            };
             tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
-                mac = %port.mac, policy = %port.policy_config().kind(),
-                "VM port listening");
+                mac = %port.mac, policy = %port.policy_config().kind(), "{what}");
         }
         tracing::info!(path = %cfg.control.display(), "control socket ready");
         if let Some(bound) = metrics_addr {
@@ -308,7 +318,13 @@ impl Daemon {
             stop,
             threads,
             live,
-            sockets: cfg.vm.iter().map(|v| v.socket.clone()).collect(),
+            // Only the sockets vadapt created; a client port's belongs to QEMU.
+            sockets: cfg
+                .vm
+                .iter()
+                .filter(|v| v.mode == SocketMode::Server)
+                .map(|v| v.socket.clone())
+                .collect(),
             control: cfg.control.clone(),
             metrics_addr,
         })
@@ -359,7 +375,8 @@ impl Daemon {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Every socket file the daemon created (VM ports and the control socket).
+    /// Every socket file the daemon created (server-mode VM ports and the
+    /// control socket).
     pub fn socket_paths(&self) -> Vec<PathBuf> {
         let mut v = self.sockets.clone();
         v.push(self.control.clone());
@@ -369,9 +386,15 @@ impl Daemon {
     /// Stop everything: connections are closed, workers joined, sockets removed.
     pub fn shutdown(mut self) {
         self.request_stop();
+        // Only our reading side is shut: the blocked read returns, the port's
+        // serve loop stops its worker, and only then does closing the socket
+        // tell the frontend. A frontend that sees the close while a worker
+        // still runs would take a stale used index as the ring's position
+        // (QEMU does, to resume after a restart) and the new daemon would
+        // hand the guest buffers it had already been given back.
         for l in &self.live {
             if let Some(s) = l.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                let _ = s.shutdown(std::net::Shutdown::Both);
+                let _ = s.shutdown(std::net::Shutdown::Read);
             }
         }
         for t in self.threads.drain(..) {
@@ -483,6 +506,46 @@ mod tests {
             p => panic!("{p:?}"),
         }
         d.shutdown();
+    }
+
+    /// `GET_FEATURES` over `s` as a frontend asks it; the features answered.
+    fn get_features(s: &mut UnixStream) -> u64 {
+        use std::io::{Read, Write};
+        s.write_all(&[1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let mut reply = [0u8; 20];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[0], 1, "answer to GET_FEATURES");
+        u64::from_le_bytes(reply[12..20].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_client_port_connects_to_the_frontend_reconnects_and_leaves_its_socket() {
+        use std::os::unix::net::UnixListener;
+        let t = tempfile::tempdir().unwrap();
+        let mut c = cfg(t.path());
+        c.vm[0].mode = SocketMode::Client;
+        let fe = t.path().join("a.sock");
+        // The daemon starts before the frontend's socket exists.
+        let d = Daemon::start(c).unwrap();
+        assert!(!fe.exists(), "a client port creates no socket");
+        std::thread::sleep(Duration::from_millis(100));
+        let l = UnixListener::bind(&fe).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert_ne!(get_features(&mut s) & (1 << 32), 0, "VIRTIO_F_VERSION_1");
+        assert!(d.vm_ports()[0].stats.connected.load(Ordering::Relaxed));
+        // The frontend goes away; the daemon connects again.
+        drop(s);
+        let (mut s, _) = l.accept().unwrap();
+        get_features(&mut s);
+        d.shutdown();
+        assert!(
+            fe.exists(),
+            "the frontend's socket is not the daemon's to remove"
+        );
+        assert!(
+            !t.path().join("b.sock").exists(),
+            "the server port's socket is removed"
+        );
     }
 
     #[test]

@@ -467,6 +467,7 @@ fn new_port(queues: u16, policy: PolicyConfig) -> Arc<VmPort> {
     let cfg = VmPortConfig {
         name: "fuzz".into(),
         socket: "/nonexistent/vadapt-fuzz.sock".into(),
+        mode: Default::default(),
         queues,
         mac: None,
         policy: None,

@@ -48,13 +48,18 @@ pub enum Command {
     vadapt serve --config /etc/vadapt/vadapt.toml\n\n\
     QEMU side: -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem\n  \
     -chardev socket,id=c0,path=/run/vadapt/vm1.sock -netdev vhost-user,id=n0,chardev=c0,queues=2\n  \
-    -device virtio-net-pci,netdev=n0,mq=on")]
+    -device virtio-net-pci,netdev=n0,mq=on\n\n\
+    Restarting vadapt without restarting the VM: add reconnect=1 to QEMU's -chardev (vadapt\n  \
+    listens), or give QEMU the socket (-chardev socket,...,server=on,wait=off) and vadapt\n  \
+    mode=client in --vm (vadapt connects, and reconnects with backoff).")]
 pub struct ServeArgs {
     /// TOML config file; command-line ports are added to its ports and
     /// command-line options override its settings.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// A VM port: `name=NAME,socket=PATH[,queues=N][,mac=MAC][,policy=POLICY]`. Repeatable.
+    /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
+    /// [,policy=POLICY][,unsealed_memory=refuse|accept]`. `mode=client`: QEMU
+    /// listens on PATH and vadapt connects (default `server`: vadapt listens). Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
     /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.

@@ -1,6 +1,6 @@
 //! The vhost-user protocol for one VM port, on the `vhost` crate's
-//! [`BackendReqHandler`], and the accept loop that serves one frontend at a
-//! time and resets the port when it goes away.
+//! [`BackendReqHandler`], and the loop that serves one frontend at a time
+//! (from a [`FrontendSocket`]) and resets the port when it goes away.
 //!
 //! Every message that changes what the worker serves (features, memory
 //! table, a vring's size/addresses/base/kick/call/enable) first stops the
@@ -9,15 +9,14 @@
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
+use super::frontend_socket::FrontendSocket;
 use super::queues::PortQueues;
 use super::ring::{Pair, Ring};
 use super::{eventfd_io, memory_file, VmPort};
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -645,85 +644,6 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 }
 
-/// Errors creating a port's socket.
-#[derive(Debug, thiserror::Error)]
-pub enum ListenError {
-    /// Could not bind.
-    #[error("cannot listen on vhost-user socket {path}")]
-    Bind {
-        /// Socket path.
-        path: std::path::PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Another process serves that socket.
-    #[error("vhost-user socket {0} is in use by another process")]
-    InUse(std::path::PathBuf),
-    /// `--socket-group` names no group.
-    #[error("unknown group `{0}` for --socket-group")]
-    UnknownGroup(String),
-    /// The socket's folder did not exist and could not be created.
-    #[error("cannot create socket folder {dir}")]
-    CreateDir {
-        /// The folder.
-        dir: std::path::PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Bind `path` with mode 0600, or 0660 owned by `group`.
-pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenError> {
-    let bind = |source| ListenError::Bind {
-        path: path.to_owned(),
-        source,
-    };
-    // Resolve the group before anything is created, so an unknown group
-    // leaves nothing on disk.
-    let gid = match group {
-        Some(g) => Some(group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?),
-        None => None,
-    };
-    crate::socket_dir::ensure(path)
-        .map_err(|(dir, source)| ListenError::CreateDir { dir, source })?;
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(ListenError::InUse(path.to_owned()));
-        }
-        std::fs::remove_file(path).map_err(bind)?;
-    }
-    let l = UnixListener::bind(path).map_err(bind)?;
-    let finish = || -> Result<(), std::io::Error> {
-        let mode = if let Some(gid) = gid {
-            std::os::unix::fs::chown(path, None, Some(gid))?;
-            0o660
-        } else {
-            0o600
-        };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-        l.set_nonblocking(true)
-    };
-    if let Err(e) = finish() {
-        // Bound but unusable: do not leave the socket file behind.
-        let _ = std::fs::remove_file(path);
-        return Err(bind(e));
-    }
-    Ok(l)
-}
-
-fn group_id(name: &str) -> Option<u32> {
-    if let Ok(n) = name.parse() {
-        return Some(n);
-    }
-    let text = std::fs::read_to_string("/etc/group").ok()?;
-    text.lines().find_map(|l| {
-        let mut f = l.split(':');
-        (f.next()? == name).then(|| f.nth(1)?.parse().ok())?
-    })
-}
-
 /// What the next message on a frontend's socket carries, seen without
 /// taking it (`MSG_PEEK`): its request code and flags, the `num` of a
 /// vring-state payload (the second `u32`, when the payload has one), and how
@@ -823,31 +743,17 @@ fn answer_skipped(m: &Peeked, e: &VhostError) -> bool {
             || (m.code == SET_VRING_ENABLE && m.state_num.is_some_and(|n| n > 1)))
 }
 
-/// Serve frontends on `listener`, one at a time, until `stop`. The live
+/// Serve frontends from `socket`, one at a time, until `stop`. The live
 /// connection's socket is published in `live` so that a shutdown can break
 /// a blocking read.
 pub fn serve(
     port: Arc<VmPort>,
-    listener: UnixListener,
+    mut socket: FrontendSocket,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<Option<UnixStream>>>,
 ) {
-    while !stop.load(Ordering::Relaxed) {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(port = port.name(), error = %e, "accept failed");
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                continue;
-            }
-        };
-        if stream.set_nonblocking(false).is_err() {
-            continue;
-        }
+    while let Some(stream) = socket.next(port.name(), &stop) {
+        let since = std::time::Instant::now();
         tracing::info!(port = port.name(), "frontend connected");
         *live.lock().unwrap_or_else(|e| e.into_inner()) = stream.try_clone().ok();
         port.stats.connected.store(true, Ordering::Relaxed);
@@ -922,6 +828,7 @@ pub fn serve(
         conn.lock().unwrap_or_else(|e| e.into_inner()).reset();
         *live.lock().unwrap_or_else(|e| e.into_inner()) = None;
         port.stats.connected.store(false, Ordering::Relaxed);
+        socket.ended(since.elapsed());
     }
 }
 

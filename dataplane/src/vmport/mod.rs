@@ -1,6 +1,9 @@
 //! A VM port: one vhost-user socket, the frontend connected to it, and the
 //! queue worker that moves its packets.
 //!
+//! * [`frontend_socket`] is how the port reaches its frontend: vadapt
+//!   listens (QEMU connects, `reconnect=1` surviving a vadapt restart), or
+//!   vadapt connects to QEMU's socket and reconnects with backoff.
 //! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate) and
 //!   keeps the negotiated state: features, memory table, vrings.
 //! * [`queues`] is the worker's world: the port's rings as a
@@ -23,6 +26,7 @@
 //! as transmit processing, exactly like the papers' vhost thread.
 
 pub mod eventfd_io;
+pub mod frontend_socket;
 pub mod handler;
 pub mod memory_file;
 pub mod policy_slot;
@@ -170,7 +174,9 @@ impl VmPort {
                 reason = why,
                 "closing the frontend's connection"
             );
-            let _ = s.shutdown(std::net::Shutdown::Both);
+            // The serve loop's read returns; it stops the worker before the
+            // socket closes (see `Daemon::shutdown`).
+            let _ = s.shutdown(std::net::Shutdown::Read);
         }
     }
 

@@ -74,6 +74,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                 .map(|p| VmPortConfig {
                     name: p.name.clone(),
                     socket: p.socket.clone(),
+                    mode: Default::default(),
                     queues: p.queues,
                     mac: None,
                     policy: None,

@@ -199,6 +199,7 @@ fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
         vm: vec![VmPortConfig {
             name: "vm1".into(),
             socket: dir.join("vm1.sock"),
+            mode: Default::default(),
             queues: 1,
             mac: None,
             policy: None,

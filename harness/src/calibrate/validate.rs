@@ -219,6 +219,7 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
             .map(|i| VmPortConfig {
                 name: format!("vm{i}"),
                 socket: dir.join(format!("vm{i}.sock")),
+                mode: Default::default(),
                 queues: 1,
                 mac: None,
                 policy: None,

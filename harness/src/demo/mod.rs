@@ -82,6 +82,7 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
             .map(|i| VmPortConfig {
                 name: format!("vm{i}"),
                 socket: dir.join(format!("vm{i}.sock")),
+                mode: Default::default(),
                 queues,
                 mac: None,
                 policy: None,
