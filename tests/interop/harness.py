@@ -253,6 +253,7 @@ class Vadapt:
     group: ProcGroup
     args: list[str]
     cpus: str | None = "1"
+    name: str = "vadapt"
     proc: Proc | None = None
     control: Path = field(init=False)
 
@@ -264,7 +265,7 @@ class Vadapt:
         if self.cpus is not None and which("taskset"):
             # Pin the daemon away from the frontend's forwarding core (DESIGN.md).
             argv = ["taskset", "-c", self.cpus, *argv]
-        self.proc = self.group.add(Proc("vadapt", argv, self.workdir, env={"RUST_BACKTRACE": "1"}))
+        self.proc = self.group.add(Proc(self.name, argv, self.workdir, env={"RUST_BACKTRACE": "1"}))
         for s in [self.control, *wait_sockets]:
             wait_path(s, 20, self.proc)
         return self
@@ -440,7 +441,11 @@ class Guest:
         ip: str,
         role: str,
         params: dict[str, str] | None = None,
+        chardev: str = "",
     ):
+        """`chardev`: extra options of the vhost-user socket's chardev, e.g.
+        `,reconnect=1` (QEMU connects again after the backend went away) or
+        `,server=on,wait=off` (QEMU listens; the backend connects)."""
         files = guest_files()
         assert files, "guest image missing: run scripts/guest-image.sh"
         kernel, initrd = files
@@ -458,7 +463,7 @@ class Guest:
             # vhost-user needs guest memory the backend can map.
             "-object", f"memory-backend-memfd,id=mem,size={self.MEM},share=on",
             "-numa", "node,memdev=mem",
-            "-chardev", f"socket,id=c0,path={socket}",
+            "-chardev", f"socket,id=c0,path={socket}{chardev}",
             "-netdev", "vhost-user,id=n0,chardev=c0",
             # vectors=0: MSI-X off, else QEMU 7.2 under TCG segfaults in
             # msix_set_vector_notifiers (DESIGN.md).
