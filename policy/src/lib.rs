@@ -27,9 +27,9 @@
 //!
 //! The crate also holds the pure half of core management, [`vspace`]: every
 //! period the caller reports how busy the VM's vCPU threads and the queue
-//! workers were, and [`CoreAllocator`] answers how many cores each group gets
-//! next (vSPACE modes P, E and R), while [`ThresholdExplorer`] learns the
-//! groups' utilisation thresholds from SLO violations.
+//! workers were, and [`VspaceManager`] answers how many cores each group gets
+//! next (vSPACE modes P, E and R) while it learns the groups' utilisation
+//! thresholds from SLO violations.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -59,6 +59,6 @@ pub use interface::{
 pub use retune::{Retune, RetuneError};
 pub use time::{Duration, Instant};
 pub use vspace::{
-    CoreAllocation, CoreAllocator, GroupLoad, ThresholdExplorer, Thresholds, VspaceConfigError,
-    VspaceMode,
+    CoreAllocation, CoreAllocator, GroupLoad, PeriodMeasurement, PeriodOutcome, ThresholdExplorer,
+    Thresholds, VspaceConfig, VspaceConfigError, VspaceManager, VspaceMode,
 };

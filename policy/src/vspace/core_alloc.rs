@@ -61,7 +61,7 @@
 //! - **Garbage in, a valid allocation out.** A utilisation that is NaN or
 //!   negative reads as 0, one above the host's cores (+∞ included) as every
 //!   core; a threshold below [`THRESHOLD_FLOOR`] (0, negative, NaN included)
-//!   reads as that floor. `VspaceManager`
+//!   reads as that floor. [`VspaceManager`](super::manager::VspaceManager)
 //!   does better with a non-finite measurement: it keeps the allocation as it
 //!   is for that period.
 //!
@@ -88,7 +88,7 @@ const CORE_EPSILON: f64 = 1e-9;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum VspaceMode {
     /// vSPACE does not manage cores (the default). Refused by
-    /// [`CoreAllocator::new`] and `VspaceManager::new`:
+    /// [`CoreAllocator::new`] and [`VspaceManager::new`](super::manager::VspaceManager::new):
     /// the caller runs no core-management loop.
     #[default]
     #[serde(rename = "off")]
