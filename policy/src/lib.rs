@@ -59,6 +59,6 @@ pub use interface::{
 pub use retune::{Retune, RetuneError};
 pub use time::{Duration, Instant};
 pub use vspace::{
-    CoreAllocation, CoreAllocator, GroupLoad, PeriodMeasurement, PeriodOutcome, ThresholdExplorer,
-    Thresholds, VspaceConfig, VspaceConfigError, VspaceManager, VspaceMode,
+    CoreAllocation, CoreAllocator, CoreSets, GroupLoad, PeriodMeasurement, PeriodOutcome,
+    ThresholdExplorer, Thresholds, VspaceConfig, VspaceConfigError, VspaceManager, VspaceMode,
 };

@@ -7,7 +7,7 @@
 //! [`CoreAllocation`]. A group's *demand* is `TotalUtil / Th`: the cores it
 //! needs to run at its utilisation threshold `Th` ([`Thresholds`], from the
 //! threshold explorer). The allocator only counts cores; which CPU ids make up
-//! each group is `CoreSets::place`'s job.
+//! each group is [`CoreSets::place`](super::placement::CoreSets::place)'s job.
 //!
 //! - **vSPACE-P** ([`VspaceMode::Performance`], Algorithm 1): every core is in
 //!   use; the groups split them in proportion to their demands (lines 2–6).
@@ -170,7 +170,7 @@ impl GroupLoad {
 
 /// How many cores each group gets for the next period. Counts only: which
 /// CPUs they are is decided by
-/// `CoreSets::place`.
+/// [`CoreSets::place`](super::placement::CoreSets::place).
 ///
 /// From [`CoreAllocator`] every field adds up to the allocator's total
 /// cores, each group has at least one core, `idle_cores` is 0 outside

@@ -14,9 +14,10 @@
 //!       load  = CPU time of each group over the period, in cores
 //!       p95   = the period's P95 latency, if known
 //!       outcome = manager.on_period(PeriodMeasurement { load, p95 })
-//!       give the vCPU threads outcome.allocation.vcpu_cores cores, the queue
-//!       workers nq_cores, best-effort VMs be_cores (pause them if
-//!       outcome.allocation.pause_be()), lowest frequency on the idle_cores
+//!       sets  = CoreSets::place(&outcome.allocation, &cpus, &sets)?
+//!       pin vCPU threads to sets.vcpu, queue workers to sets.nq,
+//!       BE VMs to sets.be (pause them if outcome.allocation.pause_be()),
+//!       lowest frequency on sets.idle
 //! ```
 //!
 //! | file | what | paper |
@@ -24,6 +25,7 @@
 //! | [`core_alloc`] | the allocator: modes P, E, R; [`GroupLoad`] in, [`CoreAllocation`] out | Algorithms 1, 2, §4.2 |
 //! | [`thresholds`] | the threshold explorer and the initial thresholds | Algorithm 3, §4.3 |
 //! | [`manager`] | one period: sample, explore, allocate | §4.1, §4.4 |
+//! | [`placement`] | counts to CPU ids, moving as few CPUs as possible | (the paper's cpusets) |
 //! | [`config`] | [`VspaceConfig`]: mode, cores, period, MARGIN, explorer constants | §5.1 |
 //!
 //! Departures from the paper are listed in the module docs of
@@ -39,12 +41,14 @@ pub mod config;
 pub mod core_alloc;
 pub mod error;
 pub mod manager;
+pub mod placement;
 pub mod thresholds;
 
 pub use config::VspaceConfig;
 pub use core_alloc::{CoreAllocation, CoreAllocator, GroupLoad, VspaceMode};
 pub use error::VspaceConfigError;
 pub use manager::{PeriodMeasurement, PeriodOutcome, VspaceManager};
+pub use placement::{CoreSets, PlacementError};
 pub use thresholds::{
     ExplorationRound, ExplorationSample, RoundOutcome, SampleOutcome, ThresholdExplorer,
     ThresholdParams, Thresholds,
