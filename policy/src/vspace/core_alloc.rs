@@ -353,6 +353,7 @@ impl CoreAllocator {
         let demand_nq = self.demand(load.nq_util, thresholds.nq);
         let (vcpu_cores, nq_cores) = match self.mode {
             VspaceMode::Performance => self.performance(prev, demand_vcpu, demand_nq),
+            // `new` refuses Off; it is listed only to keep the match total.
             VspaceMode::Energy | VspaceMode::Resource | VspaceMode::Off => {
                 self.energy(prev, demand_vcpu, demand_nq)
             }
