@@ -24,6 +24,12 @@
 //!
 //! Nothing here reads a clock or does I/O: time comes in through
 //! [`PassReport::now`], so the daemon and the simulator run the same code.
+//!
+//! The crate also holds the pure half of core management, [`vspace`]: every
+//! period the caller reports how busy the VM's vCPU threads and the queue
+//! workers were, and [`VspaceManager`] answers how many cores each group gets
+//! next (vSPACE modes P, E and R) while it learns the groups' utilisation
+//! thresholds from SLO violations.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -39,6 +45,7 @@ pub mod interrupt;
 pub mod netap;
 pub mod retune;
 pub mod time;
+pub mod vspace;
 
 pub mod error;
 pub mod interface;
@@ -51,3 +58,7 @@ pub use interface::{
 };
 pub use retune::{Retune, RetuneError};
 pub use time::{Duration, Instant};
+pub use vspace::{
+    CoreAllocation, CoreAllocator, CoreSets, GroupLoad, PeriodMeasurement, PeriodOutcome,
+    ThresholdExplorer, Thresholds, VspaceConfig, VspaceConfigError, VspaceManager, VspaceMode,
+};
