@@ -171,6 +171,9 @@ pub struct DaemonConfig {
     /// Frames queued per destination queue before drops, per queue pair.
     #[serde(default = "default_backlog")]
     pub backlog: usize,
+    /// vSPACE core management (`[cores]`); off by default.
+    #[serde(default)]
+    pub cores: crate::cores::CoresConfig,
 }
 
 /// The daemon's default policy: NetAP with the paper's constants.
@@ -205,6 +208,7 @@ impl Default for DaemonConfig {
             cpus: Vec::new(),
             mac_ageing_s: default_ageing(),
             backlog: default_backlog(),
+            cores: Default::default(),
         }
     }
 }
@@ -322,6 +326,19 @@ impl DaemonConfig {
                 )
             })?;
             check_cpus(&self.cpus, &allowed)?;
+        }
+        self.cores.validate().map_err(|e| field("cores", e))?;
+        if self.cores.mode != vadapt_policy::vspace::VspaceMode::Off {
+            let allowed = vadapt_coremgr::cputime::current_affinity().map_err(|e| {
+                field(
+                    "cores.cpus",
+                    format!("cannot read this process's CPU affinity: {e}"),
+                )
+            })?;
+            check_cpus(&self.cores.cpus, &allowed).map_err(|e| match e {
+                ConfigError::Field { reason, .. } => field("cores.cpus", reason),
+                e => e,
+            })?;
         }
         if self.vm.is_empty() && self.tap.is_empty() {
             return Err(field(

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod conn_limit;
 pub mod control;
+pub mod cores;
 pub mod daemon;
 pub mod fault_injector;
 pub mod frames;

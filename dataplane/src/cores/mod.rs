@@ -1,0 +1,8 @@
+//! The daemon's vSPACE core manager: every period it measures the VMs'
+//! vCPU threads and the queue workers, asks the policy crate's
+//! [`VspaceManager`](vadapt_policy::vspace::VspaceManager) for the next
+//! split of the managed CPUs, and moves the threads (`coremgr`).
+
+pub mod config;
+
+pub use config::{ApplyMethod, CoresConfig};
