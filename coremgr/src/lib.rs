@@ -6,6 +6,8 @@
 //!   through cpufreq's `userspace` governor where the host offers it.
 //! - [`power`]: energy from Intel RAPL where the host exposes it, else from a
 //!   stated CPU-time power model.
+//! - [`qmp`]: which host thread runs each vCPU of a QEMU VM, from its QMP
+//!   socket (`query-cpus-fast`), with every wait bounded.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines) are probed once and reported as
@@ -22,6 +24,7 @@ mod availability;
 pub mod cpufreq;
 pub mod cputime;
 pub mod power;
+pub mod qmp;
 #[cfg(test)]
 mod test_dir;
 
