@@ -8,6 +8,11 @@
 //!   stated CPU-time power model.
 //! - [`qmp`]: which host thread runs each vCPU of a QEMU VM, from its QMP
 //!   socket (`query-cpus-fast`), with every wait bounded.
+//! - [`thread_group`]: the threads vSPACE manages ([`TaskId`]) and their
+//!   group ([`ThreadGroup`]: vCPU, NQ, best-effort).
+//! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
+//!   those threads, per thread and per group, from `schedstat`; a thread that
+//!   exits is reported gone, not an error.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines) are probed once and reported as
@@ -27,7 +32,10 @@ pub mod power;
 pub mod qmp;
 #[cfg(test)]
 mod test_dir;
+pub mod thread_group;
+pub mod thread_load;
 
 pub use availability::Availability;
 pub use cpufreq::CpuFreq;
 pub use power::{PowerModel, Rapl};
+pub use thread_group::{GroupThread, TaskId, ThreadGroup};
