@@ -13,6 +13,7 @@
 //! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
 //!   those threads, per thread and per group, from `schedstat`; a thread that
 //!   exits is reported gone, not an error.
+//! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines) are probed once and reported as
@@ -26,8 +27,10 @@
 #![deny(unsafe_code)]
 
 mod availability;
+pub mod cpu_list;
 pub mod cpufreq;
 pub mod cputime;
+mod error_chain;
 pub mod power;
 pub mod qmp;
 #[cfg(test)]

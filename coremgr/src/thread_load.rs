@@ -30,6 +30,7 @@
 //! Utilisation can exceed 1.0 per thread by a hair: the files are read one
 //! after the other, a little after the instant the caller passes.
 
+use crate::error_chain::error_chain;
 use crate::thread_group::{GroupThread, TaskId, ThreadGroup};
 use std::collections::HashMap;
 use std::io;
@@ -318,18 +319,6 @@ impl LoadSnapshot {
         }
         Ok(load)
     }
-}
-
-/// An error and its causes, `: `-separated, for a log line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 #[cfg(test)]
