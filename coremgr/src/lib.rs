@@ -13,6 +13,8 @@
 //! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
 //!   those threads, per thread and per group, from `schedstat`; a thread that
 //!   exits is reported gone, not an error.
+//! - [`affinity`]: the CPU affinity of any thread (`sched_setaffinity`), read
+//!   back, and the start-up probe whose `EPERM` makes placement advise-only.
 //! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
@@ -22,10 +24,12 @@
 //! Probes take the sysfs root as a parameter so tests run on fake trees.
 
 #![deny(missing_docs)]
-// Only `cputime` calls libc (clock_gettime, pthread_getcpuclockid,
-// sched_setaffinity); it opts out of this with every block explained.
+// Only `cputime` (clock_gettime, pthread_getcpuclockid, sched_setaffinity of
+// the calling thread) and `affinity` (sched_setaffinity of any thread) call
+// libc; they opt out of this with every block explained.
 #![deny(unsafe_code)]
 
+pub mod affinity;
 mod availability;
 pub mod cpu_list;
 pub mod cpufreq;
