@@ -16,6 +16,8 @@
 //! - [`affinity`]: the CPU affinity of any thread (`sched_setaffinity`), read
 //!   back, and the start-up probe whose `EPERM` makes placement advise-only.
 //! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
+//! - [`cgroup_mount`]: which cgroup version a path is on, and where cpusets
+//!   are mounted, from `/proc/self/mountinfo`.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines) are probed once and reported as
@@ -31,6 +33,7 @@
 
 pub mod affinity;
 mod availability;
+pub mod cgroup_mount;
 pub mod cpu_list;
 pub mod cpufreq;
 pub mod cputime;
