@@ -18,6 +18,8 @@
 //! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
 //! - [`cgroup_mount`]: which cgroup version a path is on, and where cpusets
 //!   are mounted, from `/proc/self/mountinfo`.
+//! - [`cpuset`]: the paper's mechanism, a cgroup cpuset per group (v2
+//!   threaded mode or v1) under a configured parent.
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines) are probed once and reported as
@@ -36,6 +38,7 @@ mod availability;
 pub mod cgroup_mount;
 pub mod cpu_list;
 pub mod cpufreq;
+pub mod cpuset;
 pub mod cputime;
 mod error_chain;
 pub mod power;
