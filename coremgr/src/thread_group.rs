@@ -4,7 +4,7 @@
 //! cores.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use vadapt_policy::vspace::CoreSets;
 
 /// A vSPACE group of threads; each runs on its own set of cores.
@@ -41,6 +41,26 @@ impl ThreadGroup {
     }
 }
 
+/// Finding a thread's process failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskIdError {
+    /// The status file could not be read (e.g. no such thread).
+    #[error("failed to read {path}")]
+    ReadStatus {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The status file has no valid `Tgid:` line.
+    #[error("no Tgid line in {path}")]
+    NoTgid {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
 /// A thread of some process, as `/proc/<pid>/task/<tid>` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId {
@@ -55,13 +75,19 @@ impl TaskId {
     /// `<proc_root>/<tid>/status` (a thread's directory exists there even
     /// though `/proc` does not list it). For QMP's thread ids, which come
     /// without their process.
-    pub fn of_thread(proc_root: &Path, tid: u32) -> io::Result<TaskId> {
-        let status = std::fs::read_to_string(proc_root.join(tid.to_string()).join("status"))?;
-        let pid = status
+    pub fn of_thread(proc_root: &Path, tid: u32) -> Result<TaskId, TaskIdError> {
+        let path = proc_root.join(tid.to_string()).join("status");
+        let status = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            Err(source) => return Err(TaskIdError::ReadStatus { path, source }),
+        };
+        let Some(pid) = status
             .lines()
             .find_map(|l| l.strip_prefix("Tgid:"))
             .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Tgid: line"))?;
+        else {
+            return Err(TaskIdError::NoTgid { path });
+        };
         Ok(TaskId { pid, tid })
     }
 }
@@ -108,8 +134,14 @@ mod tests {
                 tid: 4243
             }
         );
-        assert!(TaskId::of_thread(&t.0, 4244).is_err());
-        assert!(TaskId::of_thread(&t.0, 4245).is_err());
+        assert!(matches!(
+            TaskId::of_thread(&t.0, 4244),
+            Err(TaskIdError::NoTgid { .. })
+        ));
+        assert!(matches!(
+            TaskId::of_thread(&t.0, 4245),
+            Err(TaskIdError::ReadStatus { .. })
+        ));
 
         // A (non-main) thread of this process, which /proc does not list
         // but knows.
