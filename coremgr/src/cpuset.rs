@@ -86,6 +86,12 @@ pub enum CpusetError {
         /// What `cgroup.controllers` lists.
         controllers: String,
     },
+    /// v1: the parent's `cpuset.cpus` is empty, so its children could have none.
+    #[error("{path} is empty: the parent has no CPUs")]
+    NoCpus {
+        /// The parent's `cpuset.cpus`.
+        path: PathBuf,
+    },
     /// v1: the parent's `cpuset.mems` is empty, so its children could hold no threads.
     #[error("{path} is empty: the parent has no memory nodes")]
     NoMems {
@@ -223,7 +229,13 @@ impl CpusetGroups {
         };
         match groups.version {
             CgroupVersion::V2 => groups.prepare_v2_parent()?,
-            CgroupVersion::V1 => {}
+            CgroupVersion::V1 => {
+                // Children's CPUs must be a subset of the parent's.
+                let cpus = groups.parent.join("cpuset.cpus");
+                if read(cpus.clone())?.is_empty() {
+                    return Err(CpusetError::NoCpus { path: cpus });
+                }
+            }
         }
         for group in ThreadGroup::ALL {
             groups.ensure(group)?;
@@ -453,6 +465,11 @@ mod tests {
         let cpu_only = mountinfo(&t.0, "cgroup", "rw,cpu,cpuacct");
         let e = CpusetGroups::open(&t.0.join("vadapt"), &cpu_only).unwrap_err();
         assert!(matches!(e, CpusetError::NotCpusetHierarchy { .. }), "{e}");
+
+        let (t, info) = v1_tree();
+        t.write("vadapt/cpuset.cpus", "\n");
+        let e = CpusetGroups::open(&t.0.join("vadapt"), &info).unwrap_err();
+        assert!(matches!(e, CpusetError::NoCpus { .. }), "{e}");
 
         let (t, info) = v1_tree();
         t.write("vadapt/cpuset.mems", "\n");
