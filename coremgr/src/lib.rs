@@ -7,24 +7,68 @@
 //! - [`power`]: energy from Intel RAPL where the host exposes it, else from a
 //!   stated CPU-time power model.
 //!
+//! The host half of vSPACE (the pure half is
+//! [`vadapt_policy::vspace`]), in the order the daemon loop uses it:
+//!
+//! ```text
+//!   qmp::vcpu_threads(socket) → TaskId::of_thread   the VM's vCPU threads
+//!   applier = Applier::cpuset(..) | Applier::affinity(..)   probed once
+//!   every period:
+//!       load = LoadSnapshot::take(..).since(&prev)?  thread_load
+//!       outcome = manager.on_period(PeriodMeasurement { load: load.group_load(), .. })
+//!       sets = CoreSets::place(&outcome.allocation, &cpus, &sets)?
+//!       report = applier.apply(&sets, &threads)      moved / gone / refused
+//! ```
+//!
+//! - [`qmp`]: which host thread runs each vCPU of a QEMU VM, from its QMP
+//!   socket (`query-cpus-fast`), with every wait bounded.
+//! - [`thread_group`]: the threads vSPACE manages ([`TaskId`]) and their
+//!   group ([`ThreadGroup`]: vCPU, NQ, best-effort).
+//! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
+//!   those threads, per thread and per group, from `schedstat`; a thread that
+//!   exits is reported gone, not an error.
+//! - [`applier`]: [`Applier`], the one call that puts the groups on their
+//!   cores by one of the two mechanisms below, or advises only.
+//! - [`affinity`]: the CPU affinity of any thread (`sched_setaffinity`), read
+//!   back, and the start-up probe whose `EPERM` makes placement advise-only.
+//! - [`cpuset`]: the paper's mechanism, a cgroup cpuset per group (v2
+//!   threaded mode or v1) under a configured parent.
+//! - [`cgroup_mount`]: which cgroup version a path is on, and where cpusets
+//!   are mounted, from `/proc/self/mountinfo`.
+//! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
+//!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
-//! project's build machines) are probed once and reported as
+//! project's build machines; permission to move other processes' threads;
+//! a cpuset hierarchy) are probed once and reported as
 //! [`Availability::Unavailable`] with a reason, so the daemon logs one line at
 //! start-up and carries on; operations on an unavailable feature are no-ops.
-//! Probes take the sysfs root as a parameter so tests run on fake trees.
+//! Probes take the sysfs, procfs or cgroupfs root (or mountinfo's text) as a
+//! parameter so tests run on fake trees.
 
 #![deny(missing_docs)]
-// Only `cputime` calls libc (clock_gettime, pthread_getcpuclockid,
-// sched_setaffinity); it opts out of this with every block explained.
+// Only `cputime` (clock_gettime, pthread_getcpuclockid, sched_setaffinity of
+// the calling thread) and `affinity` (sched_setaffinity of any thread) call
+// libc; they opt out of this with every block explained.
 #![deny(unsafe_code)]
 
+pub mod affinity;
+pub mod applier;
 mod availability;
+pub mod cgroup_mount;
+pub mod cpu_list;
 pub mod cpufreq;
+pub mod cpuset;
 pub mod cputime;
+mod error_chain;
 pub mod power;
+pub mod qmp;
 #[cfg(test)]
 mod test_dir;
+pub mod thread_group;
+pub mod thread_load;
 
+pub use applier::Applier;
 pub use availability::Availability;
 pub use cpufreq::CpuFreq;
 pub use power::{PowerModel, Rapl};
+pub use thread_group::{GroupThread, TaskId, ThreadGroup};
