@@ -2,7 +2,7 @@
 //! back as strings (unavailable features, per-thread outcomes).
 
 /// `e` and its causes, `: `-separated ("failed to read x: No such file").
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -59,7 +59,7 @@ pub mod cpu_list;
 pub mod cpufreq;
 pub mod cpuset;
 pub mod cputime;
-mod error_chain;
+pub mod error_chain;
 pub mod power;
 pub mod qmp;
 #[cfg(test)]

@@ -94,15 +94,15 @@ pub enum VspaceMode {
     #[serde(rename = "off")]
     Off,
     /// vSPACE-P, performance: every core in use (Algorithm 1).
-    #[serde(rename = "p", alias = "performance")]
+    #[serde(rename = "p", alias = "P", alias = "performance")]
     Performance,
     /// vSPACE-E, energy efficiency: as few cores as the thresholds allow,
     /// the rest idle at the lowest frequency (Algorithm 2).
-    #[serde(rename = "e", alias = "energy")]
+    #[serde(rename = "e", alias = "E", alias = "energy")]
     Energy,
     /// vSPACE-R, resource efficiency: as vSPACE-E, the rest lent to
     /// best-effort VMs (§4.2).
-    #[serde(rename = "r", alias = "resource")]
+    #[serde(rename = "r", alias = "R", alias = "resource")]
     Resource,
 }
 
@@ -135,9 +135,10 @@ impl fmt::Display for VspaceMode {
 impl FromStr for VspaceMode {
     type Err = VspaceConfigError;
 
-    /// `off`, `p` / `performance`, `e` / `energy`, `r` / `resource`.
+    /// `off`, `p` / `performance`, `e` / `energy`, `r` / `resource`, in
+    /// any case (the paper writes vSPACE-P, -E, -R).
     fn from_str(s: &str) -> Result<Self, VspaceConfigError> {
-        match s {
+        match s.to_ascii_lowercase().as_str() {
             "off" => Ok(VspaceMode::Off),
             "p" | "performance" => Ok(VspaceMode::Performance),
             "e" | "energy" => Ok(VspaceMode::Energy),
