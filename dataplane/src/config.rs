@@ -108,6 +108,14 @@ pub struct VmPortConfig {
     /// [`crate::vmport::memory_file`].
     #[serde(default)]
     pub unsealed_memory: UnsealedMemory,
+    /// The VM's QMP socket (QEMU `-qmp unix:PATH,server=on,wait=off`), where
+    /// the core manager (`[cores]`) finds its vCPU threads.
+    #[serde(default)]
+    pub qmp: Option<PathBuf>,
+    /// `lc` (latency-critical, default) or `be` (best-effort: vSPACE-R lends
+    /// it idle cores and pauses it through QMP when there are none).
+    #[serde(default)]
+    pub role: crate::cores::VmRole,
 }
 
 fn one() -> u16 {
@@ -328,6 +336,12 @@ impl DaemonConfig {
             check_cpus(&self.cpus, &allowed)?;
         }
         self.cores.validate().map_err(|e| field("cores", e))?;
+        if !self.cores.cpus.is_empty() && !self.cpus.is_empty() {
+            return Err(field(
+                "cpus",
+                "leave empty when [cores] manages CPUs (the core manager places the queue workers)",
+            ));
+        }
         if self.cores.mode != vadapt_policy::vspace::VspaceMode::Off {
             let allowed = vadapt_coremgr::cputime::current_affinity().map_err(|e| {
                 field(
@@ -402,6 +416,8 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut policy = None;
     let mut unsealed_memory = UnsealedMemory::default();
     let mut mode = SocketMode::default();
+    let mut qmp = None;
+    let mut role = crate::cores::VmRole::default();
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -432,11 +448,13 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     .map_err(|e: String| field("--vm unsealed_memory", e))?
             }
             "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
+            "qmp" => qmp = Some(PathBuf::from(v)),
+            "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, role)"
                     ),
                 ))
             }
@@ -458,6 +476,8 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         mac,
         policy,
         unsealed_memory,
+        qmp,
+        role,
     })
 }
 

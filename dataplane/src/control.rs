@@ -38,6 +38,19 @@ pub enum Request {
         /// The change.
         retune: Retune,
     },
+    /// The core manager's state (`vadapt cores`).
+    Cores,
+    /// Switch the core manager's mode (`vadapt set-cores --mode`).
+    SetCores {
+        /// The new mode.
+        mode: vadapt_policy::vspace::VspaceMode,
+    },
+    /// A P95 latency sample of the latency-critical workload, for vSPACE's
+    /// threshold explorer (`vadapt cores report`).
+    CoresReport {
+        /// P95 latency, µs.
+        p95_us: u64,
+    },
 }
 
 /// The daemon's answer.
@@ -53,6 +66,11 @@ pub enum Response {
     Metrics {
         /// Exposition text.
         text: String,
+    },
+    /// The core manager's state.
+    Cores {
+        /// The state.
+        cores: Box<crate::cores::CoresSnapshot>,
     },
     /// Done.
     Ok,
@@ -235,6 +253,11 @@ mod tests {
                 Request::SetPolicy { port, .. } | Request::Retune { port, .. } => Response::Error {
                     error: format!("no port {port}"),
                 },
+                Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. } => {
+                    Response::Error {
+                        error: "no core manager".into(),
+                    }
+                }
             }
         }
     }

@@ -3,6 +3,8 @@
 
 use crate::config::DaemonConfig;
 use crate::control::{self, Handler, Request, Response};
+use crate::cores::manager_loop::{self, CoreManager};
+use crate::cores::CoresStatus;
 use crate::metrics::{PortStats, Registry};
 use crate::net::Mac;
 use crate::ports::{Echo, Sink, Tap, TapError};
@@ -58,6 +60,8 @@ pub enum DaemonError {
 struct Shared {
     registry: Arc<Registry>,
     vm_ports: Vec<Arc<VmPort>>,
+    /// The core manager's state; `None` when `[cores]` names no CPUs.
+    cores: Option<Arc<CoresStatus>>,
 }
 
 impl Handler for Shared {
@@ -79,6 +83,28 @@ impl Handler for Shared {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
             },
+            Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. } => {
+                let Some(cores) = &self.cores else {
+                    return Response::Error {
+                        error: "the core manager is not running (no [cores] cpus configured)"
+                            .into(),
+                    };
+                };
+                match req {
+                    Request::SetCores { mode } => {
+                        cores.request_mode(mode);
+                        tracing::info!(%mode, "core manager mode change requested");
+                        Response::Ok
+                    }
+                    Request::CoresReport { p95_us } => {
+                        cores.report_p95(p95_us);
+                        Response::Ok
+                    }
+                    _ => Response::Cores {
+                        cores: Box::new(cores.snapshot()),
+                    },
+                }
+            }
         }
     }
 }
@@ -252,9 +278,33 @@ impl Daemon {
             );
         }
 
+        let mut cores_line = None;
+        let cores = if cfg.cores.cpus.is_empty() {
+            None
+        } else {
+            let status = Arc::new(CoresStatus::default());
+            let m = CoreManager::new(
+                cfg.cores.clone(),
+                vm_ports.clone(),
+                Arc::clone(&status),
+                std::path::Path::new("/proc"),
+            );
+            cores_line = Some(m.describe());
+            started
+                .threads
+                .push(manager_loop::spawn(m, Arc::clone(&stop)).map_err(|source| {
+                    DaemonError::Port {
+                        port: "core manager".into(),
+                        source,
+                    }
+                })?);
+            registry.set_cores(Arc::clone(&status));
+            Some(status)
+        };
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
             vm_ports,
+            cores,
         });
         started.threads.push(control::serve(
             &cfg.control,
@@ -307,6 +357,9 @@ impl Daemon {
         tracing::info!(path = %cfg.control.display(), "control socket ready");
         if let Some(bound) = metrics_addr {
             tracing::info!(%bound, "Prometheus metrics at http://{bound}/metrics");
+        }
+        if let Some(line) = cores_line {
+            tracing::info!("{line}");
         }
         if let Some(reason) = freq_note {
             tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");

@@ -228,6 +228,7 @@ pub fn thread_cpu_ns(tid: i32) -> u64 {
 pub struct Registry {
     ports: RwLock<Vec<Arc<PortStats>>>,
     workers: RwLock<Vec<Arc<WorkerStats>>>,
+    cores: RwLock<Option<Arc<crate::cores::CoresStatus>>>,
 }
 
 impl Registry {
@@ -239,6 +240,11 @@ impl Registry {
     /// Register a worker's counters.
     pub fn add_worker(&self, w: Arc<WorkerStats>) {
         self.workers.write().expect("poisoned").push(w);
+    }
+
+    /// Export the core manager's state (`vadapt_cores_*`).
+    pub fn set_cores(&self, c: Arc<crate::cores::CoresStatus>) {
+        *self.cores.write().expect("poisoned") = Some(c);
     }
 
     /// A consistent-enough copy of every counter, for `vadapt stats`.
@@ -707,8 +713,102 @@ impl prometheus_client::collector::Collector for Collector {
                     )?;
             }
         }
+        let cores = self.0.cores.read().expect("poisoned").clone();
+        if let Some(c) = cores {
+            encode_cores(&c.snapshot(), &mut enc)?;
+        }
         Ok(())
     }
+}
+
+/// The core manager's `vadapt_cores_*` families.
+fn encode_cores(
+    c: &crate::cores::CoresSnapshot,
+    enc: &mut prometheus_client::encoding::DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    use prometheus_client::metrics::MetricType;
+    type Labels = Vec<(&'static str, String)>;
+    let group = |g: &str| -> Labels { vec![("group", g.to_string())] };
+    let mut m = enc.encode_descriptor(
+        "vadapt_cores_group_cpus",
+        "CPUs of each vSPACE group (vcpu, nq, be, idle).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (g, v) in [
+        ("vcpu", &c.sets.vcpu),
+        ("nq", &c.sets.nq),
+        ("be", &c.sets.be),
+        ("idle", &c.sets.idle),
+    ] {
+        ConstGauge::new(v.len() as i64).encode(m.encode_family(&group(g))?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "vadapt_cores_utilization",
+        "CPU time of each group over the last period, in cores.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (g, v) in [("vcpu", c.util_vcpu), ("nq", c.util_nq), ("be", c.util_be)] {
+        ConstGauge::new(v).encode(m.encode_family(&group(g))?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "vadapt_cores_threshold",
+        "Utilisation threshold per core of each group (Th_vCPU, Th_NQ).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (g, v) in [("vcpu", c.threshold_vcpu), ("nq", c.threshold_nq)] {
+        ConstGauge::new(v).encode(m.encode_family(&group(g))?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "vadapt_cores_run_delay_seconds",
+        "Time the group's threads waited for a CPU while runnable (schedstat).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (g, v) in [("vcpu", c.run_delay_vcpu_s), ("nq", c.run_delay_nq_s)] {
+        ConstCounter::new(v).encode(m.encode_family(&group(g))?)?;
+    }
+    for (name, help, v) in [
+        (
+            "vadapt_cores_periods",
+            "Core manager periods run.",
+            c.periods,
+        ),
+        (
+            "vadapt_cores_reallocations",
+            "Periods whose core allocation changed.",
+            c.reallocations,
+        ),
+        (
+            "vadapt_cores_explorations",
+            "Threshold exploration rounds (vSPACE Algorithm 3).",
+            c.explorations,
+        ),
+        (
+            "vadapt_cores_threads_moved",
+            "Thread placements carried out.",
+            c.threads_moved,
+        ),
+        (
+            "vadapt_cores_threads_refused",
+            "Thread placements the kernel refused.",
+            c.threads_refused,
+        ),
+        (
+            "vadapt_cores_qmp_errors",
+            "Failed QMP exchanges with VMs.",
+            c.qmp_errors,
+        ),
+    ] {
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(v).encode(m)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -468,6 +468,8 @@ fn new_port(queues: u16, policy: PolicyConfig) -> Arc<VmPort> {
         name: "fuzz".into(),
         socket: "/nonexistent/vadapt-fuzz.sock".into(),
         mode: Default::default(),
+        qmp: None,
+        role: Default::default(),
         queues,
         mac: None,
         policy: None,

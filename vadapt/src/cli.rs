@@ -29,6 +29,11 @@ pub enum Command {
     SetPolicy(SetPolicyArgs),
     /// Change one parameter of a VM port's running policy, keeping its state.
     Retune(RetuneArgs),
+    /// Show the vSPACE core manager's groups, thresholds and decisions, or
+    /// report a latency sample to it.
+    Cores(CoresArgs),
+    /// Switch the running vSPACE core manager's mode.
+    SetCores(SetCoresArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(vadapt_harness::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
@@ -88,6 +93,56 @@ pub struct ServeArgs {
     /// Pin queue workers to these CPUs, round-robin (e.g. `1` or `2,3`).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub cpus: Vec<usize>,
+    /// vSPACE: the CPUs the core manager splits between VM vCPUs and queue
+    /// workers (e.g. `0,1`); `[cores] cpus` in the config file.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cores_cpus: Vec<usize>,
+    /// vSPACE mode: off, p (performance), e (energy), r (resource efficiency);
+    /// `[cores] mode` in the config file.
+    #[arg(long, value_name = "MODE")]
+    pub cores_mode: Option<String>,
+}
+
+/// `vadapt cores`.
+#[derive(Debug, Args)]
+pub struct CoresArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The daemon's control socket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/vadapt/control.sock",
+        global = true
+    )]
+    pub control: PathBuf,
+    /// Report instead of show.
+    #[command(subcommand)]
+    pub report: Option<CoresCommand>,
+}
+
+/// `vadapt cores report`.
+#[derive(Debug, Subcommand)]
+pub enum CoresCommand {
+    /// Report the latency-critical workload's P95 latency of the last
+    /// period, for the threshold explorer (vSPACE Algorithm 3).
+    Report {
+        /// P95 latency, µs.
+        #[arg(long, value_name = "US")]
+        p95_us: u64,
+    },
+}
+
+/// `vadapt set-cores`.
+#[derive(Debug, Args)]
+pub struct SetCoresArgs {
+    /// off, p, e or r.
+    #[arg(long)]
+    pub mode: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
 }
 
 /// `vadapt stats`.

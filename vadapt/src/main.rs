@@ -14,6 +14,8 @@ fn main() -> ExitCode {
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
+        cli::Command::Cores(args) => serve::cores(args),
+        cli::Command::SetCores(args) => serve::set_cores(args),
         cli::Command::Demo(args) => vadapt_harness::demo::run(args),
         cli::Command::Calibrate(args) => vadapt_harness::calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),

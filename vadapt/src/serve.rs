@@ -1,6 +1,9 @@
-//! `vadapt serve`, `vadapt stats`, `vadapt set-policy`, `vadapt retune`.
+//! `vadapt serve`, `vadapt stats`, `vadapt set-policy`, `vadapt retune`,
+//! `vadapt cores`, `vadapt set-cores`.
 
-use crate::cli::{RetuneArgs, ServeArgs, SetPolicyArgs, StatsArgs};
+use crate::cli::{
+    CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
+};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -46,6 +49,14 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     }
     if !a.cpus.is_empty() {
         cfg.cpus = a.cpus.clone();
+    }
+    if !a.cores_cpus.is_empty() {
+        cfg.cores.cpus = a.cores_cpus.clone();
+    }
+    if let Some(m) = &a.cores_mode {
+        cfg.cores.mode = m
+            .parse()
+            .map_err(|e| format!("invalid `--cores-mode`: {e}"))?;
     }
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
@@ -164,6 +175,48 @@ pub fn retune(a: RetuneArgs) -> ExitCode {
     ) {
         Ok(Response::Ok) => {
             println!("{}: {} retuned", a.port, retune.param());
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Error { error }) => fail(error),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(chain(&e)),
+    }
+}
+
+/// `vadapt cores` and `vadapt cores report`.
+pub fn cores(a: CoresArgs) -> ExitCode {
+    let req = match a.report {
+        Some(CoresCommand::Report { p95_us }) => Request::CoresReport { p95_us },
+        None => Request::Cores,
+    };
+    match request(&a.control, &req) {
+        Ok(Response::Cores { cores }) => {
+            if a.json {
+                match serde_json::to_string_pretty(&cores) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => return fail(e),
+                }
+            } else {
+                print!("{}", cores.to_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(Response::Ok) => ExitCode::SUCCESS,
+        Ok(Response::Error { error }) => fail(error),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(chain(&e)),
+    }
+}
+
+/// `vadapt set-cores`.
+pub fn set_cores(a: SetCoresArgs) -> ExitCode {
+    let mode = match a.mode.parse::<vadapt_policy::vspace::VspaceMode>() {
+        Ok(m) => m,
+        Err(e) => return fail(format!("invalid `--mode`: {e}")),
+    };
+    match request(&a.control, &Request::SetCores { mode }) {
+        Ok(Response::Ok) => {
+            println!("core manager: mode {mode} from the next period");
             ExitCode::SUCCESS
         }
         Ok(Response::Error { error }) => fail(error),

@@ -47,6 +47,39 @@ impl std::str::FromStr for ApplyMethod {
     }
 }
 
+/// A VM's role for vSPACE-R.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmRole {
+    /// Latency-critical: its vCPUs are the vCPU group (default).
+    #[default]
+    Lc,
+    /// Best-effort: in vSPACE-R it runs on the cores lent to best-effort
+    /// work, and is paused (QMP `stop`) while there are none.
+    Be,
+}
+
+impl VmRole {
+    /// `lc` or `be`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmRole::Lc => "lc",
+            VmRole::Be => "be",
+        }
+    }
+}
+
+impl std::str::FromStr for VmRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lc" => Ok(VmRole::Lc),
+            "be" => Ok(VmRole::Be),
+            _ => Err(format!("`{s}`: expected `lc` or `be`")),
+        }
+    }
+}
+
 /// The `[cores]` table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,9 +145,10 @@ impl CoresConfig {
     /// Check the table; the error says which key is wrong.
     pub fn validate(&self) -> Result<(), String> {
         self.vspace().validate().map_err(|e| match e {
-            vadapt_policy::vspace::VspaceConfigError::InvalidParam { param, reason }
-                if param == "total_cores" =>
-            {
+            vadapt_policy::vspace::VspaceConfigError::InvalidParam {
+                param: "total_cores",
+                reason,
+            } => {
                 format!("cpus: {reason} (vSPACE needs at least 2 CPUs to split)")
             }
             e => e.to_string(),
@@ -123,7 +157,10 @@ impl CoresConfig {
         if let Some(c) = self.cpus.iter().find(|c| !seen.insert(**c)) {
             return Err(format!("cpus: CPU {c} is listed twice"));
         }
-        if self.apply == ApplyMethod::Cpuset && self.cgroup.is_none() && self.mode != VspaceMode::Off {
+        if self.apply == ApplyMethod::Cpuset
+            && self.cgroup.is_none()
+            && self.mode != VspaceMode::Off
+        {
             return Err("cgroup: required with apply = \"cpuset\"".into());
         }
         Ok(())
@@ -156,7 +193,11 @@ mod tests {
             cpus: vec![0],
             ..c.clone()
         };
-        assert!(one.validate().unwrap_err().starts_with("cpus:"), "{:?}", one.validate());
+        assert!(
+            one.validate().unwrap_err().starts_with("cpus:"),
+            "{:?}",
+            one.validate()
+        );
         let twice = CoresConfig {
             cpus: vec![0, 0],
             ..c.clone()

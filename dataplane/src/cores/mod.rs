@@ -4,5 +4,8 @@
 //! split of the managed CPUs, and moves the threads (`coremgr`).
 
 pub mod config;
+pub mod manager_loop;
+pub mod status;
 
-pub use config::{ApplyMethod, CoresConfig};
+pub use config::{ApplyMethod, CoresConfig, VmRole};
+pub use status::{CoresSnapshot, CoresStatus};

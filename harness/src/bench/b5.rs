@@ -75,6 +75,8 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                     name: p.name.clone(),
                     socket: p.socket.clone(),
                     mode: Default::default(),
+                    qmp: None,
+                    role: Default::default(),
                     queues: p.queues,
                     mac: None,
                     policy: None,

@@ -200,6 +200,8 @@ fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
             name: "vm1".into(),
             socket: dir.join("vm1.sock"),
             mode: Default::default(),
+            qmp: None,
+            role: Default::default(),
             queues: 1,
             mac: None,
             policy: None,

@@ -220,6 +220,8 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
                 name: format!("vm{i}"),
                 socket: dir.join(format!("vm{i}.sock")),
                 mode: Default::default(),
+                qmp: None,
+                role: Default::default(),
                 queues: 1,
                 mac: None,
                 policy: None,

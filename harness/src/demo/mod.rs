@@ -83,6 +83,8 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
                 name: format!("vm{i}"),
                 socket: dir.join(format!("vm{i}.sock")),
                 mode: Default::default(),
+                qmp: None,
+                role: Default::default(),
                 queues,
                 mac: None,
                 policy: None,

@@ -1,0 +1,753 @@
+//! The core manager's thread: every period, measure, allocate, place.
+//!
+//! ```text
+//!   every period_ms:
+//!       threads = vCPU threads of each VM (QMP query-cpus-fast, cached)
+//!               + the queue workers (NQ group)
+//!       load    = schedstat of each thread since the last period
+//!       outcome = VspaceManager::on_period(load, worst P95 reported)
+//!       sets    = CoreSets::place(outcome.allocation, cpus, previous sets)
+//!       apply sets to threads when either changed (affinity or cpusets)
+//!       vSPACE-R: QMP stop / cont the best-effort VMs as their cores go and come
+//! ```
+//!
+//! What it does not do (yet), and says so in the README: the queue workers
+//! stay one per VM port, each allowed on every NQ core, rather than one per
+//! NQ core with queues reassigned between them; and the guest side
+//! (vSPACE-Guest: online vCPUs and active queue pairs) is not driven.
+//!
+//! A queue worker restarts (new thread id) whenever its frontend
+//! reconfigures a ring; it runs where the daemon's own affinity allows until
+//! the next period places it. A VM whose QMP socket does not answer, answers
+//! garbage, or names threads that have gone is a logged, counted condition:
+//! its vCPUs are left where they are and looked up again later; the other
+//! VMs keep their placement.
+
+use super::config::{ApplyMethod, CoresConfig, VmRole};
+use super::status::{CoresStatus, VmCores};
+use crate::vmport::VmPort;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vadapt_coremgr::applier::ThreadOutcome;
+use vadapt_coremgr::error_chain::error_chain;
+use vadapt_coremgr::qmp::{self, QmpClient};
+use vadapt_coremgr::thread_load::{LoadSnapshot, ThreadPeriod};
+use vadapt_coremgr::{Applier, GroupThread, TaskId, ThreadGroup};
+use vadapt_policy::vspace::{
+    CoreSets, PeriodMeasurement, SampleOutcome, VspaceManager, VspaceMode,
+};
+
+/// How often a VM's vCPU threads are looked up again even when nothing
+/// suggests they changed (vCPU hot-plug).
+const REDISCOVER_EVERY: Duration = Duration::from_secs(10);
+/// How soon a VM whose lookup failed is tried again.
+const RETRY_LOOKUP: Duration = Duration::from_secs(1);
+
+/// One VM under management.
+#[derive(Debug)]
+struct ManagedVm {
+    name: String,
+    role: VmRole,
+    qmp: Option<PathBuf>,
+    vcpus: Vec<TaskId>,
+    looked_up: Option<Instant>,
+    error: Option<String>,
+    paused: bool,
+}
+
+/// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
+/// it on a thread.
+pub struct CoreManager {
+    cfg: CoresConfig,
+    mode: VspaceMode,
+    proc_root: PathBuf,
+    vms: Vec<ManagedVm>,
+    ports: Vec<Arc<VmPort>>,
+    status: Arc<CoresStatus>,
+    manager: Option<VspaceManager>,
+    applier: Applier,
+    sets: CoreSets,
+    applied: Option<(CoreSets, Vec<GroupThread>)>,
+    prev: Option<LoadSnapshot>,
+    run_delay: [Duration; 2],
+}
+
+impl std::fmt::Debug for CoreManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreManager")
+            .field("mode", &self.mode)
+            .field("cpus", &self.cfg.cpus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoreManager {
+    /// A manager of `cfg.cpus` for `ports` (their configs name the VMs'
+    /// QMP sockets and roles); `proc_root` is normally `/proc`.
+    pub fn new(
+        cfg: CoresConfig,
+        ports: Vec<Arc<VmPort>>,
+        status: Arc<CoresStatus>,
+        proc_root: &Path,
+    ) -> Self {
+        let applier = match cfg.apply {
+            ApplyMethod::Advise => Applier::advise_only("apply = \"advise\" in [cores]"),
+            ApplyMethod::Affinity => {
+                // Our own thread always passes the probe; another process's
+                // refusal (no CAP_SYS_NICE) shows in the first placement,
+                // which then switches to advise-only (see `apply`).
+                Applier::affinity(vadapt_coremgr::cputime::current_tid())
+            }
+            ApplyMethod::Cpuset => {
+                let mountinfo =
+                    std::fs::read_to_string(proc_root.join("self/mountinfo")).unwrap_or_default();
+                let parent = cfg.cgroup.clone().unwrap_or_default();
+                Applier::cpuset(&parent, &mountinfo)
+            }
+        };
+        let vms = ports
+            .iter()
+            .map(|p| ManagedVm {
+                name: p.name().to_string(),
+                role: p.cfg.role,
+                qmp: p.cfg.qmp.clone(),
+                vcpus: Vec::new(),
+                looked_up: None,
+                error: p
+                    .cfg
+                    .qmp
+                    .is_none()
+                    .then(|| "no qmp socket configured".to_string()),
+                paused: false,
+            })
+            .collect();
+        let mut m = CoreManager {
+            mode: cfg.mode,
+            proc_root: proc_root.to_owned(),
+            vms,
+            ports,
+            status,
+            manager: None,
+            applier,
+            sets: CoreSets::default(),
+            applied: None,
+            prev: None,
+            run_delay: [Duration::ZERO; 2],
+            cfg,
+        };
+        m.set_mode(m.mode);
+        m
+    }
+
+    /// The current placement.
+    pub fn sets(&self) -> &CoreSets {
+        &self.sets
+    }
+
+    fn set_mode(&mut self, mode: VspaceMode) {
+        self.mode = mode;
+        self.manager = if mode == VspaceMode::Off {
+            None
+        } else {
+            let vcfg = super::CoresConfig {
+                mode,
+                ..self.cfg.clone()
+            }
+            .vspace();
+            match VspaceManager::new(&vcfg) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::error!(error = %e, "core manager: cannot run mode {mode}; staying off");
+                    self.mode = VspaceMode::Off;
+                    None
+                }
+            }
+        };
+        self.sets = match &self.manager {
+            Some(m) => {
+                CoreSets::place(&m.allocation(), &self.cfg.cpus, &self.sets).unwrap_or_default()
+            }
+            // Off: every managed thread may run on every managed CPU.
+            None => CoreSets {
+                vcpu: self.cfg.cpus.clone(),
+                nq: self.cfg.cpus.clone(),
+                be: self.cfg.cpus.clone(),
+                idle: Vec::new(),
+            },
+        };
+        self.applied = None;
+        if mode != VspaceMode::Resource {
+            self.resume_best_effort();
+        }
+    }
+
+    /// The log line said once at start-up.
+    pub fn describe(&self) -> String {
+        let how = match self.applier.availability() {
+            vadapt_coremgr::Availability::Available => {
+                format!("placing threads by {}", self.applier.name())
+            }
+            vadapt_coremgr::Availability::Unavailable { reason } => {
+                format!("advise-only (threads are not moved): {reason}")
+            }
+        };
+        format!(
+            "core manager: mode {} on CPUs {:?}, period {} ms, {how}",
+            self.mode, self.cfg.cpus, self.cfg.period_ms
+        )
+    }
+
+    /// One period at `now`.
+    pub fn step(&mut self, now: Instant) {
+        let requested = self
+            .status
+            .mode_request
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mode) = requested {
+            if mode != self.mode {
+                tracing::info!(from = %self.mode, to = %mode, "core manager: mode changed");
+                self.note(format!("mode {} -> {mode}", self.mode));
+                self.set_mode(mode);
+            }
+        }
+        self.look_up_vcpus(now);
+        let threads = self.threads();
+        let snap = LoadSnapshot::take(&self.proc_root, &threads, now);
+        let load = self.prev.as_ref().and_then(|p| snap.since(p).ok());
+        self.prev = Some(snap);
+        let p95 = self.status.take_p95();
+        let mut gone_vcpu = false;
+        if let Some(load) = &load {
+            for r in &load.threads {
+                if r.period == ThreadPeriod::Gone && r.thread.group != ThreadGroup::Nq {
+                    gone_vcpu = true;
+                }
+            }
+            self.run_delay[0] += load.vcpu.run_delay;
+            self.run_delay[1] += load.nq.run_delay;
+        }
+        if gone_vcpu {
+            // A VM shut down or restarted: look its threads up again.
+            for vm in &mut self.vms {
+                vm.looked_up = None;
+            }
+        }
+        let mut outcome = None;
+        if let (Some(m), Some(load)) = (&mut self.manager, &load) {
+            let o = m.on_period(PeriodMeasurement {
+                load: load.group_load(),
+                p95: p95.map(vadapt_policy::time::Duration::from_micros),
+            });
+            if o.changed {
+                match CoreSets::place(&o.allocation, &self.cfg.cpus, &self.sets) {
+                    Ok(sets) => self.sets = sets,
+                    Err(e) => tracing::error!(error = %e, "core manager: placement failed"),
+                }
+            }
+            outcome = Some(o);
+        }
+        self.apply(&threads);
+        if self.mode == VspaceMode::Resource {
+            if let Some(o) = &outcome {
+                if o.allocation.pause_be() {
+                    self.pause_best_effort();
+                } else {
+                    self.resume_best_effort();
+                }
+            }
+        }
+        self.publish(load.as_ref(), outcome);
+    }
+
+    /// Every thread under management, with its group.
+    fn threads(&self) -> Vec<GroupThread> {
+        let mut v = Vec::new();
+        for vm in &self.vms {
+            let group = if vm.role == VmRole::Be && self.mode == VspaceMode::Resource {
+                ThreadGroup::Be
+            } else {
+                ThreadGroup::Vcpu
+            };
+            v.extend(vm.vcpus.iter().map(|&task| GroupThread { group, task }));
+        }
+        let pid = std::process::id();
+        for p in &self.ports {
+            let tid = p.worker_stats.tid.load(Ordering::Acquire);
+            if tid > 0 {
+                v.push(GroupThread {
+                    group: ThreadGroup::Nq,
+                    task: TaskId {
+                        pid,
+                        tid: tid as u32,
+                    },
+                });
+            }
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn look_up_vcpus(&mut self, now: Instant) {
+        let mut notes = Vec::new();
+        for vm in &mut self.vms {
+            let Some(path) = vm.qmp.clone() else { continue };
+            let due = match vm.looked_up {
+                None => true,
+                Some(t) if vm.vcpus.is_empty() => now.duration_since(t) >= RETRY_LOOKUP,
+                Some(t) => now.duration_since(t) >= REDISCOVER_EVERY,
+            };
+            if !due {
+                continue;
+            }
+            vm.looked_up = Some(now);
+            let found = qmp::vcpu_threads(&path)
+                .map_err(|e| format!("QMP {}: {}", path.display(), error_chain(&e)))
+                .and_then(|threads| {
+                    threads
+                        .iter()
+                        .map(|t| TaskId::of_thread(&self.proc_root, t.thread_id))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| {
+                            format!("vCPU thread of {}: {}", path.display(), error_chain(&e))
+                        })
+                });
+            match found {
+                Ok(mut tasks) => {
+                    tasks.sort();
+                    tasks.dedup();
+                    if vm.vcpus != tasks {
+                        let tids: Vec<u32> = tasks.iter().map(|t| t.tid).collect();
+                        tracing::info!(vm = vm.name, ?tids, "core manager: vCPU threads found");
+                        notes.push(format!("{}: vCPU threads {tids:?}", vm.name));
+                    }
+                    vm.vcpus = tasks;
+                    vm.error = None;
+                }
+                Err(e) => {
+                    if vm.error.as_deref() != Some(&e) {
+                        tracing::warn!(vm = vm.name, error = %e, "core manager: cannot find the VM's vCPU threads; its vCPUs are left where they are");
+                    }
+                    self.status
+                        .snapshot
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .qmp_errors += 1;
+                    vm.vcpus.clear();
+                    vm.error = Some(e);
+                }
+            }
+        }
+        for n in notes {
+            self.note(n);
+        }
+    }
+
+    fn apply(&mut self, threads: &[GroupThread]) {
+        if let Some((sets, applied)) = &self.applied {
+            if *sets == self.sets && applied == threads {
+                return;
+            }
+        }
+        let report = self.applier.apply(&self.sets, threads);
+        let (moved, refused) = (report.moved(), report.refused());
+        {
+            let mut s = self
+                .status
+                .snapshot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            s.threads_moved += moved as u64;
+            s.threads_refused += refused as u64;
+        }
+        if refused > 0 && moved == 0 && matches!(self.applier, Applier::Affinity) {
+            let reason = report
+                .threads
+                .iter()
+                .find_map(|t| match &t.outcome {
+                    ThreadOutcome::Refused { reason } => Some(reason.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            tracing::warn!(%reason, "core manager: the kernel refuses to move the managed threads; advise-only from now on");
+            self.applier = Applier::advise_only(format!("thread placement refused: {reason}"));
+        }
+        for (group, error) in &report.group_errors {
+            tracing::warn!(group = group.name(), %error, "core manager: cannot set the group's cpuset");
+        }
+        self.applied = Some((self.sets.clone(), threads.to_vec()));
+    }
+
+    fn pause_best_effort(&mut self) {
+        self.qmp_all_be(true);
+    }
+
+    fn resume_best_effort(&mut self) {
+        self.qmp_all_be(false);
+    }
+
+    /// `stop` (pause) or `cont` every best-effort VM whose state differs.
+    fn qmp_all_be(&mut self, pause: bool) {
+        let mut notes = Vec::new();
+        let mut errors = 0;
+        for vm in &mut self.vms {
+            if vm.role != VmRole::Be || vm.paused == pause {
+                continue;
+            }
+            let Some(path) = &vm.qmp else { continue };
+            let cmd = if pause { "stop" } else { "cont" };
+            match QmpClient::connect(path).and_then(|mut c| c.execute(cmd)) {
+                Ok(_) => {
+                    vm.paused = pause;
+                    tracing::info!(
+                        vm = vm.name,
+                        "core manager: best-effort VM {}",
+                        if pause {
+                            "paused (no core left for it)"
+                        } else {
+                            "resumed"
+                        }
+                    );
+                    notes.push(format!(
+                        "{}: {}",
+                        vm.name,
+                        if pause { "paused" } else { "resumed" }
+                    ));
+                }
+                Err(e) => {
+                    errors += 1;
+                    tracing::warn!(vm = vm.name, error = %error_chain(&e), "core manager: QMP `{cmd}` failed");
+                }
+            }
+        }
+        self.status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .qmp_errors += errors;
+        for n in notes {
+            self.note(n);
+        }
+    }
+
+    fn note(&self, what: String) {
+        self.status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(what);
+    }
+
+    fn publish(
+        &self,
+        load: Option<&vadapt_coremgr::thread_load::PeriodLoad>,
+        outcome: Option<vadapt_policy::vspace::PeriodOutcome>,
+    ) {
+        let mut s = self
+            .status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        s.mode = self.mode.to_string();
+        s.cpus = self.cfg.cpus.clone();
+        s.apply = self.applier.name().to_string();
+        s.advise_reason = match self.applier.availability() {
+            vadapt_coremgr::Availability::Unavailable { reason } => Some(reason),
+            _ => None,
+        };
+        s.sets = self.sets.clone();
+        s.periods += 1;
+        if let Some(m) = &self.manager {
+            let th = m.thresholds();
+            s.threshold_vcpu = th.vcpu;
+            s.threshold_nq = th.nq;
+            s.exploring = m.explorer().is_exploring();
+        }
+        if let Some(l) = load {
+            s.util_vcpu = l.vcpu.util;
+            s.util_nq = l.nq.util;
+            s.util_be = l.be.util;
+        }
+        s.run_delay_vcpu_s = self.run_delay[0].as_secs_f64();
+        s.run_delay_nq_s = self.run_delay[1].as_secs_f64();
+        if let Some(o) = outcome {
+            if o.changed {
+                s.reallocations += 1;
+                let a = o.allocation;
+                let what = format!(
+                    "period {}: vcpu {} nq {} idle {} be {} (util vcpu {:.2} nq {:.2})",
+                    s.periods,
+                    a.vcpu_cores,
+                    a.nq_cores,
+                    a.idle_cores,
+                    a.be_cores,
+                    s.util_vcpu,
+                    s.util_nq
+                );
+                s.note(what);
+            }
+            if let Some(SampleOutcome::Explored(round)) = o.sample {
+                s.explorations += 1;
+                let what = format!("period {}: thresholds explored: {round:?}", s.periods);
+                s.note(what);
+            }
+        }
+        s.vms = self
+            .vms
+            .iter()
+            .map(|vm| VmCores {
+                name: vm.name.clone(),
+                role: vm.role.as_str().to_string(),
+                qmp: vm.qmp.as_ref().map(|p| p.display().to_string()),
+                vcpu_tids: vm.vcpus.iter().map(|t| t.tid).collect(),
+                error: vm.error.clone(),
+                paused: vm.paused,
+            })
+            .collect();
+        s.worker_tids = self
+            .ports
+            .iter()
+            .map(|p| p.worker_stats.tid.load(Ordering::Acquire))
+            .filter(|&t| t > 0)
+            .map(|t| t as u32)
+            .collect();
+    }
+}
+
+/// Run `m` every period on a thread named `vadapt-cores` until `stop`.
+pub fn spawn(mut m: CoreManager, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
+    let period = Duration::from_millis(m.cfg.period_ms);
+    std::thread::Builder::new()
+        .name("vadapt-cores".into())
+        .spawn(move || {
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                m.step(Instant::now());
+                next += period;
+                let now = Instant::now();
+                if next < now {
+                    next = now; // fell behind: no burst of catch-up periods
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    let left = next.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(50)));
+                }
+            }
+            // Leave the threads free to run on every managed CPU.
+            m.set_mode(VspaceMode::Off);
+            let threads = m.threads();
+            m.apply(&threads);
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_vm_spec;
+    use crate::switch::Switch;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::sync::mpsc;
+    use vadapt_coremgr::affinity::cpus_allowed_list;
+    use vadapt_coremgr::cpufreq::CpuFreq;
+
+    /// A QMP server on `path` answering `query-cpus-fast` with `tids`,
+    /// until `stop` (checked between connections).
+    fn fake_qmp(path: &Path, tids: Vec<u32>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+        let l = UnixListener::bind(path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((s, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let _ = writeln!(w, r#"{{"QMP": {{"version": {{}}, "capabilities": []}}}}"#);
+                for line in BufReader::new(s).lines() {
+                    let Ok(line) = line else { break };
+                    let answer = if line.contains("query-cpus-fast") {
+                        let cpus: Vec<String> = tids
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| format!(r#"{{"cpu-index": {i}, "thread-id": {t}}}"#))
+                            .collect();
+                        format!(r#"{{"return": [{}]}}"#, cpus.join(","))
+                    } else {
+                        r#"{"return": {}}"#.to_string()
+                    };
+                    if writeln!(w, "{answer}").is_err() {
+                        break;
+                    }
+                }
+            }
+        })
+    }
+
+    /// `n` threads of this process parked until the sender drops.
+    fn parked(n: usize) -> (Vec<u32>, mpsc::Sender<()>, Vec<JoinHandle<()>>) {
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stop_rx = Arc::new(std::sync::Mutex::new(stop_rx));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let hs = (0..n)
+            .map(|_| {
+                let (rx, tx) = (Arc::clone(&stop_rx), tid_tx.clone());
+                std::thread::spawn(move || {
+                    tx.send(vadapt_coremgr::cputime::current_tid()).unwrap();
+                    let _ = rx.lock().unwrap().recv();
+                })
+            })
+            .collect();
+        (
+            (0..n).map(|_| tid_rx.recv().unwrap()).collect(),
+            stop_tx,
+            hs,
+        )
+    }
+
+    fn port(spec: &str) -> Arc<VmPort> {
+        let cfg = parse_vm_spec(spec).unwrap();
+        let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+        VmPort::new(
+            cfg,
+            crate::config::default_policy(),
+            sw,
+            64,
+            None,
+            Arc::new(CpuFreq::unavailable("test")),
+            None,
+        )
+        .unwrap()
+    }
+
+    fn allowed(tid: u32) -> Vec<usize> {
+        let task = TaskId {
+            pid: std::process::id(),
+            tid,
+        };
+        cpus_allowed_list(Path::new("/proc"), task).unwrap()
+    }
+
+    #[test]
+    fn vcpu_threads_found_through_qmp_follow_the_allocation() {
+        let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+        if own.len() < 2 {
+            eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
+            return;
+        }
+        let cpus = own[..2].to_vec();
+        let t = tempfile::tempdir().unwrap();
+        let qmp = t.path().join("qmp.sock");
+        let (tids, release, hs) = parked(2);
+        let qstop = Arc::new(AtomicBool::new(false));
+        let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
+        let p = port(&format!(
+            "name=vm1,socket=/nonexistent.sock,qmp={}",
+            qmp.display()
+        ));
+        let status = Arc::new(CoresStatus::default());
+        let cfg = CoresConfig {
+            mode: VspaceMode::Performance,
+            cpus: cpus.clone(),
+            ..CoresConfig::default()
+        };
+        let mut m = CoreManager::new(cfg, vec![p], Arc::clone(&status), Path::new("/proc"));
+        let t0 = Instant::now();
+        for i in 0..3 {
+            m.step(t0 + Duration::from_millis(100 * i));
+        }
+        let s = status.snapshot();
+        assert_eq!(
+            s.vms[0].vcpu_tids,
+            {
+                let mut v = tids.clone();
+                v.sort();
+                v
+            },
+            "{s:?}"
+        );
+        assert_eq!(s.apply, "affinity", "{s:?}");
+        // vSPACE-P: every CPU in use, one per group here.
+        assert_eq!(s.sets.vcpu.len() + s.sets.nq.len(), 2, "{s:?}");
+        for &tid in &tids {
+            assert_eq!(
+                allowed(tid),
+                s.sets.vcpu,
+                "vCPU thread {tid} placed on the vCPU group"
+            );
+        }
+        assert!(s.threads_moved >= 2, "{s:?}");
+
+        // Off: the threads may run on every managed CPU again.
+        status.request_mode(VspaceMode::Off);
+        m.step(t0 + Duration::from_millis(400));
+        for &tid in &tids {
+            assert_eq!(allowed(tid), cpus);
+        }
+        assert_eq!(status.snapshot().mode, "off");
+
+        // The VM goes away (QMP closes, its threads exit): counted, no panic,
+        // and the lookup is retried.
+        qstop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        std::fs::remove_file(&qmp).unwrap();
+        drop(release);
+        for h in hs {
+            h.join().unwrap();
+        }
+        status.request_mode(VspaceMode::Energy);
+        for i in 5..20 {
+            m.step(t0 + Duration::from_millis(100 * i));
+        }
+        let s = status.snapshot();
+        assert!(s.qmp_errors >= 1, "{s:?}");
+        assert!(
+            s.vms[0].error.as_deref().unwrap_or("").contains("QMP"),
+            "{s:?}"
+        );
+        assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
+        assert_eq!(s.mode, "e");
+    }
+
+    #[test]
+    fn a_qmp_socket_that_answers_garbage_is_counted_not_fatal() {
+        let t = tempfile::tempdir().unwrap();
+        let qmp = t.path().join("qmp.sock");
+        let l = UnixListener::bind(&qmp).unwrap();
+        let h = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (mut s, _) = l.accept().unwrap();
+                let _ = s.write_all(b"\x00\xffnot json at all\n");
+            }
+        });
+        let p = port(&format!(
+            "name=vm1,socket=/nonexistent.sock,qmp={}",
+            qmp.display()
+        ));
+        let status = Arc::new(CoresStatus::default());
+        let cfg = CoresConfig {
+            mode: VspaceMode::Off,
+            cpus: vec![0, 1],
+            apply: ApplyMethod::Advise,
+            ..CoresConfig::default()
+        };
+        let mut m = CoreManager::new(cfg, vec![p], Arc::clone(&status), Path::new("/proc"));
+        let t0 = Instant::now();
+        m.step(t0);
+        m.step(t0 + RETRY_LOOKUP);
+        h.join().unwrap();
+        let s = status.snapshot();
+        assert_eq!(s.qmp_errors, 2, "{s:?}");
+        assert_eq!(s.apply, "advise-only");
+        assert!(s.advise_reason.unwrap().contains("advise"));
+    }
+}

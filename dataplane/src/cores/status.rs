@@ -1,0 +1,232 @@
+//! What the core manager reports: `vadapt cores`, the `vadapt_cores_*`
+//! metrics, and the requests it takes at run time (a mode change, P95
+//! samples for the threshold explorer).
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use vadapt_policy::vspace::{CoreSets, VspaceMode};
+
+/// Decisions kept for `vadapt cores`.
+pub const RECENT_DECISIONS: usize = 16;
+
+/// A VM as the core manager sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmCores {
+    /// Port name.
+    pub name: String,
+    /// `lc` or `be`.
+    pub role: String,
+    /// Its QMP socket, if configured.
+    pub qmp: Option<String>,
+    /// Host thread ids of its vCPUs (from `query-cpus-fast`).
+    pub vcpu_tids: Vec<u32>,
+    /// Why its vCPUs are not known, if they are not.
+    pub error: Option<String>,
+    /// Paused by vSPACE-R (no core for best-effort VMs).
+    pub paused: bool,
+}
+
+/// The core manager's state, as `vadapt cores` prints it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoresSnapshot {
+    /// `off`, `p`, `e` or `r`.
+    pub mode: String,
+    /// The managed CPUs.
+    pub cpus: Vec<usize>,
+    /// `affinity`, `cpuset` or `advise-only`.
+    pub apply: String,
+    /// Why threads are not moved, in advise-only mode.
+    pub advise_reason: Option<String>,
+    /// Each group's CPUs.
+    pub sets: CoreSets,
+    /// `Th_vCPU` and `Th_NQ`.
+    pub threshold_vcpu: f64,
+    /// See `threshold_vcpu`.
+    pub threshold_nq: f64,
+    /// Whether the threshold explorer still runs.
+    pub exploring: bool,
+    /// Last period's CPU time of the vCPU group, in cores.
+    pub util_vcpu: f64,
+    /// Last period's CPU time of the NQ group (queue workers), in cores.
+    pub util_nq: f64,
+    /// Last period's CPU time of best-effort VMs, in cores.
+    pub util_be: f64,
+    /// Run-queue delay of the vCPU threads since start, seconds.
+    pub run_delay_vcpu_s: f64,
+    /// Run-queue delay of the queue workers since start, seconds.
+    pub run_delay_nq_s: f64,
+    /// Periods run.
+    pub periods: u64,
+    /// Periods whose allocation differed from the one before.
+    pub reallocations: u64,
+    /// Threshold exploration rounds.
+    pub explorations: u64,
+    /// Thread placements carried out.
+    pub threads_moved: u64,
+    /// Thread placements the kernel refused.
+    pub threads_refused: u64,
+    /// Failed QMP exchanges (no answer, garbage, vanished VM).
+    pub qmp_errors: u64,
+    /// P95 samples received (`vadapt cores report`).
+    pub p95_reports: u64,
+    /// The VMs.
+    pub vms: Vec<VmCores>,
+    /// Thread ids of the running queue workers.
+    pub worker_tids: Vec<u32>,
+    /// The latest decisions, oldest first.
+    pub recent: VecDeque<String>,
+}
+
+impl CoresSnapshot {
+    /// Remember a decision for `vadapt cores`.
+    pub fn note(&mut self, what: String) {
+        if self.recent.len() == RECENT_DECISIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(what);
+    }
+
+    /// The human-readable form of `vadapt cores`.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let list = |v: &[usize]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "mode {}  cpus {}  apply {}{}",
+            self.mode,
+            list(&self.cpus),
+            self.apply,
+            self.advise_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            s,
+            "groups  vcpu {}  nq {}  be {}  idle {}",
+            list(&self.sets.vcpu),
+            list(&self.sets.nq),
+            list(&self.sets.be),
+            list(&self.sets.idle)
+        );
+        let _ = writeln!(
+            s,
+            "util    vcpu {:.2}  nq {:.2}  be {:.2} cores; run-queue delay vcpu {:.3} s, nq {:.3} s",
+            self.util_vcpu, self.util_nq, self.util_be, self.run_delay_vcpu_s, self.run_delay_nq_s
+        );
+        let _ = writeln!(
+            s,
+            "thresholds vcpu {:.3}  nq {:.3} ({}); periods {}, reallocations {}, explorations {}, moved {}, refused {}, qmp errors {}",
+            self.threshold_vcpu,
+            self.threshold_nq,
+            if self.exploring { "exploring" } else { "fixed" },
+            self.periods,
+            self.reallocations,
+            self.explorations,
+            self.threads_moved,
+            self.threads_refused,
+            self.qmp_errors
+        );
+        for vm in &self.vms {
+            let _ = writeln!(
+                s,
+                "vm {:<12} {:<3} vcpu threads {:?}{}{}",
+                vm.name,
+                vm.role,
+                vm.vcpu_tids,
+                if vm.paused { " PAUSED" } else { "" },
+                vm.error
+                    .as_deref()
+                    .map(|e| format!("  ({e})"))
+                    .unwrap_or_default()
+            );
+        }
+        let _ = writeln!(s, "queue workers {:?}", self.worker_tids);
+        for d in &self.recent {
+            let _ = writeln!(s, "  {d}");
+        }
+        s
+    }
+}
+
+/// Shared between the core manager's thread, the control socket and the
+/// metrics endpoint.
+#[derive(Debug, Default)]
+pub struct CoresStatus {
+    /// The latest state.
+    pub snapshot: Mutex<CoresSnapshot>,
+    /// A mode asked for at run time (`vadapt set-cores --mode`), not yet taken.
+    pub(crate) mode_request: Mutex<Option<VspaceMode>>,
+    /// The worst P95 reported since the last period, µs.
+    pub(crate) p95: Mutex<Option<u64>>,
+}
+
+impl CoresStatus {
+    /// A copy of the latest state.
+    pub fn snapshot(&self) -> CoresSnapshot {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Ask for `mode` from the next period on.
+    pub fn request_mode(&self, mode: VspaceMode) {
+        *self.mode_request.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
+    }
+
+    /// A P95 latency sample of the latency-critical workload, µs. Samples
+    /// between two periods are combined by taking the worst.
+    pub fn report_p95(&self, p95_us: u64) {
+        let mut p = self.p95.lock().unwrap_or_else(|e| e.into_inner());
+        *p = Some(p.map_or(p95_us, |v| v.max(p95_us)));
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .p95_reports += 1;
+    }
+
+    /// Take the P95 reported since the last call.
+    pub(crate) fn take_p95(&self) -> Option<u64> {
+        self.p95.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p95_reports_combine_to_the_worst_and_are_taken_once() {
+        let s = CoresStatus::default();
+        assert_eq!(s.take_p95(), None);
+        s.report_p95(300);
+        s.report_p95(900);
+        s.report_p95(500);
+        assert_eq!(s.take_p95(), Some(900));
+        assert_eq!(s.take_p95(), None);
+        assert_eq!(s.snapshot().p95_reports, 3);
+    }
+
+    #[test]
+    fn recent_decisions_are_bounded() {
+        let mut s = CoresSnapshot::default();
+        for i in 0..40 {
+            s.note(format!("d{i}"));
+        }
+        assert_eq!(s.recent.len(), RECENT_DECISIONS);
+        assert_eq!(s.recent.back().unwrap(), "d39");
+        assert!(s.to_table().contains("d39"));
+    }
+}
