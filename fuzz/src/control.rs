@@ -88,6 +88,15 @@ pub enum Word {
     PollGrow,
     PollShrink,
     EmptyPasses,
+    Cores,
+    SetCores,
+    CoresReport,
+    Mode,
+    P95Us,
+    ModeP,
+    ModeE,
+    ModeR,
+    ModeOff,
 }
 
 impl Word {
@@ -129,6 +138,15 @@ impl Word {
             Word::PollGrow => "poll_grow",
             Word::PollShrink => "poll_shrink",
             Word::EmptyPasses => "empty_passes",
+            Word::Cores => "cores",
+            Word::SetCores => "set-cores",
+            Word::CoresReport => "cores-report",
+            Word::Mode => "mode",
+            Word::P95Us => "p95_us",
+            Word::ModeP => "p",
+            Word::ModeE => "e",
+            Word::ModeR => "r",
+            Word::ModeOff => "off",
         }
     }
 }
@@ -247,6 +265,17 @@ pub fn fixture() -> &'static Fixture {
         cfg.echo
             .push(parse_local_spec("--echo", "e").expect("an echo spec"));
         cfg.control = dir.join("control.sock");
+        // The core manager runs (advise-only: the fuzzer moves no thread),
+        // so `cores`, `set-cores` and `cores-report` reach it.
+        let cpus: Vec<usize> = vadapt_coremgr::cputime::current_affinity()
+            .expect("this process's affinity")
+            .into_iter()
+            .take(2)
+            .collect();
+        if cpus.len() == 2 {
+            cfg.cores.cpus = cpus;
+        }
+        cfg.cores.apply = vadapt_dataplane::cores::ApplyMethod::Advise;
         let control = cfg.control.clone();
         let daemon = Daemon::start(cfg).expect("starting the daemon");
         Fixture { daemon, control }
@@ -296,6 +325,13 @@ pub fn run(line: &[u8]) {
         }
         (Request::SetPolicy { port, .. } | Request::Retune { port, .. }, Response::Ok)
             if known(port) => {}
+        (Request::Cores, Response::Cores { .. })
+        | (Request::SetCores { .. } | Request::CoresReport { .. }, Response::Ok) => {}
+        // A one-CPU machine runs no core manager (vSPACE needs two CPUs).
+        (
+            Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. },
+            Response::Error { error },
+        ) if error.contains("core manager is not running") => {}
         (
             Request::SetPolicy { port, .. } | Request::Retune { port, .. },
             Response::Error { error },
@@ -318,6 +354,9 @@ mod tests {
             include_bytes!("../seeds/control/metrics"),
             include_bytes!("../seeds/control/set-policy"),
             include_bytes!("../seeds/control/retune"),
+            include_bytes!("../seeds/control/cores"),
+            include_bytes!("../seeds/control/set-cores"),
+            include_bytes!("../seeds/control/cores-report"),
         ] {
             let line = input_line(seed).unwrap();
             serde_json::from_slice::<Request>(&line).unwrap();

@@ -442,10 +442,13 @@ class Guest:
         role: str,
         params: dict[str, str] | None = None,
         chardev: str = "",
+        smp: int = 1,
+        extra: list[str] | None = None,
     ):
         """`chardev`: extra options of the vhost-user socket's chardev, e.g.
         `,reconnect=1` (QEMU connects again after the backend went away) or
-        `,server=on,wait=off` (QEMU listens; the backend connects)."""
+        `,server=on,wait=off` (QEMU listens; the backend connects). `smp`: vCPUs;
+        `extra`: more QEMU arguments (e.g. a QMP socket)."""
         files = guest_files()
         assert files, "guest image missing: run scripts/guest-image.sh"
         kernel, initrd = files
@@ -458,7 +461,7 @@ class Guest:
             "-no-reboot",
             "-machine", "pc,accel=tcg",
             "-cpu", "max",
-            "-smp", "1",
+            "-smp", str(smp),
             "-m", self.MEM,
             # vhost-user needs guest memory the backend can map.
             "-object", f"memory-backend-memfd,id=mem,size={self.MEM},share=on",
@@ -472,6 +475,7 @@ class Guest:
             "-initrd", str(initrd),
             "-serial", "stdio",
             "-append", " ".join(cmdline),
+            *(extra or []),
         ]  # fmt: skip
         self.name = name
         self.proc = group.add(Proc(name, argv, group.workdir, stdin=True))

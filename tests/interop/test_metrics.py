@@ -5,6 +5,7 @@ and OpenMetrics, chosen from the request's Accept header."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import urllib.request
@@ -31,8 +32,13 @@ def promtool() -> str:
 @pytest.fixture
 def live(vadapt_bin, procs):
     """A daemon with one VM port and a sink, a synthetic guest's traffic
-    through it, and its metrics URL."""
+    through it, and its metrics URL. With two CPUs, the vSPACE core manager
+    runs too (mode E), so its families are checked as well."""
     sock = procs.workdir / "vm1.sock"
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    cores = (
+        ["--cores-cpus", ",".join(map(str, cpus)), "--cores-mode", "e"] if len(cpus) == 2 else []
+    )
     d = harness.Vadapt(
         vadapt_bin,
         procs.workdir,
@@ -46,7 +52,9 @@ def live(vadapt_bin, procs):
             "netap",
             "--metrics",
             "127.0.0.1:0",
+            *cores,
         ],
+        cpus=None if cores else "1",
     ).start([sock])
     m, _ = d.proc.wait_for(r"http://(127\.0\.0\.1:\d+)/metrics", 10)
     g = subprocess.run(
@@ -74,6 +82,9 @@ def test_text_format_passes_promtool(live):
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4"), headers
     assert "# EOF" not in body and 'le="inf"' not in body
     assert re.search(r'vadapt_queue_packets_total\{port="sink0",queue="0",dir="rx"\} [1-9]', body)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert re.search(r'vadapt_cores_group_cpus\{group="nq"\} [12]', body), body
+        assert re.search(r"vadapt_cores_periods_total [1-9]", body), body
     r = subprocess.run(
         [promtool(), "check", "metrics"], input=body, capture_output=True, text=True, timeout=30
     )
