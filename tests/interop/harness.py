@@ -270,16 +270,20 @@ class Vadapt:
             wait_path(s, 20, self.proc)
         return self
 
-    def stats(self) -> dict:
+    def ask(self, command: str, *args: str) -> dict:
+        """`vadapt COMMAND --json ARGS` against this daemon, parsed."""
         r = subprocess.run(
-            [str(self.binary), "stats", "--control", str(self.control), "--json"],
+            [str(self.binary), command, "--control", str(self.control), "--json", *args],
             capture_output=True,
             text=True,
             timeout=10,
         )
         if r.returncode != 0:
-            raise HarnessError(f"vadapt stats failed rc={r.returncode}: {r.stderr}")
+            raise HarnessError(f"vadapt {command} failed rc={r.returncode}: {r.stderr}")
         return json.loads(r.stdout)
+
+    def stats(self) -> dict:
+        return self.ask("stats")
 
     def wait_stats(self, predicate, timeout: float = 10.0, settle: float = 0.5) -> dict:
         """Poll stats until predicate(stats) holds, or until they stop changing

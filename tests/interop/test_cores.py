@@ -7,7 +7,6 @@ mid-run is counted, and the daemon goes on answering.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,21 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import Guest, HarnessError, Vadapt
+from harness import Guest, Vadapt
 
 MAC = "52:54:00:5a:00:21"
 
 
 def cores(d: Vadapt) -> dict:
-    r = subprocess.run(
-        [str(d.binary), "cores", "--json", "--control", str(d.control)],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    if r.returncode != 0:
-        raise HarnessError(f"vadapt cores failed rc={r.returncode}: {r.stderr}")
-    return json.loads(r.stdout)
+    return d.ask("cores")
 
 
 def set_mode(d: Vadapt, mode: str) -> None:
