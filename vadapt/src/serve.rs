@@ -68,6 +68,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
+    limit_malloc_arenas();
     let daemon = match Daemon::start(cfg) {
         Ok(d) => d,
         Err(e) => return fail(chain(&e)),
@@ -103,6 +104,26 @@ pub fn run(a: ServeArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// glibc's arenas the daemon may use, unless `MALLOC_ARENA_MAX` says otherwise.
+const MALLOC_ARENAS: i32 = 2;
+
+/// Cap glibc's malloc arenas. By default every thread that allocates may get
+/// an arena of its own (up to 8 per core), and queue workers start and stop
+/// with every frontend connection: in a 64-port soak RSS drifted from 97 to
+/// 117 MB with the default and stayed at 46-49 MB with two arenas
+/// (docs/reliability.md). The data path does not allocate per packet, so
+/// two arenas cost no contention there.
+fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; it is called
+        // before the daemon starts its threads.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+        }
+    }
 }
 
 /// The longest an orderly shutdown may take after SIGINT or SIGTERM.
