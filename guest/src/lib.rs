@@ -62,7 +62,10 @@ pub mod frame;
 pub mod guest;
 pub mod load;
 pub mod metrics;
+pub mod qmp_server;
+pub mod qmp_session;
 pub mod queue;
+pub mod vcpus;
 pub mod worker;
 
 #[cfg(test)]
