@@ -55,6 +55,22 @@ pub struct GuestArgs {
     /// `xmit_more` batching).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub tx_batch: u16,
+    /// Serve a QMP socket here, as QEMU's `-qmp unix:PATH,server=on,wait=off`: it answers
+    /// `qmp_capabilities`, `query-cpus-fast` (the sending threads' host thread ids, one per
+    /// "vCPU"), `stop` / `cont` (pause and resume the sending threads) and `query-status`, so
+    /// that the daemon's core manager (`--vm ...,qmp=PATH`) finds and pauses this guest as it
+    /// does a QEMU VM. The socket file is removed when the guest exits.
+    #[arg(long, value_name = "PATH")]
+    pub qmp: Option<PathBuf>,
+    /// With `--mode rr`: every `--report-period`, send the P95 of the round trips completed
+    /// in that period to the daemon's control socket at PATH (`cores-report`, the sample
+    /// vSPACE's threshold explorer uses). A failing report is logged (rate-limited), never
+    /// fatal.
+    #[arg(long, value_name = "PATH")]
+    pub cores_control: Option<PathBuf>,
+    /// Length of a P95 reporting period (`--cores-control`); the core manager's is 100 ms.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "TIME")]
+    pub report_period: Duration,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -130,6 +146,9 @@ impl GuestArgs {
             queues: self.queues,
             ring_size: self.ring_size,
             tx_batch: self.tx_batch,
+            qmp: self.qmp.clone(),
+            cores_control: self.cores_control.clone(),
+            report_period: self.report_period,
             ..GuestConfig::new(self.socket.clone())
         };
         cfg.validate()?;
@@ -258,6 +277,19 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
         100.0 * r.cpu_seconds / secs / f64::from(cfg.threads.max(1)),
         cfg.threads
     );
+    if let Some(c) = &r.cores_reports {
+        let _ = writeln!(
+            s,
+            "p95 reports to the daemon: {} sent, {} failed, {} periods without a round trip{}",
+            c.sent,
+            c.failed,
+            c.empty_periods,
+            c.last_error
+                .as_ref()
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default()
+        );
+    }
     if let Some(l) = r.latency {
         let _ = writeln!(
             s,
@@ -327,6 +359,33 @@ mod tests {
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 10]));
         assert_eq!(c.dst_mac, [2, 0, 0, 0, 0, 11]);
         assert!(a.json);
+    }
+
+    #[test]
+    fn qmp_and_p95_report_flags() {
+        let c = parse(&[
+            "--socket",
+            "/s",
+            "--mode",
+            "rr",
+            "--qmp",
+            "/tmp/g.qmp",
+            "--cores-control",
+            "/run/vadapt.sock",
+            "--report-period",
+            "250ms",
+        ])
+        .unwrap()
+        .to_config()
+        .unwrap();
+        assert_eq!(c.qmp, Some(PathBuf::from("/tmp/g.qmp")));
+        assert_eq!(c.cores_control, Some(PathBuf::from("/run/vadapt.sock")));
+        assert_eq!(c.report_period, Duration::from_millis(250));
+        let e = parse(&["--socket", "/s", "--cores-control", "/c"])
+            .unwrap()
+            .to_config()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("--cores-control"), "{e}");
     }
 
     #[test]

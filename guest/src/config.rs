@@ -14,6 +14,8 @@ pub const DEFAULT_EXIT_COST_NS: u64 = 2000;
 pub const MTU: u32 = 1500;
 /// Largest message at all (bytes of L2 payload): a 9000-byte jumbo frame.
 pub const MAX_SIZE: u32 = 9000;
+/// Default P95 reporting period: the core manager's period.
+pub const DEFAULT_REPORT_PERIOD: Duration = Duration::from_millis(100);
 /// Most sending threads one guest runs (a VM with more vCPUs than this is not the point).
 pub const MAX_THREADS: u32 = 256;
 
@@ -68,6 +70,14 @@ pub struct GuestConfig {
     /// Longest time the connection handshake (and, at the end, stopping the rings) may take
     /// before the guest gives up on the backend.
     pub vhost_timeout: Duration,
+    /// Serve a QMP socket here (`query-cpus-fast` lists the sending threads, `stop` / `cont`
+    /// pause them), so that the core manager finds this guest as it finds a QEMU VM.
+    pub qmp: Option<PathBuf>,
+    /// Request/response: send each period's P95 round trip to this daemon control socket
+    /// (`cores-report`, for vSPACE's threshold explorer).
+    pub cores_control: Option<PathBuf>,
+    /// Length of a P95 reporting period (the core manager's period, 100 ms, by default).
+    pub report_period: Duration,
 }
 
 impl GuestConfig {
@@ -77,7 +87,7 @@ impl GuestConfig {
     pub const DEFAULT_DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 
     /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
-    /// rings of 256, batch 1, NAPI budget 64.
+    /// rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports (period 100 ms).
     pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
         GuestConfig {
             socket: socket.into(),
@@ -95,6 +105,9 @@ impl GuestConfig {
             napi_budget: 64,
             rr_timeout: Duration::from_secs(1),
             vhost_timeout: Duration::from_secs(5),
+            qmp: None,
+            cores_control: None,
+            report_period: DEFAULT_REPORT_PERIOD,
         }
     }
 
@@ -132,6 +145,12 @@ impl GuestConfig {
         }
         if self.mac.is_some_and(|m| m[0] & 1 == 1) {
             return Err(ConfigError::MulticastMac);
+        }
+        if self.cores_control.is_some() && self.mode != Mode::RequestResponse {
+            return Err(ConfigError::CoresControlNeedsRr);
+        }
+        if self.report_period.is_zero() {
+            return Err(ConfigError::ZeroReportPeriod);
         }
         Ok(())
     }
@@ -172,6 +191,12 @@ pub enum ConfigError {
     /// A multicast source address.
     #[error("--mac must be a unicast address (lowest bit of the first byte clear)")]
     MulticastMac,
+    /// P95 reports without round trips to measure.
+    #[error("--cores-control needs --mode rr (it reports the P95 of round trips)")]
+    CoresControlNeedsRr,
+    /// Zero reporting period.
+    #[error("--report-period must be longer than 0")]
+    ZeroReportPeriod,
 }
 
 #[cfg(test)]
@@ -277,6 +302,20 @@ mod tests {
                     ..base.clone()
                 },
                 "--mac",
+            ),
+            (
+                GuestConfig {
+                    cores_control: Some("/run/vadapt.sock".into()),
+                    ..base.clone()
+                },
+                "--cores-control",
+            ),
+            (
+                GuestConfig {
+                    report_period: Duration::ZERO,
+                    ..base.clone()
+                },
+                "--report-period",
             ),
         ];
         for (cfg, flag) in cases {

@@ -8,9 +8,15 @@ use std::time::Duration;
 
 use crate::clock::{Clock, ExitCost};
 use crate::config::{ConfigError, GuestConfig};
+use crate::cores_report;
 use crate::device::{Device, DeviceError};
 use crate::frame;
-use crate::metrics::{GuestCounters, GuestReport, LatencyHistogram, ThreadReport};
+use crate::metrics::{
+    CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
+};
+use crate::period_latency::PeriodLatency;
+use crate::qmp_server::{QmpServer, QmpServerError};
+use crate::vcpus::Vcpus;
 use crate::worker::{Shared, Worker, WorkerResult};
 
 /// Why a guest could not connect or run.
@@ -22,6 +28,12 @@ pub enum GuestError {
     /// Connecting to or negotiating with the backend failed.
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// The QMP socket (`--qmp`) could not be set up.
+    #[error(transparent)]
+    Qmp(#[from] QmpServerError),
+    /// The P95 reporting thread could not be started.
+    #[error("cannot start the P95 reporting thread")]
+    SpawnReporter(#[source] std::io::Error),
     /// A sending thread could not be started.
     #[error("cannot start sending thread {thread}")]
     Spawn {
@@ -43,13 +55,25 @@ pub struct Guest {
     device: Device,
     pairs: Vec<Arc<Mutex<crate::device::QueuePair>>>,
     counters: Arc<GuestCounters>,
+    vcpus: Arc<Vcpus>,
+    /// Serves `--qmp` from connect until the guest is dropped (the end of [`Guest::run`]).
+    qmp: Option<QmpServer>,
 }
 
 impl Guest {
     /// Validates `cfg`, connects to the backend, negotiates features, shares memory and
     /// starts the queue pairs (RX rings filled). Traffic starts with [`Guest::run`].
+    ///
+    /// With `cfg.qmp`, the QMP socket is listening when this returns (and is removed when
+    /// the guest is dropped); `query-cpus-fast` lists the sending threads once they run.
     pub fn connect(cfg: GuestConfig) -> Result<Guest, GuestError> {
         cfg.validate()?;
+        let vcpus = Arc::new(Vcpus::new());
+        // Before the backend: a QMP path in use is refused without touching the backend.
+        let qmp = match &cfg.qmp {
+            Some(path) => Some(QmpServer::bind(path, Arc::clone(&vcpus))?),
+            None => None,
+        };
         let (device, pairs) = Device::connect(&cfg)?;
         for p in &pairs {
             // Linux kicks after posting its first RX buffers (`virtnet_open`); the rings are
@@ -63,7 +87,20 @@ impl Guest {
             device,
             pairs,
             counters,
+            vcpus,
+            qmp,
         })
+    }
+
+    /// The sending threads as vCPUs: their thread ids while they run, and the pause that QMP
+    /// `stop` / `cont` (or the library user) set.
+    pub fn vcpus(&self) -> Arc<Vcpus> {
+        Arc::clone(&self.vcpus)
+    }
+
+    /// The QMP socket's path, when `--qmp` was given.
+    pub fn qmp_path(&self) -> Option<&std::path::Path> {
+        self.qmp.as_ref().map(QmpServer::path)
     }
 
     /// Live counters (per thread and total), readable while [`Guest::run`] runs.
@@ -124,7 +161,30 @@ impl Guest {
             tx_batch: self.cfg.tx_batch,
             rr_timeout_ns: self.cfg.rr_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             frame_len: (frame::ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
+            vcpus: Arc::clone(&self.vcpus),
+            period_latency: self
+                .cfg
+                .cores_control
+                .as_ref()
+                .map(|_| Arc::new(PeriodLatency::new(threads as usize))),
         });
+
+        let reporter_stop = Arc::new(AtomicBool::new(false));
+        let reporter = match (&self.cfg.cores_control, &shared.period_latency) {
+            (Some(control), Some(latency)) => {
+                let (control, latency, stop) = (
+                    control.clone(),
+                    Arc::clone(latency),
+                    Arc::clone(&reporter_stop),
+                );
+                let period = self.cfg.report_period;
+                let spawned = std::thread::Builder::new()
+                    .name("guest-p95".into())
+                    .spawn(move || cores_report::run_reporter(&control, period, &latency, &stop));
+                Some(spawned.map_err(GuestError::SpawnReporter)?)
+            }
+            _ => None,
+        };
 
         let mut handles: Vec<JoinHandle<WorkerResult>> = Vec::with_capacity(threads as usize);
         for t in 0..threads {
@@ -137,8 +197,12 @@ impl Guest {
                 Ok(h) => handles.push(h),
                 Err(source) => {
                     shared.abort.store(true, Ordering::Relaxed);
+                    reporter_stop.store(true, Ordering::Relaxed);
                     for h in handles {
                         let _ = h.join();
+                    }
+                    if let Some(r) = reporter {
+                        let _ = r.join();
                     }
                     return Err(GuestError::Spawn { thread: t, source });
                 }
@@ -154,6 +218,13 @@ impl Guest {
                 std::thread::sleep(Duration::from_millis(WATCH_PERIOD_MS as u64));
             }
         }
+        reporter_stop.store(true, Ordering::Relaxed);
+        let cores_reports = reporter.map(|r| {
+            r.join().unwrap_or_else(|_| CoresReportStats {
+                last_error: Some("the P95 reporting thread panicked".into()),
+                ..CoresReportStats::default()
+            })
+        });
         let results: Vec<WorkerResult> = handles
             .into_iter()
             .map(|h| {
@@ -175,10 +246,15 @@ impl Guest {
                 error = Some(error_chain(&e));
             }
         }
-        Ok(self.report(results, error))
+        Ok(self.report(results, error, cores_reports))
     }
 
-    fn report(&self, results: Vec<WorkerResult>, error: Option<String>) -> GuestReport {
+    fn report(
+        &self,
+        results: Vec<WorkerResult>,
+        error: Option<String>,
+        cores_reports: Option<CoresReportStats>,
+    ) -> GuestReport {
         let end_ns = results.iter().map(|r| r.end_ns).max().unwrap_or(0);
         let mut all = LatencyHistogram::new();
         let threads = results
@@ -204,6 +280,7 @@ impl Guest {
             features: self.device.features,
             mac: format_mac(self.device.mac),
             threads,
+            cores_reports,
             error,
         }
     }

@@ -47,6 +47,14 @@
 //! against a real KVM host when one is available. `--exit-cost-ns 0` turns it off (to
 //! measure the backend's ceiling).
 //!
+//! # Seen from the core manager
+//!
+//! `--qmp PATH` ([`qmp_server`]) makes the guest discoverable as a QEMU VM is: its QMP socket
+//! lists the sending threads as vCPUs (`query-cpus-fast`) and pauses them (`stop` / `cont`),
+//! so the daemon's core manager (`--vm ...,qmp=PATH`) has one discovery path for both.
+//! `--cores-control PATH` ([`cores_report`]) with `--mode rr` sends each period's P95 round
+//! trip to the daemon's control socket, closing vSPACE's threshold loop end to end.
+//!
 //! # Counters
 //!
 //! All counters are in [`metrics`] (packets, bytes, kicks, calls, ring-full stalls, latency
@@ -57,12 +65,17 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod cores_report;
 pub mod device;
 pub mod frame;
 pub mod guest;
 pub mod load;
 pub mod metrics;
+pub mod period_latency;
+pub mod qmp_server;
+pub mod qmp_session;
 pub mod queue;
+pub mod vcpus;
 pub mod worker;
 
 #[cfg(test)]

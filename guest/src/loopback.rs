@@ -23,6 +23,8 @@ use crate::device::{build_pair, plan_memory, QueuePair};
 use crate::frame::{ETH_HDR_LEN, NET_HDR_LEN};
 use crate::load::Load;
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
+use crate::period_latency::PeriodLatency;
+use crate::vcpus::Vcpus;
 use crate::worker::{Shared, Worker};
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -165,8 +167,46 @@ struct Outcome {
     backend: BackendStats,
 }
 
-/// Runs one guest thread for `ms` against the loopback backend.
+/// Runs one guest thread for 200 ms against the loopback backend.
 fn run(features: u64, mode: Mode, load: Load, echo: bool, notify: Notify, ring: u16) -> Outcome {
+    let vcpus = Arc::new(Vcpus::new());
+    let counters = Arc::new(GuestCounters::new(1));
+    let run = Run {
+        features,
+        mode,
+        load,
+        echo,
+        notify,
+        ring,
+    };
+    run_with(run, vcpus, counters, None)
+}
+
+/// What [`run_with`] runs.
+struct Run {
+    features: u64,
+    mode: Mode,
+    load: Load,
+    echo: bool,
+    notify: Notify,
+    ring: u16,
+}
+
+/// As [`run`], with the vCPU registry, the counters and the per-period latencies given.
+fn run_with(
+    run: Run,
+    vcpus: Arc<Vcpus>,
+    counters: Arc<GuestCounters>,
+    period_latency: Option<Arc<PeriodLatency>>,
+) -> Outcome {
+    let Run {
+        features,
+        mode,
+        load,
+        echo,
+        notify,
+        ring,
+    } = run;
     let cfg = GuestConfig {
         ring_size: ring,
         mode,
@@ -180,7 +220,6 @@ fn run(features: u64, mode: Mode, load: Load, echo: bool, notify: Notify, ring: 
     let stop_backend = Arc::clone(&backend.stop);
     let backend = std::thread::spawn(move || backend.run());
 
-    let counters = Arc::new(GuestCounters::new(1));
     let shared = Arc::new(Shared {
         clock: Clock::start(),
         stop: Arc::new(AtomicBool::new(false)),
@@ -198,6 +237,8 @@ fn run(features: u64, mode: Mode, load: Load, echo: bool, notify: Notify, ring: 
         tx_batch: 1,
         rr_timeout_ns: 2_000_000_000,
         frame_len: (ETH_HDR_LEN as u64) + u64::from(cfg.size),
+        vcpus,
+        period_latency,
     });
     let result = Worker::new(0, Arc::new(Mutex::new(pair)), shared).run();
     stop_backend.store(true, Ordering::Relaxed);
@@ -333,4 +374,64 @@ fn fixed_rate_never_sends_ahead_of_the_pacer() {
     assert!(o.guest.sent_packets <= 4001, "{:?}", o.guest);
     assert!(o.guest.sent_packets > 0);
     assert_eq!(o.backend.tx_packets, o.guest.sent_packets);
+}
+
+#[test]
+fn a_paused_guest_sends_nothing_until_resumed() {
+    let vcpus = Arc::new(Vcpus::new());
+    let counters = Arc::new(GuestCounters::new(1));
+    vcpus.pause();
+    let controller = {
+        let (vcpus, counters) = (Arc::clone(&vcpus), Arc::clone(&counters));
+        std::thread::spawn(move || {
+            // The sending thread registers its tid, then blocks at its pause point.
+            let tid = loop {
+                if let Some(t) = vcpus.threads().first() {
+                    break t.thread_id;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            assert!(std::path::Path::new(&format!("/proc/self/task/{tid}")).exists());
+            std::thread::sleep(Duration::from_millis(80));
+            let sent_while_paused = counters.total().sent_packets;
+            vcpus.resume();
+            sent_while_paused
+        })
+    };
+    let run = Run {
+        features: V1,
+        mode: Mode::Stream,
+        load: Load::ClosedLoop,
+        echo: false,
+        notify: Notify::Interrupt,
+        ring: 256,
+    };
+    let o = run_with(run, Arc::clone(&vcpus), counters, None);
+    assert_eq!(controller.join().unwrap(), 0, "a paused vCPU sends nothing");
+    assert!(o.guest.sent_packets > 0, "a resumed vCPU sends");
+    assert_eq!(o.backend.tx_packets, o.guest.sent_packets);
+    assert!(vcpus.threads().is_empty(), "the thread leaves when it ends");
+}
+
+#[test]
+fn request_response_records_each_round_trip_for_the_period_too() {
+    let period = Arc::new(PeriodLatency::new(1));
+    let run = Run {
+        features: V1,
+        mode: Mode::RequestResponse,
+        load: Load::ClosedLoop,
+        echo: true,
+        notify: Notify::Interrupt,
+        ring: 256,
+    };
+    let o = run_with(
+        run,
+        Arc::new(Vcpus::new()),
+        Arc::new(GuestCounters::new(1)),
+        Some(Arc::clone(&period)),
+    );
+    let mut taken = LatencyHistogram::new();
+    period.take(&mut taken);
+    assert!(!taken.is_empty());
+    assert_eq!(Some(taken.len()), o.hist.summary().map(|l| l.count));
 }

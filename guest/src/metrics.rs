@@ -256,6 +256,26 @@ impl LatencyHistogram {
         let _ = self.0.add(&other.0);
     }
 
+    /// The value at quantile `q` (0..=1, ns), or `None` with no sample.
+    pub fn quantile(&self, q: f64) -> Option<u64> {
+        (!self.0.is_empty()).then(|| self.0.value_at_quantile(q))
+    }
+
+    /// Round trips recorded.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// Whether no round trip was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Forgets every sample, keeping the allocation.
+    pub fn reset(&mut self) {
+        self.0.reset();
+    }
+
     /// Percentiles, or `None` with no sample.
     pub fn summary(&self) -> Option<LatencySummary> {
         let h = &self.0;
@@ -286,6 +306,19 @@ pub struct ThreadReport {
     pub cpu_seconds: f64,
 }
 
+/// What the P95 reporter (`--cores-control`, [`crate::cores_report`]) did over a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CoresReportStats {
+    /// Reports the daemon accepted.
+    pub sent: u64,
+    /// Reports that failed (connection, timeout, refusal).
+    pub failed: u64,
+    /// Periods without a completed round trip (nothing sent).
+    pub empty_periods: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
 /// What a guest run did, in total and per thread; serialises to the `--json` output.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuestReport {
@@ -307,6 +340,9 @@ pub struct GuestReport {
     pub mac: String,
     /// Per-thread breakdown.
     pub threads: Vec<ThreadReport>,
+    /// P95 reports to the daemon, with `--cores-control` (absent from JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cores_reports: Option<CoresReportStats>,
     /// Why the run ended early (backend gone, vhost-user error), if it did.
     pub error: Option<String>,
 }
@@ -386,6 +422,7 @@ mod tests {
             features: 0,
             mac: "02:00:00:00:00:01".into(),
             threads: vec![],
+            cores_reports: None,
             error: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();

@@ -25,6 +25,10 @@
 //!   pacer, for a reply) it sleeps in `ppoll` on the call eventfds. The delay this adds is at
 //!   most one burst (tens of microseconds at worst).
 //! * **Exit cost.** Every kick and every handled call busy-waits [`ExitCost`] on this thread.
+//! * **A vCPU to the host.** The thread registers its thread id in [`Vcpus`] while it runs
+//!   (QMP `query-cpus-fast`), and blocks at the top of each send loop while the guest is
+//!   paused (QMP `stop`), re-checking the end of the run every 10 ms. A reply already on its
+//!   way is still waited for; nothing new is sent until `cont`.
 //!
 //! [`DriverQueue::kick_prepare`]: vadapt_virtq::driver::DriverQueue::kick_prepare
 
@@ -38,7 +42,9 @@ use crate::device::QueuePair;
 use crate::frame::{self, Stamp};
 use crate::load::{Load, Pacer};
 use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
+use crate::period_latency::PeriodLatency;
 use crate::queue::RxPacket;
+use crate::vcpus::Vcpus;
 
 /// Packets sent per lock hold / interrupt check in closed loop.
 const BURST: u32 = 64;
@@ -54,6 +60,8 @@ const SHARED_PAIR_SLEEP_NS: u64 = 100_000;
 /// Below this much idle time the thread spins instead of sleeping (ns): a sleep costs a
 /// scheduler round trip of tens of microseconds on these machines.
 const SPIN_BELOW_NS: u64 = 100_000;
+/// Longest block at a pause point before the thread checks the stop conditions (ns).
+const PAUSE_SLICE: Duration = Duration::from_millis(10);
 /// How long the end-of-run drain waits for the backend to consume what was posted (ns).
 const DRAIN_TIMEOUT_NS: u64 = 1_000_000_000;
 
@@ -81,6 +89,10 @@ pub(crate) struct Shared {
     pub tx_batch: u16,
     pub rr_timeout_ns: u64,
     pub frame_len: u64,
+    /// Where each thread registers as a vCPU, and the pause (QMP `stop` / `cont`).
+    pub vcpus: Arc<Vcpus>,
+    /// Request/response: each period's round trips, for `--cores-control`.
+    pub period_latency: Option<Arc<PeriodLatency>>,
 }
 
 /// What a thread hands back when it ends.
@@ -143,7 +155,17 @@ impl Worker {
             || self.shared.clock.now_ns() >= self.shared.deadline_ns
     }
 
+    /// The vCPU's pause point (QMP `stop`): blocks while the guest is paused, for at most one
+    /// slice. Returns whether it is still paused; the caller re-checks its stop conditions.
+    fn paused(&self) -> bool {
+        self.shared.vcpus.wait_while_paused(PAUSE_SLICE)
+    }
+
     pub(crate) fn run(mut self) -> WorkerResult {
+        // This thread plays vCPU `id`: make it visible to `query-cpus-fast`.
+        self.shared
+            .vcpus
+            .register(self.id, vadapt_coremgr::cputime::current_tid());
         let cpu_start = thread_cpu_ns();
         match (self.shared.mode, self.shared.load) {
             (Mode::Stream, Load::ClosedLoop) => self.stream(None),
@@ -160,6 +182,7 @@ impl Worker {
         if !self.shared.abort.load(Ordering::Relaxed) {
             self.drain();
         }
+        self.shared.vcpus.unregister(self.id);
         WorkerResult {
             thread: self.id,
             queue_pair: self.pair_index,
@@ -180,6 +203,9 @@ impl Worker {
     fn stream(&mut self, mut pacer: Option<Pacer>) {
         let pair = Arc::clone(&self.pair);
         while !self.should_stop() {
+            if self.paused() {
+                continue;
+            }
             let want = match pacer.as_mut() {
                 None => BURST,
                 Some(p) => match p.due(self.shared.clock.now_ns()) {
@@ -221,6 +247,9 @@ impl Worker {
     fn request_response(&mut self, mut pacer: Option<Pacer>) {
         let pair = Arc::clone(&self.pair);
         while !self.should_stop() {
+            if self.paused() {
+                continue;
+            }
             if let Some(p) = pacer.as_mut() {
                 if p.due(self.shared.clock.now_ns()) == 0 {
                     let next = p.next_due_ns();
@@ -275,6 +304,9 @@ impl Worker {
     fn respond(&mut self) {
         let pair = Arc::clone(&self.pair);
         while !self.should_stop() {
+            if self.paused() {
+                continue;
+            }
             let qp = lock(&pair);
             if qp.tx.stopped {
                 self.wait_tx_wake(qp);
@@ -585,7 +617,11 @@ fn on_packet(
     }
     let slot = &shared.answered[stamp.thread as usize];
     if stamp.seq + 1 > slot.load(Ordering::Acquire) {
-        hist.record(shared.clock.now_ns().saturating_sub(stamp.sent_ns));
+        let rtt = shared.clock.now_ns().saturating_sub(stamp.sent_ns);
+        hist.record(rtt);
+        if let Some(p) = &shared.period_latency {
+            p.record(stamp.thread, rtt);
+        }
         slot.store(stamp.seq + 1, Ordering::Release);
     }
     None
