@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab fuzz-smoke interop soak-smoke stall-hunt-smoke bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab fuzz-smoke interop soak-smoke stall-hunt-smoke vspace-eval-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -82,6 +82,18 @@ step_stall_hunt_smoke() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
     VADAPT_BIN="$bin" python3 scripts/stall_hunt.py --runs 30 --max-threads 2
+}
+
+# vSPACE on the real daemon (scripts/vspace_eval.py) in short: the core
+# manager finds the synthetic guest's vCPU threads over QMP and gets its P95
+# reports; numbers are not judged.
+step_vspace_eval_smoke() {
+    local bin="$TARGET_DIR/release/vadapt" out
+    [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }
+    out="$(mktemp -d /tmp/vadapt-vspace-smoke.XXXXXX)"
+    "$VENV/bin/python" scripts/vspace_eval.py --bin "$bin" --out "$out" \
+        --rates 2k --step-s 1.5 --variants static,vspace-e --rounds 1
+    rm -rf "$out"
 }
 
 # The benchmark harness as a smoke test: every benchmark must run; numbers

@@ -20,7 +20,7 @@
 //! | `paced_skipped` | rate mode: packets the pacer gave up because the sender fell behind |
 //! | `cpu_seconds` | CPU time of the sending threads (s), from `CLOCK_THREAD_CPUTIME_ID` |
 //! | `tx_dropped` | echo mode: replies dropped because the TX queue was stopped |
-//! | `latency` | request/response round-trip times (ns): p50, p99, p99.9, max, count |
+//! | `latency` | request/response round-trip times (ns): p50, p95, p99, p99.9, max, count |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -212,6 +212,8 @@ impl std::ops::Add for Counts {
 pub struct LatencySummary {
     /// Median (ns).
     pub p50: u64,
+    /// 95th percentile (ns): vSPACE's SLO percentile.
+    pub p95: u64,
     /// 99th percentile (ns).
     pub p99: u64,
     /// 99.9th percentile (ns).
@@ -281,6 +283,7 @@ impl LatencyHistogram {
         let h = &self.0;
         (!h.is_empty()).then(|| LatencySummary {
             p50: h.value_at_quantile(0.5),
+            p95: h.value_at_quantile(0.95),
             p99: h.value_at_quantile(0.99),
             p999: h.value_at_quantile(0.999),
             max: h.max(),
