@@ -227,24 +227,28 @@ def plot(out: Path, steps: list[dict], alloc: list[dict]) -> None:
         print("matplotlib not importable: no plot (run with .venv/bin/python)")
         return
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
-    for v in dict.fromkeys(s["variant"] for s in steps):
-        ss = [s for s in steps if s["variant"] == v]
-        x = [s["achieved_per_s"] / 1000 for s in ss]
-        ax[0].plot(x, [s["p95_us"] for s in ss], marker="o", label=v)
-        ax[1].plot(
-            x,
-            [(s["daemon_cpu_s"] + s["guest_cpu_s"]) / s["elapsed_s"] for s in ss],
-            marker="o",
-            label=v,
-        )
+    table = summarize(steps)
+    step_s = steps[0]["elapsed_s"] if steps else 1.0
+    for v in dict.fromkeys(s["variant"] for s in table):
+        ss = [s for s in table if s["variant"] == v]
+        x = [s["achieved_per_s"][0] / 1000 for s in ss]
+        ax[0].plot(x, [s["p95_us"][0] for s in ss], marker="o", label=v)
+        cpu = [(s["daemon_cpu_s"][0] + s["guest_cpu_s"][0]) / step_s for s in ss]
+        ax[1].plot(x, cpu, marker="o", label=v)
     ax[0].set(
         xlabel="achieved round trips (k/s), median of rounds",
         ylabel="P95 round trip (µs)",
         yscale="log",
     )
-    ax[1].set(xlabel="achieved round trips (k/s)", ylabel="host CPU, daemon + guest (cores)")
+    ax[1].set(
+        xlabel="achieved round trips (k/s), median of rounds",
+        ylabel="host CPU, daemon + guest (cores)",
+    )
     for v in dict.fromkeys(r["variant"] for r in alloc):
-        rr = [r for r in alloc if r["variant"] == v and r["round"] == 0]
+        rr = [r for r in alloc if r["variant"] == v and int(r["round"]) == 0]
+        t = [float(r["t_s"]) for r in rr]
+        ax[2].plot(t, [float(r["util_vcpu"]) for r in rr], ":", label=f"{v} vCPU util")
+        ax[2].plot(t, [float(r["util_nq"]) for r in rr], ":", label=f"{v} NQ util")
         ax[2].step(
             [r["t_s"] for r in rr], [r["nq_cpus"] for r in rr], where="post", label=f"{v} NQ CPUs"
         )
@@ -256,7 +260,9 @@ def plot(out: Path, steps: list[dict], alloc: list[dict]) -> None:
             label=f"{v} vCPU CPUs",
         )
     ax[2].set(
-        xlabel="time in the variant's run (s)", ylabel="CPUs", title="allocations over the ramp"
+        xlabel="time in the variant's run (s)",
+        ylabel="CPUs / cores busy",
+        title="allocations over the ramp (round 0)",
     )
     for x in ax:
         x.legend(fontsize=7)
@@ -278,11 +284,20 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every variant, interleaved")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the plot from --out's files")
     a = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2 or not shutil.which("taskset"):
         print("needs 2 CPUs and taskset", file=sys.stderr)
         return 1
     out = Path(a.out)
+    if a.plot_only:
+        with open(out / "alloc.csv") as f:
+            alloc = [
+                {k: (float(v) if k.endswith(("_cpus", "t_s")) else v) for k, v in r.items()}
+                for r in csv.DictReader(f)
+            ]
+        plot(out, json.loads((out / "summary.json").read_text())["steps"], alloc)
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vadapt-vspace-", dir="/tmp"))
     steps, alloc = [], []
