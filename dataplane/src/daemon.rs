@@ -288,6 +288,7 @@ impl Daemon {
                 vm_ports.clone(),
                 Arc::clone(&status),
                 std::path::Path::new("/proc"),
+                std::path::Path::new("/sys"),
             );
             cores_line = Some(m.describe());
             started

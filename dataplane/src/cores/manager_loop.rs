@@ -11,6 +11,11 @@
 //!       vSPACE-R: QMP stop / cont the best-effort VMs as their cores go and come
 //! ```
 //!
+//! Idle cores (vSPACE-E) get the lowest frequency and the others the highest,
+//! through cpufreq's `userspace` governor where the host offers it (the
+//! governor found at start is put back when the daemon stops); without
+//! cpufreq this is a no-op, said once at start-up.
+//!
 //! What it does not do (yet), and says so in the README: the queue workers
 //! stay one per VM port, each allowed on every NQ core, rather than one per
 //! NQ core with queues reassigned between them; and the guest side
@@ -32,6 +37,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vadapt_coremgr::applier::ThreadOutcome;
+use vadapt_coremgr::cpufreq::CpuFreq;
 use vadapt_coremgr::error_chain::error_chain;
 use vadapt_coremgr::qmp::{self, QmpClient};
 use vadapt_coremgr::thread_load::{LoadSnapshot, ThreadPeriod};
@@ -39,6 +45,7 @@ use vadapt_coremgr::{Applier, GroupThread, TaskId, ThreadGroup};
 use vadapt_policy::vspace::{
     CoreSets, PeriodMeasurement, SampleOutcome, VspaceManager, VspaceMode,
 };
+use vadapt_policy::FreqHint;
 
 /// How often a VM's vCPU threads are looked up again even when nothing
 /// suggests they changed (vCPU hot-plug).
@@ -73,6 +80,8 @@ pub struct CoreManager {
     applied: Option<(CoreSets, Vec<GroupThread>)>,
     prev: Option<LoadSnapshot>,
     run_delay: [Duration; 2],
+    /// cpufreq of each managed CPU, in `cfg.cpus` order.
+    freqs: Vec<CpuFreq>,
 }
 
 impl std::fmt::Debug for CoreManager {
@@ -86,13 +95,23 @@ impl std::fmt::Debug for CoreManager {
 
 impl CoreManager {
     /// A manager of `cfg.cpus` for `ports` (their configs name the VMs'
-    /// QMP sockets and roles); `proc_root` is normally `/proc`.
+    /// QMP sockets and roles); `proc_root` and `sysfs_root` are normally
+    /// `/proc` and `/sys`.
     pub fn new(
         cfg: CoresConfig,
         ports: Vec<Arc<VmPort>>,
         status: Arc<CoresStatus>,
         proc_root: &Path,
+        sysfs_root: &Path,
     ) -> Self {
+        let freqs = if cfg.mode == VspaceMode::Off || cfg.apply == ApplyMethod::Advise {
+            Vec::new()
+        } else {
+            cfg.cpus
+                .iter()
+                .map(|&c| CpuFreq::probe(sysfs_root, c))
+                .collect()
+        };
         let applier = match cfg.apply {
             ApplyMethod::Advise => Applier::advise_only("apply = \"advise\" in [cores]"),
             ApplyMethod::Affinity => {
@@ -136,6 +155,7 @@ impl CoreManager {
             applied: None,
             prev: None,
             run_delay: [Duration::ZERO; 2],
+            freqs,
             cfg,
         };
         m.set_mode(m.mode);
@@ -194,8 +214,13 @@ impl CoreManager {
                 format!("advise-only (threads are not moved): {reason}")
             }
         };
+        let freq = match self.freqs.iter().find_map(|f| f.unavailable_reason()) {
+            Some(reason) => format!("; idle-core frequency is a no-op: {reason}"),
+            None if self.freqs.is_empty() => String::new(),
+            None => "; idle cores at the lowest frequency".to_string(),
+        };
         format!(
-            "core manager: mode {} on CPUs {:?}, period {} ms, {how}",
+            "core manager: mode {} on CPUs {:?}, period {} ms, {how}{freq}",
             self.mode, self.cfg.cpus, self.cfg.period_ms
         )
     }
@@ -355,6 +380,9 @@ impl CoreManager {
             }
         }
         let report = self.applier.apply(&self.sets, threads);
+        if !matches!(self.applier, Applier::AdviseOnly { .. }) {
+            set_frequencies(&self.sets, &self.freqs);
+        }
         let (moved, refused) = (report.moved(), report.refused());
         {
             let mut s = self
@@ -519,6 +547,22 @@ impl CoreManager {
     }
 }
 
+/// The lowest frequency on idle CPUs, the highest on the others (each
+/// `CpuFreq` writes only when its value changes). Failures are logged.
+fn set_frequencies(sets: &CoreSets, freqs: &[CpuFreq]) {
+    for f in freqs {
+        let Some(cpu) = f.cpu() else { continue };
+        let hint = if sets.idle.contains(&cpu) {
+            FreqHint::Min
+        } else {
+            FreqHint::Max
+        };
+        if let Err(e) = f.apply(hint) {
+            tracing::warn!(cpu, error = %error_chain(&e), "core manager: cannot set the CPU's frequency");
+        }
+    }
+}
+
 /// Run `m` every period on a thread named `vadapt-cores` until `stop`.
 pub fn spawn(mut m: CoreManager, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
     let period = Duration::from_millis(m.cfg.period_ms);
@@ -557,7 +601,6 @@ mod tests {
     use std::os::unix::net::UnixListener;
     use std::sync::mpsc;
     use vadapt_coremgr::affinity::cpus_allowed_list;
-    use vadapt_coremgr::cpufreq::CpuFreq;
 
     /// A QMP server on `path` answering `query-cpus-fast` with `tids`,
     /// until `stop` (checked between connections).
@@ -660,7 +703,13 @@ mod tests {
             cpus: cpus.clone(),
             ..CoresConfig::default()
         };
-        let mut m = CoreManager::new(cfg, vec![p], Arc::clone(&status), Path::new("/proc"));
+        let mut m = CoreManager::new(
+            cfg,
+            vec![p],
+            Arc::clone(&status),
+            Path::new("/proc"),
+            Path::new("/nonexistent"),
+        );
         let t0 = Instant::now();
         for i in 0..3 {
             m.step(t0 + Duration::from_millis(100 * i));
@@ -740,7 +789,13 @@ mod tests {
             apply: ApplyMethod::Advise,
             ..CoresConfig::default()
         };
-        let mut m = CoreManager::new(cfg, vec![p], Arc::clone(&status), Path::new("/proc"));
+        let mut m = CoreManager::new(
+            cfg,
+            vec![p],
+            Arc::clone(&status),
+            Path::new("/proc"),
+            Path::new("/nonexistent"),
+        );
         let t0 = Instant::now();
         m.step(t0);
         m.step(t0 + RETRY_LOOKUP);
@@ -749,5 +804,58 @@ mod tests {
         assert_eq!(s.qmp_errors, 2, "{s:?}");
         assert_eq!(s.apply, "advise-only");
         assert!(s.advise_reason.unwrap().contains("advise"));
+    }
+
+    #[test]
+    fn idle_cpus_get_the_lowest_frequency_and_the_others_the_highest() {
+        let t = tempfile::tempdir().unwrap();
+        for cpu in 0..3 {
+            let d = t
+                .path()
+                .join(format!("devices/system/cpu/cpu{cpu}/cpufreq"));
+            std::fs::create_dir_all(&d).unwrap();
+            for (f, v) in [
+                ("scaling_available_governors", "ondemand userspace"),
+                ("scaling_governor", "ondemand"),
+                ("scaling_min_freq", "800000"),
+                ("scaling_max_freq", "3000000"),
+                ("scaling_setspeed", "<unsupported>"),
+            ] {
+                std::fs::write(d.join(f), v).unwrap();
+            }
+        }
+        let read = |cpu: usize, f: &str| {
+            std::fs::read_to_string(
+                t.path()
+                    .join(format!("devices/system/cpu/cpu{cpu}/cpufreq/{f}")),
+            )
+            .unwrap()
+        };
+        let freqs: Vec<CpuFreq> = (0..3).map(|c| CpuFreq::probe(t.path(), c)).collect();
+        assert_eq!(read(0, "scaling_governor"), "userspace");
+        let sets = CoreSets {
+            vcpu: vec![0],
+            nq: vec![1],
+            be: vec![],
+            idle: vec![2],
+        };
+        set_frequencies(&sets, &freqs);
+        assert_eq!(read(0, "scaling_setspeed"), "3000000");
+        assert_eq!(read(1, "scaling_setspeed"), "3000000");
+        assert_eq!(read(2, "scaling_setspeed"), "800000");
+        // CPU 2 gets work again.
+        let sets = CoreSets {
+            vcpu: vec![0, 2],
+            idle: vec![],
+            ..sets
+        };
+        set_frequencies(&sets, &freqs);
+        assert_eq!(read(2, "scaling_setspeed"), "3000000");
+        drop(freqs);
+        assert_eq!(
+            read(2, "scaling_governor"),
+            "ondemand",
+            "the governor is put back"
+        );
     }
 }
