@@ -672,6 +672,23 @@ mod tests {
         .unwrap()
     }
 
+    /// A manager of one VM port whose QMP socket is `qmp` (no cpufreq).
+    fn manager(qmp: &Path, cfg: CoresConfig) -> (CoreManager, Arc<CoresStatus>) {
+        let p = port(&format!(
+            "name=vm1,socket=/nonexistent.sock,qmp={}",
+            qmp.display()
+        ));
+        let status = Arc::new(CoresStatus::default());
+        let m = CoreManager::new(
+            cfg,
+            vec![p],
+            Arc::clone(&status),
+            Path::new("/proc"),
+            Path::new("/nonexistent"),
+        );
+        (m, status)
+    }
+
     fn allowed(tid: u32) -> Vec<usize> {
         let task = TaskId {
             pid: std::process::id(),
@@ -693,22 +710,13 @@ mod tests {
         let (tids, release, hs) = parked(2);
         let qstop = Arc::new(AtomicBool::new(false));
         let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
-        let p = port(&format!(
-            "name=vm1,socket=/nonexistent.sock,qmp={}",
-            qmp.display()
-        ));
-        let status = Arc::new(CoresStatus::default());
-        let cfg = CoresConfig {
-            mode: VspaceMode::Performance,
-            cpus: cpus.clone(),
-            ..CoresConfig::default()
-        };
-        let mut m = CoreManager::new(
-            cfg,
-            vec![p],
-            Arc::clone(&status),
-            Path::new("/proc"),
-            Path::new("/nonexistent"),
+        let (mut m, status) = manager(
+            &qmp,
+            CoresConfig {
+                mode: VspaceMode::Performance,
+                cpus: cpus.clone(),
+                ..CoresConfig::default()
+            },
         );
         let t0 = Instant::now();
         for i in 0..3 {
@@ -778,23 +786,14 @@ mod tests {
                 let _ = s.write_all(b"\x00\xffnot json at all\n");
             }
         });
-        let p = port(&format!(
-            "name=vm1,socket=/nonexistent.sock,qmp={}",
-            qmp.display()
-        ));
-        let status = Arc::new(CoresStatus::default());
-        let cfg = CoresConfig {
-            mode: VspaceMode::Off,
-            cpus: vec![0, 1],
-            apply: ApplyMethod::Advise,
-            ..CoresConfig::default()
-        };
-        let mut m = CoreManager::new(
-            cfg,
-            vec![p],
-            Arc::clone(&status),
-            Path::new("/proc"),
-            Path::new("/nonexistent"),
+        let (mut m, status) = manager(
+            &qmp,
+            CoresConfig {
+                mode: VspaceMode::Off,
+                cpus: vec![0, 1],
+                apply: ApplyMethod::Advise,
+                ..CoresConfig::default()
+            },
         );
         let t0 = Instant::now();
         m.step(t0);
