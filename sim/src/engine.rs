@@ -157,7 +157,11 @@ impl VmSim {
             .iter()
             .zip(&self.gaps)
             .filter(|(&f, g)| {
-                (if at_end { f >= t } else { f > t }) && !g.iter().any(|&(a, b)| a <= t && t < b)
+                // Gaps are disjoint and in time order, and those that ended
+                // by the last advance are gone: only the first few can
+                // hold `t`.
+                (if at_end { f >= t } else { f > t })
+                    && !g.iter().take_while(|&&(a, _)| a <= t).any(|&(_, b)| t < b)
             })
             .count() as f64
     }
