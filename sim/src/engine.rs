@@ -10,6 +10,7 @@
 //! with passes, kicks and stalls — not with packets.
 
 use crate::calibration::Calibration;
+use crate::cores::{Allocator, CoreEvents, Measured};
 use crate::nic::Nic;
 use crate::result::{LatHist, Sample, SimResult, WorkerSummary};
 use crate::ring::Ring;
@@ -67,6 +68,9 @@ enum Ev {
     Switch { idx: usize },
     /// Take a time-series sample.
     Sample,
+    /// A core-management control period ends (RR loads or a dynamic
+    /// allocator only).
+    Control,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -145,12 +149,43 @@ struct QSim {
     payload: u64,
 }
 
+impl VmSim {
+    /// RR server threads running at `t`: not free yet (`free > t`, or
+    /// `free >= t` when `at_end`) and not in a preemption gap.
+    fn running(&self, t: u64, at_end: bool) -> f64 {
+        self.servers
+            .iter()
+            .zip(&self.gaps)
+            .filter(|(&f, g)| {
+                // Gaps are disjoint and in time order, and those that ended
+                // by the last advance are gone: only the first few can
+                // hold `t`.
+                (if at_end { f >= t } else { f > t })
+                    && !g.iter().take_while(|&&(a, _)| a <= t).any(|&(_, b)| t < b)
+            })
+            .count() as f64
+    }
+}
+
 #[derive(Debug)]
 struct VmSim {
     guest_busy: f64,
     /// RR: when each server thread is next free, ns.
     servers: Vec<u64>,
+    /// RR: per server thread, the windows (start, end), ns, in which it is
+    /// preempted and does not run although `servers` says it is not free
+    /// (the `cores` module's preemption model), in time order.
+    gaps: Vec<VecDeque<(u64, u64)>>,
     rr: Option<RrLoad>,
+}
+
+/// Counters at the previous control period.
+#[derive(Clone, Copy, Debug, Default)]
+struct CtrlSnap {
+    t: u64,
+    guest: f64,
+    host: f64,
+    wakeups: u64,
 }
 
 /// Counters at the previous sample, for per-window rates.
@@ -176,7 +211,24 @@ pub(crate) struct Engine<'s> {
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
     sched: Scheduler,
-    share: f64,
+    /// CPU share of each runnable thread of the vCPU group, ≤ 1.
+    share_v: f64,
+    /// CPU share of each running queue worker, ≤ 1 (`share_v` when the
+    /// groups share their cores).
+    share_w: f64,
+    /// Core groups and their allocator.
+    alloc: Allocator,
+    /// Counters at the last control period.
+    ctrl: CtrlSnap,
+    /// Latencies of the current control period.
+    lat_ctrl: LatHist,
+    /// Worker wake-ups per ns per core of the shared group, last period.
+    wake_rate_per_core: f64,
+    /// Mean worker CPU per wake-up over the last period, ns.
+    pass_cpu_ns: f64,
+    core_events: CoreEvents,
+    /// Draws of the preemption model (apart from the workload's streams).
+    pre_rng: SmallRng,
     vms: Vec<VmSim>,
     qs: Vec<QSim>,
     nic: Nic,
@@ -279,6 +331,7 @@ impl<'s> Engine<'s> {
             };
             vms.push(VmSim {
                 guest_busy: 0.0,
+                gaps: vec![VecDeque::new(); servers.len()],
                 servers,
                 rr: rr_load,
             });
@@ -361,7 +414,15 @@ impl<'s> Engine<'s> {
                 slice_ns: sc.host.sched_slice.as_nanos() as f64,
                 context_switch_ns: cal.context_switch_ns,
             },
-            share: 1.0,
+            share_v: 1.0,
+            share_w: 1.0,
+            alloc: Allocator::new(sc.host.core_mgmt, sc.host.cores),
+            ctrl: CtrlSnap::default(),
+            lat_ctrl: LatHist::default(),
+            wake_rate_per_core: 0.0,
+            pass_cpu_ns: cal.wakeup_cpu_ns + cal.context_switch_ns,
+            core_events: CoreEvents::default(),
+            pre_rng: SmallRng::seed_from_u64(seed ^ 0x5EED_C0DE_0000_0001),
             vms,
             qs,
             nic: Nic::new(sc.host.line_rate_bps, sc.host.nic_queue_packets, nvm),
@@ -382,6 +443,10 @@ impl<'s> Engine<'s> {
             e.push(t.at.as_nanos(), Ev::Switch { idx: i });
         }
         e.push(sc.sample.as_nanos(), Ev::Sample);
+        let rr_any = e.vms.iter().any(|v| v.rr.is_some());
+        if rr_any || e.alloc.is_dynamic() {
+            e.push(sc.host.core_mgmt.period.as_nanos(), Ev::Control);
+        }
         Ok(e)
     }
 
@@ -405,23 +470,44 @@ impl<'s> Engine<'s> {
         }
     }
 
-    /// Runnable threads right now.
-    fn demand(&self) -> f64 {
-        let mut d = 0.0;
+    /// Runnable threads right now: (vCPU threads, queue workers).
+    fn demand(&self) -> (f64, f64) {
+        let (mut dv, mut dw) = (0.0, 0.0);
         for q in &self.qs {
             if q.w.state == WState::Running {
-                d += 1.0;
+                dw += 1.0;
             }
             if let Some(p) = &q.prod {
                 if !p.stalled {
-                    d += p.threads;
+                    dv += p.threads;
                 }
             }
         }
         for v in &self.vms {
-            d += v.servers.iter().filter(|&&f| f > self.now).count() as f64;
+            dv += v.running(self.now, false);
         }
-        d
+        (dv, dw)
+    }
+
+    fn group_sched(&self, cores: u32) -> Scheduler {
+        Scheduler {
+            cores: f64::from(cores),
+            ..self.sched
+        }
+    }
+
+    /// Each group's processor-sharing share for the threads runnable now.
+    fn update_shares(&mut self) {
+        let (dv, dw) = self.demand();
+        let g = self.alloc.groups;
+        if g.shared {
+            let s = self.group_sched(g.vcpu_cores).share(dv + dw);
+            self.share_v = s;
+            self.share_w = s;
+        } else {
+            self.share_v = self.group_sched(g.vcpu_cores).share(dv);
+            self.share_w = self.group_sched(g.nq_cores).share(dw);
+        }
     }
 
     /// Record the executor calls of `trace.queue` while running.
@@ -453,7 +539,7 @@ impl<'s> Engine<'s> {
             self.qs[q].w.label = first.label();
             self.execute(q, step);
         }
-        self.share = self.sched.share(self.demand());
+        self.update_shares();
         let cap = self.sc.max_events_per_sim_s;
         loop {
             let t_int = self.next_internal();
@@ -473,7 +559,7 @@ impl<'s> Engine<'s> {
                 let Reverse((_, _, ev)) = self.heap.pop().expect("peeked");
                 self.handle(ev);
             }
-            self.share = self.sched.share(self.demand());
+            self.update_shares();
             self.events += 1;
             let sec = self.now / 1_000_000_000;
             if sec != self.second {
@@ -494,14 +580,14 @@ impl<'s> Engine<'s> {
         let mut t = u64::MAX;
         for q in &self.qs {
             if q.w.state == WState::Running {
-                let rate = self.share * self.freq_factor(q.w.freq_idx);
+                let rate = self.share_w * self.freq_factor(q.w.freq_idx);
                 t = t.min(self.now + ns(q.w.work_left / rate).max(1));
             }
             if let Some(p) = &q.prod {
                 if p.stalled {
                     continue;
                 }
-                let rate = p.threads * self.share;
+                let rate = p.threads * self.share_v;
                 if rate <= 0.0 {
                     continue;
                 }
@@ -522,18 +608,21 @@ impl<'s> Engine<'s> {
         self.now = t;
         if dt > 0.0 {
             self.account_energy(dt);
+            if self.sc.host.core_mgmt.be_vm {
+                self.core_events.be_core_s += f64::from(self.alloc.groups.be_cores) * dt / 1e9;
+            }
             self.nic.advance(dt);
             for q in 0..self.qs.len() {
                 let ff = self.freq_factor(self.qs[q].w.freq_idx);
                 let w = &mut self.qs[q].w;
                 if w.state == WState::Running {
-                    w.work_left -= self.share * ff * dt;
-                    w.busy_ns += self.share * dt;
+                    w.work_left -= self.share_w * ff * dt;
+                    w.busy_ns += self.share_w * dt;
                 }
                 let vm = self.qs[q].vm;
                 if let Some(p) = &mut self.qs[q].prod {
                     if !p.stalled {
-                        let mut cpu = p.threads * self.share * dt;
+                        let mut cpu = p.threads * self.share_v * dt;
                         self.vms[vm].guest_busy += cpu;
                         let paid = cpu.min(p.debt);
                         p.debt -= paid;
@@ -543,8 +632,15 @@ impl<'s> Engine<'s> {
                 }
             }
             for v in &mut self.vms {
-                let busy = v.servers.iter().filter(|&&f| f >= t).count() as f64;
-                v.guest_busy += busy * self.share * dt;
+                let busy = v.running(t, true);
+                v.guest_busy += busy * self.share_v * dt;
+            }
+        }
+        for v in &mut self.vms {
+            for g in &mut v.gaps {
+                while g.front().is_some_and(|w| w.1 <= t) {
+                    g.pop_front();
+                }
             }
         }
         for q in 0..self.qs.len() {
@@ -559,15 +655,28 @@ impl<'s> Engine<'s> {
         let mut watts = 0.0;
         for q in &self.qs {
             if q.w.state == WState::Running {
-                busy += self.share;
-                watts += self.share * p.active_w[q.w.freq_idx];
+                busy += self.share_w;
+                watts += self.share_w * p.active_w[q.w.freq_idx];
             }
         }
-        let d = self.demand();
-        let vcpu_busy = (d * self.share - busy).max(0.0);
+        let (dv, _) = self.demand();
+        let vcpu_busy = dv * self.share_v;
         watts += vcpu_busy * p.active_w[top];
-        let idle = (self.sched.cores - busy - vcpu_busy).max(0.0);
-        watts += idle * p.idle_w[0];
+        // Cores of the groups that are not busy sit in a shallow idle state
+        // at the top frequency (wake-ups keep landing on them); parked cores
+        // are at the lowest frequency, in the lowest state; cores lent to a
+        // CPU-bound best-effort VM are busy.
+        let g = self.alloc.groups;
+        let be = if self.sc.host.core_mgmt.be_vm {
+            f64::from(g.be_cores)
+        } else {
+            0.0
+        };
+        watts += be * p.active_w[top];
+        let parked = f64::from(g.parked) + f64::from(g.be_cores) - be;
+        let active = f64::from(g.vcpu_cores + g.nq_cores);
+        let idle = (active - busy - vcpu_busy).max(0.0);
+        watts += idle * p.idle_w[top] + parked * p.idle_w[0];
         self.energy_j += watts * dt / 1e9;
     }
 
@@ -700,6 +809,13 @@ impl<'s> Engine<'s> {
             Ev::Sample => {
                 self.sample();
                 self.push(self.now + self.sc.sample.as_nanos(), Ev::Sample);
+            }
+            Ev::Control => {
+                self.control();
+                self.push(
+                    self.now + self.sc.host.core_mgmt.period.as_nanos(),
+                    Ev::Control,
+                );
             }
         }
     }
@@ -933,6 +1049,7 @@ impl<'s> Engine<'s> {
         for a in arrivals {
             let lat_us = (depart - a) as f64 / 1000.0;
             self.lat_window.record(lat_us);
+            self.lat_ctrl.record(lat_us);
             for (i, p) in self.sc.periods.iter().enumerate() {
                 let t = depart as f64 / 1e9;
                 if t >= p.from_s && t < p.to_s {
@@ -948,9 +1065,11 @@ impl<'s> Engine<'s> {
         // threads take them in arrival order.
         self.qs[q].calls += 1;
         let start_at = now + ns(self.cal.call_ns);
-        let share = self.share;
+        let share = self.share_v;
         for a in delivered {
             let s = sample_service(&mut self.qs[q].rr.as_mut().expect("rr").rng, &load);
+            let run = s / share;
+            let delay = self.preemption_delay(run);
             let servers = &mut self.vms[vm].servers;
             let (idx, free) = servers
                 .iter()
@@ -959,8 +1078,11 @@ impl<'s> Engine<'s> {
                 .map(|(i, &f)| (i, f))
                 .expect("at least one server");
             let start = free.max(start_at);
-            let finish = start + ns(s / share);
+            let finish = start + ns(run + delay);
             servers[idx] = finish;
+            if finish > start + ns(run) {
+                self.vms[vm].gaps[idx].push_back((start + ns(run), finish));
+            }
             self.qs[q]
                 .rr
                 .as_mut()
@@ -968,6 +1090,110 @@ impl<'s> Engine<'s> {
                 .tx
                 .push(Reverse((finish, a)));
         }
+    }
+
+    /// Extra time a request's service of `run` ns takes because queue
+    /// workers preempt its vCPU (time-shared groups only; the model is in
+    /// the `cores` module docs).
+    fn preemption_delay(&mut self, run: f64) -> f64 {
+        let g = self.alloc.groups;
+        if !g.shared || self.wake_rate_per_core <= 0.0 {
+            return 0.0;
+        }
+        let cores = f64::from(g.vcpu_cores);
+        let (dv, dw) = self.demand();
+        // A third runnable thread on the preempted core (besides the vCPU
+        // and the worker), threads placed at random on the group's cores.
+        let others = (dv + dw - 2.0).max(0.0);
+        let p_queued = 1.0 - (1.0 - 1.0 / cores).powf(others);
+        let lambda = self.wake_rate_per_core;
+        let mut delay = 0.0;
+        // Poisson arrivals of wake-ups on this core over the service time.
+        let mut t = 0.0;
+        loop {
+            let u: f64 = self.pre_rng.gen_range(f64::MIN_POSITIVE..1.0);
+            t += -u.ln() / lambda;
+            if t > run {
+                break;
+            }
+            self.core_events.preemptions += 1;
+            delay += 2.0 * self.cal.context_switch_ns + self.pass_cpu_ns;
+            if self.pre_rng.gen::<f64>() < p_queued {
+                self.core_events.slice_waits += 1;
+                delay += self.sched.slice_ns;
+            }
+        }
+        delay
+    }
+
+    /// End of a control period: measure, run the allocator, re-pin.
+    fn control(&mut self) {
+        let now = self.now;
+        let dt = (now - self.ctrl.t) as f64;
+        if dt <= 0.0 {
+            return;
+        }
+        let guest: f64 = self.vms.iter().map(|v| v.guest_busy).sum();
+        let host: f64 = self.qs.iter().map(|q| q.w.busy_ns).sum();
+        let wakeups: u64 = self.qs.iter().map(|q| q.wakeups).sum();
+        let dw = wakeups - self.ctrl.wakeups;
+        let g = self.alloc.groups;
+        // Only workers sharing the vCPUs' cores preempt them.
+        self.wake_rate_per_core = if g.shared {
+            dw as f64 / dt / f64::from(g.vcpu_cores)
+        } else {
+            0.0
+        };
+        if dw > 0 {
+            self.pass_cpu_ns = (host - self.ctrl.host) / dw as f64;
+        }
+        let m = Measured {
+            vcpu_util: (guest - self.ctrl.guest) / dt,
+            nq_util: (host - self.ctrl.host) / dt,
+            p95_us: self.lat_ctrl.quantile(0.95),
+        };
+        self.ctrl = CtrlSnap {
+            t: now,
+            guest,
+            host,
+            wakeups,
+        };
+        self.lat_ctrl = LatHist::default();
+        let (moved_v, moved_w) = self.alloc.on_period(m);
+        let g = self.alloc.groups;
+        let ev = &mut self.core_events;
+        ev.periods += 1;
+        ev.core_periods[0] += u64::from(g.vcpu_cores);
+        ev.core_periods[1] += u64::from(g.nq_cores);
+        ev.core_periods[2] += u64::from(g.be_cores);
+        ev.core_periods[3] += u64::from(g.parked);
+        ev.migrations += u64::from(moved_v + moved_w);
+        // Migration: a moved worker refills its cache (more work in its
+        // pass); a moved vCPU starts its next request later.
+        let mig = self.sc.host.core_mgmt.migration_ns;
+        let mut left = moved_w;
+        for q in &mut self.qs {
+            if left == 0 {
+                break;
+            }
+            if q.w.state == WState::Running {
+                q.w.work_left += mig;
+                left -= 1;
+            }
+        }
+        let mut left = moved_v as usize;
+        for v in &mut self.vms {
+            for f in v.servers.iter_mut() {
+                if left == 0 {
+                    break;
+                }
+                // The refill is CPU work of the moved thread, after its
+                // current work.
+                *f = (*f).max(now) + ns(mig);
+                left -= 1;
+            }
+        }
+        self.update_shares();
     }
 
     fn snapshot(&self) -> Snap {
@@ -1089,6 +1315,7 @@ impl<'s> Engine<'s> {
             self.energy_j,
             self.lat_periods,
         )
+        .with_core_events(self.core_events)
     }
 }
 

@@ -23,6 +23,20 @@
 //!   wake-up costs `wakeup_cpu_ns + context_switch_ns` of worker CPU
 //!   (MEASURED: ~27 µs per wake-up in these VMs, DESIGN.md). Short polling
 //!   intervals thus burn CPU that the vCPUs need.
+//! * **Core groups, pinning and what oversubscription costs** ([`cores`],
+//!   `[host.core_alloc]`): threads run only on their group's cores — one
+//!   time-shared group (the default: every thread on every core), or a vCPU
+//!   group and an NQ group on disjoint cores (static isolation, vSPACE).
+//!   In a time-shared group a queue worker's wake-up preempts the vCPU
+//!   serving a request (rate = worker wake-ups ÷ cores; cost = 2 context
+//!   switches + the worker's run, or a whole 3 ms CFS slice when a third
+//!   thread is queued on the core); re-pinning migrates threads (50 µs cache
+//!   refill each, PLACEHOLDER). A control period (100 ms) runs the policy
+//!   crate's own `VspaceManager::on_period` and `CoreSets::place` (modes P,
+//!   E, R with a CPU-bound best-effort VM) or a CoreNap-like time-sharing
+//!   allocator. Every constant and its source is in the [`cores`] docs.
+//!   Stream loads are unaffected (their vCPUs are not preempted in the
+//!   model; only the per-group shares apply).
 //! * **VMs and closed-loop senders** (netperf TCP_STREAM-like): `threads`
 //!   sender threads on at most `vcpus` vCPUs; a thread spends `send_msg_ns +
 //!   msg_size * send_byte_ps` per message and `xmit_segment_ns` per segment;
@@ -66,8 +80,9 @@
 //!   idle cores.
 //!
 //! Left out, on purpose: RX of TCP ACKs for the stream load, per-core run
-//! queues and affinity, wake-up preemption, SMT, NUMA, guest RX ring
-//! stalls for the RR load.
+//! queues (the [`cores`] model places threads on cores at random instead),
+//! the load balancer's migrations in a time-shared group, preemption of
+//! vCPUs by other vCPUs, SMT, NUMA, guest RX ring stalls for the RR load.
 //!
 //! # Determinism
 //!
@@ -80,6 +95,7 @@
 
 pub mod calibration;
 pub mod cli;
+pub mod cores;
 mod engine;
 pub mod nic;
 mod output;

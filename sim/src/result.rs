@@ -5,6 +5,7 @@
 //! is the one result schema of `vadapt-results` (`kind` `sim`), which
 //! `result_file.rs` builds ([`SimResult::to_result_file`]).
 
+use crate::cores::CoreEvents;
 use crate::output::{create_dir, write_file};
 use crate::plot::{line_chart, Series};
 use crate::scenario::Scenario;
@@ -114,8 +115,12 @@ pub struct PeriodSummary {
     pub calls_per_s: f64,
     /// Mean power, W (power model only).
     pub power_w: Option<f64>,
+    /// 95th-percentile latency over the period (RR loads), µs.
+    pub p95_us: Option<f64>,
     /// 99th-percentile latency over the period (RR loads), µs.
     pub p99_us: Option<f64>,
+    /// Responses sent in the period (RR loads), per second.
+    pub served_qps: Option<f64>,
 }
 
 /// One worker at the end of the run.
@@ -179,6 +184,9 @@ pub struct SimResult {
     pub periods: Vec<PeriodSummary>,
     /// Per-worker summaries.
     pub workers: Vec<WorkerSummary>,
+    /// Core groups over the run: scheduling events and cores per group
+    /// (see the `cores` module).
+    pub core_events: CoreEvents,
 }
 
 /// Each VM's workload kind once, in VM order, joined with `+`.
@@ -235,7 +243,9 @@ impl SimResult {
                         .power
                         .as_ref()
                         .map(|_| mean(inside().filter_map(|s| s.power_w))),
+                    p95_us: lat.quantile(0.95),
                     p99_us: lat.quantile(0.99),
+                    served_qps: (lat.count() > 0).then(|| lat.count() as f64 / (p.to_s - p.from_s)),
                 }
             })
             .collect();
@@ -256,7 +266,13 @@ impl SimResult {
             samples,
             periods,
             workers,
+            core_events: CoreEvents::default(),
         }
+    }
+
+    pub(crate) fn with_core_events(mut self, ev: CoreEvents) -> SimResult {
+        self.core_events = ev;
+        self
     }
 
     /// Mean throughput of the samples whose window ends after `from_s`, Gb/s.

@@ -159,7 +159,9 @@ impl SimResult {
             .set("kicks_per_s", p.kicks_per_s)
             .set("calls_per_s", p.calls_per_s)
             .set_some("power_w", p.power_w)
-            .set_some("p99_us", p.p99_us);
+            .set_some("p95_us", p.p95_us)
+            .set_some("p99_us", p.p99_us)
+            .set_some("served_qps", p.served_qps);
         r
     }
 
@@ -229,8 +231,11 @@ mod tests {
                 kicks_per_s: 1000.0,
                 calls_per_s: 900.0,
                 power_w: None,
+                p95_us: None,
                 p99_us: Some(40.0),
+                served_qps: None,
             }],
+            core_events: Default::default(),
             workers: vec![WorkerSummary {
                 vm: "vm1".into(),
                 workload: "rr".into(),

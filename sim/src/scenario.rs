@@ -5,10 +5,12 @@
 //! every error names the key and the line it is on.
 
 use crate::calibration::Calibration;
+use crate::cores::{CoreAllocSpec, CoreMgmtSpec};
 use serde::Deserialize;
 use std::ops::Range;
 use std::path::Path;
 use toml::Spanned;
+use vadapt_policy::vspace::{VspaceConfig, VspaceConfigError, VspaceMode};
 use vadapt_policy::{Duration, PolicyConfig, PolicyKind};
 
 /// A scenario file could not be read or is invalid.
@@ -54,6 +56,9 @@ pub struct Host {
     pub max_vcpus_per_core: u32,
     /// Optional CPU-frequency states and power model.
     pub power: Option<PowerModel>,
+    /// Core groups and their allocator (`[host.core_alloc]`; default:
+    /// every thread time-shares every core).
+    pub core_mgmt: CoreMgmtSpec,
 }
 
 /// Per-core power at each CPU-frequency state. Arrays are indexed alike and
@@ -272,6 +277,20 @@ struct RawHost {
     sched_slice_us: Option<Spanned<f64>>,
     max_vcpus_per_core: Option<Spanned<i64>>,
     power: Option<Spanned<PowerModel>>,
+    core_alloc: Option<Spanned<RawCoreAlloc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCoreAlloc {
+    kind: Spanned<String>,
+    mode: Option<Spanned<String>>,
+    vcpu_cores: Option<Spanned<i64>>,
+    nq_cores: Option<Spanned<i64>>,
+    period_ms: Option<Spanned<f64>>,
+    slo_us: Option<Spanned<f64>>,
+    migration_us: Option<Spanned<f64>>,
+    be_vm: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -680,6 +699,10 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
             Some(v.clone())
         }
     };
+    let core_mgmt = match &h.core_alloc {
+        None => CoreMgmtSpec::default(),
+        Some(c) => parse_core_alloc(cx, c, cores)?,
+    };
     Ok(Host {
         cores,
         line_rate_bps: gbps * 1e9,
@@ -687,6 +710,88 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         sched_slice: Duration((slice * 1e3) as u64),
         max_vcpus_per_core: maxv,
         power,
+        core_mgmt,
+    })
+}
+
+fn parse_core_alloc(
+    cx: &Ctx<'_>,
+    c: &Spanned<RawCoreAlloc>,
+    cores: u32,
+) -> Result<CoreMgmtSpec, ScenarioError> {
+    let r = c.get_ref();
+    let d = CoreMgmtSpec::default();
+    let period_ms = cx.opt_f64(&r.period_ms, "host.core_alloc.period_ms", 1.0, false, 100.0)?;
+    let slo_us = cx.opt_f64(&r.slo_us, "host.core_alloc.slo_us", 0.0, true, d.slo_us)?;
+    let migration_us = cx.opt_f64(
+        &r.migration_us,
+        "host.core_alloc.migration_us",
+        0.0,
+        false,
+        d.migration_ns / 1e3,
+    )?;
+    let kind = r.kind.get_ref().as_str();
+    let alloc = match kind {
+        "time-sharing" => CoreAllocSpec::TimeSharing,
+        "corenap-like" => CoreAllocSpec::CoreNapLike,
+        "isolated" => {
+            let need = |v: &Option<Spanned<i64>>, key: &str| {
+                v.as_ref().map_or_else(
+                    || Err(cx.err(&c.span(), key, "required for kind = \"isolated\"")),
+                    |v| cx.int_in(v, key, 1, i64::from(cores)),
+                )
+            };
+            let vcpu_cores = need(&r.vcpu_cores, "host.core_alloc.vcpu_cores")? as u32;
+            let nq_cores = need(&r.nq_cores, "host.core_alloc.nq_cores")? as u32;
+            if vcpu_cores + nq_cores > cores {
+                return Err(cx.err(
+                    &c.span(),
+                    "host.core_alloc",
+                    format!("vcpu_cores + nq_cores exceed the host's {cores} cores"),
+                ));
+            }
+            CoreAllocSpec::Isolated {
+                vcpu_cores,
+                nq_cores,
+            }
+        }
+        "vspace" => {
+            let Some(m) = &r.mode else {
+                return Err(cx.err(
+                    &c.span(),
+                    "host.core_alloc.mode",
+                    "required for kind = \"vspace\" (p, e or r)",
+                ));
+            };
+            let mode: VspaceMode = m
+                .get_ref()
+                .parse()
+                .map_err(|e: VspaceConfigError| cx.err(&m.span(), "host.core_alloc.mode", e.to_string()))?;
+            let cfg = VspaceConfig {
+                period_ms: period_ms.round() as u64,
+                ..VspaceConfig::new(mode, cores as usize)
+            };
+            if let Err(e) = cfg.validate() {
+                return Err(cx.err(&c.span(), "host.core_alloc", e.to_string()));
+            }
+            CoreAllocSpec::Vspace { mode }
+        }
+        other => {
+            return Err(cx.err(
+                &r.kind.span(),
+                "host.core_alloc.kind",
+                format!(
+                    "unknown allocator `{other}` (expected time-sharing, isolated, corenap-like or vspace)"
+                ),
+            ))
+        }
+    };
+    Ok(CoreMgmtSpec {
+        alloc,
+        period: Duration((period_ms * 1e6).round() as u64),
+        slo_us,
+        migration_ns: migration_us * 1e3,
+        be_vm: r.be_vm.unwrap_or(false),
     })
 }
 

@@ -7,9 +7,10 @@
 //! slice, and each switch costs a context switch, so the usable capacity
 //! shrinks by `context_switch / slice`.
 //!
-//! What this leaves out (stated in the crate docs): wake-up preemption (a
-//! woken worker waits for its fair share rather than running at once),
-//! affinity and per-core run queues, SMT.
+//! One `Scheduler` serves each core group ([`crate::cores`]): the engine
+//! builds one per group with the group's cores. Wake-up preemption of a
+//! request's vCPU by a queue worker is modelled there, on top of these
+//! shares. Left out (stated in the crate docs): per-core run queues, SMT.
 
 /// The processor-sharing scheduler.
 #[derive(Clone, Copy, Debug, PartialEq)]
