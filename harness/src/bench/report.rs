@@ -163,6 +163,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             "b5" => super::b5::render(f),
             "timer" => super::timer::render(f),
             "b6" => super::b6::render(f),
+            "b7" => super::b7::render(f),
             _ => String::new(),
         };
         s.push_str(&body);
@@ -341,6 +342,18 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
         },
         None => unmeasured(goal5, "B3"),
     });
+    // 6. (issue 16) at most 2 MiB of the daemon's own memory per idle port.
+    let six = find(files, "b7").and_then(|f| spread(&super::b7::per_port(f), "mib_per_port"));
+    let goal6 = "daemon memory ≤ 2 MiB per idle VM port beyond guest memory (issue 16)";
+    g.push(match six {
+        Some(s) => Goal {
+            goal: goal6,
+            measured: format!("{} MiB per port", s.show(3)),
+            met: Some(s.median <= super::b7::GOAL_MIB_PER_PORT),
+            source: "B7, slope of RssAnon + RssFile from the fewest to the most ports",
+        },
+        None => unmeasured(goal6, "B7"),
+    });
     g
 }
 
@@ -371,7 +384,7 @@ pub fn goals(files: &[ResultFile]) -> String {
         })
         .collect();
     format!(
-        "### Headline goals (issue 6), judged from this run\n\nRatios are medians of per-round ratios (min–max over rounds).\n\n{}",
+        "### Headline goals (issues 6 and 16), judged from this run\n\nRatios are medians of per-round ratios (min–max over rounds).\n\n{}",
         table(&["goal", "measured", "verdict", "from"], &rows)
     )
 }

@@ -3,7 +3,7 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::{b1, b2, b3, b4, b5, b6, timer};
+use super::{b1, b2, b3, b4, b5, b6, b7, timer};
 use vadapt_results::ResultFile;
 
 /// One benchmark of the suite.
@@ -18,7 +18,7 @@ pub(super) struct Bench {
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-pub(super) const SUITE: [Bench; 7] = [
+pub(super) const SUITE: [Bench; 8] = [
     Bench {
         name: "b1",
         title: b1::TITLE,
@@ -43,6 +43,11 @@ pub(super) const SUITE: [Bench; 7] = [
         name: "b5",
         title: b5::TITLE,
         run: b5::run,
+    },
+    Bench {
+        name: "b7",
+        title: b7::TITLE,
+        run: b7::run,
     },
     Bench {
         name: "timer",
