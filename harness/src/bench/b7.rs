@@ -186,7 +186,7 @@ fn reconnect_loop(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let (nports, rounds) = if ctx.quick { (4, 4) } else { (8, 20) };
     ctx.say(&format!("reconnect loop: {nports} ports, {rounds} rounds"));
     let vms = ports(ctx, "r", nports);
-    let mut d = Daemon::spawn(ctx, "b7-reconnect", &vms)?;
+    let d = Daemon::spawn(ctx, "b7-reconnect", &vms)?;
     f.commands.push(ctx.show(&d.command));
     let opts = GuestOpts {
         rate: "20k".into(),
