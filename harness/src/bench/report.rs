@@ -164,6 +164,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             "timer" => super::timer::render(f),
             "b6" => super::b6::render(f),
             "b7" => super::b7::render(f),
+            "b8" => super::b8::render(f),
             _ => String::new(),
         };
         s.push_str(&body);

@@ -329,7 +329,19 @@ impl GuestProc {
         socket: &Path,
         opts: &GuestOpts,
     ) -> Result<GuestProc, BenchError> {
-        let argv = opts.argv(&ctx.exe.display().to_string(), socket, ctx.frontend_cpu);
+        Self::spawn_with(ctx, name, socket, opts, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with further guest arguments (`--mac ...`).
+    pub fn spawn_with(
+        ctx: &Ctx,
+        name: &str,
+        socket: &Path,
+        opts: &GuestOpts,
+        extra: &[String],
+    ) -> Result<GuestProc, BenchError> {
+        let mut argv = opts.argv(&ctx.exe.display().to_string(), socket, ctx.frontend_cpu);
+        argv.extend(extra.iter().cloned());
         let mut s = Spawn::new(name, argv, &ctx.work);
         s.env.push(("RUST_LOG".into(), "warn".into()));
         Ok(GuestProc {
