@@ -39,6 +39,7 @@ pub mod config;
 pub mod eekbp;
 pub mod executor;
 pub mod fixed;
+pub mod forest;
 pub mod golden;
 pub mod growshrink;
 pub mod interrupt;
