@@ -95,17 +95,18 @@ struct RawForest {
 #[serde(deny_unknown_fields)]
 struct RawTree {
     feature: Vec<i64>,
-    threshold: Vec<String>,
     left: Vec<i64>,
     right: Vec<i64>,
-    value: Vec<String>,
+    threshold_or_value: Vec<String>,
 }
 
+/// The hex of an f64's bits with its trailing zero digits left out.
 fn from_bits(hex: &str) -> Option<f64> {
-    (hex.len() == 16)
-        .then(|| u64::from_str_radix(hex, 16).ok())
-        .flatten()
-        .map(f64::from_bits)
+    if hex.is_empty() || hex.len() > 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let v = u64::from_str_radix(hex, 16).ok()?;
+    Some(f64::from_bits(v << (4 * (16 - hex.len()))))
 }
 
 fn parse_tree(t: usize, raw: &RawTree) -> Result<Vec<Node>, ForestError> {
@@ -119,10 +120,9 @@ fn parse_tree(t: usize, raw: &RawTree) -> Result<Vec<Node>, ForestError> {
         return Err(bad(0, "no nodes".into()));
     }
     for (name, len) in [
-        ("threshold", raw.threshold.len()),
         ("left", raw.left.len()),
         ("right", raw.right.len()),
-        ("value", raw.value.len()),
+        ("threshold_or_value", raw.threshold_or_value.len()),
     ] {
         if len != n {
             return Err(bad(0, format!("`{name}` has {len} entries, `feature` {n}")));
@@ -135,28 +135,20 @@ fn parse_tree(t: usize, raw: &RawTree) -> Result<Vec<Node>, ForestError> {
             if raw.left[i] != -1 || raw.right[i] != -1 {
                 return Err(bad(i, "a leaf (feature -1) has children".into()));
             }
-            let v = from_bits(&raw.value[i])
+            let hex = &raw.threshold_or_value[i];
+            let v = from_bits(hex)
                 .filter(|v| v.is_finite())
-                .ok_or_else(|| {
-                    bad(
-                        i,
-                        format!("leaf value `{}` is not finite f64 bits", raw.value[i]),
-                    )
-                })?;
+                .ok_or_else(|| bad(i, format!("leaf value `{hex}` is not finite f64 bits")))?;
             Node::Leaf(v)
         } else {
             let feature = usize::try_from(f)
                 .ok()
                 .filter(|&f| f < FEATURES.len())
                 .ok_or_else(|| bad(i, format!("feature {f} is not -1 or a feature index")))?;
-            let threshold = from_bits(&raw.threshold[i])
+            let hex = &raw.threshold_or_value[i];
+            let threshold = from_bits(hex)
                 .filter(|v| !v.is_nan())
-                .ok_or_else(|| {
-                    bad(
-                        i,
-                        format!("threshold `{}` is not f64 bits", raw.threshold[i]),
-                    )
-                })?;
+                .ok_or_else(|| bad(i, format!("threshold `{hex}` is not f64 bits")))?;
             // Children after their parent: every walk ends, in at most n steps.
             let child = |c: i64| {
                 usize::try_from(c)
@@ -241,15 +233,22 @@ mod tests {
     /// a second tree: a single leaf 0.5.
     fn tiny() -> String {
         let b = |v: f64| format!("\"{:016x}\"", v.to_bits());
+        // As the lab writes them: trailing zero digits left out.
+        let short = |v: f64| {
+            format!(
+                "\"{}\"",
+                format!("{:016x}", v.to_bits()).trim_end_matches('0')
+            )
+        };
         format!(
             r#"{{"format":"{FORMAT}","version":1,"features":["vms","threads","msg_size","interval_us"],
             "target":"gbps","provenance":{{}},"trees":[
-            {{"feature":[3,-1,0,-1,-1],"threshold":[{},"",{},"",""],"left":[1,-1,3,-1,-1],
-              "right":[2,-1,4,-1,-1],"value":["",{},"",{},{}]}},
-            {{"feature":[-1],"threshold":[""],"left":[-1],"right":[-1],"value":[{}]}}]}}"#,
-            b(1000.5),
-            b(1.5),
+            {{"feature":[3,-1,0,-1,-1],"left":[1,-1,3,-1,-1],"right":[2,-1,4,-1,-1],
+              "threshold_or_value":[{},{},{},{},{}]}},
+            {{"feature":[-1],"left":[-1],"right":[-1],"threshold_or_value":[{}]}}]}}"#,
+            short(1000.5),
             b(2.0),
+            short(1.5),
             b(1.0),
             b(3.0),
             b(0.5)
@@ -291,6 +290,14 @@ mod tests {
                 good.replace("\"trees\":[", "\"trees\":[],\"x\":[")
                     .replace("]}]}", "]}]"),
                 "not a valid",
+            ),
+            (
+                good.replacen("\"3ff0", "\"zz0", 1),
+                "is not finite f64 bits",
+            ),
+            (
+                good.replacen("\"408f44", "\"408f44000000000000", 1),
+                "threshold",
             ),
         ];
         for (text, expected) in cases {
