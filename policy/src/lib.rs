@@ -44,6 +44,7 @@ pub mod golden;
 pub mod growshrink;
 pub mod interrupt;
 pub mod netap;
+pub mod netap_ml;
 pub mod retune;
 pub mod time;
 pub mod vspace;
