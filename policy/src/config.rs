@@ -149,16 +149,7 @@ impl PolicyConfig {
             PolicyConfig::Netap(p) => Box::new(NetAp::new(p)?),
             PolicyConfig::Growshrink(p) => Box::new(GrowShrink::new(p)?),
             PolicyConfig::Eekbp(p) => Box::new(EeKbp::new(p)?),
-            PolicyConfig::NetapMl(p) => match crate::netap_ml::builtin_model() {
-                Ok(forest) => Box::new(NetapMl::new(p, forest)?),
-                Err(_) if p.fallback_to_netap => Box::new(NetAp::new(p.netap)?),
-                Err(reason) => {
-                    return Err(ConfigError::InvalidParam {
-                        param: "model",
-                        reason,
-                    })
-                }
-            },
+            PolicyConfig::NetapMl(p) => crate::netap_ml::build(p, crate::netap_ml::model())?,
         })
     }
 }

@@ -39,7 +39,7 @@ use crate::netap::{NetAp, NetapParams};
 use crate::retune::{Retune, RetuneError};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Shortest interval the predictor evaluates, µs (paper: 50).
 pub const PREDICT_FROM_US: u64 = 50;
@@ -121,17 +121,54 @@ pub fn builtin_model() -> Result<Arc<Forest>, String> {
         .get_or_init(|| {
             Forest::from_json(BUILTIN_MODEL_JSON)
                 .map(Arc::new)
-                .map_err(|e| model_error(&e))
+                .map_err(|e| model_error("built-in model", &e))
         })
         .clone()
+}
+
+/// The model installed by [`install_model`], if any.
+static INSTALLED: Mutex<Option<Result<Arc<Forest>, String>>> = Mutex::new(None);
+
+/// Make every `netap-ml` policy built from now on ([`crate::PolicyConfig::build`])
+/// use `model` instead of the built-in one: the daemon installs the file named by
+/// its `netap_ml_model` setting at start-up, or the reason it could not be
+/// read (then those policies fall back to NetAP or are refused, see
+/// [`build`]). Policies already running keep their model.
+pub fn install_model(model: Result<Arc<Forest>, String>) {
+    *INSTALLED.lock().unwrap_or_else(|e| e.into_inner()) = Some(model);
+}
+
+/// The model `netap-ml` policies are built with: the installed one, else the built-in one.
+pub fn model() -> Result<Arc<Forest>, String> {
+    let installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    installed.unwrap_or_else(builtin_model)
+}
+
+/// A `netap-ml` policy on `model`; when the model is unusable, plain NetAP if
+/// `fallback_to_netap` says so, else the reason as a [`ConfigError`] on `model`.
+pub fn build(
+    params: NetapMlParams,
+    model: Result<Arc<Forest>, String>,
+) -> Result<Box<dyn Policy>, ConfigError> {
+    match model {
+        Ok(forest) => Ok(Box::new(NetapMl::new(params, forest)?)),
+        Err(_) if params.fallback_to_netap => {
+            NetapMl::validate(&params)?;
+            Ok(Box::new(NetAp::new(params.netap)?))
+        }
+        Err(reason) => Err(ConfigError::InvalidParam {
+            param: "model",
+            reason,
+        }),
+    }
 }
 
 /// The shipped model's text.
 pub const BUILTIN_MODEL_JSON: &str = include_str!("../models/netap-ml.json");
 
-/// `e` and its sources, one sentence.
-pub fn model_error(e: &dyn std::error::Error) -> String {
-    let mut s = format!("built-in model: {e}");
+/// `what: e` and its sources, one sentence.
+pub fn model_error(what: &str, e: &dyn std::error::Error) -> String {
+    let mut s = format!("{what}: {e}");
     let mut src = e.source();
     while let Some(c) = src {
         s += &format!(": {c}");
@@ -466,6 +503,31 @@ mod tests {
         })
         .unwrap();
         assert_eq!(p.prediction().unwrap().msg_size, 1500.0);
+    }
+
+    #[test]
+    fn an_unusable_model_is_refused_or_falls_back_to_netap_when_asked() {
+        let e = build(NetapMlParams::default(), Err("no such file".into())).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::InvalidParam {
+                param: "model",
+                reason: "no such file".into()
+            }
+        );
+        let fallback = NetapMlParams {
+            fallback_to_netap: true,
+            ..NetapMlParams::default()
+        };
+        let p = build(fallback, Err("no such file".into())).unwrap();
+        assert_eq!(p.name(), "netap");
+        assert_eq!(build(fallback, Ok(forest())).unwrap().name(), "netap-ml");
+        // Bad parameters are refused even on the fallback path.
+        let bad = NetapMlParams {
+            half_range_us: 0,
+            ..fallback
+        };
+        assert!(build(bad, Err("x".into())).is_err());
     }
 
     #[test]
