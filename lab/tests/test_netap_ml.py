@@ -157,3 +157,39 @@ def test_sim_grid_rows_carry_provenance_and_a_failed_sweep_is_named(tmp_path):
     assert df.query("vms == 2 and interval_us == 100")["gbps"].iloc[0] == pytest.approx(2.1)
     with pytest.raises(grid.GridError, match="vms=6 threads=1 msg_size=64"):
         grid.run_sim_grid(vadapt, scenario, out, repo, grid=small | {"vms": (6,)})
+
+
+def test_eval_scenarios_name_the_case_and_policy():
+    from vadapt_lab.netap_ml import evaluate as ev
+
+    text = ev.scenario_text("C2", "netap-ml", "/x/cal.toml")
+    assert "count = 2" in text and "threads = 5" in text and "msg_size = 96" in text
+    assert 'kind = "netap-ml", vms = 2, threads = 5, msg_size = 96' in text
+    assert "probe_fixed_interval_us = 2100" in text
+    assert 'kind = "netap",' in ev.scenario_text("C1", "netap", "/x/cal.toml")
+
+
+def test_eval_two_second_windows_and_table(tmp_path):
+    from vadapt_lab.netap_ml import evaluate as ev
+
+    rows = [{"table": "samples", "t_s": float(t), "gbps": float(t)} for t in range(1, 31)]
+    rows.append({"table": "workers", "settled_after_s": 6.0, "final_interval_us": 700.0})
+    p = tmp_path / "result.json"
+    p.write_text(json.dumps({"rows": rows}))
+    s = ev.two_second_samples(p)
+    assert list(s["t_s"])[:2] == [2.0, 4.0] and list(s["gbps"])[:2] == [1.5, 3.5]
+    assert list(ev.window(s, 10, 20)) == [11.5, 13.5, 15.5, 17.5, 19.5]
+    assert ev.workers(p)["settled_after_s"].iloc[0] == 6.0
+    base = {"best_fixed_us": 700.0, "best_fixed_gbps": 10.0, "settled_after_s_max": 11.0}
+    base["final_interval_us_median"] = 700.0
+    df = pd.DataFrame(
+        [
+            {"case": c, "policy": pol, "during_mean": m, "during_std": 1.0, "after_mean": 9.0}
+            | {"after_std": 0.5}
+            | base
+            for c in ev.CASES
+            for pol, m in (("netap", 8.0), ("netap-ml", 9.2))
+        ]
+    )
+    table = ev.report(df)
+    assert "(+15 %)" in table and "90.0 %" in table

@@ -109,6 +109,12 @@ def two_second_samples(result: Path) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def workers(result: Path) -> pd.DataFrame:
+    """Per-worker rows: ``settled_after_s`` (from the policy's start), ``final_interval_us``."""
+    rows = json.loads(result.read_text())["rows"]
+    return pd.DataFrame([r for r in rows if r["table"] == "workers"])
+
+
 def window(samples: pd.DataFrame, lo: float, hi: float) -> pd.Series:
     """Samples whose 2-s window lies in ``lo..hi`` seconds."""
     return samples.query("t_s > @lo and t_s <= @hi")["gbps"]
@@ -144,9 +150,13 @@ def evaluate(vadapt: Path, repo: Path, out: Path, runs: int = 10) -> pd.DataFram
         for policy in ("netap", "netap-ml"):
             sc = out / f"{case}-{policy}.toml"
             sc.write_text(scenario_text(case, policy, calibration))
-            during, after, series = [], [], []
+            during, after, series, settle, final = [], [], [], [], []
             for seed in range(1, runs + 1):
-                s = two_second_samples(run(vadapt, sc, seed, out / f"{case}-{policy}-{seed}"))
+                result = run(vadapt, sc, seed, out / f"{case}-{policy}-{seed}")
+                s = two_second_samples(result)
+                w = workers(result)
+                settle += list(w.get("settled_after_s", pd.Series(dtype=float)).dropna())
+                final += list(w.get("final_interval_us", pd.Series(dtype=float)).dropna())
                 during += list(window(s, 10, 20))
                 after += list(window(s, 20, 30))
                 series.append(s.set_index("t_s")["gbps"])
@@ -159,6 +169,8 @@ def evaluate(vadapt: Path, repo: Path, out: Path, runs: int = 10) -> pd.DataFram
                     "during_std": float(np.std(during)),
                     "after_mean": float(np.mean(after)),
                     "after_std": float(np.std(after)),
+                    "settled_after_s_max": float(np.max(settle)) if settle else float("nan"),
+                    "final_interval_us_median": float(np.median(final)) if final else float("nan"),
                     "best_fixed_us": best_us,
                     "best_fixed_gbps": best_gbps,
                 }
@@ -211,15 +223,18 @@ def report(df: pd.DataFrame) -> str:
             )
     lines.append("")
     lines.append(
-        "| case | best fixed interval µs (Gb/s) | NetAP after / best | NetAP-ML after / best |"
+        "| case | best fixed interval µs (Gb/s) | NetAP after / best | NetAP-ML after / best "
+        "| settled after s (slowest worker), NetAP / ML | final interval µs, NetAP / ML |"
     )
-    lines.append("|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|")
     for case in CASES:
         a = df.query("case == @case and policy == 'netap'").iloc[0]
         m = df.query("case == @case and policy == 'netap-ml'").iloc[0]
         b = a["best_fixed_gbps"]
         lines.append(
             f"| {case} | {a['best_fixed_us']:.0f} ({b:.3f}) | {100 * a['after_mean'] / b:.1f} % "
-            f"| {100 * m['after_mean'] / b:.1f} % |"
+            f"| {100 * m['after_mean'] / b:.1f} % "
+            f"| {a['settled_after_s_max']:.1f} / {m['settled_after_s_max']:.1f} "
+            f"| {a['final_interval_us_median']:.0f} / {m['final_interval_us_median']:.0f} |"
         )
     return "\n".join(lines)
