@@ -182,7 +182,8 @@ pub struct SetPolicyArgs {
     search-range=LO-HI    NetAP: golden-section search range, µs, from the next search on (NetAP-ML)\n  \
     kick-threshold=P      NetAP: ring-full safety net, permille of the ring (0 = the paper's: off)\n  \
     poll-max=NS           grow/shrink: longest poll window, ns (QEMU's poll-max-ns)\n  \
-    quota=N               EE-KBP: packets per queue per busy-poll pass\n\n\
+    quota=N               EE-KBP: packets per queue per busy-poll pass\n  \
+    workload=V/T/S        NetAP-ML: VMs, threads per VM, message size (B) it predicts for, from the next search on\n\n\
     EXAMPLE:\n  vadapt retune --port vm1 search-range=1600-2600")]
 pub struct RetuneArgs {
     /// VM port name.
