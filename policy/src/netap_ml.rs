@@ -345,7 +345,10 @@ impl Policy for NetapMl {
     }
 
     fn status(&self) -> PolicyStatus {
-        self.netap.status()
+        PolicyStatus {
+            predicted_us: self.prediction.map(|p| p.best_us),
+            ..self.netap.status()
+        }
     }
 
     fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
@@ -411,6 +414,11 @@ mod tests {
         // First probe of the golden section on 700..=1700.
         assert_eq!(p.netap().interval(), Duration::from_micros(1318));
         assert_eq!(p.netap().search().range(), (700, 1700));
+        let s = p.status();
+        assert_eq!(
+            (s.predicted_us, s.search_range_us),
+            (Some(1200), Some((700, 1700)))
+        );
     }
 
     #[test]
