@@ -83,10 +83,15 @@ pub struct Forest {
     trees: Vec<Vec<Node>>,
 }
 
+/// The fields every version has.
 #[derive(Deserialize)]
-struct RawForest {
+struct Header {
     format: String,
     version: u32,
+}
+
+#[derive(Deserialize)]
+struct RawForest {
     features: Vec<String>,
     trees: Vec<RawTree>,
 }
@@ -171,13 +176,16 @@ fn parse_tree(t: usize, raw: &RawTree) -> Result<Vec<Node>, ForestError> {
 impl Forest {
     /// Read a model file's text; the error says what is wrong with it.
     pub fn from_json(text: &str) -> Result<Forest, ForestError> {
+        // Format and version first, so that a file of another version is
+        // called that rather than a file with missing fields.
+        let head: Header = serde_json::from_str(text).map_err(ForestError::Parse)?;
+        if head.format != FORMAT {
+            return Err(ForestError::Format(head.format));
+        }
+        if head.version != VERSION {
+            return Err(ForestError::Version(head.version));
+        }
         let raw: RawForest = serde_json::from_str(text).map_err(ForestError::Parse)?;
-        if raw.format != FORMAT {
-            return Err(ForestError::Format(raw.format));
-        }
-        if raw.version != VERSION {
-            return Err(ForestError::Version(raw.version));
-        }
         if raw.features.iter().map(String::as_str).ne(FEATURES) {
             return Err(ForestError::Features(raw.features));
         }
@@ -308,6 +316,11 @@ mod tests {
         let no_trees = format!(
             r#"{{"format":"{FORMAT}","version":1,"features":["vms","threads","msg_size","interval_us"],"trees":[]}}"#
         );
+        let v2 = format!(r#"{{"format":"{FORMAT}","version":2,"nodes":[]}}"#);
+        assert!(matches!(
+            Forest::from_json(&v2),
+            Err(ForestError::Version(2))
+        ));
         assert!(matches!(
             Forest::from_json(&no_trees),
             Err(ForestError::NoTrees)
