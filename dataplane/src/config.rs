@@ -182,6 +182,10 @@ pub struct DaemonConfig {
     /// vSPACE core management (`[cores]`); off by default.
     #[serde(default)]
     pub cores: crate::cores::CoresConfig,
+    /// NetAP-ML model file for `netap-ml` policies (default: the built-in
+    /// model); see [`crate::netap_ml_model`].
+    #[serde(default)]
+    pub netap_ml_model: Option<PathBuf>,
 }
 
 /// The daemon's default policy: NetAP with the paper's constants.
@@ -217,6 +221,7 @@ impl Default for DaemonConfig {
             mac_ageing_s: default_ageing(),
             backlog: default_backlog(),
             cores: Default::default(),
+            netap_ml_model: None,
         }
     }
 }

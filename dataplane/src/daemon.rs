@@ -46,6 +46,9 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// The NetAP-ML model is unusable.
+    #[error(transparent)]
+    Model(#[from] crate::netap_ml_model::ModelError),
     /// A system resource (eventfd, thread) could not be created.
     #[error("cannot create port `{port}`")]
     Port {
@@ -190,6 +193,10 @@ impl Daemon {
     /// Validate `cfg`, create every port and socket, and start serving.
     pub fn start(cfg: DaemonConfig) -> Result<Daemon, DaemonError> {
         cfg.validate()?;
+        crate::netap_ml_model::prepare(
+            cfg.netap_ml_model.as_deref(),
+            std::iter::once(&cfg.policy).chain(cfg.vm.iter().filter_map(|v| v.policy.as_ref())),
+        )?;
         let registry = Arc::new(Registry::default());
         let switch = Arc::new(Switch::new(Duration::from_secs(cfg.mac_ageing_s)));
         // Until start-up is complete, a failure stops what was started and
@@ -486,6 +493,19 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn an_unusable_netap_ml_model_stops_start_up_with_one_error() {
+        let t = tempfile::tempdir().unwrap();
+        let model = t.path().join("model.json");
+        std::fs::write(&model, "{\"format\":").unwrap();
+        let mut c = cfg(t.path());
+        c.netap_ml_model = Some(model);
+        let e = Daemon::start(c).unwrap_err();
+        assert!(matches!(e, DaemonError::Model(_)), "{e}");
+        assert!(e.to_string().contains("model.json"), "{e}");
+        assert_eq!(files(t.path()), ["model.json"]);
     }
 
     #[test]

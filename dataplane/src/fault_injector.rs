@@ -320,6 +320,10 @@ mod tests {
                     p.round_ms = 20;
                     PolicyConfig::Netap(p)
                 }
+                PolicyConfig::NetapMl(mut p) => {
+                    p.netap.round_ms = 20;
+                    PolicyConfig::NetapMl(p)
+                }
                 c => c,
             })
             .collect()
@@ -357,7 +361,7 @@ mod tests {
             if kind != PolicyKind::BusyPoll {
                 assert!(total.spurious_wakes > 0, "{kind}: {total:?}");
             }
-            if kind == PolicyKind::Netap {
+            if matches!(kind, PolicyKind::Netap | PolicyKind::NetapMl) {
                 assert!(total.late_timers > 0, "{kind}: {total:?}");
             }
             if matches!(

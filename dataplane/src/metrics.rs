@@ -145,6 +145,12 @@ pub struct PortStats {
     pub policy: Mutex<String>,
     /// Current polling interval / window in µs, 0 if none.
     pub poll_interval_us: AtomicU64,
+    /// NetAP-ML's predicted best interval, µs; 0 for other policies.
+    pub predicted_us: AtomicU64,
+    /// Lower end of the NetAP search range, µs; 0 for other policies.
+    pub search_lo_us: AtomicU64,
+    /// Upper end of the NetAP search range, µs; 0 for other policies.
+    pub search_hi_us: AtomicU64,
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -158,6 +164,9 @@ impl PortStats {
             connected: AtomicBool::new(kind != "vm"),
             policy: Mutex::new(String::new()),
             poll_interval_us: AtomicU64::new(0),
+            predicted_us: AtomicU64::new(0),
+            search_lo_us: AtomicU64::new(0),
+            search_hi_us: AtomicU64::new(0),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }
     }
@@ -260,6 +269,8 @@ impl Registry {
                 connected: p.connected.load(Relaxed),
                 policy: p.policy.lock().map(|s| s.clone()).unwrap_or_default(),
                 poll_interval_us: p.poll_interval_us.load(Relaxed),
+                predicted_us: p.predicted_us.load(Relaxed),
+                search_range_us: (p.search_lo_us.load(Relaxed), p.search_hi_us.load(Relaxed)),
                 queues: p
                     .queues
                     .iter()
@@ -403,6 +414,12 @@ pub struct PortSnapshot {
     pub policy: String,
     /// Current interval / window, µs.
     pub poll_interval_us: u64,
+    /// NetAP-ML's predicted best interval, µs (0: not NetAP-ML).
+    #[serde(default)]
+    pub predicted_us: u64,
+    /// NetAP's search range, µs ((0, 0): not NetAP).
+    #[serde(default)]
+    pub search_range_us: (u64, u64),
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -499,6 +516,13 @@ impl StatsSnapshot {
                     p.policy,
                     if p.poll_interval_us > 0 {
                         format!(" ({} us)", p.poll_interval_us)
+                    } else {
+                        String::new()
+                    } + &if p.predicted_us > 0 {
+                        format!(
+                            " [predicted {} us, search {}-{} us]",
+                            p.predicted_us, p.search_range_us.0, p.search_range_us.1
+                        )
                     } else {
                         String::new()
                     }
@@ -924,5 +948,29 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         let back: StatsSnapshot = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn netap_ml_prediction_and_range_show_in_the_table_and_json() {
+        let reg = Registry::default();
+        let p = Arc::new(PortStats::new("vm1", "vm", 1));
+        p.poll_interval_us.store(1318, Relaxed);
+        reg.add_port(Arc::clone(&p));
+        assert!(!reg.snapshot().to_table().contains("predicted"));
+        p.predicted_us.store(1200, Relaxed);
+        p.search_lo_us.store(700, Relaxed);
+        p.search_hi_us.store(1700, Relaxed);
+        let s = reg.snapshot();
+        assert_eq!(
+            (s.ports[0].predicted_us, s.ports[0].search_range_us),
+            (1200, (700, 1700))
+        );
+        let table = s.to_table();
+        assert!(
+            table.contains("(1318 us) [predicted 1200 us, search 700-1700 us]"),
+            "{table}"
+        );
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<StatsSnapshot>(&json).unwrap(), s);
     }
 }

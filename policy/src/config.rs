@@ -14,6 +14,8 @@ use crate::interface::Policy;
 use crate::interrupt::Interrupt;
 use crate::netap::NetAp;
 pub use crate::netap::NetapParams;
+use crate::netap_ml::NetapMl;
+pub use crate::netap_ml::NetapMlParams;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -34,15 +36,18 @@ pub enum PolicyKind {
     Growshrink,
     /// EE-KBP hybrid busy-poll / sleep-on-kick ([`EeKbp`]).
     Eekbp,
+    /// NetAP with its search narrowed by a random forest ([`NetapMl`]).
+    NetapMl,
 }
 
 impl PolicyKind {
     /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Interrupt,
         PolicyKind::BusyPoll,
         PolicyKind::Growshrink,
         PolicyKind::Netap,
+        PolicyKind::NetapMl,
         PolicyKind::Eekbp,
     ];
 
@@ -54,6 +59,7 @@ impl PolicyKind {
             PolicyKind::Netap => "netap",
             PolicyKind::Growshrink => "growshrink",
             PolicyKind::Eekbp => "eekbp",
+            PolicyKind::NetapMl => "netap-ml",
         }
     }
 }
@@ -73,6 +79,7 @@ impl FromStr for PolicyKind {
             "netap" => Ok(PolicyKind::Netap),
             "growshrink" | "grow-shrink" => Ok(PolicyKind::Growshrink),
             "eekbp" | "ee-kbp" => Ok(PolicyKind::Eekbp),
+            "netap-ml" | "netapml" => Ok(PolicyKind::NetapMl),
             other => Err(ConfigError::UnknownPolicy(other.to_string())),
         }
     }
@@ -93,6 +100,8 @@ pub enum PolicyConfig {
     Growshrink(GrowShrinkParams),
     /// See [`EeKbp`].
     Eekbp(EekbpParams),
+    /// See [`NetapMl`]; runs the built-in model.
+    NetapMl(NetapMlParams),
 }
 
 impl PolicyConfig {
@@ -104,6 +113,7 @@ impl PolicyConfig {
             PolicyKind::Netap => PolicyConfig::Netap(NetapParams::default()),
             PolicyKind::Growshrink => PolicyConfig::Growshrink(GrowShrinkParams::default()),
             PolicyKind::Eekbp => PolicyConfig::Eekbp(EekbpParams::default()),
+            PolicyKind::NetapMl => PolicyConfig::NetapMl(NetapMlParams::default()),
         }
     }
 
@@ -115,6 +125,7 @@ impl PolicyConfig {
             PolicyConfig::Netap(_) => PolicyKind::Netap,
             PolicyConfig::Growshrink(_) => PolicyKind::Growshrink,
             PolicyConfig::Eekbp(_) => PolicyKind::Eekbp,
+            PolicyConfig::NetapMl(_) => PolicyKind::NetapMl,
         }
     }
 
@@ -125,6 +136,7 @@ impl PolicyConfig {
             PolicyConfig::Netap(p) => NetAp::validate(p),
             PolicyConfig::Growshrink(p) => GrowShrink::validate(p),
             PolicyConfig::Eekbp(p) => EeKbp::validate(p),
+            PolicyConfig::NetapMl(p) => NetapMl::validate(p),
         }
     }
 
@@ -137,6 +149,7 @@ impl PolicyConfig {
             PolicyConfig::Netap(p) => Box::new(NetAp::new(p)?),
             PolicyConfig::Growshrink(p) => Box::new(GrowShrink::new(p)?),
             PolicyConfig::Eekbp(p) => Box::new(EeKbp::new(p)?),
+            PolicyConfig::NetapMl(p) => crate::netap_ml::build(p, crate::netap_ml::model())?,
         })
     }
 }

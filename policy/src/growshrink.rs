@@ -214,6 +214,7 @@ impl Policy for GrowShrink {
             round: None,
             settled: false,
             restarts: 0,
+            ..PolicyStatus::default()
         }
     }
 

@@ -190,6 +190,12 @@ pub struct PolicyStatus {
     pub settled: bool,
     /// Number of times the adaptation restarted (NetAP).
     pub restarts: u32,
+    /// Interval range, µs, of the running search (NetAP; NetAP-ML's narrowed range).
+    #[serde(default)]
+    pub search_range_us: Option<(u64, u64)>,
+    /// Interval the model predicted best, µs (NetAP-ML).
+    #[serde(default)]
+    pub predicted_us: Option<u64>,
 }
 
 /// A queue-servicing policy. See the crate documentation for the cycle.

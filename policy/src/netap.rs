@@ -433,6 +433,8 @@ impl Policy for NetAp {
             round: Some(self.round),
             settled: self.search.is_settled(),
             restarts: self.restarts,
+            search_range_us: Some(self.search.range()),
+            predicted_us: None,
         }
     }
 

@@ -38,6 +38,16 @@ pub enum Retune {
         /// Packets.
         packets: u32,
     },
+    /// NetAP-ML: the workload its model predicts for, from the next search
+    /// on (0 = unknown: 1 VM, 1 thread, message size estimated).
+    Workload {
+        /// VMs sharing the host.
+        vms: u32,
+        /// Sender threads per VM.
+        threads: u32,
+        /// Message size, bytes.
+        msg_size: u32,
+    },
 }
 
 impl Retune {
@@ -48,6 +58,7 @@ impl Retune {
             Retune::KickThreshold { .. } => "kick_threshold_permille",
             Retune::PollMax { .. } => "poll_max_ns",
             Retune::Quota { .. } => "quota",
+            Retune::Workload { .. } => "workload",
         }
     }
 }
@@ -55,8 +66,9 @@ impl Retune {
 impl std::str::FromStr for Retune {
     type Err = String;
 
-    /// `search-range=LO-HI` (µs), `kick-threshold=PERMILLE`, `poll-max=NS`
-    /// or `quota=PACKETS`: the command-line form of `vadapt retune`.
+    /// `search-range=LO-HI` (µs), `kick-threshold=PERMILLE`, `poll-max=NS`,
+    /// `quota=PACKETS` or `workload=VMS/THREADS/MSG_SIZE`: the command-line
+    /// form of `vadapt retune`.
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, v) = s
             .split_once('=')
@@ -87,12 +99,24 @@ impl std::str::FromStr for Retune {
                 permille: small(v, u64::from(u16::MAX))? as u16,
             },
             "poll-max" => Retune::PollMax { ns: num(v)? },
+            "workload" => {
+                let parts: Vec<&str> = v.split('/').collect();
+                let [vms, threads, msg_size] = parts[..] else {
+                    return Err(format!("`{v}` is not VMS/THREADS/MSG_SIZE"));
+                };
+                let u32_of = |x: &str| small(x, u64::from(u32::MAX)).map(|n| n as u32);
+                Retune::Workload {
+                    vms: u32_of(vms)?,
+                    threads: u32_of(threads)?,
+                    msg_size: u32_of(msg_size)?,
+                }
+            }
             "quota" => Retune::Quota {
                 packets: small(v, u64::from(u32::MAX))? as u32,
             },
             other => {
                 return Err(format!(
-                    "unknown parameter `{other}` (known: search-range, kick-threshold, poll-max, quota)"
+                    "unknown parameter `{other}` (known: search-range, kick-threshold, poll-max, quota, workload)"
                 ))
             }
         })
@@ -156,6 +180,18 @@ mod tests {
         );
         assert_eq!("poll-max=32000".parse(), Ok(Retune::PollMax { ns: 32000 }));
         assert_eq!("quota=16".parse(), Ok(Retune::Quota { packets: 16 }));
+        assert_eq!(
+            "workload=3/2/128".parse(),
+            Ok(Retune::Workload {
+                vms: 3,
+                threads: 2,
+                msg_size: 128
+            })
+        );
+        assert!("workload=3/2"
+            .parse::<Retune>()
+            .unwrap_err()
+            .contains("VMS/THREADS/MSG_SIZE"));
         assert!("search-range=500"
             .parse::<Retune>()
             .unwrap_err()

@@ -42,7 +42,7 @@ pub struct SweepArgs {
     /// Scenario file (TOML).
     pub scenario: PathBuf,
     /// Parameter and values: NAME=FROM..TO:STEP or NAME=V1,V2,...
-    /// (interval µs, msg_size, threads, ring_size, cores).
+    /// (interval µs, msg_size, threads, ring_size, cores, vms).
     #[arg(long)]
     pub param: ParamRange,
     /// Directory for sweep.csv, sweep.json and sweep.png.

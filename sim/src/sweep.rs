@@ -4,7 +4,7 @@ use crate::engine::SimError;
 use crate::output::{create_dir, write_file, WriteError};
 use crate::result::SimResult;
 use crate::run::run_scenario;
-use crate::scenario::{Scenario, SimPolicy, TimelineEntry, Workload};
+use crate::scenario::{Scenario, SimPolicy, TimelineEntry, VmSpec, Workload};
 use serde::Serialize;
 use std::path::Path;
 use std::str::FromStr;
@@ -13,13 +13,20 @@ use std::sync::Mutex;
 use vadapt_policy::{Duration, PolicyConfig};
 
 /// Parameters a sweep can vary.
-pub const PARAMS: &[&str] = &["interval", "msg_size", "threads", "ring_size", "cores"];
+pub const PARAMS: &[&str] = &[
+    "interval",
+    "msg_size",
+    "threads",
+    "ring_size",
+    "cores",
+    "vms",
+];
 
 /// A sweep could not be set up or run.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SweepError {
     /// `--param` is not `name=a..b:step` or `name=v1,v2,...`.
-    #[error("bad --param `{0}`: expected NAME=FROM..TO:STEP or NAME=V1,V2,... with NAME one of interval, msg_size, threads, ring_size, cores")]
+    #[error("bad --param `{0}`: expected NAME=FROM..TO:STEP or NAME=V1,V2,... with NAME one of interval, msg_size, threads, ring_size, cores, vms")]
     Parse(String),
     /// A value does not fit the parameter.
     #[error("value {value} is invalid for `{param}`")]
@@ -87,7 +94,10 @@ impl FromStr for ParamRange {
 }
 
 /// `sc` with `param` set to `value`, shortened to the sweep's duration.
-/// `interval` replaces the timeline with the fixed-interval probe.
+/// `interval` replaces the timeline with the fixed-interval probe; `vms`
+/// replaces the VMs by that many copies of the first one (named like the
+/// copies of a `count` in the scenario file: its name without trailing
+/// digits, then 0, 1, ...), so the first VM is the template of a VM-count sweep.
 pub fn apply_param(sc: &Scenario, param: &str, value: f64) -> Result<Scenario, SweepError> {
     let bad = || SweepError::Value {
         param: param.to_string(),
@@ -133,6 +143,25 @@ pub fn apply_param(sc: &Scenario, param: &str, value: f64) -> Result<Scenario, S
             }
         }
         "cores" => s.host.cores = u32::try_from(v).map_err(|_| bad())?,
+        "vms" => {
+            let n = u32::try_from(v).map_err(|_| bad())?;
+            let template = s.vms.first().cloned().ok_or_else(bad)?;
+            let vcpus = u64::from(n) * u64::from(template.vcpus);
+            if n > 1024 || vcpus > u64::from(s.host.cores) * u64::from(s.host.max_vcpus_per_core) {
+                return Err(bad());
+            }
+            let base = template.name.trim_end_matches(|c: char| c.is_ascii_digit());
+            s.vms = (0..n)
+                .map(|k| VmSpec {
+                    name: if n > 1 {
+                        format!("{base}{k}")
+                    } else {
+                        base.to_string()
+                    },
+                    ..template.clone()
+                })
+                .collect();
+        }
         _ => return Err(bad()),
     }
     // Keep the previous timeline's switches only if they fit the shortened run.
@@ -347,5 +376,21 @@ mod tests {
         assert!("speed=1..2:1".parse::<ParamRange>().is_err());
         assert!("interval=10..1:1".parse::<ParamRange>().is_err());
         assert!("interval".parse::<ParamRange>().is_err());
+        let r: ParamRange = "vms=1,2,3,6".parse().unwrap();
+        assert_eq!(r.values, vec![1.0, 2.0, 3.0, 6.0]);
+    }
+
+    #[test]
+    fn vms_copies_the_first_vm_and_refuses_what_does_not_fit() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/netap-3vm-2t.toml");
+        let sc = Scenario::from_file(Path::new(path)).unwrap();
+        let s = apply_param(&sc, "vms", 5.0).unwrap();
+        let names: Vec<&str> = s.vms.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["vm0", "vm1", "vm2", "vm3", "vm4"]);
+        assert!(s.vms.iter().all(|v| v.workload == sc.vms[0].workload));
+        assert_eq!(apply_param(&sc, "vms", 1.0).unwrap().vms[0].name, "vm");
+        // 6 cores x 8 vCPUs per core hold at most 24 VMs of 2 vCPUs.
+        assert!(apply_param(&sc, "vms", 24.0).is_ok());
+        assert!(apply_param(&sc, "vms", 25.0).is_err());
     }
 }

@@ -76,10 +76,14 @@ pub struct ServeArgs {
     /// A TAP port to the host's network stack, named after the interface. Repeatable.
     #[arg(long = "tap", value_name = "NAME")]
     pub taps: Vec<String>,
-    /// Default policy of VM ports: interrupt, busy-poll, netap, growshrink, eekbp
-    /// [default: netap, or the config file's].
+    /// Default policy of VM ports: interrupt, busy-poll, netap, netap-ml, growshrink,
+    /// eekbp [default: netap, or the config file's].
     #[arg(long, value_name = "POLICY")]
     pub policy: Option<String>,
+    /// Model file of `netap-ml` policies (the lab's forest JSON) [default: the
+    /// built-in model, or the config file's `netap_ml_model`].
+    #[arg(long, value_name = "PATH")]
+    pub netap_ml_model: Option<PathBuf>,
     /// Control socket for `vadapt stats` / `vadapt set-policy`
     /// [default: /run/vadapt/control.sock].
     #[arg(long, value_name = "PATH")]
@@ -165,7 +169,7 @@ pub struct SetPolicyArgs {
     /// VM port name.
     #[arg(long)]
     pub port: String,
-    /// New policy: interrupt, busy-poll, netap, growshrink, eekbp (default parameters).
+    /// New policy: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp (default parameters).
     pub policy: String,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
@@ -178,7 +182,8 @@ pub struct SetPolicyArgs {
     search-range=LO-HI    NetAP: golden-section search range, µs, from the next search on (NetAP-ML)\n  \
     kick-threshold=P      NetAP: ring-full safety net, permille of the ring (0 = the paper's: off)\n  \
     poll-max=NS           grow/shrink: longest poll window, ns (QEMU's poll-max-ns)\n  \
-    quota=N               EE-KBP: packets per queue per busy-poll pass\n\n\
+    quota=N               EE-KBP: packets per queue per busy-poll pass\n  \
+    workload=V/T/S        NetAP-ML: VMs, threads per VM, message size (B) it predicts for, from the next search on\n\n\
     EXAMPLE:\n  vadapt retune --port vm1 search-range=1600-2600")]
 pub struct RetuneArgs {
     /// VM port name.

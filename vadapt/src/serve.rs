@@ -33,6 +33,9 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     for t in &a.taps {
         cfg.tap.push(TapPortConfig { name: t.clone() });
     }
+    if let Some(m) = &a.netap_ml_model {
+        cfg.netap_ml_model = Some(m.clone());
+    }
     if let Some(p) = &a.policy {
         cfg.policy = p
             .parse::<PolicyConfig>()

@@ -178,6 +178,23 @@ fn retuned_config(config: PolicyConfig, r: &Retune) -> PolicyConfig {
             p.quota = packets;
             PolicyConfig::Eekbp(p)
         }
+        (PolicyConfig::NetapMl(mut p), Retune::KickThreshold { permille }) => {
+            p.netap.kick_threshold_permille = permille;
+            PolicyConfig::NetapMl(p)
+        }
+        (
+            PolicyConfig::NetapMl(mut p),
+            Retune::Workload {
+                vms,
+                threads,
+                msg_size,
+            },
+        ) => {
+            p.vms = vms;
+            p.threads = threads;
+            p.msg_size = msg_size;
+            PolicyConfig::NetapMl(p)
+        }
         (c, _) => c,
     }
 }

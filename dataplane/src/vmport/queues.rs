@@ -473,10 +473,16 @@ impl QueueIo for PortQueues {
         // Only on change: this runs every pass, the gauge is read by others.
         if us != self.last_interval_us {
             self.last_interval_us = us;
-            self.port
-                .stats
-                .poll_interval_us
-                .store(us, Ordering::Relaxed);
+            let stats = &self.port.stats;
+            stats.poll_interval_us.store(us, Ordering::Relaxed);
+            // Range and prediction change at a search restart, which almost
+            // always moves the interval; one that does not shows a round later.
+            let (lo, hi) = status.search_range_us.unwrap_or((0, 0));
+            stats.search_lo_us.store(lo, Ordering::Relaxed);
+            stats.search_hi_us.store(hi, Ordering::Relaxed);
+            stats
+                .predicted_us
+                .store(status.predicted_us.unwrap_or(0), Ordering::Relaxed);
         }
     }
 }
