@@ -24,6 +24,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod metrics_http;
 pub mod net;
+pub mod nq_workers;
 pub mod ports;
 pub mod sigbus_guard;
 pub mod socket_dir;

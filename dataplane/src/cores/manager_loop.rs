@@ -16,10 +16,11 @@
 //! governor found at start is put back when the daemon stops); without
 //! cpufreq this is a no-op, said once at start-up.
 //!
-//! What it does not do (yet), and says so in the README: the queue workers
-//! stay one per VM port, each allowed on every NQ core, rather than one per
-//! NQ core with queues reassigned between them; and the guest side
-//! (vSPACE-Guest: online vCPUs and active queue pairs) is not driven.
+//! Queue workers: by default one per VM port, each allowed on every NQ
+//! core. With `queue_workers = "per-nq-core"` the daemon's
+//! [`NqWorkers`] pool is given to the manager, which resizes it to one
+//! worker per NQ core (pinned to it) whenever the NQ group changes; the
+//! pool moves ports' queue sets between its workers.
 //!
 //! A queue worker restarts (new thread id) whenever its frontend
 //! reconfigures a ring; it runs where the daemon's own affinity allows until
@@ -30,6 +31,7 @@
 
 use super::config::{ApplyMethod, CoresConfig, VmRole};
 use super::status::{CoresStatus, VmCores};
+use crate::nq_workers::NqWorkers;
 use crate::vmport::VmPort;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +84,10 @@ pub struct CoreManager {
     run_delay: [Duration; 2],
     /// cpufreq of each managed CPU, in `cfg.cpus` order.
     freqs: Vec<CpuFreq>,
+    /// The pool of one queue worker per NQ core, if configured.
+    nq_workers: Option<Arc<NqWorkers>>,
+    /// The NQ CPUs the pool was last resized to.
+    pool_nq: Vec<usize>,
 }
 
 impl std::fmt::Debug for CoreManager {
@@ -156,10 +162,45 @@ impl CoreManager {
             prev: None,
             run_delay: [Duration::ZERO; 2],
             freqs,
+            nq_workers: None,
+            pool_nq: Vec::new(),
             cfg,
         };
         m.set_mode(m.mode);
         m
+    }
+
+    /// Size `pool` to one worker per NQ core from now on (its workers are
+    /// measured as the NQ group; they pin themselves to their cores).
+    pub fn with_nq_workers(mut self, pool: Arc<NqWorkers>) -> Self {
+        self.nq_workers = Some(pool);
+        self.resize_pool();
+        self
+    }
+
+    /// One pool worker per CPU of the NQ group, when the group changed.
+    fn resize_pool(&mut self) {
+        let Some(pool) = &self.nq_workers else { return };
+        if self.pool_nq == self.sets.nq {
+            return;
+        }
+        match pool.resize(&self.sets.nq) {
+            Ok(moved) => {
+                tracing::info!(
+                    workers = self.sets.nq.len().max(1),
+                    moved,
+                    "core manager: queue workers follow the NQ group"
+                );
+                self.pool_nq = self.sets.nq.clone();
+                self.note(format!(
+                    "queue workers: {} (queue sets moved {moved})",
+                    self.sets.nq.len().max(1)
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "core manager: cannot resize the queue workers; retried next period");
+            }
+        }
     }
 
     /// The current placement.
@@ -277,6 +318,7 @@ impl CoreManager {
             outcome = Some(o);
         }
         self.apply(&threads);
+        self.resize_pool();
         if self.mode == VspaceMode::Resource {
             if let Some(o) = &outcome {
                 if o.allocation.pause_be() {
@@ -313,9 +355,22 @@ impl CoreManager {
                 });
             }
         }
+        for tid in self.pool_tids() {
+            v.push(GroupThread {
+                group: ThreadGroup::Nq,
+                task: TaskId { pid, tid },
+            });
+        }
         v.sort();
         v.dedup();
         v
+    }
+
+    fn pool_tids(&self) -> Vec<u32> {
+        self.nq_workers
+            .as_ref()
+            .map(|p| p.tids())
+            .unwrap_or_default()
     }
 
     fn look_up_vcpus(&mut self, now: Instant) {
@@ -379,7 +434,15 @@ impl CoreManager {
                 return;
             }
         }
-        let report = self.applier.apply(&self.sets, threads);
+        // The pool's workers pin themselves, each to its own NQ core: the
+        // applier (which allows a thread the whole group) leaves them be.
+        let pool = self.pool_tids();
+        let placed: Vec<GroupThread> = threads
+            .iter()
+            .filter(|t| !pool.contains(&t.task.tid))
+            .copied()
+            .collect();
+        let report = self.applier.apply(&self.sets, &placed);
         if !matches!(self.applier, Applier::AdviseOnly { .. }) {
             set_frequencies(&self.sets, &self.freqs);
         }
@@ -544,6 +607,11 @@ impl CoreManager {
             .filter(|&t| t > 0)
             .map(|t| t as u32)
             .collect();
+        if let Some(pool) = &self.nq_workers {
+            s.worker_tids = pool.tids();
+            s.nq_workers = pool.status();
+            s.queue_set_moves = pool.moves();
+        }
     }
 }
 

@@ -74,6 +74,13 @@ pub struct CoresSnapshot {
     pub vms: Vec<VmCores>,
     /// Thread ids of the running queue workers.
     pub worker_tids: Vec<u32>,
+    /// With `queue_workers = "per-nq-core"`: each worker, its CPU and the
+    /// ports it serves (empty otherwise).
+    #[serde(default)]
+    pub nq_workers: Vec<crate::nq_workers::NqWorkerStatus>,
+    /// Queue sets moved between NQ workers since start.
+    #[serde(default)]
+    pub queue_set_moves: u64,
     /// The latest decisions, oldest first.
     pub recent: VecDeque<String>,
 }
@@ -153,6 +160,23 @@ impl CoresSnapshot {
             );
         }
         let _ = writeln!(s, "queue workers {:?}", self.worker_tids);
+        for w in &self.nq_workers {
+            let _ = writeln!(
+                s,
+                "  nq worker {} tid {} cpu {}: {}",
+                w.index,
+                w.tid,
+                w.cpu.map_or("-".to_string(), |c| c.to_string()),
+                if w.ports.is_empty() {
+                    "-".to_string()
+                } else {
+                    w.ports.join(", ")
+                }
+            );
+        }
+        if !self.nq_workers.is_empty() {
+            let _ = writeln!(s, "queue sets moved {}", self.queue_set_moves);
+        }
         for d in &self.recent {
             let _ = writeln!(s, "  {d}");
         }
