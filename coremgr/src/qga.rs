@@ -417,8 +417,12 @@ pub fn vcpu_changes(vcpus: &[GuestVcpu], want: usize) -> Vec<(u32, bool)> {
 
 /// Bring `want` vCPUs of the guest behind `path` online (see
 /// [`vcpu_changes`]).
-pub fn set_online_vcpus(path: &Path, want: usize) -> Result<VcpuChange, QgaError> {
-    let mut c = QgaClient::connect(path)?;
+pub fn set_online_vcpus(
+    path: &Path,
+    want: usize,
+    limits: QgaLimits,
+) -> Result<VcpuChange, QgaError> {
+    let mut c = QgaClient::connect_with(path, limits)?;
     let vcpus = c.get_vcpus()?;
     let before = vcpus.iter().filter(|v| v.online).count();
     let changes = vcpu_changes(&vcpus, want);
@@ -431,9 +435,14 @@ pub fn set_online_vcpus(path: &Path, want: usize) -> Result<VcpuChange, QgaError
 
 /// Set the active queue pairs of the guest's `iface` to `pairs` with
 /// `ethtool -L IFACE combined N` through `guest-exec`.
-pub fn set_queue_pairs(path: &Path, iface: &str, pairs: u16) -> Result<(), QgaError> {
+pub fn set_queue_pairs(
+    path: &Path,
+    iface: &str,
+    pairs: u16,
+    limits: QgaLimits,
+) -> Result<(), QgaError> {
     let n = pairs.max(1).to_string();
-    QgaClient::connect(path)?.run("ethtool", &["-L", iface, "combined", &n])
+    QgaClient::connect_with(path, limits)?.run("ethtool", &["-L", iface, "combined", &n])
 }
 
 /// Base64 (standard alphabet) to text, skipping what does not decode: only
@@ -564,7 +573,7 @@ mod tests {
         let (_d, path) = sock("vcpus");
         let stale = b"{\"return\": 5}\n\xff{\"return\": 12345}\n";
         let h = fake_agent(&path, stale, agent_like(4));
-        let ch = set_online_vcpus(&path, 2).unwrap();
+        let ch = set_online_vcpus(&path, 2, QgaLimits::default()).unwrap();
         assert_eq!(
             ch,
             VcpuChange {
@@ -585,7 +594,7 @@ mod tests {
         let h = fake_agent(&path, b"", agent_like(4));
         // Already 4: nothing to set.
         assert_eq!(
-            set_online_vcpus(&path, 9).unwrap(),
+            set_online_vcpus(&path, 9, QgaLimits::default()).unwrap(),
             VcpuChange {
                 before: 4,
                 after: 4
@@ -622,7 +631,7 @@ mod tests {
     fn ethtool_through_guest_exec_reports_the_exit_code_and_stderr() {
         let (_d, path) = sock("exec");
         let h = fake_agent(&path, b"", agent_like(1));
-        set_queue_pairs(&path, "eth0", 2).unwrap();
+        set_queue_pairs(&path, "eth0", 2, QgaLimits::default()).unwrap();
         let seen = h.join().unwrap();
         assert_eq!(
             seen[1]["arguments"],
@@ -630,7 +639,7 @@ mod tests {
         );
         let (_d, path) = sock("exec2");
         let _h = fake_agent(&path, b"", agent_like(1));
-        let e = set_queue_pairs(&path, "eth9", 2).unwrap_err();
+        let e = set_queue_pairs(&path, "eth9", 2, QgaLimits::default()).unwrap_err();
         assert_eq!(
             e.to_string(),
             "`ethtool -L eth9 combined 2` in the guest exited with 1: no such device"

@@ -34,6 +34,8 @@ fn vm(name: &str, dir: &Path, policy: PolicyConfig) -> VmPortConfig {
         socket: dir.join(format!("{name}.sock")),
         mode: Default::default(),
         qmp: None,
+        qga: None,
+        guest_iface: None,
         role: Default::default(),
         queues: 1,
         mac: None,

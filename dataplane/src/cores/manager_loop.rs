@@ -30,6 +30,7 @@
 //! VMs keep their placement.
 
 use super::config::{ApplyMethod, CoresConfig, VmRole};
+use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
 use super::status::{CoresStatus, VmCores};
 use crate::nq_workers::NqWorkers;
 use crate::vmport::VmPort;
@@ -65,6 +66,10 @@ struct ManagedVm {
     looked_up: Option<Instant>,
     error: Option<String>,
     paused: bool,
+    /// vSPACE-Guest through its agent, if configured.
+    guest: GuestSide,
+    /// The port's queue pairs (the most the guest can activate).
+    queue_pairs: u16,
 }
 
 /// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
@@ -147,6 +152,8 @@ impl CoreManager {
                     .is_none()
                     .then(|| "no qmp socket configured".to_string()),
                 paused: false,
+                guest: GuestSide::new(p.cfg.qga.clone(), p.cfg.guest_iface.clone()),
+                queue_pairs: p.cfg.queues,
             })
             .collect();
         let mut m = CoreManager {
@@ -260,8 +267,26 @@ impl CoreManager {
             None if self.freqs.is_empty() => String::new(),
             None => "; idle cores at the lowest frequency".to_string(),
         };
+        let (agent, none): (Vec<&ManagedVm>, Vec<&ManagedVm>) =
+            self.vms.iter().partition(|vm| vm.guest.has_agent());
+        let names = |v: &[&ManagedVm]| {
+            v.iter()
+                .map(|vm| vm.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut guest = String::new();
+        if !agent.is_empty() {
+            guest += &format!(
+                "; guest vCPUs and queue pairs through the guest agent for {}",
+                names(&agent)
+            );
+        }
+        if !none.is_empty() {
+            guest += &format!("; host side only (no qga) for {}", names(&none));
+        }
         format!(
-            "core manager: mode {} on CPUs {:?}, period {} ms, {how}{freq}",
+            "core manager: mode {} on CPUs {:?}, period {} ms, {how}{freq}{guest}",
             self.mode, self.cfg.cpus, self.cfg.period_ms
         )
     }
@@ -319,6 +344,9 @@ impl CoreManager {
         }
         self.apply(&threads);
         self.resize_pool();
+        if self.manager.is_some() {
+            self.drive_guests(now);
+        }
         if self.mode == VspaceMode::Resource {
             if let Some(o) = &outcome {
                 if o.allocation.pause_be() {
@@ -364,6 +392,47 @@ impl CoreManager {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// vSPACE-Guest: each VM with an agent gets as many vCPUs online as its
+    /// group has cores (the vCPU group, or the best-effort cores for a BE
+    /// VM in mode R), and as many queue pairs as the NQ group has cores (at
+    /// most its port's).
+    fn drive_guests(&mut self, now: Instant) {
+        let mut notes = Vec::new();
+        let mut errors = 0;
+        for vm in &mut self.vms {
+            let cores = if vm.role == VmRole::Be && self.mode == VspaceMode::Resource {
+                self.sets.be.len()
+            } else {
+                self.sets.vcpu.len()
+            };
+            if cores == 0 || vm.paused {
+                continue;
+            }
+            let target = GuestTarget {
+                vcpus: cores,
+                queue_pairs: (self
+                    .sets
+                    .nq
+                    .len()
+                    .clamp(1, usize::from(vm.queue_pairs.max(1))))
+                    as u16,
+            };
+            match vm.guest.drive(&vm.name, now, target) {
+                GuestOutcome::Nothing => {}
+                GuestOutcome::Applied(line) => notes.push(line),
+                GuestOutcome::Failed => errors += 1,
+            }
+        }
+        self.status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .qga_errors += errors;
+        for n in notes {
+            self.note(n);
+        }
     }
 
     fn pool_tids(&self) -> Vec<u32> {
@@ -598,6 +667,9 @@ impl CoreManager {
                 vcpu_tids: vm.vcpus.iter().map(|t| t.tid).collect(),
                 error: vm.error.clone(),
                 paused: vm.paused,
+                guest_vcpus: vm.guest.applied().0,
+                guest_queue_pairs: vm.guest.applied().1,
+                guest_error: vm.guest.error.clone(),
             })
             .collect();
         s.worker_tids = self
@@ -841,6 +913,119 @@ mod tests {
         );
         assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
         assert_eq!(s.mode, "e");
+    }
+
+    /// A guest agent on `path` for a guest with `n` vCPUs (CPU 0 cannot go
+    /// offline) whose `ethtool` always succeeds; every request is recorded.
+    fn fake_qga(path: &Path, n: usize) -> Arc<std::sync::Mutex<Vec<serde_json::Value>>> {
+        use serde_json::{json, Value};
+        let l = UnixListener::bind(path).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut online = vec![true; n];
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let mut line = Vec::new();
+                while r.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+                    let start = line.iter().rposition(|&b| b == 0xFF).map_or(0, |i| i + 1);
+                    let req: Value = serde_json::from_slice(&line[start..]).unwrap();
+                    line.clear();
+                    let args = &req["arguments"];
+                    let mut out = Vec::new();
+                    let ret = match req["execute"].as_str().unwrap() {
+                        "guest-sync-delimited" => {
+                            out.push(0xFF);
+                            args["id"].clone()
+                        }
+                        "guest-get-vcpus" => json!(online
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &o)| json!({"logical-id": i, "online": o, "can-offline": i > 0}))
+                            .collect::<Vec<_>>()),
+                        "guest-set-vcpus" => {
+                            let list = args["vcpus"].as_array().unwrap();
+                            for e in list {
+                                online[e["logical-id"].as_u64().unwrap() as usize] =
+                                    e["online"].as_bool().unwrap();
+                            }
+                            json!(list.len())
+                        }
+                        "guest-exec" => json!({"pid": 1}),
+                        _ => json!({"exited": true, "exitcode": 0}),
+                    };
+                    log.lock().unwrap().push(req);
+                    out.extend_from_slice(format!("{}\n", json!({ "return": ret })).as_bytes());
+                    if w.write_all(&out).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        seen
+    }
+
+    #[test]
+    fn the_guest_agent_brings_vcpus_and_queue_pairs_to_the_groups_sizes() {
+        let t = tempfile::tempdir().unwrap();
+        let qga = t.path().join("vm1.qga");
+        let seen = fake_qga(&qga, 2);
+        let with_agent = port(&format!(
+            "name=vm1,socket=/nonexistent.sock,queues=2,qga={}",
+            qga.display()
+        ));
+        let without = port("name=vm2,socket=/nonexistent2.sock");
+        let status = Arc::new(CoresStatus::default());
+        let mut m = CoreManager::new(
+            CoresConfig {
+                mode: VspaceMode::Performance,
+                cpus: vec![0, 1],
+                apply: ApplyMethod::Advise,
+                ..CoresConfig::default()
+            },
+            vec![with_agent, without],
+            Arc::clone(&status),
+            Path::new("/proc"),
+            Path::new("/nonexistent"),
+        );
+        let line = m.describe();
+        assert!(line.contains("through the guest agent for vm1"), "{line}");
+        assert!(line.contains("host side only (no qga) for vm2"), "{line}");
+        let t0 = Instant::now();
+        m.step(t0);
+        let s = status.snapshot();
+        // vSPACE-P on 2 CPUs: one vCPU core, one NQ core.
+        assert_eq!((s.sets.vcpu.len(), s.sets.nq.len()), (1, 1), "{s:?}");
+        assert_eq!(s.vms[0].guest_vcpus, Some(1), "{s:?}");
+        assert_eq!(s.vms[0].guest_queue_pairs, Some(1), "{s:?}");
+        assert_eq!(s.vms[0].guest_error, None);
+        assert_eq!(s.vms[1].guest_vcpus, None, "no agent: host side only");
+        let requests = seen.lock().unwrap().clone();
+        let set: Vec<_> = requests
+            .iter()
+            .filter(|r| r["execute"] == "guest-set-vcpus")
+            .collect();
+        assert_eq!(
+            set[0]["arguments"]["vcpus"],
+            serde_json::json!([{"logical-id": 1, "online": false}])
+        );
+        let exec: Vec<_> = requests
+            .iter()
+            .filter(|r| r["execute"] == "guest-exec")
+            .collect();
+        assert_eq!(
+            exec[0]["arguments"]["arg"],
+            serde_json::json!(["-L", "eth0", "combined", "1"])
+        );
+        // Nothing changed: the agent is not asked again.
+        let n = requests.len();
+        for i in 1..5 {
+            m.step(t0 + Duration::from_millis(100 * i));
+        }
+        assert_eq!(seen.lock().unwrap().len(), n);
+        assert_eq!(status.snapshot().qga_errors, 0);
     }
 
     #[test]

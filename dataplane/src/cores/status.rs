@@ -25,6 +25,15 @@ pub struct VmCores {
     pub error: Option<String>,
     /// Paused by vSPACE-R (no core for best-effort VMs).
     pub paused: bool,
+    /// vCPUs online last set through the guest agent (vSPACE-Guest).
+    #[serde(default)]
+    pub guest_vcpus: Option<usize>,
+    /// Queue pairs last set through the guest agent (vSPACE-Guest).
+    #[serde(default)]
+    pub guest_queue_pairs: Option<u16>,
+    /// Why the guest agent did not apply the last change, if it did not.
+    #[serde(default)]
+    pub guest_error: Option<String>,
 }
 
 /// The core manager's state, as `vadapt cores` prints it.
@@ -68,6 +77,9 @@ pub struct CoresSnapshot {
     pub threads_refused: u64,
     /// Failed QMP exchanges (no answer, garbage, vanished VM).
     pub qmp_errors: u64,
+    /// Failed guest agent requests (vSPACE-Guest).
+    #[serde(default)]
+    pub qga_errors: u64,
     /// P95 samples received (`vadapt cores report`).
     pub p95_reports: u64,
     /// The VMs.
@@ -158,6 +170,22 @@ impl CoresSnapshot {
                     .map(|e| format!("  ({e})"))
                     .unwrap_or_default()
             );
+            if vm.guest_vcpus.is_some()
+                || vm.guest_queue_pairs.is_some()
+                || vm.guest_error.is_some()
+            {
+                let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                let _ = writeln!(
+                    s,
+                    "  guest: vcpus online {}  queue pairs {}{}",
+                    opt(vm.guest_vcpus.map(|v| v.to_string())),
+                    opt(vm.guest_queue_pairs.map(|v| v.to_string())),
+                    vm.guest_error
+                        .as_deref()
+                        .map(|e| format!("  ({e})"))
+                        .unwrap_or_default()
+                );
+            }
         }
         let _ = writeln!(s, "queue workers {:?}", self.worker_tids);
         for w in &self.nq_workers {
