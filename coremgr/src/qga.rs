@@ -126,7 +126,7 @@ pub enum QgaError {
     Program {
         /// The command line.
         program: String,
-        /// "exited with 1: <stderr>", "did not exit within 5s".
+        /// `exited with 1: STDERR` or `did not exit within 5s`.
         outcome: String,
     },
     /// An earlier error may have left the stream out of step; reconnect.

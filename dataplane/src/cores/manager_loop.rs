@@ -22,6 +22,10 @@
 //! worker per NQ core (pinned to it) whenever the NQ group changes; the
 //! pool moves ports' queue sets between its workers.
 //!
+//! vSPACE-Guest: a VM with `qga = PATH` is asked through its guest agent to
+//! keep as many vCPUs online as its group has cores, and as many queue pairs
+//! as the NQ group (see [`super::guest_side`]).
+//!
 //! A queue worker restarts (new thread id) whenever its frontend
 //! reconfigures a ring; it runs where the daemon's own affinity allows until
 //! the next period places it. A VM whose QMP socket does not answer, answers

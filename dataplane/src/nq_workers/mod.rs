@@ -10,7 +10,7 @@
 //! between workers as [`assign_queue_sets`] says (count-balanced, stable:
 //! see `vadapt_policy::vspace::queue_assign`).
 //!
-//! A move is an ordered handoff (see [`worker_thread`]): the old worker
+//! A move is an ordered handoff (see `worker_thread.rs`): the old worker
 //! releases the set between two of its passes, then the new one takes it
 //! and re-checks its rings. While a set is in transit (one channel round
 //! trip) no thread serves it; the guest's descriptors wait in its rings and
