@@ -97,7 +97,11 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
         for c in inbox.take_all() {
             match c {
                 Command::Take(mut set) => {
-                    watch(&epoll, ControlOperation::Add, &set);
+                    // A set that stopped itself is only held until its
+                    // port takes it back: watching it could spin.
+                    if !set.is_stopped() {
+                        watch(&epoll, ControlOperation::Add, &set);
+                    }
                     set.after_handoff();
                     sets.push(set);
                 }
