@@ -1,12 +1,13 @@
-//! Queue sets move between the NQ workers while two synthetic guests run
+//! Queue sets move between the NQ workers while three synthetic guests run
 //! request/response traffic through an echo port: the pool goes 1 → 2 → 1
-//! workers four times, each change moves one port's queues (with its
-//! policy: interrupt on one port, EE-KBP on the other), and
+//! workers ten times, each change moves one port's queues with its policy
+//! (interrupt, EE-KBP and NetAP: waits for kicks, busy polls and timed
+//! sleeps are all caught mid-move), and
 //!
 //! * no request and no reply is lost (the guests count replies that do not
 //!   come back within 5 s, far beyond any handoff), and no frame is
 //!   dropped by the daemon;
-//! * no ring is left unserved: after every move both ports go on receiving.
+//! * no ring is left unserved: after every move every port goes on receiving.
 //!
 //! Nothing here is timed: the waits for progress only bound how long a
 //! failure takes to show.
@@ -51,14 +52,17 @@ fn rx_packets(d: &Daemon, port: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits until both ports received more than they had; panics after
+const PORTS: [&str; 3] = ["vm1", "vm2", "vm3"];
+
+/// Waits until every port received more than they had; panics after
 /// [`PROGRESS_BOUND`].
-fn both_progress(d: &Daemon, what: &str) {
-    let before = [rx_packets(d, "vm1"), rx_packets(d, "vm2")];
+fn all_progress(d: &Daemon, what: &str) {
+    let rx = || PORTS.map(|p| rx_packets(d, p));
+    let before = rx();
     let start = Instant::now();
     loop {
-        let now = [rx_packets(d, "vm1"), rx_packets(d, "vm2")];
-        if now[0] > before[0] + 100 && now[1] > before[1] + 100 {
+        let now = rx();
+        if now.iter().zip(&before).all(|(n, b)| *n > b + 100) {
             return;
         }
         assert!(
@@ -91,6 +95,7 @@ fn queue_sets_move_between_workers_without_loss() {
         vm: vec![
             vm("vm1", &dir, PolicyConfig::Interrupt),
             vm("vm2", &dir, PolicyConfig::default_for(PolicyKind::Eekbp)),
+            vm("vm3", &dir, PolicyConfig::default_for(PolicyKind::Netap)),
         ],
         echo: vec![LocalPortConfig {
             name: "echo0".into(),
@@ -110,9 +115,10 @@ fn queue_sets_move_between_workers_without_loss() {
     let stop = Arc::new(AtomicBool::new(false));
     let g1 = guest(dir.join("vm1.sock"), &stop);
     let g2 = guest(dir.join("vm2.sock"), &stop);
-    both_progress(&daemon, "start");
+    let g3 = guest(dir.join("vm3.sock"), &stop);
+    all_progress(&daemon, "start");
     let mut moves = pool.moves();
-    for round in 0..4 {
+    for round in 0..10 {
         for cpus in [&[0usize][..], &[0, 1][..]] {
             let moved = pool.resize(cpus).expect("resize");
             assert_eq!(pool.len(), cpus.len());
@@ -125,14 +131,14 @@ fn queue_sets_move_between_workers_without_loss() {
             moves += 1;
             let st = pool.status();
             let serving: Vec<usize> = st.iter().map(|w| w.ports.len()).collect();
-            assert_eq!(serving.iter().sum::<usize>(), 2, "{st:?}");
+            assert_eq!(serving.iter().sum::<usize>(), 3, "{st:?}");
             assert!(serving.iter().all(|&n| n >= 1), "balanced: {st:?}");
-            both_progress(&daemon, &format!("round {round}, {} workers", cpus.len()));
+            all_progress(&daemon, &format!("round {round}, {} workers", cpus.len()));
         }
     }
     assert_eq!(pool.moves(), moves);
     stop.store(true, Ordering::Relaxed);
-    let reports = [g1.join().unwrap(), g2.join().unwrap()];
+    let reports = [g1.join().unwrap(), g2.join().unwrap(), g3.join().unwrap()];
     let snap = daemon.registry().snapshot();
     daemon.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
