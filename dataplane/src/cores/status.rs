@@ -272,6 +272,43 @@ mod tests {
     }
 
     #[test]
+    fn the_table_lists_pool_workers_and_the_guest_side() {
+        let s = CoresSnapshot {
+            nq_workers: vec![
+                crate::nq_workers::NqWorkerStatus {
+                    index: 0,
+                    tid: 41,
+                    cpu: Some(1),
+                    ports: vec!["vm1".into(), "vm2".into()],
+                },
+                crate::nq_workers::NqWorkerStatus {
+                    index: 1,
+                    tid: 42,
+                    cpu: None,
+                    ports: vec![],
+                },
+            ],
+            queue_set_moves: 3,
+            vms: vec![VmCores {
+                name: "vm1".into(),
+                role: "lc".into(),
+                guest_vcpus: Some(1),
+                guest_error: Some("ethtool -L: refused".into()),
+                ..VmCores::default()
+            }],
+            ..CoresSnapshot::default()
+        };
+        let t = s.to_table();
+        assert!(t.contains("  nq worker 0 tid 41 cpu 1: vm1, vm2\n"), "{t}");
+        assert!(t.contains("  nq worker 1 tid 42 cpu -: -\n"), "{t}");
+        assert!(t.contains("queue sets moved 3\n"), "{t}");
+        assert!(
+            t.contains("  guest: vcpus online 1  queue pairs -  (ethtool -L: refused)\n"),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn recent_decisions_are_bounded() {
         let mut s = CoresSnapshot::default();
         for i in 0..40 {
