@@ -377,6 +377,8 @@ mod tests {
             "rr",
             "--qmp",
             "/tmp/g.qmp",
+            "--qga",
+            "/tmp/g.qga",
             "--cores-control",
             "/run/vadapt.sock",
             "--report-period",
@@ -386,6 +388,7 @@ mod tests {
         .to_config()
         .unwrap();
         assert_eq!(c.qmp, Some(PathBuf::from("/tmp/g.qmp")));
+        assert_eq!(c.qga, Some(PathBuf::from("/tmp/g.qga")));
         assert_eq!(c.cores_control, Some(PathBuf::from("/run/vadapt.sock")));
         assert_eq!(c.report_period, Duration::from_millis(250));
         let e = parse(&["--socket", "/s", "--cores-control", "/c"])
