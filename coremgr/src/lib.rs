@@ -22,6 +22,8 @@
 //!
 //! - [`qmp`]: which host thread runs each vCPU of a QEMU VM, from its QMP
 //!   socket (`query-cpus-fast`), with every wait bounded.
+//! - [`qga`]: the QEMU guest agent: online vCPUs (`guest-set-vcpus`) and
+//!   queue pairs (`ethtool -L` through `guest-exec`), for vSPACE-Guest.
 //! - [`thread_group`]: the threads vSPACE manages ([`TaskId`]) and their
 //!   group ([`ThreadGroup`]: vCPU, NQ, best-effort).
 //! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
@@ -61,6 +63,7 @@ pub mod cpuset;
 pub mod cputime;
 pub mod error_chain;
 pub mod power;
+pub mod qga;
 pub mod qmp;
 #[cfg(test)]
 mod test_dir;

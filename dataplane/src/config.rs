@@ -112,6 +112,16 @@ pub struct VmPortConfig {
     /// the core manager (`[cores]`) finds its vCPU threads.
     #[serde(default)]
     pub qmp: Option<PathBuf>,
+    /// The VM's guest agent socket (QEMU `-chardev socket,path=PATH,...`
+    /// with a `virtserialport` named `org.qemu.guest_agent.0`), through
+    /// which the core manager sets its online vCPUs and active queue pairs
+    /// (vSPACE-Guest); absent: host side only.
+    #[serde(default)]
+    pub qga: Option<PathBuf>,
+    /// The guest's interface behind this port, for `ethtool -L` through
+    /// the guest agent; default `eth0`.
+    #[serde(default)]
+    pub guest_iface: Option<String>,
     /// `lc` (latency-critical, default) or `be` (best-effort: vSPACE-R lends
     /// it idle cores and pauses it through QMP when there are none).
     #[serde(default)]
@@ -422,6 +432,8 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut unsealed_memory = UnsealedMemory::default();
     let mut mode = SocketMode::default();
     let mut qmp = None;
+    let mut qga = None;
+    let mut guest_iface = None;
     let mut role = crate::cores::VmRole::default();
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
@@ -454,12 +466,14 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             }
             "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
             "qmp" => qmp = Some(PathBuf::from(v)),
+            "qga" => qga = Some(PathBuf::from(v)),
+            "guest_iface" => guest_iface = Some(v.to_string()),
             "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, role)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qga, guest_iface, role)"
                     ),
                 ))
             }
@@ -482,6 +496,8 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         policy,
         unsealed_memory,
         qmp,
+        qga,
+        guest_iface,
         role,
     })
 }

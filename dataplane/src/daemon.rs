@@ -3,10 +3,12 @@
 
 use crate::config::DaemonConfig;
 use crate::control::{self, Handler, Request, Response};
+use crate::cores::config::QueueWorkers;
 use crate::cores::manager_loop::{self, CoreManager};
-use crate::cores::CoresStatus;
+use crate::cores::{ApplyMethod, CoresStatus};
 use crate::metrics::{PortStats, Registry};
 use crate::net::Mac;
+use crate::nq_workers::NqWorkers;
 use crate::ports::{Echo, Sink, Tap, TapError};
 use crate::switch::Switch;
 use crate::vmport::frontend_socket::{self, Connector, FrontendSocket, ListenError, SocketMode};
@@ -49,6 +51,9 @@ pub enum DaemonError {
     /// The NetAP-ML model is unusable.
     #[error(transparent)]
     Model(#[from] crate::netap_ml_model::ModelError),
+    /// The pool of queue workers could not start.
+    #[error(transparent)]
+    NqWorkers(#[from] crate::nq_workers::NqWorkersError),
     /// A system resource (eventfd, thread) could not be created.
     #[error("cannot create port `{port}`")]
     Port {
@@ -179,6 +184,7 @@ pub struct Daemon {
     sockets: Vec<PathBuf>,
     control: PathBuf,
     metrics_addr: Option<SocketAddr>,
+    nq_workers: Option<Arc<NqWorkers>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -272,6 +278,20 @@ impl Daemon {
             );
         }
 
+        // One queue worker per NQ core: one worker until the core manager's
+        // first placement resizes the pool (below).
+        let nq_workers =
+            if !cfg.cores.cpus.is_empty() && cfg.cores.queue_workers == QueueWorkers::PerNqCore {
+                let pin = cfg.cores.apply != ApplyMethod::Advise;
+                let pool = NqWorkers::new(&cfg.cores.cpus[..1], pin)?;
+                for p in &vm_ports {
+                    p.use_nq_workers(Arc::clone(&pool));
+                }
+                Some(pool)
+            } else {
+                None
+            };
+
         let mut live = Vec::new();
         for (port, listener) in vm_ports.iter().zip(listeners) {
             let l = Arc::clone(&port.live);
@@ -297,6 +317,10 @@ impl Daemon {
                 std::path::Path::new("/proc"),
                 std::path::Path::new("/sys"),
             );
+            let m = match &nq_workers {
+                Some(pool) => m.with_nq_workers(Arc::clone(pool)),
+                None => m,
+            };
             cores_line = Some(m.describe());
             started
                 .threads
@@ -388,7 +412,14 @@ impl Daemon {
                 .collect(),
             control: cfg.control.clone(),
             metrics_addr,
+            nq_workers,
         })
+    }
+
+    /// The pool of one queue worker per NQ core (`[cores] queue_workers =
+    /// "per-nq-core"`); `None` when each port has a worker of its own.
+    pub fn nq_workers(&self) -> Option<&Arc<NqWorkers>> {
+        self.nq_workers.as_ref()
     }
 
     /// Every counter.
@@ -460,6 +491,10 @@ impl Daemon {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // The serve loops took their queue sets back when they stopped.
+        if let Some(pool) = &self.nq_workers {
+            pool.shutdown();
         }
         for s in &self.sockets {
             let _ = std::fs::remove_file(s);

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod net;
 pub mod netap_ml_model;
+pub mod nq_workers;
 pub mod ports;
 pub mod sigbus_guard;
 pub mod socket_dir;

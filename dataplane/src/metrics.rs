@@ -17,6 +17,11 @@
 //! | `vadapt_worker_wakeups_total` | worker, cause | waits that ended, by cause (timer, kick, recheck, timeout) |
 //! | `vadapt_worker_sleep_overshoot_seconds` | worker | histogram of how late timed sleeps woke |
 //! | `vadapt_port_connected` | port | 1 when a frontend is connected |
+//! | `vadapt_cores_*` | group | the core manager's state when `[cores]` runs: group CPUs, utilisation, thresholds, run delay, periods, moves, QMP and guest agent errors, the per-NQ-core pool's workers and queue-set moves (see `encode_cores`) |
+//!
+//! With `[cores] queue_workers = "per-nq-core"` a pool thread serves several
+//! ports, so `vadapt_worker_cpu_seconds_total` stays 0 for their workers; the
+//! NQ group's CPU time is `vadapt_cores_utilization{group="nq"}`.
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -770,6 +775,13 @@ fn encode_cores(
     ] {
         ConstGauge::new(v.len() as i64).encode(m.encode_family(&group(g))?)?;
     }
+    let m = enc.encode_descriptor(
+        "vadapt_cores_nq_workers",
+        "Queue workers of the per-NQ-core pool (0 with a worker per port).",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(c.nq_workers.len() as i64).encode(m)?;
     let mut m = enc.encode_descriptor(
         "vadapt_cores_utilization",
         "CPU time of each group over the last period, in cores.",
@@ -827,6 +839,16 @@ fn encode_cores(
             "vadapt_cores_qmp_errors",
             "Failed QMP exchanges with VMs.",
             c.qmp_errors,
+        ),
+        (
+            "vadapt_cores_qga_errors",
+            "Failed guest agent requests (vSPACE-Guest).",
+            c.qga_errors,
+        ),
+        (
+            "vadapt_cores_queue_set_moves",
+            "Ports' queue sets moved between NQ workers (queue_workers = per-nq-core).",
+            c.queue_set_moves,
         ),
     ] {
         let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;

@@ -62,6 +62,12 @@ pub struct GuestArgs {
     /// does a QEMU VM. The socket file is removed when the guest exits.
     #[arg(long, value_name = "PATH")]
     pub qmp: Option<PathBuf>,
+    /// Serve a QEMU guest agent socket here: `guest-get-vcpus` / `guest-set-vcpus` (an
+    /// offline vCPU's sending thread stops), and `guest-exec` of `ethtool -L IFACE combined
+    /// N` (succeeds only for the queue pairs in use), so that the daemon's core manager
+    /// (`--vm ...,qga=PATH`) drives this guest's vSPACE-Guest side.
+    #[arg(long, value_name = "PATH")]
+    pub qga: Option<PathBuf>,
     /// With `--mode rr`: every `--report-period`, send the P95 of the round trips completed
     /// in that period to the daemon's control socket at PATH (`cores-report`, the sample
     /// vSPACE's threshold explorer uses). A failing report is logged (rate-limited), never
@@ -147,6 +153,7 @@ impl GuestArgs {
             ring_size: self.ring_size,
             tx_batch: self.tx_batch,
             qmp: self.qmp.clone(),
+            qga: self.qga.clone(),
             cores_control: self.cores_control.clone(),
             report_period: self.report_period,
             ..GuestConfig::new(self.socket.clone())
@@ -370,6 +377,8 @@ mod tests {
             "rr",
             "--qmp",
             "/tmp/g.qmp",
+            "--qga",
+            "/tmp/g.qga",
             "--cores-control",
             "/run/vadapt.sock",
             "--report-period",
@@ -379,6 +388,7 @@ mod tests {
         .to_config()
         .unwrap();
         assert_eq!(c.qmp, Some(PathBuf::from("/tmp/g.qmp")));
+        assert_eq!(c.qga, Some(PathBuf::from("/tmp/g.qga")));
         assert_eq!(c.cores_control, Some(PathBuf::from("/run/vadapt.sock")));
         assert_eq!(c.report_period, Duration::from_millis(250));
         let e = parse(&["--socket", "/s", "--cores-control", "/c"])

@@ -73,6 +73,9 @@ pub struct GuestConfig {
     /// Serve a QMP socket here (`query-cpus-fast` lists the sending threads, `stop` / `cont`
     /// pause them), so that the core manager finds this guest as it finds a QEMU VM.
     pub qmp: Option<PathBuf>,
+    /// Serve a QEMU guest agent socket here (`guest-get-vcpus`, `guest-set-vcpus`,
+    /// `guest-exec` of `ethtool -L`; see [`crate::qga_session`]).
+    pub qga: Option<PathBuf>,
     /// Request/response: send each period's P95 round trip to this daemon control socket
     /// (`cores-report`, for vSPACE's threshold explorer).
     pub cores_control: Option<PathBuf>,
@@ -106,6 +109,7 @@ impl GuestConfig {
             rr_timeout: Duration::from_secs(1),
             vhost_timeout: Duration::from_secs(5),
             qmp: None,
+            qga: None,
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
         }

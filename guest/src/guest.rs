@@ -58,6 +58,8 @@ pub struct Guest {
     vcpus: Arc<Vcpus>,
     /// Serves `--qmp` from connect until the guest is dropped (the end of [`Guest::run`]).
     qmp: Option<QmpServer>,
+    /// Serves `--qga` likewise.
+    qga: Option<QmpServer>,
 }
 
 impl Guest {
@@ -75,6 +77,15 @@ impl Guest {
             None => None,
         };
         let (device, pairs) = Device::connect(&cfg)?;
+        vcpus.set_count(cfg.threads);
+        let qga = match &cfg.qga {
+            Some(path) => Some(QmpServer::bind_agent(
+                path,
+                Arc::clone(&vcpus),
+                pairs.len() as u16,
+            )?),
+            None => None,
+        };
         for p in &pairs {
             // Linux kicks after posting its first RX buffers (`virtnet_open`); the rings are
             // live now, so the kick means something to a backend that waits for one.
@@ -89,6 +100,7 @@ impl Guest {
             counters,
             vcpus,
             qmp,
+            qga,
         })
     }
 
@@ -101,6 +113,11 @@ impl Guest {
     /// The QMP socket's path, when `--qmp` was given.
     pub fn qmp_path(&self) -> Option<&std::path::Path> {
         self.qmp.as_ref().map(QmpServer::path)
+    }
+
+    /// Where the guest agent socket (`--qga`) listens, if one was asked for.
+    pub fn qga_path(&self) -> Option<&std::path::Path> {
+        self.qga.as_ref().map(QmpServer::path)
     }
 
     /// Live counters (per thread and total), readable while [`Guest::run`] runs.

@@ -72,6 +72,7 @@ pub mod guest;
 pub mod load;
 pub mod metrics;
 pub mod period_latency;
+pub mod qga_session;
 pub mod qmp_server;
 pub mod qmp_session;
 pub mod queue;

@@ -14,6 +14,9 @@
 //!   (within [`POLL_SLICE`]) and removes the socket file.
 //!
 //! Lines go out ending in CRLF, as QEMU's do.
+//!
+//! The same server speaks the guest agent's dialect ([`QmpServer::bind_agent`], `--qga
+//! PATH`): no greeting, and each line is answered by a [`QgaSession`].
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -27,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use crate::qga_session::QgaSession;
 use crate::qmp_session::{self, QmpSession};
 use crate::vcpus::Vcpus;
 
@@ -104,6 +108,30 @@ impl QmpServer {
         vcpus: Arc<Vcpus>,
         limits: QmpServerLimits,
     ) -> Result<QmpServer, QmpServerError> {
+        QmpServer::bind_dialect(path, vcpus, limits, Dialect::Qmp)
+    }
+
+    /// Listens on `path` as a QEMU guest agent for a guest using `pairs` queue pairs (see
+    /// [`QgaSession`]), with [`QmpServerLimits::default`].
+    pub fn bind_agent(
+        path: &Path,
+        vcpus: Arc<Vcpus>,
+        pairs: u16,
+    ) -> Result<QmpServer, QmpServerError> {
+        QmpServer::bind_dialect(
+            path,
+            vcpus,
+            QmpServerLimits::default(),
+            Dialect::Agent { pairs },
+        )
+    }
+
+    fn bind_dialect(
+        path: &Path,
+        vcpus: Arc<Vcpus>,
+        limits: QmpServerLimits,
+        dialect: Dialect,
+    ) -> Result<QmpServer, QmpServerError> {
         remove_stale(path)?;
         let bind_err = |source| QmpServerError::Bind {
             path: path.to_path_buf(),
@@ -120,7 +148,7 @@ impl QmpServer {
         let stop = Arc::clone(&server.stop);
         let thread = std::thread::Builder::new()
             .name("guest-qmp".into())
-            .spawn(move || serve(&listener, &vcpus, limits, &stop))
+            .spawn(move || serve(&listener, &vcpus, limits, &stop, dialect))
             .map_err(QmpServerError::Spawn)?;
         server.thread = Some(thread);
         Ok(server)
@@ -159,12 +187,33 @@ fn remove_stale(path: &Path) -> Result<(), QmpServerError> {
     })
 }
 
+/// Which protocol a server speaks.
+#[derive(Clone, Copy, Debug)]
+enum Dialect {
+    /// QMP: a greeting, then [`QmpSession`].
+    Qmp,
+    /// The guest agent: [`QgaSession`] for a guest using `pairs` queue pairs.
+    Agent { pairs: u16 },
+}
+
+/// One connection's conversation in either dialect.
+enum Session {
+    Qmp(QmpSession),
+    Agent(QgaSession),
+}
+
 /// The server thread: accept, serve to the end, accept the next; until `stop`.
-fn serve(listener: &UnixListener, vcpus: &Vcpus, limits: QmpServerLimits, stop: &AtomicBool) {
+fn serve(
+    listener: &UnixListener,
+    vcpus: &Vcpus,
+    limits: QmpServerLimits,
+    stop: &AtomicBool,
+    dialect: Dialect,
+) {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = serve_client(stream, vcpus, limits, stop) {
+                if let Err(e) = serve_client(stream, vcpus, limits, stop, dialect) {
                     tracing::debug!("QMP client: {e}");
                 }
             }
@@ -208,13 +257,19 @@ fn serve_client(
     vcpus: &Vcpus,
     limits: QmpServerLimits,
     stop: &AtomicBool,
+    dialect: Dialect,
 ) -> Result<(), ClientEnd> {
     // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux, but say so.
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(POLL_SLICE))?;
     stream.set_write_timeout(Some(limits.idle_timeout.max(POLL_SLICE)))?;
-    send(&mut stream, &[qmp_session::greeting()])?;
-    let mut session = QmpSession::new();
+    let mut session = match dialect {
+        Dialect::Qmp => {
+            send(&mut stream, &[qmp_session::greeting()])?;
+            Session::Qmp(QmpSession::new())
+        }
+        Dialect::Agent { pairs } => Session::Agent(QgaSession::new(pairs)),
+    };
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut idle_since = Instant::now();
@@ -230,7 +285,10 @@ fn serve_client(
             let now_unix = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
-            send(&mut stream, &session.handle(line, vcpus, now_unix))?;
+            match &mut session {
+                Session::Qmp(q) => send(&mut stream, &q.handle(line, vcpus, now_unix))?,
+                Session::Agent(a) => stream.write_all(&a.handle(line, vcpus))?,
+            }
         }
         if buf.len() > limits.max_line {
             let refusal = qmp_session::error("GenericError", "JSON message too long");

@@ -24,6 +24,8 @@ use vadapt_coremgr::qmp::VcpuThread;
 pub struct Vcpus {
     /// Fast path of [`Vcpus::wait_while_paused`]: a running guest's threads never lock.
     paused: AtomicBool,
+    /// Fast path of [`Vcpus::wait_while_held`]: paused, or some vCPU offline.
+    held: AtomicBool,
     state: Mutex<State>,
     resumed: Condvar,
 }
@@ -33,6 +35,16 @@ struct State {
     /// vCPU index (the sending thread's number) → host thread id.
     threads: BTreeMap<u32, u32>,
     paused: bool,
+    /// How many vCPUs the guest has (its sending threads), for the guest agent.
+    count: u32,
+    /// vCPUs set offline through the guest agent (`guest-set-vcpus`).
+    offline: std::collections::BTreeSet<u32>,
+}
+
+impl State {
+    fn held(&self) -> bool {
+        self.paused || !self.offline.is_empty()
+    }
 }
 
 impl Vcpus {
@@ -75,6 +87,7 @@ impl Vcpus {
         let was_running = !s.paused;
         s.paused = true;
         self.paused.store(true, Ordering::Release);
+        self.held.store(true, Ordering::Release);
         was_running
     }
 
@@ -84,6 +97,7 @@ impl Vcpus {
         let was_paused = s.paused;
         s.paused = false;
         self.paused.store(false, Ordering::Release);
+        self.held.store(s.held(), Ordering::Release);
         drop(s);
         self.resumed.notify_all();
         was_paused
@@ -107,6 +121,66 @@ impl Vcpus {
             .wait_timeout_while(s, slice, |s| s.paused)
             .unwrap_or_else(|e| e.into_inner());
         s.paused
+    }
+}
+
+/// Why `guest-set-vcpus` could not apply an entry (qemu-ga's wording).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SetVcpuError {
+    /// No such vCPU.
+    #[error("vCPU {0} does not exist")]
+    NoSuchVcpu(u32),
+    /// vCPU 0 stays online, as on most Linux guests.
+    #[error("vCPU 0 cannot be offlined")]
+    CannotOffline,
+}
+
+impl Vcpus {
+    /// Sets how many vCPUs the guest has (its sending threads).
+    pub fn set_count(&self, n: u32) {
+        self.lock().count = n;
+    }
+
+    /// Every vCPU with whether it is online, in index order (`guest-get-vcpus`).
+    pub fn online_states(&self) -> Vec<(u32, bool)> {
+        let s = self.lock();
+        (0..s.count).map(|i| (i, !s.offline.contains(&i))).collect()
+    }
+
+    /// Brings vCPU `index` online or offline (`guest-set-vcpus`): an offline vCPU's
+    /// sending thread blocks at its pause point until it is online again.
+    pub fn set_online(&self, index: u32, online: bool) -> Result<(), SetVcpuError> {
+        let mut s = self.lock();
+        if index >= s.count {
+            return Err(SetVcpuError::NoSuchVcpu(index));
+        }
+        if index == 0 && !online {
+            return Err(SetVcpuError::CannotOffline);
+        }
+        if online {
+            s.offline.remove(&index);
+        } else {
+            s.offline.insert(index);
+        }
+        self.held.store(s.held(), Ordering::Release);
+        drop(s);
+        self.resumed.notify_all();
+        Ok(())
+    }
+
+    /// vCPU `index`'s pause point: returns at once when the guest runs and the vCPU is
+    /// online; else blocks until both hold or `slice` passed. Returns whether it is still
+    /// held (paused or offline).
+    pub fn wait_while_held(&self, index: u32, slice: Duration) -> bool {
+        if !self.held.load(Ordering::Acquire) {
+            return false;
+        }
+        let s = self.lock();
+        let (s, _) = self
+            .resumed
+            .wait_timeout_while(s, slice, |s| s.paused || s.offline.contains(&index))
+            .unwrap_or_else(|e| e.into_inner());
+        s.paused || s.offline.contains(&index)
     }
 }
 

@@ -155,10 +155,11 @@ impl Worker {
             || self.shared.clock.now_ns() >= self.shared.deadline_ns
     }
 
-    /// The vCPU's pause point (QMP `stop`): blocks while the guest is paused, for at most one
-    /// slice. Returns whether it is still paused; the caller re-checks its stop conditions.
+    /// The vCPU's pause point (QMP `stop`, or this vCPU offline through the guest agent):
+    /// blocks while held, for at most one slice. Returns whether it is still held; the
+    /// caller re-checks its stop conditions.
     fn paused(&self) -> bool {
-        self.shared.vcpus.wait_while_paused(PAUSE_SLICE)
+        self.shared.vcpus.wait_while_held(self.id, PAUSE_SLICE)
     }
 
     pub(crate) fn run(mut self) -> WorkerResult {

@@ -105,6 +105,11 @@ pub struct ServeArgs {
     /// `[cores] mode` in the config file.
     #[arg(long, value_name = "MODE")]
     pub cores_mode: Option<String>,
+    /// vSPACE: `per-port` (a worker per VM port, default) or `per-nq-core`
+    /// (one worker per NQ core, ports' queues moved between them as the
+    /// group changes); `[cores] queue_workers` in the config file.
+    #[arg(long, value_name = "HOW")]
+    pub queue_workers: Option<String>,
 }
 
 /// `vadapt cores`.

@@ -61,6 +61,11 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
             .parse()
             .map_err(|e| format!("invalid `--cores-mode`: {e}"))?;
     }
+    if let Some(w) = &a.queue_workers {
+        cfg.cores.queue_workers = w
+            .parse()
+            .map_err(|e| format!("invalid `--queue-workers`: {e}"))?;
+    }
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }

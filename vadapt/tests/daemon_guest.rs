@@ -35,6 +35,8 @@ fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
         socket: dir.join(format!("{name}.sock")),
         mode: Default::default(),
         qmp: None,
+        qga: None,
+        guest_iface: None,
         role: Default::default(),
         queues,
         mac: Some(Mac([0x52, 0x54, 0, 0, 0, mac])),

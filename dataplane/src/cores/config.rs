@@ -9,6 +9,7 @@
 //! margin = 1.1            # paper: 1.1
 //! apply = "affinity"      # affinity (default) | cpuset | advise
 //! # cgroup = "/sys/fs/cgroup/vadapt"   # parent of the cpusets, apply = "cpuset"
+//! queue_workers = "per-port"  # per-port (default) | per-nq-core
 //!
 //! [cores.thresholds]      # Algorithm 3; defaults in vadapt_policy::vspace
 //! slo_p95_us = 1000
@@ -43,6 +44,30 @@ impl std::str::FromStr for ApplyMethod {
             "cpuset" => Ok(ApplyMethod::Cpuset),
             "advise" => Ok(ApplyMethod::Advise),
             _ => Err(format!("`{s}`: expected `affinity`, `cpuset` or `advise`")),
+        }
+    }
+}
+
+/// How many queue workers run, and what each serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueWorkers {
+    /// A worker thread per VM port, each allowed on every NQ core (default).
+    #[default]
+    PerPort,
+    /// One worker per NQ core, pinned to it; ports' queue sets are
+    /// reassigned between workers as the NQ group grows and shrinks
+    /// ([`crate::nq_workers`]).
+    PerNqCore,
+}
+
+impl std::str::FromStr for QueueWorkers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "per-port" => Ok(QueueWorkers::PerPort),
+            "per-nq-core" => Ok(QueueWorkers::PerNqCore),
+            _ => Err(format!("`{s}`: expected `per-port` or `per-nq-core`")),
         }
     }
 }
@@ -105,6 +130,9 @@ pub struct CoresConfig {
     /// Initial thresholds and the explorer's constants.
     #[serde(default)]
     pub thresholds: ThresholdParams,
+    /// A worker per port, or one per NQ core.
+    #[serde(default)]
+    pub queue_workers: QueueWorkers,
 }
 
 fn default_period_ms() -> u64 {
@@ -126,6 +154,7 @@ impl Default for CoresConfig {
             apply: ApplyMethod::default(),
             cgroup: None,
             thresholds: v.thresholds,
+            queue_workers: QueueWorkers::default(),
         }
     }
 }

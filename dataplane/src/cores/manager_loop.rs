@@ -16,10 +16,15 @@
 //! governor found at start is put back when the daemon stops); without
 //! cpufreq this is a no-op, said once at start-up.
 //!
-//! What it does not do (yet), and says so in the README: the queue workers
-//! stay one per VM port, each allowed on every NQ core, rather than one per
-//! NQ core with queues reassigned between them; and the guest side
-//! (vSPACE-Guest: online vCPUs and active queue pairs) is not driven.
+//! Queue workers: by default one per VM port, each allowed on every NQ
+//! core. With `queue_workers = "per-nq-core"` the daemon's
+//! [`NqWorkers`] pool is given to the manager, which resizes it to one
+//! worker per NQ core (pinned to it) whenever the NQ group changes; the
+//! pool moves ports' queue sets between its workers.
+//!
+//! vSPACE-Guest: a VM with `qga = PATH` is asked through its guest agent to
+//! keep as many vCPUs online as its group has cores, and as many queue pairs
+//! as the NQ group (see [`super::guest_side`]).
 //!
 //! A queue worker restarts (new thread id) whenever its frontend
 //! reconfigures a ring; it runs where the daemon's own affinity allows until
@@ -29,7 +34,9 @@
 //! VMs keep their placement.
 
 use super::config::{ApplyMethod, CoresConfig, VmRole};
+use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
 use super::status::{CoresStatus, VmCores};
+use crate::nq_workers::NqWorkers;
 use crate::vmport::VmPort;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +70,10 @@ struct ManagedVm {
     looked_up: Option<Instant>,
     error: Option<String>,
     paused: bool,
+    /// vSPACE-Guest through its agent, if configured.
+    guest: GuestSide,
+    /// The port's queue pairs (the most the guest can activate).
+    queue_pairs: u16,
 }
 
 /// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
@@ -82,6 +93,10 @@ pub struct CoreManager {
     run_delay: [Duration; 2],
     /// cpufreq of each managed CPU, in `cfg.cpus` order.
     freqs: Vec<CpuFreq>,
+    /// The pool of one queue worker per NQ core, if configured.
+    nq_workers: Option<Arc<NqWorkers>>,
+    /// The NQ CPUs the pool was last resized to.
+    pool_nq: Vec<usize>,
 }
 
 impl std::fmt::Debug for CoreManager {
@@ -141,6 +156,8 @@ impl CoreManager {
                     .is_none()
                     .then(|| "no qmp socket configured".to_string()),
                 paused: false,
+                guest: GuestSide::new(p.cfg.qga.clone(), p.cfg.guest_iface.clone()),
+                queue_pairs: p.cfg.queues,
             })
             .collect();
         let mut m = CoreManager {
@@ -156,10 +173,45 @@ impl CoreManager {
             prev: None,
             run_delay: [Duration::ZERO; 2],
             freqs,
+            nq_workers: None,
+            pool_nq: Vec::new(),
             cfg,
         };
         m.set_mode(m.mode);
         m
+    }
+
+    /// Size `pool` to one worker per NQ core from now on (its workers are
+    /// measured as the NQ group; they pin themselves to their cores).
+    pub fn with_nq_workers(mut self, pool: Arc<NqWorkers>) -> Self {
+        self.nq_workers = Some(pool);
+        self.resize_pool();
+        self
+    }
+
+    /// One pool worker per CPU of the NQ group, when the group changed.
+    fn resize_pool(&mut self) {
+        let Some(pool) = &self.nq_workers else { return };
+        if self.pool_nq == self.sets.nq {
+            return;
+        }
+        match pool.resize(&self.sets.nq) {
+            Ok(moved) => {
+                tracing::info!(
+                    workers = self.sets.nq.len().max(1),
+                    moved,
+                    "core manager: queue workers follow the NQ group"
+                );
+                self.pool_nq = self.sets.nq.clone();
+                self.note(format!(
+                    "queue workers: {} (queue sets moved {moved})",
+                    self.sets.nq.len().max(1)
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "core manager: cannot resize the queue workers; retried next period");
+            }
+        }
     }
 
     /// The current placement.
@@ -219,8 +271,26 @@ impl CoreManager {
             None if self.freqs.is_empty() => String::new(),
             None => "; idle cores at the lowest frequency".to_string(),
         };
+        let (agent, none): (Vec<&ManagedVm>, Vec<&ManagedVm>) =
+            self.vms.iter().partition(|vm| vm.guest.has_agent());
+        let names = |v: &[&ManagedVm]| {
+            v.iter()
+                .map(|vm| vm.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut guest = String::new();
+        if !agent.is_empty() {
+            guest += &format!(
+                "; guest vCPUs and queue pairs through the guest agent for {}",
+                names(&agent)
+            );
+        }
+        if !none.is_empty() {
+            guest += &format!("; host side only (no qga) for {}", names(&none));
+        }
         format!(
-            "core manager: mode {} on CPUs {:?}, period {} ms, {how}{freq}",
+            "core manager: mode {} on CPUs {:?}, period {} ms, {how}{freq}{guest}",
             self.mode, self.cfg.cpus, self.cfg.period_ms
         )
     }
@@ -277,6 +347,10 @@ impl CoreManager {
             outcome = Some(o);
         }
         self.apply(&threads);
+        self.resize_pool();
+        if self.manager.is_some() {
+            self.drive_guests(now);
+        }
         if self.mode == VspaceMode::Resource {
             if let Some(o) = &outcome {
                 if o.allocation.pause_be() {
@@ -313,9 +387,63 @@ impl CoreManager {
                 });
             }
         }
+        for tid in self.pool_tids() {
+            v.push(GroupThread {
+                group: ThreadGroup::Nq,
+                task: TaskId { pid, tid },
+            });
+        }
         v.sort();
         v.dedup();
         v
+    }
+
+    /// vSPACE-Guest: each VM with an agent gets as many vCPUs online as its
+    /// group has cores (the vCPU group, or the best-effort cores for a BE
+    /// VM in mode R), and as many queue pairs as the NQ group has cores (at
+    /// most its port's).
+    fn drive_guests(&mut self, now: Instant) {
+        let mut notes = Vec::new();
+        let mut errors = 0;
+        for vm in &mut self.vms {
+            let cores = if vm.role == VmRole::Be && self.mode == VspaceMode::Resource {
+                self.sets.be.len()
+            } else {
+                self.sets.vcpu.len()
+            };
+            if cores == 0 || vm.paused {
+                continue;
+            }
+            let target = GuestTarget {
+                vcpus: cores,
+                queue_pairs: (self
+                    .sets
+                    .nq
+                    .len()
+                    .clamp(1, usize::from(vm.queue_pairs.max(1))))
+                    as u16,
+            };
+            match vm.guest.drive(&vm.name, now, target) {
+                GuestOutcome::Nothing => {}
+                GuestOutcome::Applied(line) => notes.push(line),
+                GuestOutcome::Failed => errors += 1,
+            }
+        }
+        self.status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .qga_errors += errors;
+        for n in notes {
+            self.note(n);
+        }
+    }
+
+    fn pool_tids(&self) -> Vec<u32> {
+        self.nq_workers
+            .as_ref()
+            .map(|p| p.tids())
+            .unwrap_or_default()
     }
 
     fn look_up_vcpus(&mut self, now: Instant) {
@@ -379,7 +507,15 @@ impl CoreManager {
                 return;
             }
         }
-        let report = self.applier.apply(&self.sets, threads);
+        // The pool's workers pin themselves, each to its own NQ core: the
+        // applier (which allows a thread the whole group) leaves them be.
+        let pool = self.pool_tids();
+        let placed: Vec<GroupThread> = threads
+            .iter()
+            .filter(|t| !pool.contains(&t.task.tid))
+            .copied()
+            .collect();
+        let report = self.applier.apply(&self.sets, &placed);
         if !matches!(self.applier, Applier::AdviseOnly { .. }) {
             set_frequencies(&self.sets, &self.freqs);
         }
@@ -535,6 +671,9 @@ impl CoreManager {
                 vcpu_tids: vm.vcpus.iter().map(|t| t.tid).collect(),
                 error: vm.error.clone(),
                 paused: vm.paused,
+                guest_vcpus: vm.guest.applied().0,
+                guest_queue_pairs: vm.guest.applied().1,
+                guest_error: vm.guest.error.clone(),
             })
             .collect();
         s.worker_tids = self
@@ -544,6 +683,11 @@ impl CoreManager {
             .filter(|&t| t > 0)
             .map(|t| t as u32)
             .collect();
+        if let Some(pool) = &self.nq_workers {
+            s.worker_tids = pool.tids();
+            s.nq_workers = pool.status();
+            s.queue_set_moves = pool.moves();
+        }
     }
 }
 
@@ -773,6 +917,119 @@ mod tests {
         );
         assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
         assert_eq!(s.mode, "e");
+    }
+
+    /// A guest agent on `path` for a guest with `n` vCPUs (CPU 0 cannot go
+    /// offline) whose `ethtool` always succeeds; every request is recorded.
+    fn fake_qga(path: &Path, n: usize) -> Arc<std::sync::Mutex<Vec<serde_json::Value>>> {
+        use serde_json::{json, Value};
+        let l = UnixListener::bind(path).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut online = vec![true; n];
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let mut line = Vec::new();
+                while r.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+                    let start = line.iter().rposition(|&b| b == 0xFF).map_or(0, |i| i + 1);
+                    let req: Value = serde_json::from_slice(&line[start..]).unwrap();
+                    line.clear();
+                    let args = &req["arguments"];
+                    let mut out = Vec::new();
+                    let ret = match req["execute"].as_str().unwrap() {
+                        "guest-sync-delimited" => {
+                            out.push(0xFF);
+                            args["id"].clone()
+                        }
+                        "guest-get-vcpus" => json!(online
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &o)| json!({"logical-id": i, "online": o, "can-offline": i > 0}))
+                            .collect::<Vec<_>>()),
+                        "guest-set-vcpus" => {
+                            let list = args["vcpus"].as_array().unwrap();
+                            for e in list {
+                                online[e["logical-id"].as_u64().unwrap() as usize] =
+                                    e["online"].as_bool().unwrap();
+                            }
+                            json!(list.len())
+                        }
+                        "guest-exec" => json!({"pid": 1}),
+                        _ => json!({"exited": true, "exitcode": 0}),
+                    };
+                    log.lock().unwrap().push(req);
+                    out.extend_from_slice(format!("{}\n", json!({ "return": ret })).as_bytes());
+                    if w.write_all(&out).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        seen
+    }
+
+    #[test]
+    fn the_guest_agent_brings_vcpus_and_queue_pairs_to_the_groups_sizes() {
+        let t = tempfile::tempdir().unwrap();
+        let qga = t.path().join("vm1.qga");
+        let seen = fake_qga(&qga, 2);
+        let with_agent = port(&format!(
+            "name=vm1,socket=/nonexistent.sock,queues=2,qga={}",
+            qga.display()
+        ));
+        let without = port("name=vm2,socket=/nonexistent2.sock");
+        let status = Arc::new(CoresStatus::default());
+        let mut m = CoreManager::new(
+            CoresConfig {
+                mode: VspaceMode::Performance,
+                cpus: vec![0, 1],
+                apply: ApplyMethod::Advise,
+                ..CoresConfig::default()
+            },
+            vec![with_agent, without],
+            Arc::clone(&status),
+            Path::new("/proc"),
+            Path::new("/nonexistent"),
+        );
+        let line = m.describe();
+        assert!(line.contains("through the guest agent for vm1"), "{line}");
+        assert!(line.contains("host side only (no qga) for vm2"), "{line}");
+        let t0 = Instant::now();
+        m.step(t0);
+        let s = status.snapshot();
+        // vSPACE-P on 2 CPUs: one vCPU core, one NQ core.
+        assert_eq!((s.sets.vcpu.len(), s.sets.nq.len()), (1, 1), "{s:?}");
+        assert_eq!(s.vms[0].guest_vcpus, Some(1), "{s:?}");
+        assert_eq!(s.vms[0].guest_queue_pairs, Some(1), "{s:?}");
+        assert_eq!(s.vms[0].guest_error, None);
+        assert_eq!(s.vms[1].guest_vcpus, None, "no agent: host side only");
+        let requests = seen.lock().unwrap().clone();
+        let set: Vec<_> = requests
+            .iter()
+            .filter(|r| r["execute"] == "guest-set-vcpus")
+            .collect();
+        assert_eq!(
+            set[0]["arguments"]["vcpus"],
+            serde_json::json!([{"logical-id": 1, "online": false}])
+        );
+        let exec: Vec<_> = requests
+            .iter()
+            .filter(|r| r["execute"] == "guest-exec")
+            .collect();
+        assert_eq!(
+            exec[0]["arguments"]["arg"],
+            serde_json::json!(["-L", "eth0", "combined", "1"])
+        );
+        // Nothing changed: the agent is not asked again.
+        let n = requests.len();
+        for i in 1..5 {
+            m.step(t0 + Duration::from_millis(100 * i));
+        }
+        assert_eq!(seen.lock().unwrap().len(), n);
+        assert_eq!(status.snapshot().qga_errors, 0);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! split of the managed CPUs, and moves the threads (`coremgr`).
 
 pub mod config;
+pub mod guest_side;
 pub mod manager_loop;
 pub mod status;
 

@@ -25,6 +25,15 @@ pub struct VmCores {
     pub error: Option<String>,
     /// Paused by vSPACE-R (no core for best-effort VMs).
     pub paused: bool,
+    /// vCPUs online last set through the guest agent (vSPACE-Guest).
+    #[serde(default)]
+    pub guest_vcpus: Option<usize>,
+    /// Queue pairs last set through the guest agent (vSPACE-Guest).
+    #[serde(default)]
+    pub guest_queue_pairs: Option<u16>,
+    /// Why the guest agent did not apply the last change, if it did not.
+    #[serde(default)]
+    pub guest_error: Option<String>,
 }
 
 /// The core manager's state, as `vadapt cores` prints it.
@@ -68,12 +77,22 @@ pub struct CoresSnapshot {
     pub threads_refused: u64,
     /// Failed QMP exchanges (no answer, garbage, vanished VM).
     pub qmp_errors: u64,
+    /// Failed guest agent requests (vSPACE-Guest).
+    #[serde(default)]
+    pub qga_errors: u64,
     /// P95 samples received (`vadapt cores report`).
     pub p95_reports: u64,
     /// The VMs.
     pub vms: Vec<VmCores>,
     /// Thread ids of the running queue workers.
     pub worker_tids: Vec<u32>,
+    /// With `queue_workers = "per-nq-core"`: each worker, its CPU and the
+    /// ports it serves (empty otherwise).
+    #[serde(default)]
+    pub nq_workers: Vec<crate::nq_workers::NqWorkerStatus>,
+    /// Queue sets moved between NQ workers since start.
+    #[serde(default)]
+    pub queue_set_moves: u64,
     /// The latest decisions, oldest first.
     pub recent: VecDeque<String>,
 }
@@ -151,8 +170,41 @@ impl CoresSnapshot {
                     .map(|e| format!("  ({e})"))
                     .unwrap_or_default()
             );
+            if vm.guest_vcpus.is_some()
+                || vm.guest_queue_pairs.is_some()
+                || vm.guest_error.is_some()
+            {
+                let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                let _ = writeln!(
+                    s,
+                    "  guest: vcpus online {}  queue pairs {}{}",
+                    opt(vm.guest_vcpus.map(|v| v.to_string())),
+                    opt(vm.guest_queue_pairs.map(|v| v.to_string())),
+                    vm.guest_error
+                        .as_deref()
+                        .map(|e| format!("  ({e})"))
+                        .unwrap_or_default()
+                );
+            }
         }
         let _ = writeln!(s, "queue workers {:?}", self.worker_tids);
+        for w in &self.nq_workers {
+            let _ = writeln!(
+                s,
+                "  nq worker {} tid {} cpu {}: {}",
+                w.index,
+                w.tid,
+                w.cpu.map_or("-".to_string(), |c| c.to_string()),
+                if w.ports.is_empty() {
+                    "-".to_string()
+                } else {
+                    w.ports.join(", ")
+                }
+            );
+        }
+        if !self.nq_workers.is_empty() {
+            let _ = writeln!(s, "queue sets moved {}", self.queue_set_moves);
+        }
         for d in &self.recent {
             let _ = writeln!(s, "  {d}");
         }
@@ -217,6 +269,43 @@ mod tests {
         assert_eq!(s.take_p95(), Some(900));
         assert_eq!(s.take_p95(), None);
         assert_eq!(s.snapshot().p95_reports, 3);
+    }
+
+    #[test]
+    fn the_table_lists_pool_workers_and_the_guest_side() {
+        let s = CoresSnapshot {
+            nq_workers: vec![
+                crate::nq_workers::NqWorkerStatus {
+                    index: 0,
+                    tid: 41,
+                    cpu: Some(1),
+                    ports: vec!["vm1".into(), "vm2".into()],
+                },
+                crate::nq_workers::NqWorkerStatus {
+                    index: 1,
+                    tid: 42,
+                    cpu: None,
+                    ports: vec![],
+                },
+            ],
+            queue_set_moves: 3,
+            vms: vec![VmCores {
+                name: "vm1".into(),
+                role: "lc".into(),
+                guest_vcpus: Some(1),
+                guest_error: Some("ethtool -L: refused".into()),
+                ..VmCores::default()
+            }],
+            ..CoresSnapshot::default()
+        };
+        let t = s.to_table();
+        assert!(t.contains("  nq worker 0 tid 41 cpu 1: vm1, vm2\n"), "{t}");
+        assert!(t.contains("  nq worker 1 tid 42 cpu -: -\n"), "{t}");
+        assert!(t.contains("queue sets moved 3\n"), "{t}");
+        assert!(
+            t.contains("  guest: vcpus online 1  queue pairs -  (ethtool -L: refused)\n"),
+            "{t}"
+        );
     }
 
     #[test]

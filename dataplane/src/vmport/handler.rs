@@ -58,9 +58,18 @@ struct Vring {
     started: bool,
 }
 
-struct Worker {
-    stop: Arc<AtomicBool>,
-    join: JoinHandle<Vec<(usize, u16)>>,
+/// What serves the port's running rings.
+enum Worker {
+    /// A thread of its own.
+    Thread {
+        stop: Arc<AtomicBool>,
+        join: JoinHandle<Vec<(usize, u16)>>,
+    },
+    /// A queue set in the NQ workers' pool.
+    Pooled {
+        id: u64,
+        pool: Arc<crate::nq_workers::NqWorkers>,
+    },
 }
 
 /// One frontend connection's negotiated state.
@@ -127,17 +136,22 @@ impl Connection {
 
     /// Stop the worker, recording where each ring stopped.
     fn stop_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            w.stop.store(true, Ordering::Release);
-            self.port.kick_worker();
-            match w.join.join() {
-                Ok(bases) => {
-                    for (i, base) in bases {
-                        self.vrings[i].base = base;
-                    }
-                }
-                Err(_) => tracing::error!(port = self.port.name(), "queue worker panicked"),
+        let bases = match self.worker.take() {
+            None => return,
+            Some(Worker::Thread { stop, join }) => {
+                stop.store(true, Ordering::Release);
+                self.port.kick_worker();
+                join.join().ok()
             }
+            Some(Worker::Pooled { id, pool }) => pool.detach(id).map(|set| set.finish()),
+        };
+        match bases {
+            Some(bases) => {
+                for (i, base) in bases {
+                    self.vrings[i].base = base;
+                }
+            }
+            None => tracing::error!(port = self.port.name(), "queue worker panicked"),
         }
     }
 
@@ -205,12 +219,21 @@ impl Connection {
                 return;
             }
         };
+        if let Some(pool) = self.port.nq_workers.get() {
+            let id = self.port.port_id() as u64;
+            pool.attach(crate::nq_workers::QueueSet::start(id, queues));
+            self.worker = Some(Worker::Pooled {
+                id,
+                pool: Arc::clone(pool),
+            });
+            return;
+        }
         let port = Arc::clone(&self.port);
         let join = std::thread::Builder::new()
             .name(format!("vadapt-w-{}", port.name()))
             .spawn(move || run_worker(port, queues))
             .expect("spawning a thread");
-        self.worker = Some(Worker { stop, join });
+        self.worker = Some(Worker::Thread { stop, join });
     }
 
     /// Apply a change with the worker stopped, then restart it over the

@@ -16,7 +16,9 @@
 //!   * [`ring_pass`] — what a pass did and dropped, counted into the port's
 //!     counters;
 //!   * [`waiting`] — epoll over kicks, wake-ups and a timer; absolute
-//!     sleeps; early-wake compensation; draining kicks.
+//!     sleeps; early-wake compensation; draining kicks;
+//!   * [`pending_wait`] — the same waits begun and ended without blocking,
+//!     for a worker serving several ports ([`crate::nq_workers`]).
 //! * [`policy_slot`] is the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
 //!
@@ -29,6 +31,7 @@ pub mod eventfd_io;
 pub mod frontend_socket;
 pub mod handler;
 pub mod memory_file;
+pub mod pending_wait;
 pub mod policy_slot;
 pub mod queues;
 pub mod ring;
@@ -86,6 +89,9 @@ pub struct VmPort {
     pub(crate) freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
     /// TSC cycles per ns for the worker's pass clock (`None`: no invariant TSC).
     pub(crate) tsc_per_ns: Option<f64>,
+    /// The pool whose workers serve this port's queues (`[cores]
+    /// queue_workers = "per-nq-core"`); unset: a worker thread of its own.
+    pub(crate) nq_workers: std::sync::OnceLock<Arc<crate::nq_workers::NqWorkers>>,
 }
 
 impl VmPort {
@@ -119,8 +125,15 @@ impl VmPort {
             cpu,
             freq,
             tsc_per_ns,
+            nq_workers: std::sync::OnceLock::new(),
             cfg,
         }))
+    }
+
+    /// Serve this port's queues with `pool`'s workers from its next
+    /// frontend connection on (once; later calls are ignored).
+    pub fn use_nq_workers(&self, pool: Arc<crate::nq_workers::NqWorkers>) {
+        let _ = self.nq_workers.set(pool);
     }
 
     /// Port name.

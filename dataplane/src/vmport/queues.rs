@@ -9,6 +9,7 @@
 //! virtio-user handle it and translate `VQ_PAIRS_SET` into
 //! `SET_VRING_ENABLE`, which [`super::handler`] honours.
 
+use super::pending_wait::{PendingWait, WaitKind};
 use super::policy_slot::WorkerView;
 use super::ring::Pair;
 use super::ring_pass::RingPass;
@@ -22,7 +23,9 @@ use crate::switch::FdbCache;
 use crate::worker::{Control, PassStats, QueueIo, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vadapt_policy::{Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause};
+use vadapt_policy::{
+    Action, Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause,
+};
 use vadapt_virtq::mem::GuestMemory;
 
 /// How often (passes) a busy-polling worker drains kick eventfds to count kicks.
@@ -289,6 +292,184 @@ impl PortQueues {
     }
 }
 
+/// The non-blocking waits of a worker serving several ports (see
+/// [`super::pending_wait`]).
+impl PortQueues {
+    /// The port served.
+    pub fn port(&self) -> &Arc<VmPort> {
+        &self.port
+    }
+
+    /// The port's waiter: readable when this port needs its worker.
+    pub fn waiter_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.waiter.as_raw_fd()
+    }
+
+    /// Begins the wait `action` asks for: what [`QueueIo::sleep`] and
+    /// [`QueueIo::wait_kick`] do before they block.
+    pub fn begin_wait(&mut self, action: Action) -> PendingWait {
+        let start = monotonic_now();
+        match action {
+            Action::Poll => PendingWait {
+                kind: WaitKind::Poll,
+                start,
+                ready: Some(WakeCause::Immediate),
+            },
+            Action::Sleep {
+                duration,
+                kick_threshold,
+            } => {
+                let deadline = start + duration;
+                let target = self.early_wake.target(deadline, duration);
+                let mut armed = false;
+                if let Some(t) = kick_threshold {
+                    for pair in &mut self.pairs {
+                        if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
+                            let n = vadapt_policy::kick_fill(t, r.q.size());
+                            armed |= r.q.set_kick_threshold(n);
+                        }
+                    }
+                }
+                self.arm_timer(target.saturating_since(start));
+                PendingWait {
+                    kind: WaitKind::Sleep {
+                        deadline,
+                        target,
+                        armed,
+                    },
+                    start,
+                    ready: None,
+                }
+            }
+            Action::WaitKick { timeout } => {
+                let mut work = self.set_notifications(true);
+                if !work {
+                    self.port.waiting.store(true, Ordering::SeqCst);
+                    // Pairs with the fence in `VmPort::deliver` (see `wait_kick`).
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    work = self.rx_recheck();
+                }
+                if let (false, Some(t)) = (work, timeout) {
+                    self.arm_timer(t);
+                }
+                PendingWait {
+                    kind: WaitKind::Kick {
+                        timed: timeout.is_some(),
+                    },
+                    start,
+                    ready: work.then_some(WakeCause::Recheck),
+                }
+            }
+        }
+    }
+
+    /// Looks, without blocking, whether the wait `w` has ended, and records
+    /// why in `w.ready`. Kicks that cannot end a sleep are drained (and
+    /// counted) here, so that the port's waiter does not stay readable.
+    pub fn poll_wait(&mut self, w: &mut PendingWait) {
+        if w.ready.is_some() {
+            return;
+        }
+        let woken = match self.waiter.poll(&self.port.wake) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(port = self.port.name(), error = %e, "epoll_wait failed");
+                Woken {
+                    wake: true,
+                    ..Woken::default()
+                }
+            }
+        };
+        w.ready = match w.kind {
+            WaitKind::Poll => Some(WakeCause::Immediate),
+            WaitKind::Sleep { target, armed, .. } => {
+                if woken.kick && armed {
+                    Some(WakeCause::Kick)
+                } else if woken.timer || woken.wake || monotonic_now() >= target {
+                    Some(WakeCause::Timer)
+                } else {
+                    if woken.kick {
+                        self.drain_kicks();
+                    }
+                    None
+                }
+            }
+            WaitKind::Kick { .. } => {
+                if woken.kick || woken.wake {
+                    Some(WakeCause::Kick)
+                } else if woken.timer {
+                    Some(WakeCause::Timeout)
+                } else {
+                    None
+                }
+            }
+        };
+    }
+
+    /// Ends the wait `w` (which must be ready): what [`QueueIo::sleep`] and
+    /// [`QueueIo::wait_kick`] do after they wake.
+    pub fn end_wait(&mut self, w: PendingWait) -> Wait {
+        let cause = w.ready.unwrap_or(WakeCause::Recheck);
+        let end = monotonic_now();
+        match w.kind {
+            WaitKind::Poll => {
+                return Wait {
+                    cause: WakeCause::Immediate,
+                    waited: Duration::ZERO,
+                }
+            }
+            WaitKind::Sleep {
+                deadline,
+                target,
+                armed,
+            } => {
+                self.waiter.disarm_timer();
+                if cause == WakeCause::Timer {
+                    self.early_wake.record(end.saturating_since(target));
+                    let _ = self
+                        .overshoot
+                        .record(end.saturating_since(deadline).as_nanos().max(1));
+                }
+                self.drain_kicks();
+                if armed {
+                    for pair in &mut self.pairs {
+                        if let Some(r) = pair.tx.as_mut() {
+                            r.q.disable_notifications();
+                        }
+                    }
+                }
+                self.merge_overshoot(end);
+            }
+            WaitKind::Kick { timed } => {
+                if timed {
+                    self.waiter.disarm_timer();
+                }
+                self.port.waiting.store(false, Ordering::SeqCst);
+                self.drain_kicks();
+                self.set_notifications(false);
+            }
+        }
+        self.note_wake(cause);
+        Wait {
+            cause,
+            waited: end.saturating_since(w.start),
+        }
+    }
+
+    /// Whether a receive ring has frames waiting in its backlog and guest
+    /// buffers to take them (the re-check after notifications went on).
+    fn rx_recheck(&self) -> bool {
+        (0..self.pairs.len()).any(|p| {
+            self.rx_waiting(p)
+                && self.pairs[p]
+                    .rx
+                    .as_ref()
+                    .is_some_and(|r| r.q.avail_pending().map(|n| n > 0).unwrap_or(false))
+        })
+    }
+}
+
 impl QueueIo for PortQueues {
     fn now(&mut self) -> Instant {
         self.clock.now()
@@ -387,13 +568,7 @@ impl QueueIo for PortQueues {
             // Pairs with the fence in `VmPort::deliver`: either the producer
             // sees `waiting` and wakes us, or we see its frames here.
             std::sync::atomic::fence(Ordering::SeqCst);
-            work = (0..self.pairs.len()).any(|p| {
-                self.rx_waiting(p)
-                    && self.pairs[p]
-                        .rx
-                        .as_ref()
-                        .is_some_and(|r| r.q.avail_pending().map(|n| n > 0).unwrap_or(false))
-            });
+            work = self.rx_recheck();
         }
         let cause = if work {
             WakeCause::Recheck

@@ -72,8 +72,19 @@ impl Waiter {
     /// drains the first two (`wake` must be the eventfd given to
     /// [`new`](Self::new)). A signal ends the wait with nothing woken.
     pub fn wait(&mut self, wake: &EventFd) -> io::Result<Woken> {
+        self.wait_for(wake, -1)
+    }
+
+    /// Like [`wait`](Self::wait) but never blocks: what is readable now.
+    /// A queue worker serving several ports polls each port's waiter this
+    /// way after its own epoll set (which holds [`Waiter::as_raw_fd`]) woke.
+    pub fn poll(&mut self, wake: &EventFd) -> io::Result<Woken> {
+        self.wait_for(wake, 0)
+    }
+
+    fn wait_for(&mut self, wake: &EventFd, timeout_ms: i32) -> io::Result<Woken> {
         let mut woken = Woken::default();
-        match self.epoll.wait(-1, &mut self.events) {
+        match self.epoll.wait(timeout_ms, &mut self.events) {
             Ok(n) => {
                 for ev in &self.events[..n] {
                     match ev.data() {
@@ -105,6 +116,14 @@ impl Waiter {
     /// Disarms the timer (an expiry not yet waited for is forgotten).
     pub fn disarm_timer(&mut self) {
         let _ = self.timer.clear();
+    }
+}
+
+impl AsRawFd for Waiter {
+    /// The epoll set itself: readable while a kick, the wake eventfd or the
+    /// timer is, so another epoll set can watch this one.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.epoll.as_raw_fd()
     }
 }
 

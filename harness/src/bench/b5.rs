@@ -76,6 +76,8 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                     socket: p.socket.clone(),
                     mode: Default::default(),
                     qmp: None,
+                    qga: None,
+                    guest_iface: None,
                     role: Default::default(),
                     queues: p.queues,
                     mac: None,

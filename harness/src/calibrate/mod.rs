@@ -201,6 +201,8 @@ fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
             socket: dir.join("vm1.sock"),
             mode: Default::default(),
             qmp: None,
+            qga: None,
+            guest_iface: None,
             role: Default::default(),
             queues: 1,
             mac: None,

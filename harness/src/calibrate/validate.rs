@@ -221,6 +221,8 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
                 socket: dir.join(format!("vm{i}.sock")),
                 mode: Default::default(),
                 qmp: None,
+                qga: None,
+                guest_iface: None,
                 role: Default::default(),
                 queues: 1,
                 mac: None,

@@ -84,6 +84,8 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
                 socket: dir.join(format!("vm{i}.sock")),
                 mode: Default::default(),
                 qmp: None,
+                qga: None,
+                guest_iface: None,
                 role: Default::default(),
                 queues,
                 mac: None,

@@ -26,6 +26,7 @@
 //! | [`thresholds`] | the threshold explorer and the initial thresholds | Algorithm 3, §4.3 |
 //! | [`manager`] | one period: sample, explore, allocate | §4.1, §4.4 |
 //! | [`placement`] | counts to CPU ids, moving as few CPUs as possible | (the paper's cpusets) |
+//! | [`queue_assign`] | queue sets to the NQ group's workers, balanced and stable | (the paper's RSS/XPS; OVS-DPDK's rxq assignment) |
 //! | [`config`] | [`VspaceConfig`]: mode, cores, period, MARGIN, explorer constants | §5.1 |
 //!
 //! Departures from the paper are listed in the module docs of
@@ -42,6 +43,7 @@ pub mod core_alloc;
 pub mod error;
 pub mod manager;
 pub mod placement;
+pub mod queue_assign;
 pub mod thresholds;
 
 pub use config::VspaceConfig;
@@ -49,6 +51,7 @@ pub use core_alloc::{CoreAllocation, CoreAllocator, GroupLoad, VspaceMode};
 pub use error::VspaceConfigError;
 pub use manager::{PeriodMeasurement, PeriodOutcome, VspaceManager};
 pub use placement::{CoreSets, PlacementError};
+pub use queue_assign::{assign_queue_sets, QueueAssignment};
 pub use thresholds::{
     ExplorationRound, ExplorationSample, RoundOutcome, SampleOutcome, ThresholdExplorer,
     ThresholdParams, Thresholds,

@@ -1,0 +1,158 @@
+//! The body of one pool worker: serve the queue sets it holds, block in
+//! one epoll set over their waiters when none is due, and take commands
+//! (take a set, release one, pin, exit) between passes.
+//!
+//! A set is released only between two of its passes, with its wait still
+//! under way; the worker that takes it adds its waiter to its own epoll set
+//! and re-checks the rings at once if the set was waiting for a kick
+//! ([`QueueSet::after_handoff`]). The rings' positions and the avail/used
+//! indexes live in the set and in guest memory, and kick eventfds keep
+//! their count, so an ordered handoff loses nothing.
+
+use super::queue_set::QueueSet;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+/// epoll token of the inbox's eventfd (set tokens are their ids, which are
+/// switch port ids and never this large).
+const TOKEN_INBOX: u64 = u64::MAX;
+
+/// What a worker is asked to do.
+pub(crate) enum Command {
+    /// Serve this set from now on.
+    Take(Box<QueueSet>),
+    /// Hand set `id` back on the channel (`None`: not held here).
+    Release(u64, Sender<Option<Box<QueueSet>>>),
+    /// Run on this CPU only (`None`: leave the affinity as it is).
+    Pin(Option<usize>),
+    /// Leave the loop; sets still held are handed back on the channel.
+    Exit(Sender<Vec<QueueSet>>),
+}
+
+/// Where a worker's commands wait, and the eventfd that wakes it.
+pub(crate) struct Inbox {
+    commands: Mutex<Vec<Command>>,
+    wake: EventFd,
+}
+
+impl Inbox {
+    /// An empty inbox.
+    pub(crate) fn new() -> std::io::Result<Self> {
+        Ok(Inbox {
+            commands: Mutex::new(Vec::new()),
+            wake: EventFd::new(libc::EFD_NONBLOCK)?,
+        })
+    }
+
+    /// Queue `c` and wake the worker.
+    pub(crate) fn send(&self, c: Command) {
+        self.commands
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c);
+        let _ = self.wake.write(1);
+    }
+
+    fn take_all(&self) -> Vec<Command> {
+        let _ = self.wake.read();
+        std::mem::take(&mut *self.commands.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+fn watch(epoll: &Epoll, op: ControlOperation, set: &QueueSet) {
+    let fd = set.queues.waiter_fd();
+    if let Err(e) = epoll.ctl(op, fd, EpollEvent::new(EventSet::IN, set.id)) {
+        // Only a bug gets here (the fd is the set's own epoll set).
+        tracing::error!(port = set.port_name(), error = %e, "queue worker: epoll_ctl on a queue set failed");
+    }
+}
+
+/// The epoll set a worker blocks in, with `inbox`'s eventfd in it (made
+/// by the pool before the thread, so that failing to make it fails the
+/// spawn rather than leaving a worker that cannot wait).
+pub(crate) fn epoll_for(inbox: &Inbox) -> std::io::Result<Epoll> {
+    let ep = Epoll::new()?;
+    ep.ctl(
+        ControlOperation::Add,
+        inbox.wake.as_raw_fd(),
+        EpollEvent::new(EventSet::IN, TOKEN_INBOX),
+    )?;
+    Ok(ep)
+}
+
+/// Runs worker `index` until [`Command::Exit`]; publishes its thread id in
+/// `tid`.
+pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<AtomicU32>) {
+    tid.store(vadapt_coremgr::cputime::current_tid(), Ordering::Release);
+    if let Err(e) = vadapt_coremgr::cputime::set_timer_slack(1) {
+        tracing::warn!(worker = index, error = %e, "timer slack stays at the default");
+    }
+    let mut sets: Vec<Box<QueueSet>> = Vec::new();
+    let mut events = vec![EpollEvent::default(); 16];
+    loop {
+        for c in inbox.take_all() {
+            match c {
+                Command::Take(mut set) => {
+                    // A set that stopped itself is only held until its
+                    // port takes it back: watching it could spin.
+                    if !set.is_stopped() {
+                        watch(&epoll, ControlOperation::Add, &set);
+                    }
+                    set.after_handoff();
+                    sets.push(set);
+                }
+                Command::Release(id, reply) => {
+                    let held = sets.iter().position(|s| s.id == id).map(|i| {
+                        let set = sets.swap_remove(i);
+                        if !set.is_stopped() {
+                            watch(&epoll, ControlOperation::Delete, &set);
+                        }
+                        set
+                    });
+                    let _ = reply.send(held);
+                }
+                Command::Pin(Some(cpu)) => {
+                    if let Err(e) = vadapt_coremgr::cputime::pin_current_thread(cpu) {
+                        tracing::warn!(worker = index, cpu, error = %e, "cannot pin queue worker");
+                    }
+                }
+                Command::Pin(None) => {}
+                Command::Exit(reply) => {
+                    for s in &sets {
+                        if !s.is_stopped() {
+                            watch(&epoll, ControlOperation::Delete, s);
+                        }
+                    }
+                    let _ = reply.send(sets.into_iter().map(|s| *s).collect());
+                    return;
+                }
+            }
+        }
+        let mut ran = false;
+        for set in sets.iter_mut() {
+            if set.poll() {
+                set.run_pass();
+                ran = true;
+                if set.is_stopped() {
+                    watch(&epoll, ControlOperation::Delete, set);
+                }
+            }
+        }
+        if !ran {
+            // Level-triggered: whatever became ready since the polls above
+            // ends this wait at once.
+            match epoll.wait(-1, &mut events) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!(worker = index, error = %e, "queue worker: epoll_wait failed");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+    }
+}
