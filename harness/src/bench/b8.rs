@@ -9,9 +9,10 @@
 //! - vadapt's switch: two VM ports under busy-poll, the daemon and its
 //!   workers on the backend CPU.
 //!
-//! Figures: packets delivered into B's ring per second; busy cycles per
-//! delivered packet (testpmd: busy cycles of non-empty bursts; vadapt: the
-//! two ports' workers' busy cycles, both halves of the forwarding); packets
+//! Figures: packets delivered into B's ring per second; vadapt's busy cycles
+//! per delivered packet (the two ports' workers' busy cycles, both halves of
+//! the forwarding); testpmd's cycles per packet, which its io engine counts
+//! over all polls, empty ones included (so the two do not compare); packets
 //! lost after A's ring accepted them (taken from A's ring minus delivered to
 //! B). vadapt's two workers share the one backend CPU, so each busy-poll
 //! worker's spinning takes time from the other: this is the cost of today's
@@ -133,14 +134,12 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             let s = t.stop()?;
             drop(rx);
             let mut r = Row::new("vm2vm", "guest", "dpdk-vhost", "io", "").at(64, run);
+            // testpmd's io engine reports all cycles of the forwarding
+            // loop (`total cycles`, empty polls included), not busy cycles:
+            // not comparable with vadapt's busy cycles, so kept apart.
             r.set("mpps", s.tx as f64 / g.elapsed / 1e6)
                 .set("loss_pct", super::b1::pct(s.rx.saturating_sub(s.tx), s.rx))
-                .set_some(
-                    "cycles_per_pkt",
-                    s.busy_cycles
-                        .filter(|_| s.tx > 0)
-                        .map(|c| c as f64 / s.tx as f64),
-                );
+                .set_some("all_cycles_per_pkt", s.cycles_per_packet);
             f.rows.push(r);
         }
         ctx.say(&format!("round {}: vadapt switch", run + 1));
@@ -187,7 +186,9 @@ pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("vm2vm").collect();
     let mut s = format!(
         "\nGuest A (64 B at {SENDER_RATE}/s) → guest B, both on CPU 0; backend on CPU 1; {} rounds of {:.1} s. \
-         Cycles per delivered packet count both halves of the forwarding.\n\n",
+         vadapt's busy cycles per delivered packet count both halves of the forwarding (its two workers); \
+         testpmd's io engine reports only all cycles of its loop, empty polls included, \
+         so the two cycle columns do not compare and issue 16's cycles goal is not judged here.\n\n",
         f.runs, f.run_seconds
     );
     s.push_str(&metric_table(
@@ -195,10 +196,11 @@ pub fn render(f: &ResultFile) -> String {
         &[("backend", label)],
         &[
             ("mpps", "Mpps delivered", 3),
-            ("cycles_per_pkt", "busy cycles/pkt", 0),
             ("loss_pct", "lost after A's ring %", 2),
+            ("cycles_per_pkt", "busy cycles/pkt", 0),
+            ("all_cycles_per_pkt", "all cycles/pkt", 0),
         ],
-        &[("mpps", "rate × DPDK"), ("cycles_per_pkt", "cycles × DPDK")],
+        &[("mpps", "rate × DPDK")],
         |b, _| b.backend == "dpdk-vhost",
     ));
     s
@@ -222,7 +224,11 @@ mod tests {
             "io",
             "",
             0,
-            &[("mpps", 4.0), ("cycles_per_pkt", 100.0), ("loss_pct", 0.0)],
+            &[
+                ("mpps", 4.0),
+                ("all_cycles_per_pkt", 900.0),
+                ("loss_pct", 0.0),
+            ],
         ));
         f.rows.push(row(
             "vm2vm",
@@ -235,7 +241,7 @@ mod tests {
         let s = render(&f);
         assert!(s.contains("| DPDK vhost PMD | 4.000"), "{s}");
         assert!(
-            s.contains("| vadapt busy-poll | 2.000 | 300 | 1.50 | 0.50 | 3.00 |"),
+            s.contains("| vadapt busy-poll | 2.000 | 1.50 | 300 | – | 0.50 |"),
             "{s}"
         );
     }
