@@ -58,13 +58,17 @@ pub enum DropReason {
     RingCorrupt,
     /// The destination port has no frontend connected (or no receive queue running).
     PortDown,
+    /// A virtio-net header the frame could not be handled by: a field out of
+    /// range, an offload not negotiated, a GSO frame that is not the TCP
+    /// segment its header says (see [`crate::offload::OffloadRefused`]).
+    BadVnetHdr,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -76,6 +80,7 @@ impl DropReason {
         DropReason::NoRxBuffer,
         DropReason::RingCorrupt,
         DropReason::PortDown,
+        DropReason::BadVnetHdr,
         DropReason::Other,
     ];
 
@@ -93,6 +98,7 @@ impl DropReason {
             DropReason::NoRxBuffer => "no_rx_buffer",
             DropReason::RingCorrupt => "ring_corrupt",
             DropReason::PortDown => "port_down",
+            DropReason::BadVnetHdr => "bad_vnet_hdr",
             DropReason::Other => "other",
         }
     }

@@ -17,11 +17,29 @@
 //! * [`checksum`] — the Internet checksum and partial-checksum completion.
 //! * [`tcp_segment`] — software TCP segmentation for IPv4 and IPv6, the
 //!   model being Linux's `tcp_gso_segment` and DPDK's `rte_gso`.
+//! * [`tx_request`] — a transmitted header checked against what the
+//!   frontend negotiated ([`OffloadRefused`]).
 
 pub mod checksum;
 pub mod tcp_segment;
+#[cfg(test)]
+pub(crate) mod test_frames;
+pub mod tx_request;
 pub mod vnet_hdr;
 
 pub use checksum::complete_partial_checksum;
 pub use tcp_segment::{SegmentError, TcpSegmenter};
+pub use tx_request::{tx_offload, OffloadRefused};
 pub use vnet_hdr::{ChecksumAt, Offload, TcpGso, VnetHdr, VnetHdrError};
+
+/// `e` and its causes, `": "`-separated, for a log line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}

@@ -4,6 +4,7 @@
 //! [`RingPass`]; the worker counts it and does the logging.
 
 use crate::metrics::{Dir, DropReason, QueueStats};
+use crate::offload::OffloadRefused;
 use std::sync::atomic::Ordering;
 use vadapt_virtq::device::ChainErrorKind;
 
@@ -57,6 +58,10 @@ pub struct Drops {
     pub port_down: u64,
     /// Chains the ring rejected, in the order met (one drop each).
     pub chain_errors: Vec<ChainErrorKind>,
+    /// Transmit frames whose virtio-net header was refused.
+    pub bad_vnet_hdr: u64,
+    /// Why the first of them was refused (for the log line).
+    pub first_bad_vnet_hdr: Option<OffloadRefused>,
 }
 
 impl Drops {
@@ -68,6 +73,7 @@ impl Drops {
             (DropReason::WrongDirection, self.wrong_direction),
             (DropReason::NoRxBuffer, self.no_rx_buffer),
             (DropReason::PortDown, self.port_down),
+            (DropReason::BadVnetHdr, self.bad_vnet_hdr),
         ] {
             if n > 0 {
                 stats.drop(reason, n);
@@ -135,6 +141,8 @@ mod tests {
                     ChainErrorKind::LengthOverflow,
                     ChainErrorKind::ReadableAfterWritable,
                 ],
+                bad_vnet_hdr: 6,
+                first_bad_vnet_hdr: None,
             },
             ..RingPass::default()
         };
@@ -149,6 +157,7 @@ mod tests {
         assert_eq!(dropped(&st, DropReason::WrongDirection), 3 + 1);
         assert_eq!(dropped(&st, DropReason::NoRxBuffer), 4);
         assert_eq!(dropped(&st, DropReason::PortDown), 5);
+        assert_eq!(dropped(&st, DropReason::BadVnetHdr), 6);
         assert_eq!(dropped(&st, DropReason::BadAddress), 2);
     }
 
