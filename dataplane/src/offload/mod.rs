@@ -17,10 +17,13 @@
 //! * [`checksum`] — the Internet checksum and partial-checksum completion.
 //! * [`tcp_segment`] — software TCP segmentation for IPv4 and IPv6, the
 //!   model being Linux's `tcp_gso_segment` and DPDK's `rte_gso`.
+//! * [`into_batch`] — a frame with its header, whole in host memory (a TAP
+//!   read), into a batch of complete frames.
 //! * [`tx_request`] — a transmitted header checked against what the
 //!   frontend negotiated ([`OffloadRefused`]).
 
 pub mod checksum;
+pub mod into_batch;
 pub mod tcp_segment;
 #[cfg(test)]
 pub(crate) mod test_frames;
@@ -28,6 +31,7 @@ pub mod tx_request;
 pub mod vnet_hdr;
 
 pub use checksum::complete_partial_checksum;
+pub use into_batch::{push_frame, Pushed};
 pub use tcp_segment::{SegmentError, TcpSegmenter};
 pub use tx_request::{tx_offload, OffloadRefused};
 pub use vnet_hdr::{ChecksumAt, Offload, TcpGso, VnetHdr, VnetHdrError};
