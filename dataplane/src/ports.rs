@@ -238,6 +238,12 @@ impl Tap {
                         let frame = &mut buf[VnetHdr::LEN..len];
                         let flush = |b: &mut FrameBatch| self.emit(sw, id, b, &mut cache);
                         match push_frame(&hdr, frame, self.offloads, &mut batch, flush) {
+                            Pushed::Frames { .. } if hdr.gso_type != 0 => {
+                                q.gso_frames.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Pushed::Frames { .. } if !hdr.is_plain() => {
+                                q.csum_completed.fetch_add(1, Ordering::Relaxed);
+                            }
                             Pushed::Frames { .. } => {}
                             Pushed::Oversize => q.drop(DropReason::Oversize, 1),
                             Pushed::Refused(e) => {

@@ -90,6 +90,10 @@ def test_tcp_both_ways_between_host_and_guest_through_tap(vadapt_bin, qemu, proc
     vm, tp = port(st, "vm"), port(st, tap)
     assert total(tp, "tx_bytes") >= want_bytes, tp  # host -> switch
     assert total(vm, "tx_bytes") >= want_bytes, vm  # guest -> switch
+    # The offload paths really ran: GSO frames were cut on the way in, from
+    # the host's TAP and from the guest's transmit ring.
+    assert total(tp, "gso_frames") > 0, tp
+    assert total(vm, "gso_frames") > 0, vm
     # Other drops (frames flooded to the VM port before its guest was up)
     # are not this test's business; refused headers are.
     for p in (vm, tp):

@@ -145,6 +145,7 @@ impl TxService {
                                 match TcpSegmenter::new(frame, gso, MAX_FRAME) {
                                     Err(e) => refuse(&mut pass, OffloadRefused::Segment(e)),
                                     Ok(seg) => {
+                                        pass.gso_frames += 1;
                                         for i in 0..seg.segments() {
                                             if self.batch.is_full() {
                                                 flush(
@@ -175,6 +176,7 @@ impl TxService {
                                 if let Offload::Checksum(at) = offload {
                                     // `tx_offload` checked `at` against `len`.
                                     complete_partial_checksum(frame, at);
+                                    pass.csum_completed += 1;
                                 }
                                 self.batch.commit(len);
                                 pass.packets += 1;
@@ -299,6 +301,7 @@ mod tests {
         assert!(segs.iter().all(|s| s.len() == 1514));
         assert_eq!(check_segments(&segs, LINUX_V4, 1448), payload);
         assert_eq!((pass.packets, pass.bytes), (45, 45 * 1514));
+        assert_eq!((pass.gso_frames, pass.csum_completed), (1, 0));
         assert_eq!(pass.drops, Default::default());
         assert_eq!(used(&mut g), vec![(head, 0)]);
     }
@@ -321,7 +324,10 @@ mod tests {
         let f = tso_frame(shape, b"small write");
         send_with(&mut g, 0, &linux_hdr(shape, GSO_NONE, 0), &f);
         let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
-        assert_eq!(pass.packets, 1);
+        assert_eq!(
+            (pass.packets, pass.gso_frames, pass.csum_completed),
+            (1, 0, 1)
+        );
         let got = &batches[0];
         assert_ne!(got[0], f, "the checksum field changed");
         assert_eq!(check_segments(got, shape, 1448), b"small write");
