@@ -5,8 +5,11 @@
 //! a frame to an egress that cannot take the offload.
 //!
 //! Input: the header's 10 bytes (`struct virtio_net_hdr`, little-endian),
-//! one byte choosing the egress's frame limit (a 1514-byte Ethernet frame or
-//! a 9018-byte jumbo one), then the frame.
+//! one mode byte, then the frame. Mode bit 0 picks the segmenter's frame
+//! limit (a 1518-byte Ethernet frame or a 9018-byte jumbo one); bit 1 also
+//! sends the frame down the TAP reader's path (`offload::push_frame` into a
+//! small `FrameBatch`, flushed as it fills), whose output must be what the
+//! parts above make of the same frame.
 //!
 //! Checked beyond "no panic, nothing read or written out of bounds": a
 //! header that passes its check has its checksum field inside the frame; a
@@ -16,7 +19,11 @@
 //! and whose payloads put together are the original's.
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
-use vadapt_dataplane::offload::{complete_partial_checksum, Offload, TcpSegmenter, VnetHdr};
+use vadapt_dataplane::frames::FrameBatch;
+use vadapt_dataplane::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
+use vadapt_dataplane::offload::{
+    complete_partial_checksum, push_frame, tx_offload, Offload, Pushed, TcpSegmenter, VnetHdr,
+};
 
 /// Frame limits the mode byte picks from: Ethernet with a VLAN tag, jumbo.
 pub const FRAME_LIMITS: [usize; 2] = [1518, 9018];
@@ -30,6 +37,9 @@ pub fn run(data: &[u8]) {
         return;
     };
     let max_frame = FRAME_LIMITS[usize::from(mode & 1)];
+    if mode & 2 != 0 {
+        through_batch(&hdr, frame);
+    }
     let Ok(offload) = hdr.check(frame.len()) else {
         return;
     };
@@ -48,6 +58,59 @@ pub fn run(data: &[u8]) {
             };
             check_segments(frame, &seg, usize::from(gso.mss), max_frame);
         }
+    }
+}
+
+/// The TAP reader's path, checked against the parts it is made of.
+fn through_batch(hdr: &VnetHdr, frame: &[u8]) {
+    let all = HostOffloads {
+        csum: true,
+        tso4: true,
+        tso6: true,
+        ecn: true,
+    };
+    let mut batch = FrameBatch::new(8);
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let mut f = frame.to_vec();
+    let r = push_frame(hdr, &mut f, all, &mut batch, |b| {
+        got.extend((0..b.len()).map(|i| b.get(i).to_vec()));
+        b.clear();
+    });
+    got.extend((0..batch.len()).map(|i| batch.get(i).to_vec()));
+    let offload = if hdr.is_plain() {
+        Ok(Offload::None)
+    } else {
+        tx_offload(hdr, frame.len(), all)
+    };
+    let want: Option<Vec<Vec<u8>>> = match offload {
+        Err(_) => None,
+        Ok(Offload::Tcp(..)) if frame.len() > MAX_GSO_FRAME => None,
+        Ok(Offload::Tcp(gso, _)) => TcpSegmenter::new(frame, gso, MAX_FRAME).ok().map(|s| {
+            (0..s.segments())
+                .map(|i| {
+                    let mut out = vec![0u8; s.segment_len(i)];
+                    s.write_segment(i, &mut out);
+                    out
+                })
+                .collect()
+        }),
+        Ok(_) if frame.len() > MAX_FRAME => None,
+        Ok(o) => {
+            let mut f = frame.to_vec();
+            if let Offload::Checksum(at) = o {
+                complete_partial_checksum(&mut f, at);
+            }
+            Some(vec![f])
+        }
+    };
+    match (r, want) {
+        (Pushed::Frames { packets, bytes }, Some(want)) => {
+            assert_eq!(got, want, "push_frame's frames");
+            assert_eq!(packets, want.len() as u64);
+            assert_eq!(bytes, want.iter().map(|f| f.len() as u64).sum::<u64>());
+        }
+        (Pushed::Oversize | Pushed::Refused(_), None) => assert!(got.is_empty()),
+        (r, want) => panic!("push_frame said {r:?}, the parts say {want:?}"),
     }
 }
 
@@ -127,6 +190,7 @@ mod tests {
             ("tso6-vlan-ecn", 4),
             ("csum4", 0),
             ("tso4-reserved-flag", 3),
+            ("tso4-tap", 3),
         ] {
             let s = seed(name);
             let hdr = VnetHdr::read(&s).unwrap();
