@@ -267,6 +267,11 @@ impl Daemon {
         for t in &cfg.tap {
             let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
             let tap = Arc::new(Tap::open(&t.name, Arc::clone(&stats))?);
+            tracing::info!(
+                port = t.name.as_str(),
+                offloads = ?tap.offloads(),
+                "TAP port opened (IFF_VNET_HDR; offloads the host may send: checksum, TSO4/6, ECN, or none if TUNSETOFFLOAD was refused)"
+            );
             let id = switch.add_port(tap.clone(), Arc::clone(&stats));
             registry.add_port(stats);
             let (sw, st) = (Arc::clone(&switch), Arc::clone(&stop));

@@ -8,6 +8,7 @@
 //! * [`switch`], [`ports`], [`frames`] — forwarding between ports.
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
 //! * [`net`] — virtio-net constants, header, config space, MACs.
+//! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
 
 #![deny(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod metrics_http;
 pub mod net;
 pub mod netap_ml_model;
 pub mod nq_workers;
+pub mod offload;
 pub mod ports;
 pub mod sigbus_guard;
 pub mod socket_dir;

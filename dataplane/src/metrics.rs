@@ -10,6 +10,7 @@
 //! | `vadapt_queue_kicks_total` | port, queue | guest notifications received (kick eventfd counts) |
 //! | `vadapt_queue_calls_total` | port, queue | interrupts sent to the guest (call eventfd writes) |
 //! | `vadapt_queue_dropped_total` | port, queue, reason | packets/chains dropped, by reason |
+//! | `vadapt_queue_offloads_total` | port, queue, kind | offload work done in software on frames entering the switch: `kind="segmented"` GSO frames cut into MSS frames, `kind="checksum"` partial checksums completed |
 //! | `vadapt_queue_poll_interval_seconds` | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
 //! | `vadapt_worker_cpu_seconds_total` | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | worker | TSC cycles spent in passes that moved packets |
@@ -63,13 +64,17 @@ pub enum DropReason {
     RingCorrupt,
     /// The destination port has no frontend connected (or no receive queue running).
     PortDown,
+    /// A virtio-net header the frame could not be handled by: a field out of
+    /// range, an offload not negotiated, a GSO frame that is not the TCP
+    /// segment its header says (see [`crate::offload::OffloadRefused`]).
+    BadVnetHdr,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -81,6 +86,7 @@ impl DropReason {
         DropReason::NoRxBuffer,
         DropReason::RingCorrupt,
         DropReason::PortDown,
+        DropReason::BadVnetHdr,
         DropReason::Other,
     ];
 
@@ -98,6 +104,7 @@ impl DropReason {
             DropReason::NoRxBuffer => "no_rx_buffer",
             DropReason::RingCorrupt => "ring_corrupt",
             DropReason::PortDown => "port_down",
+            DropReason::BadVnetHdr => "bad_vnet_hdr",
             DropReason::Other => "other",
         }
     }
@@ -116,6 +123,10 @@ pub struct QueueStats {
     pub calls: AtomicU64,
     /// Drops, indexed like [`DropReason::ALL`].
     pub drops: [AtomicU64; DropReason::ALL.len()],
+    /// GSO frames segmented in software (each counted once, not per segment).
+    pub gso_frames: AtomicU64,
+    /// Partial checksums completed in software (frames without GSO).
+    pub csum_completed: AtomicU64,
 }
 
 impl QueueStats {
@@ -288,6 +299,8 @@ impl Registry {
                         rx_bytes: q.bytes[1].load(Relaxed),
                         kicks: q.kicks.load(Relaxed),
                         calls: q.calls.load(Relaxed),
+                        gso_frames: q.gso_frames.load(Relaxed),
+                        csum_completed: q.csum_completed.load(Relaxed),
                         dropped: DropReason::ALL
                             .iter()
                             .zip(&q.drops)
@@ -446,6 +459,12 @@ pub struct QueueSnapshot {
     pub kicks: u64,
     /// Calls sent.
     pub calls: u64,
+    /// GSO frames segmented in software.
+    #[serde(default)]
+    pub gso_frames: u64,
+    /// Partial checksums completed in software.
+    #[serde(default)]
+    pub csum_completed: u64,
     /// Drops by reason (only non-zero reasons).
     pub dropped: BTreeMap<String, u64>,
 }
@@ -612,6 +631,26 @@ impl prometheus_client::collector::Collector for Collector {
                 for (qi, q) in p.queues.iter().enumerate() {
                     let v = if kicks { &q.kicks } else { &q.calls };
                     ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&qlabels(p, qi))?)?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "vadapt_queue_offloads",
+                "Offload work done in software on frames entering the switch, by kind.",
+                None,
+                MetricType::Counter,
+            )?;
+            for p in &ports {
+                for (qi, q) in p.queues.iter().enumerate() {
+                    for (kind, c) in [
+                        ("segmented", &q.gso_frames),
+                        ("checksum", &q.csum_completed),
+                    ] {
+                        let mut l = qlabels(p, qi);
+                        l.push(("kind", kind.to_string()));
+                        ConstCounter::new(c.load(Relaxed)).encode(m.encode_family(&l)?)?;
+                    }
                 }
             }
         }

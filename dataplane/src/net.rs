@@ -5,6 +5,26 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+/// `VIRTIO_NET_F_CSUM`: the device takes frames with partial checksums
+/// (`VIRTIO_NET_HDR_F_NEEDS_CSUM`).
+pub const VIRTIO_NET_F_CSUM: u64 = 1 << 0;
+/// `VIRTIO_NET_F_GUEST_CSUM`: the driver takes frames with partial checksums.
+pub const VIRTIO_NET_F_GUEST_CSUM: u64 = 1 << 1;
+/// `VIRTIO_NET_F_CTRL_GUEST_OFFLOADS`: guest offloads switched through the
+/// control queue.
+pub const VIRTIO_NET_F_CTRL_GUEST_OFFLOADS: u64 = 1 << 2;
+/// `VIRTIO_NET_F_GUEST_TSO4`: the driver takes TCPv4 GSO frames.
+pub const VIRTIO_NET_F_GUEST_TSO4: u64 = 1 << 7;
+/// `VIRTIO_NET_F_GUEST_TSO6`: the driver takes TCPv6 GSO frames.
+pub const VIRTIO_NET_F_GUEST_TSO6: u64 = 1 << 8;
+/// `VIRTIO_NET_F_GUEST_ECN`: the driver takes GSO frames with ECN (CWR).
+pub const VIRTIO_NET_F_GUEST_ECN: u64 = 1 << 9;
+/// `VIRTIO_NET_F_HOST_TSO4`: the device takes TCPv4 GSO frames.
+pub const VIRTIO_NET_F_HOST_TSO4: u64 = 1 << 11;
+/// `VIRTIO_NET_F_HOST_TSO6`: the device takes TCPv6 GSO frames.
+pub const VIRTIO_NET_F_HOST_TSO6: u64 = 1 << 12;
+/// `VIRTIO_NET_F_HOST_ECN`: the device takes GSO frames with ECN (CWR).
+pub const VIRTIO_NET_F_HOST_ECN: u64 = 1 << 13;
 /// `VIRTIO_NET_F_MAC`: the device has a MAC address in its config space.
 pub const VIRTIO_NET_F_MAC: u64 = 1 << 5;
 /// `VIRTIO_NET_F_MRG_RXBUF`: the driver can merge receive buffers.
@@ -26,8 +46,15 @@ pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// `VIRTIO_F_IN_ORDER`.
 pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
-/// Every device feature vadapt offers (issue #2's list).
+/// Every device feature vadapt offers (issue #2's list, and issue #15's
+/// host-side offloads: the transmit path completes partial checksums and
+/// segments TCP in software, so every egress gets plain frames; the
+/// guest-side offloads are not offered yet).
 pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
+    | VIRTIO_NET_F_CSUM
+    | VIRTIO_NET_F_HOST_TSO4
+    | VIRTIO_NET_F_HOST_TSO6
+    | VIRTIO_NET_F_HOST_ECN
     | VIRTIO_NET_F_MAC
     | VIRTIO_NET_F_MRG_RXBUF
     | VIRTIO_RING_F_EVENT_IDX
@@ -50,9 +77,13 @@ pub const HDR_LEN_LEGACY: usize = 10;
 pub const HDR_NUM_BUFFERS_OFFSET: usize = 10;
 
 /// Largest Ethernet frame (without virtio-net header) vadapt forwards: a
-/// 1500-byte MTU plus Ethernet and VLAN headers. We offer neither GSO nor
-/// `VIRTIO_NET_F_MTU`, so a well-behaved guest never sends more.
+/// 1500-byte MTU plus Ethernet and VLAN headers. We do not offer
+/// `VIRTIO_NET_F_MTU`, so a well-behaved guest sends no more but in GSO
+/// frames (see [`MAX_GSO_FRAME`]), which are cut to this size.
 pub const MAX_FRAME: usize = 1518;
+/// Largest GSO frame a guest may transmit with `HOST_TSO*`: a 64 KiB IP
+/// datagram behind Ethernet and a VLAN tag.
+pub const MAX_GSO_FRAME: usize = 65_535 + 18;
 /// Smallest frame: an Ethernet header.
 pub const MIN_FRAME: usize = 14;
 
@@ -78,6 +109,37 @@ pub fn hdr_len(features: u64) -> usize {
         HDR_LEN_MRG
     } else {
         HDR_LEN_LEGACY
+    }
+}
+
+/// The host-side offloads a frontend negotiated: what its transmitted
+/// frames' virtio-net headers may ask of vadapt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostOffloads {
+    /// `VIRTIO_NET_F_CSUM`: partial checksums.
+    pub csum: bool,
+    /// `VIRTIO_NET_F_HOST_TSO4`: TCPv4 GSO frames.
+    pub tso4: bool,
+    /// `VIRTIO_NET_F_HOST_TSO6`: TCPv6 GSO frames.
+    pub tso6: bool,
+    /// `VIRTIO_NET_F_HOST_ECN`: GSO frames with `VIRTIO_NET_HDR_GSO_ECN`.
+    pub ecn: bool,
+}
+
+impl HostOffloads {
+    /// The host-side offloads among negotiated `features`.
+    pub fn from_features(features: u64) -> Self {
+        HostOffloads {
+            csum: features & VIRTIO_NET_F_CSUM != 0,
+            tso4: features & VIRTIO_NET_F_HOST_TSO4 != 0,
+            tso6: features & VIRTIO_NET_F_HOST_TSO6 != 0,
+            ecn: features & VIRTIO_NET_F_HOST_ECN != 0,
+        }
+    }
+
+    /// True if any was negotiated: transmitted headers must be read.
+    pub fn any(&self) -> bool {
+        self.csum || self.tso4 || self.tso6 || self.ecn
     }
 }
 

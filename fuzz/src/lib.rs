@@ -6,10 +6,13 @@
 //!   real backend request handler, over a real socket pair.
 //! * [`control`] — the control-socket protocol against a real daemon.
 //! * [`config`] — the config file and command-line spec parsers.
+//! * [`vnet_hdr`] — a guest's virtio-net header and frame into checksum
+//!   completion and TCP segmentation.
 
 pub mod config;
 pub mod control;
 pub mod vhost_user;
+pub mod vnet_hdr;
 
 /// Open file descriptors of this process (entries of `/proc/self/fd`).
 pub fn open_fds() -> usize {

@@ -19,6 +19,14 @@
 //!
 //! # Departures from the paper, and why
 //!
+//! - **Notifications stay off while the worker sleeps.** Algorithm 1
+//!   disables interrupts for packet arrivals at the top of each loop
+//!   (line 8) and enables them again before the sleep (lines 23–25), so a
+//!   guest's kick can still reach the host between polls. vadapt keeps
+//!   guest notifications suppressed during the sleep as well: the polling
+//!   interval alone paces the service, which is the mechanism the paper
+//!   credits for avoiding VM exits. The one exception is the ring-full
+//!   safety net below, which asks for a kick only past a fill threshold.
 //! - **Ring-full safety net.** The paper sleeps whatever happens, so a burst
 //!   that fills the ring during a long interval stalls the guest (or drops
 //!   packets) until the timer fires. With `kick_threshold_permille` = p > 0
@@ -27,7 +35,8 @@
 //!   pass starts with a ring at least p‰ full, or leaves work behind
 //!   (`more_work`), the policy polls again at once ([`Decision::POLL`])
 //!   instead of sleeping, so a full ring is drained before the next sleep.
-//!   p = 0 is the paper's behaviour (no kick); `more_work` still polls again,
+//!   p = 0 lets no kick through while sleeping (the paper lets every kick
+//!   through, see the first item); `more_work` still polls again,
 //!   because the paper's pass drains the rings completely while ours is
 //!   bounded (next item). Under sustained overload, with rings p‰ full at
 //!   every pass, NetAP therefore polls continuously like busy-poll, and the
@@ -64,7 +73,11 @@ use crate::retune::{self, Retune, RetuneError};
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
-/// NetAP parameters (NetAP paper, Algorithms 1–2). Defaults are the paper's.
+/// NetAP parameters (NetAP paper, Algorithms 1–2). The interval range,
+/// R, MinDistance and the round length default to the paper's values. The
+/// paper names MinChange and MaxRound (Algorithm 1, lines 11 and 17) but
+/// gives no values for them: 0.2 and 300 are vadapt's choices, as is the
+/// ring-full safety net's threshold (the paper has no such net).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetapParams {
@@ -79,12 +92,16 @@ pub struct NetapParams {
     /// Length of one adaptation round, ms (paper's best: 1000).
     pub round_ms: u64,
     /// Restart the search when a settled round's bytes differ from the
-    /// previous round's by more than this fraction (paper: MinChange; 0.2).
+    /// previous round's by more than this fraction (paper: MinChange, no
+    /// value given; vadapt's default 0.2).
     pub min_change: f64,
-    /// Restart the search after this many rounds (paper: MaxRound). 0 = never.
+    /// Restart the search after this many rounds (paper: MaxRound, no value
+    /// given; vadapt's default 300). 0 = never.
     pub max_rounds: u32,
     /// Ring-full safety net: let a kick through when a guest-to-host ring is at
-    /// least this permille full while the worker sleeps. 0 disables (paper behaviour).
+    /// least this permille full while the worker sleeps. 0: no kick at all
+    /// while sleeping (the paper instead lets every kick through during the
+    /// sleep); vadapt's default 750.
     pub kick_threshold_permille: u16,
 }
 

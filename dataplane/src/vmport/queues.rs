@@ -99,7 +99,11 @@ impl PortQueues {
             frontend_failed: None,
             seen_faults: crate::sigbus_guard::total_faults(),
             waiter,
-            tx: TxService::new(hdr_len, TX_BATCH),
+            tx: TxService::with_offloads(
+                hdr_len,
+                TX_BATCH,
+                crate::net::HostOffloads::from_features(features),
+            ),
             rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0),
             rx_pending: port.backlogs[..pairs.len()]
                 .iter()
@@ -170,6 +174,10 @@ impl PortQueues {
         }
         if pass.drops.oversize > 0 {
             self.rate_limited_warn(p, dir, "frame longer than vadapt forwards");
+        }
+        if let Some(e) = &pass.drops.first_bad_vnet_hdr {
+            let what = crate::offload::error_chain(e);
+            self.rate_limited_warn(p, dir, &what);
         }
     }
 

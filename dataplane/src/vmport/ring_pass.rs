@@ -4,6 +4,7 @@
 //! [`RingPass`]; the worker counts it and does the logging.
 
 use crate::metrics::{Dir, DropReason, QueueStats};
+use crate::offload::OffloadRefused;
 use std::sync::atomic::Ordering;
 use vadapt_virtq::device::ChainErrorKind;
 
@@ -24,6 +25,10 @@ pub struct RingPass {
     pub calls: u64,
     /// The guest ran `avail.idx` ahead: the pass marked the ring broken.
     pub broke_ring: bool,
+    /// Transmit only: GSO frames cut into MSS frames in software.
+    pub gso_frames: u64,
+    /// Transmit only: partial checksums completed in software.
+    pub csum_completed: u64,
     /// What was dropped.
     pub drops: Drops,
 }
@@ -36,6 +41,16 @@ impl RingPass {
             stats.calls.fetch_add(self.calls, Ordering::Relaxed);
         }
         stats.add(dir, self.packets, self.bytes);
+        if self.gso_frames > 0 {
+            stats
+                .gso_frames
+                .fetch_add(self.gso_frames, Ordering::Relaxed);
+        }
+        if self.csum_completed > 0 {
+            stats
+                .csum_completed
+                .fetch_add(self.csum_completed, Ordering::Relaxed);
+        }
         self.drops.count_into(stats);
     }
 }
@@ -57,6 +72,10 @@ pub struct Drops {
     pub port_down: u64,
     /// Chains the ring rejected, in the order met (one drop each).
     pub chain_errors: Vec<ChainErrorKind>,
+    /// Transmit frames whose virtio-net header was refused.
+    pub bad_vnet_hdr: u64,
+    /// Why the first of them was refused (for the log line).
+    pub first_bad_vnet_hdr: Option<OffloadRefused>,
 }
 
 impl Drops {
@@ -68,6 +87,7 @@ impl Drops {
             (DropReason::WrongDirection, self.wrong_direction),
             (DropReason::NoRxBuffer, self.no_rx_buffer),
             (DropReason::PortDown, self.port_down),
+            (DropReason::BadVnetHdr, self.bad_vnet_hdr),
         ] {
             if n > 0 {
                 stats.drop(reason, n);
@@ -124,6 +144,8 @@ mod tests {
             packets: 3,
             bytes: 180,
             calls: 2,
+            gso_frames: 7,
+            csum_completed: 8,
             drops: Drops {
                 undersize: 1,
                 oversize: 2,
@@ -135,6 +157,8 @@ mod tests {
                     ChainErrorKind::LengthOverflow,
                     ChainErrorKind::ReadableAfterWritable,
                 ],
+                bad_vnet_hdr: 6,
+                first_bad_vnet_hdr: None,
             },
             ..RingPass::default()
         };
@@ -144,11 +168,14 @@ mod tests {
         assert_eq!(st.bytes[Dir::Tx as usize].load(Ordering::Relaxed), 180);
         assert_eq!(st.packets[Dir::Rx as usize].load(Ordering::Relaxed), 0);
         assert_eq!(st.calls.load(Ordering::Relaxed), 2);
+        assert_eq!(st.gso_frames.load(Ordering::Relaxed), 7);
+        assert_eq!(st.csum_completed.load(Ordering::Relaxed), 8);
         assert_eq!(dropped(&st, DropReason::Undersize), 1);
         assert_eq!(dropped(&st, DropReason::Oversize), 2);
         assert_eq!(dropped(&st, DropReason::WrongDirection), 3 + 1);
         assert_eq!(dropped(&st, DropReason::NoRxBuffer), 4);
         assert_eq!(dropped(&st, DropReason::PortDown), 5);
+        assert_eq!(dropped(&st, DropReason::BadVnetHdr), 6);
         assert_eq!(dropped(&st, DropReason::BadAddress), 2);
     }
 

@@ -10,7 +10,10 @@
 use super::ring::Ring;
 use super::ring_pass::RingPass;
 use crate::frames::FrameBatch;
-use crate::net::{MAX_FRAME, MIN_FRAME};
+use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
+use crate::offload::{
+    complete_partial_checksum, tx_offload, Offload, OffloadRefused, TcpSegmenter, VnetHdr,
+};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
@@ -18,24 +21,56 @@ use vadapt_virtq::mem::GuestMemory;
 /// Frames per transmit batch handed to the switch.
 pub const TX_BATCH: usize = 64;
 
-/// A worker's transmit service: the virtio-net header length and the
-/// scratch space reused by every pass (one chain, one frame batch).
+/// A worker's transmit service: the virtio-net header format, the offloads
+/// the guest may ask for, and the scratch space reused by every pass (one
+/// chain, one frame batch, one GSO frame).
 #[derive(Debug)]
 pub struct TxService {
     /// Length of the virtio-net header in front of every frame, bytes.
     hdr_len: usize,
+    /// What the frontend negotiated: with none, headers are not even read.
+    offloads: HostOffloads,
     chain: Chain,
     batch: FrameBatch,
+    /// A GSO frame copied whole out of guest memory before it is cut:
+    /// [`MAX_GSO_FRAME`] bytes, allocated once, only if TSO was negotiated.
+    gso_frame: Vec<u8>,
+}
+
+/// Publishes the used entries, calls the guest if it wants, and hands the
+/// batch to the switch.
+fn flush(
+    ring: &mut Ring,
+    batch: &mut FrameBatch,
+    pass: &mut RingPass,
+    forward: &mut impl FnMut(&FrameBatch),
+) {
+    ring.q.flush_used();
+    pass.calls += u64::from(ring.call_if_needed());
+    forward(batch);
+    batch.clear();
 }
 
 impl TxService {
-    /// A service for frames behind a `hdr_len`-byte header, handing the
-    /// switch batches of at most `batch_frames` frames.
+    /// A service for frames behind a `hdr_len`-byte header without
+    /// offloads, handing the switch batches of at most `batch_frames` frames.
     pub fn new(hdr_len: usize, batch_frames: usize) -> Self {
+        Self::with_offloads(hdr_len, batch_frames, HostOffloads::default())
+    }
+
+    /// As [`new`](Self::new), for a frontend that negotiated `offloads`.
+    pub fn with_offloads(hdr_len: usize, batch_frames: usize, offloads: HostOffloads) -> Self {
+        let gso = offloads.tso4 || offloads.tso6;
         TxService {
             hdr_len,
+            offloads,
             chain: Chain::with_capacity(64),
             batch: FrameBatch::new(batch_frames),
+            gso_frame: if gso {
+                vec![0; MAX_GSO_FRAME]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -45,10 +80,17 @@ impl TxService {
     /// given back used (length 0), published before each `forward` and at
     /// the end, each time followed by a call if the guest wants one.
     ///
+    /// With offloads negotiated, each frame's virtio-net header is checked
+    /// ([`tx_offload`]): a partial checksum is completed in the batch, a
+    /// TCP GSO frame (up to [`MAX_GSO_FRAME`]) is cut into MSS-sized frames,
+    /// each one a packet of the pass. Every egress gets complete frames.
+    ///
     /// Drops, still completing the chain: chains with a writable descriptor,
     /// frames shorter than the header plus [`MIN_FRAME`] or longer than
-    /// [`MAX_FRAME`], chains the ring rejects. A ring whose `avail.idx` ran
-    /// ahead is marked broken and the pass stops.
+    /// [`MAX_FRAME`] (GSO: [`MAX_GSO_FRAME`]), headers refused
+    /// (`bad_vnet_hdr`, the first refusal kept for the log), chains the ring
+    /// rejects. A ring whose `avail.idx` ran ahead is marked broken and the
+    /// pass stops.
     pub fn serve(
         &mut self,
         ring: &mut Ring,
@@ -81,22 +123,70 @@ impl TxService {
                         pass.drops.wrong_direction += 1;
                     } else if total < hdr + MIN_FRAME {
                         pass.drops.undersize += 1;
-                    } else if total - hdr > MAX_FRAME {
-                        pass.drops.oversize += 1;
                     } else {
                         let len = total - hdr;
-                        let slot = self.batch.next_slot().expect("batch flushed when full");
-                        c.read_into(hdr, &mut slot[..len]);
-                        self.batch.commit(len);
-                        pass.packets += 1;
-                        pass.bytes += len as u64;
+                        let vnet = if self.offloads.any() {
+                            let mut b = [0u8; VnetHdr::LEN];
+                            c.read_into(0, &mut b);
+                            VnetHdr::read(&b).expect("VnetHdr::LEN bytes")
+                        } else {
+                            VnetHdr::default()
+                        };
+                        let offload = if vnet.is_plain() {
+                            Ok(Offload::None)
+                        } else {
+                            tx_offload(&vnet, len, self.offloads)
+                        };
+                        match offload {
+                            Err(e) => refuse(&mut pass, e),
+                            Ok(Offload::Tcp(gso, _)) if len <= MAX_GSO_FRAME => {
+                                let frame = &mut self.gso_frame[..len];
+                                c.read_into(hdr, frame);
+                                match TcpSegmenter::new(frame, gso, MAX_FRAME) {
+                                    Err(e) => refuse(&mut pass, OffloadRefused::Segment(e)),
+                                    Ok(seg) => {
+                                        pass.gso_frames += 1;
+                                        for i in 0..seg.segments() {
+                                            if self.batch.is_full() {
+                                                flush(
+                                                    ring,
+                                                    &mut self.batch,
+                                                    &mut pass,
+                                                    &mut forward,
+                                                );
+                                            }
+                                            let slot = self
+                                                .batch
+                                                .next_slot()
+                                                .expect("batch flushed when full");
+                                            let n = seg.write_segment(i, slot);
+                                            self.batch.commit(n);
+                                            pass.packets += 1;
+                                            pass.bytes += n as u64;
+                                        }
+                                    }
+                                }
+                            }
+                            Ok(Offload::Tcp(..)) => pass.drops.oversize += 1,
+                            Ok(_) if len > MAX_FRAME => pass.drops.oversize += 1,
+                            Ok(offload) => {
+                                let slot = self.batch.next_slot().expect("batch flushed when full");
+                                let frame = &mut slot[..len];
+                                c.read_into(hdr, frame);
+                                if let Offload::Checksum(at) = offload {
+                                    // `tx_offload` checked `at` against `len`.
+                                    complete_partial_checksum(frame, at);
+                                    pass.csum_completed += 1;
+                                }
+                                self.batch.commit(len);
+                                pass.packets += 1;
+                                pass.bytes += len as u64;
+                            }
+                        }
                     }
                     ring.q.push_used(head, 0);
                     if self.batch.is_full() {
-                        ring.q.flush_used();
-                        pass.calls += u64::from(ring.call_if_needed());
-                        forward(&self.batch);
-                        self.batch.clear();
+                        flush(ring, &mut self.batch, &mut pass, &mut forward);
                     }
                 }
                 Err(e) => {
@@ -119,11 +209,19 @@ impl TxService {
     }
 }
 
+/// Counts a refused header; the first of the pass is kept for the log line.
+fn refuse(pass: &mut RingPass, e: OffloadRefused) {
+    pass.drops.bad_vnet_hdr += 1;
+    pass.drops.first_bad_vnet_hdr.get_or_insert(e);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::{Dir, DropReason, QueueStats};
     use crate::net::HDR_LEN_MRG;
+    use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+    use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, GSO_TCPV6};
     use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
     use crate::vmport::ring_pass::test_utils::dropped;
     use std::sync::atomic::Ordering;
@@ -144,6 +242,183 @@ mod tests {
         let head = g.driver.add(&segs).unwrap();
         g.driver.publish();
         head
+    }
+
+    /// The guest transmits `frame` behind the header `vnet`, header and
+    /// frame in two descriptors, the frame at buffer slot `slot` (a GSO frame
+    /// spans many slots: the caller leaves them free).
+    fn send_with(g: &mut Guest, slot: u64, vnet: &VnetHdr, frame: &[u8]) -> u16 {
+        let at = buf(slot);
+        let mut h = [0u8; HDR_LEN_MRG];
+        h[..VnetHdr::LEN].copy_from_slice(&vnet.to_bytes());
+        g.mem.write(at, &h).unwrap();
+        g.mem.write(at + HDR_LEN_MRG as u64, frame).unwrap();
+        let segs = [
+            readable(at, HDR_LEN_MRG as u32),
+            readable(at + HDR_LEN_MRG as u64, frame.len() as u32),
+        ];
+        let head = g.driver.add(&segs).unwrap();
+        g.driver.publish();
+        head
+    }
+
+    const ALL_OFFLOADS: HostOffloads = HostOffloads {
+        csum: true,
+        tso4: true,
+        tso6: true,
+        ecn: true,
+    };
+
+    /// The header Linux's virtio-net driver writes for `frame`, a TCP segment
+    /// of `shape` behind plain Ethernet, with its pseudo-header sum left in
+    /// the checksum field.
+    fn linux_hdr(shape: Shape, gso_type: u8, mss: u16) -> VnetHdr {
+        let l4 = 14 + if shape.ipv6 { 40 } else { 20 };
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type,
+            hdr_len: (l4 + 20 + shape.options) as u16,
+            gso_size: mss,
+            csum_start: l4 as u16,
+            csum_offset: 16,
+        }
+    }
+
+    #[test]
+    fn a_tso_frame_is_cut_into_segments_that_verify_over_several_batches() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, ALL_OFFLOADS);
+        let payload: Vec<u8> = (0..45 * 1448).map(|i| (i % 253) as u8).collect();
+        let f = tso_frame(LINUX_V4, &payload);
+        assert!(f.len() > MAX_FRAME);
+        let head = send_with(&mut g, 0, &linux_hdr(LINUX_V4, GSO_TCPV4, 1448), &f);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            [8, 8, 8, 8, 8, 5]
+        );
+        let segs = batches.concat();
+        assert!(segs.iter().all(|s| s.len() == 1514));
+        assert_eq!(check_segments(&segs, LINUX_V4, 1448), payload);
+        assert_eq!((pass.packets, pass.bytes), (45, 45 * 1514));
+        assert_eq!((pass.gso_frames, pass.csum_completed), (1, 0));
+        assert_eq!(pass.drops, Default::default());
+        assert_eq!(used(&mut g), vec![(head, 0)]);
+    }
+
+    #[test]
+    fn a_partial_checksum_is_completed_before_the_frame_leaves() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut tx = TxService::with_offloads(
+            HDR_LEN_MRG,
+            TX_BATCH,
+            HostOffloads {
+                csum: true,
+                ..HostOffloads::default()
+            },
+        );
+        let shape = Shape {
+            ipv6: true,
+            ..LINUX_V4
+        };
+        let f = tso_frame(shape, b"small write");
+        send_with(&mut g, 0, &linux_hdr(shape, GSO_NONE, 0), &f);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(
+            (pass.packets, pass.gso_frames, pass.csum_completed),
+            (1, 0, 1)
+        );
+        let got = &batches[0];
+        assert_ne!(got[0], f, "the checksum field changed");
+        assert_eq!(check_segments(got, shape, 1448), b"small write");
+    }
+
+    #[test]
+    fn refused_headers_are_counted_drops_and_their_chains_complete() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let no_v6 = HostOffloads {
+            tso6: false,
+            ..ALL_OFFLOADS
+        };
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, no_v6);
+        let f = tso_frame(LINUX_V4, &[7; 3000]);
+        let good = linux_hdr(LINUX_V4, GSO_TCPV4, 1448);
+        let beyond = VnetHdr {
+            csum_start: 3050, // field at 3066..3068, the frame is 3066 bytes
+            ..good
+        };
+        send_with(&mut g, 0, &beyond, &f);
+        send_with(
+            &mut g,
+            3,
+            &VnetHdr {
+                gso_size: 0,
+                ..good
+            },
+            &f,
+        );
+        let v6 = tso_frame(
+            Shape {
+                ipv6: true,
+                ..LINUX_V4
+            },
+            &[7; 3000],
+        );
+        send_with(
+            &mut g,
+            6,
+            &VnetHdr {
+                gso_type: GSO_TCPV6,
+                ..good
+            },
+            &v6,
+        );
+        let mut udp = f.clone();
+        udp[14 + 9] = 17;
+        send_with(&mut g, 9, &good, &udp);
+        send_with(&mut g, 12, &VnetHdr::default(), &frame(1, 60));
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(batches, vec![vec![frame(1, 60)]]);
+        assert_eq!(pass.drops.bad_vnet_hdr, 4);
+        assert!(matches!(
+            pass.drops.first_bad_vnet_hdr,
+            Some(OffloadRefused::Header(
+                crate::offload::VnetHdrError::ChecksumBeyondFrame { .. }
+            ))
+        ));
+        let st = QueueStats::default();
+        pass.count_into(&st, Dir::Tx);
+        assert_eq!(dropped(&st, DropReason::BadVnetHdr), 4);
+        assert_eq!(used(&mut g).len(), 5, "every chain is given back");
+    }
+
+    #[test]
+    fn without_offloads_the_header_is_not_read() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut tx = TxService::new(HDR_LEN_MRG, TX_BATCH);
+        let junk = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: 0x7f,
+            hdr_len: u16::MAX,
+            gso_size: 0,
+            csum_start: u16::MAX,
+            csum_offset: u16::MAX,
+        };
+        send_with(&mut g, 0, &junk, &frame(2, 100));
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(batches, vec![vec![frame(2, 100)]]);
+        assert_eq!(pass.drops, Default::default());
+    }
+
+    #[test]
+    fn a_gso_frame_beyond_64_kib_is_oversize() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, ALL_OFFLOADS);
+        let f = vec![0u8; MAX_GSO_FRAME + 1];
+        send_with(&mut g, 0, &linux_hdr(LINUX_V4, GSO_TCPV4, 1448), &f);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert!(batches.is_empty());
+        assert_eq!(pass.drops.oversize, 1);
     }
 
     /// Serves with `budget`; returns the pass and the frames forwarded, one
