@@ -288,11 +288,7 @@ impl Daemon {
         let nq_workers =
             if !cfg.cores.cpus.is_empty() && cfg.cores.queue_workers == QueueWorkers::PerNqCore {
                 let pin = cfg.cores.apply != ApplyMethod::Advise;
-                let pool = NqWorkers::new(&cfg.cores.cpus[..1], pin)?;
-                for p in &vm_ports {
-                    p.use_nq_workers(Arc::clone(&pool));
-                }
-                Some(pool)
+                Some(NqWorkers::new(&cfg.cores.cpus[..1], pin)?)
             } else {
                 None
             };
@@ -302,10 +298,11 @@ impl Daemon {
             let l = Arc::clone(&port.live);
             live.push(Arc::clone(&l));
             let (p, st) = (Arc::clone(port), Arc::clone(&stop));
+            let pool = nq_workers.clone();
             started.threads.push(
                 std::thread::Builder::new()
                     .name(format!("vadapt-vu-{}", port.name()))
-                    .spawn(move || handler::serve(p, listener, st, l))
+                    .spawn(move || handler::serve(p, listener, st, l, pool))
                     .expect("spawning a thread"),
             );
         }

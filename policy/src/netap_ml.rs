@@ -544,9 +544,5 @@ mod tests {
         let (best, gbps) = best_interval(&forest, 3.0, 2.0, 128.0, (50, 4000, 50));
         assert!((50..=4000).contains(&best) && best % 50 == 0);
         assert!(gbps.is_finite() && gbps > 0.0);
-        let policy = crate::PolicyConfig::default_for(crate::PolicyKind::NetapMl)
-            .build()
-            .unwrap();
-        assert_eq!(policy.name(), "netap-ml");
     }
 }

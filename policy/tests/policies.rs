@@ -360,3 +360,11 @@ fn every_kind_builds_with_defaults() {
         assert_eq!(p.name(), kind.as_str());
     }
 }
+
+#[test]
+fn netap_ml_default_config_builds_with_the_built_in_model() {
+    let policy = vadapt_policy::PolicyConfig::default_for(vadapt_policy::PolicyKind::NetapMl)
+        .build()
+        .unwrap();
+    assert_eq!(policy.name(), "netap-ml");
+}

@@ -89,7 +89,7 @@ pub struct CoresSnapshot {
     /// With `queue_workers = "per-nq-core"`: each worker, its CPU and the
     /// ports it serves (empty otherwise).
     #[serde(default)]
-    pub nq_workers: Vec<crate::nq_workers::NqWorkerStatus>,
+    pub nq_workers: Vec<NqWorkerStatus>,
     /// Queue sets moved between NQ workers since start.
     #[serde(default)]
     pub queue_set_moves: u64,
@@ -255,6 +255,19 @@ impl CoresStatus {
     }
 }
 
+/// One worker as `vadapt cores` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NqWorkerStatus {
+    /// Index in the pool (worker `i` runs on the NQ group's `i`-th CPU).
+    pub index: usize,
+    /// Thread id (0 until the thread has started).
+    pub tid: u32,
+    /// The CPU it is pinned to (`None`: not pinned, e.g. `apply = "advise"`).
+    pub cpu: Option<usize>,
+    /// The ports whose queues it serves.
+    pub ports: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,13 +288,13 @@ mod tests {
     fn the_table_lists_pool_workers_and_the_guest_side() {
         let s = CoresSnapshot {
             nq_workers: vec![
-                crate::nq_workers::NqWorkerStatus {
+                NqWorkerStatus {
                     index: 0,
                     tid: 41,
                     cpu: Some(1),
                     ports: vec!["vm1".into(), "vm2".into()],
                 },
-                crate::nq_workers::NqWorkerStatus {
+                NqWorkerStatus {
                     index: 1,
                     tid: 42,
                     cpu: None,

@@ -26,7 +26,7 @@ mod worker_thread;
 
 pub use queue_set::QueueSet;
 
-use serde::{Deserialize, Serialize};
+pub use crate::cores::status::NqWorkerStatus;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -46,19 +46,6 @@ pub enum NqWorkersError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// One worker as `vadapt cores` shows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NqWorkerStatus {
-    /// Index in the pool (worker `i` runs on the NQ group's `i`-th CPU).
-    pub index: usize,
-    /// Thread id (0 until the thread has started).
-    pub tid: u32,
-    /// The CPU it is pinned to (`None`: not pinned, e.g. `apply = "advise"`).
-    pub cpu: Option<usize>,
-    /// The ports whose queues it serves.
-    pub ports: Vec<String>,
 }
 
 struct WorkerHandle {

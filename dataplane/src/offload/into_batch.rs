@@ -76,7 +76,7 @@ pub fn push_frame(
         other => {
             if let Offload::Checksum(at) = other {
                 // `tx_offload` checked `at` against the frame's length.
-                super::complete_partial_checksum(frame, at);
+                super::checksum::complete_partial_checksum(frame, at);
             }
             room(batch);
             if !batch.push(frame) {
@@ -95,10 +95,10 @@ pub fn push_frame(
 
 #[cfg(test)]
 mod tests {
+    use super::super::vnet_hdr::VnetHdrError;
     use super::*;
     use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
     use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
-    use crate::offload::VnetHdrError;
 
     const ALL: HostOffloads = HostOffloads {
         csum: true,

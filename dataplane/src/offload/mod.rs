@@ -26,6 +26,8 @@ pub mod checksum;
 pub mod into_batch;
 pub mod tcp_segment;
 #[cfg(test)]
+mod tcp_segment_tests;
+#[cfg(test)]
 pub(crate) mod test_frames;
 pub mod tx_request;
 pub mod vnet_hdr;

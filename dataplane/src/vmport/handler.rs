@@ -83,6 +83,8 @@ pub struct Connection {
     /// Set when the frontend sent something that ends the connection (the
     /// serve loop closes it after the reply).
     fatal: Option<String>,
+    /// The NQ workers' pool that serves the running queues, if any.
+    pool: Option<Arc<crate::nq_workers::NqWorkers>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -110,6 +112,16 @@ impl Connection {
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
             fatal: None,
+            pool: None,
+        }
+    }
+
+    /// A connection whose running queues `pool`'s workers serve (`[cores]
+    /// queue_workers = "per-nq-core"`) instead of a worker thread of its own.
+    pub fn served_by(port: Arc<VmPort>, pool: Option<Arc<crate::nq_workers::NqWorkers>>) -> Self {
+        Connection {
+            pool,
+            ..Connection::new(port)
         }
     }
 
@@ -219,7 +231,7 @@ impl Connection {
                 return;
             }
         };
-        if let Some(pool) = self.port.nq_workers.get() {
+        if let Some(pool) = &self.pool {
             let id = self.port.port_id() as u64;
             pool.attach(crate::nq_workers::QueueSet::start(id, queues));
             self.worker = Some(Worker::Pooled {
@@ -774,6 +786,7 @@ pub fn serve(
     mut socket: FrontendSocket,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<Option<UnixStream>>>,
+    pool: Option<Arc<crate::nq_workers::NqWorkers>>,
 ) {
     while let Some(stream) = socket.next(port.name(), &stop) {
         let since = std::time::Instant::now();
@@ -783,7 +796,10 @@ pub fn serve(
         // The guest uses the config-space MAC unless it changes it; learning
         // will follow if it does.
         port.switch.learn_now(port.mac, port.port_id());
-        let conn = Arc::new(Mutex::new(Connection::new(Arc::clone(&port))));
+        let conn = Arc::new(Mutex::new(Connection::served_by(
+            Arc::clone(&port),
+            pool.clone(),
+        )));
         let raw = stream.as_raw_fd(); // valid while `handler` owns the stream
         let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
         let mut refused_log = crate::log_limit::LogLimit::per_second();

@@ -18,7 +18,7 @@
 //!   * [`waiting`] — epoll over kicks, wake-ups and a timer; absolute
 //!     sleeps; early-wake compensation; draining kicks;
 //!   * [`pending_wait`] — the same waits begun and ended without blocking,
-//!     for a worker serving several ports ([`crate::nq_workers`]).
+//!     for a worker serving several ports (the pool in `nq_workers`, handed to [`handler::serve`]).
 //! * [`policy_slot`] is the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
 //!
@@ -89,9 +89,6 @@ pub struct VmPort {
     pub(crate) freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
     /// TSC cycles per ns for the worker's pass clock (`None`: no invariant TSC).
     pub(crate) tsc_per_ns: Option<f64>,
-    /// The pool whose workers serve this port's queues (`[cores]
-    /// queue_workers = "per-nq-core"`); unset: a worker thread of its own.
-    pub(crate) nq_workers: std::sync::OnceLock<Arc<crate::nq_workers::NqWorkers>>,
 }
 
 impl VmPort {
@@ -125,15 +122,8 @@ impl VmPort {
             cpu,
             freq,
             tsc_per_ns,
-            nq_workers: std::sync::OnceLock::new(),
             cfg,
         }))
-    }
-
-    /// Serve this port's queues with `pool`'s workers from its next
-    /// frontend connection on (once; later calls are ignored).
-    pub fn use_nq_workers(&self, pool: Arc<crate::nq_workers::NqWorkers>) {
-        let _ = self.nq_workers.set(pool);
     }
 
     /// Port name.
