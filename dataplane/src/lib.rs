@@ -9,6 +9,7 @@
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
 //! * [`net`] — virtio-net constants, header, config space, MACs.
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
+//! * [`workload_estimate`] — NetAP-ML's workload features from the counters.
 
 #![deny(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod socket_dir;
 pub mod switch;
 pub mod vmport;
 pub mod worker;
+pub mod workload_estimate;
 
 pub use config::DaemonConfig;
 pub use daemon::Daemon;
