@@ -230,6 +230,7 @@ mod tests {
                     poll_interval_us: 0,
                     predicted_us: 0,
                     search_range_us: (0, 0),
+                    workload: [0; 3],
                     queues: qs
                         .iter()
                         .enumerate()
