@@ -8,6 +8,13 @@
 //!
 //! Nothing here is timed: the wait only bounds how long a failure takes to
 //! show.
+//!
+//! A third `netap-ml` port, with no guest, pins `vms = 6` in its
+//! configuration: it keeps that and takes the other two features.
+//!
+//! The search range is not checked against the prediction: a workload
+//! retune narrows NetAP's *next* search, so for a while the running range
+//! may not contain the new prediction.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +25,17 @@ use vadapt_dataplane::daemon::Daemon;
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::net::Mac;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load};
-use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_policy::netap_ml::NetapMlParams;
+use vadapt_policy::PolicyConfig;
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x07]);
 const BOUND: Duration = Duration::from_secs(30);
 
-fn vm(name: &str, dir: &Path, queues: u16) -> VmPortConfig {
+fn vm(name: &str, dir: &Path, queues: u16, vms: u32) -> VmPortConfig {
+    let p = NetapMlParams {
+        vms,
+        ..NetapMlParams::default()
+    };
     VmPortConfig {
         name: name.into(),
         socket: dir.join(format!("{name}.sock")),
@@ -34,7 +46,7 @@ fn vm(name: &str, dir: &Path, queues: u16) -> VmPortConfig {
         role: Default::default(),
         queues,
         mac: None,
-        policy: Some(PolicyConfig::default_for(PolicyKind::NetapMl)),
+        policy: Some(PolicyConfig::NetapMl(p)),
         unsealed_memory: Default::default(),
     }
 }
@@ -71,7 +83,11 @@ fn active_ports_queues_and_frame_size_reach_the_netap_ml_ports() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = DaemonConfig {
-        vm: vec![vm("vm1", &dir, 1), vm("vm2", &dir, 2)],
+        vm: vec![
+            vm("vm1", &dir, 1, 0),
+            vm("vm2", &dir, 2, 0),
+            vm("vm3", &dir, 1, 6),
+        ],
         sink: vec![LocalPortConfig {
             name: "sink0".into(),
             mac: Some(SINK),
@@ -81,15 +97,15 @@ fn active_ports_queues_and_frame_size_reach_the_netap_ml_ports() {
     };
     let daemon = Daemon::start(cfg).expect("daemon starts");
     let before = daemon.registry().snapshot();
-    // Nothing configured, nothing estimated yet.
-    assert_eq!(workloads(&before), vec![[0; 3]; 2]);
+    // Only what the config gives, nothing estimated yet.
+    assert_eq!(workloads(&before), vec![[0; 3], [0; 3], [6, 0, 0]]);
     let stop = Arc::new(AtomicBool::new(false));
     let g1 = guest(&dir, "vm1", 1, &stop);
     let g2 = guest(&dir, "vm2", 2, &stop);
     let start = Instant::now();
     let snap = loop {
         let s = daemon.registry().snapshot();
-        if workloads(&s).iter().all(|w| w[0] != 0) || start.elapsed() > BOUND {
+        if workloads(&s).iter().all(|w| w[1] != 0) || start.elapsed() > BOUND {
             break s;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -103,12 +119,17 @@ fn active_ports_queues_and_frame_size_reach_the_netap_ml_ports() {
     }
     assert_eq!(
         workloads(&snap),
-        vec![[2, 2, 1000]; 2],
+        vec![[2, 2, 1000], [2, 2, 1000], [6, 2, 1000]],
         "{}",
         snap.to_table()
     );
-    for p in snap.ports.iter().filter(|p| p.kind == "vm") {
+    for p in snap.ports.iter().filter(|p| p.kind == "vm" && p.connected) {
+        // Only a running worker reports its policy's status.
         assert!(p.predicted_us > 0, "{}", snap.to_table());
-        assert!(p.search_range_us.0 <= p.predicted_us && p.predicted_us <= p.search_range_us.1);
+        assert!(
+            p.search_range_us.0 < p.search_range_us.1,
+            "{}",
+            snap.to_table()
+        );
     }
 }
