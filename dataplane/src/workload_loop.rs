@@ -12,7 +12,9 @@
 //! features are all given gets no retune at all. An operator's `vadapt
 //! retune --port P workload=V/T/S` holds until the estimate next changes.
 //! A port switched to `netap-ml` at run time gets the current estimate on
-//! the next window (its `set-policy` features are not pinned).
+//! the next window (its `set-policy` features are not pinned). Not seen: a
+//! `set-policy` from `netap-ml` to `netap-ml` within one window, which
+//! leaves the new instance on its own features until the estimate changes.
 
 use crate::log_limit::LogLimit;
 use crate::metrics::Registry;
@@ -82,9 +84,15 @@ impl WorkloadLoop {
 
     /// One window, ending at `now`.
     pub fn step(&mut self, now: Instant) {
-        let ml: Vec<usize> = (0..self.ports.len())
-            .filter(|&i| matches!(self.ports[i].policy_config(), PolicyConfig::NetapMl(_)))
-            .collect();
+        let mut ml = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if matches!(p.policy_config(), PolicyConfig::NetapMl(_)) {
+                ml.push(i);
+            } else {
+                // A later switch to netap-ml starts without our features.
+                self.sent[i] = None;
+            }
+        }
         if ml.is_empty() {
             // Start again from a baseline when a port turns to netap-ml.
             self.est = WorkloadEstimator::new(EstimatorParams::default());
