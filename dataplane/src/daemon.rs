@@ -335,6 +335,18 @@ impl Daemon {
             registry.set_cores(Arc::clone(&status));
             Some(status)
         };
+        // NetAP-ML's features estimated from the counters (idle unless a
+        // port runs netap-ml).
+        let workload =
+            crate::workload_loop::WorkloadLoop::new(Arc::clone(&registry), vm_ports.clone());
+        started.threads.push(
+            crate::workload_loop::spawn(workload, Arc::clone(&stop)).map_err(|source| {
+                DaemonError::Port {
+                    port: "workload estimate".into(),
+                    source,
+                }
+            })?,
+        );
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
             vm_ports,

@@ -9,6 +9,8 @@
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
 //! * [`net`] — virtio-net constants, header, config space, MACs.
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
+//! * [`workload_estimate`] — NetAP-ML's workload features from the counters;
+//!   [`workload_loop`] sends them to the `netap-ml` ports.
 
 #![deny(missing_docs)]
 
@@ -34,6 +36,8 @@ pub mod socket_dir;
 pub mod switch;
 pub mod vmport;
 pub mod worker;
+pub mod workload_estimate;
+pub mod workload_loop;
 
 pub use config::DaemonConfig;
 pub use daemon::Daemon;

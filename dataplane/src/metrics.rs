@@ -18,6 +18,9 @@
 //! | `vadapt_worker_wakeups_total` | worker, cause | waits that ended, by cause (timer, kick, recheck, timeout) |
 //! | `vadapt_worker_sleep_overshoot_seconds` | worker | histogram of how late timed sleeps woke |
 //! | `vadapt_port_connected` | port | 1 when a frontend is connected |
+//! | `vadapt_netap_ml_predicted_interval_seconds` | port | NetAP-ML's predicted best interval (NetAP-ML ports only) |
+//! | `vadapt_netap_ml_search_range_seconds` | port, end | NetAP's search range around it, `end="lo"` / `"hi"` (NetAP-ML ports only) |
+//! | `vadapt_netap_ml_vms`, `vadapt_netap_ml_threads`, `vadapt_netap_ml_message_size_bytes` | port | the workload features the port's NetAP-ML predicts for (config, retune or the daemon's estimate, see [`crate::workload_estimate`]); 0 = unknown |
 //! | `vadapt_cores_*` | group | the core manager's state when `[cores]` runs: group CPUs, utilisation, thresholds, run delay, periods, moves, QMP and guest agent errors, the per-NQ-core pool's workers and queue-set moves (see `encode_cores`) |
 //!
 //! With `[cores] queue_workers = "per-nq-core"` a pool thread serves several
@@ -167,6 +170,9 @@ pub struct PortStats {
     pub search_lo_us: AtomicU64,
     /// Upper end of the NetAP search range, µs; 0 for other policies.
     pub search_hi_us: AtomicU64,
+    /// NetAP-ML's workload features last given to the port: VMs, threads
+    /// per VM, message size (bytes); 0 = unknown.
+    pub workload: [AtomicU64; 3],
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -183,6 +189,7 @@ impl PortStats {
             predicted_us: AtomicU64::new(0),
             search_lo_us: AtomicU64::new(0),
             search_hi_us: AtomicU64::new(0),
+            workload: Default::default(),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }
     }
@@ -287,6 +294,7 @@ impl Registry {
                 poll_interval_us: p.poll_interval_us.load(Relaxed),
                 predicted_us: p.predicted_us.load(Relaxed),
                 search_range_us: (p.search_lo_us.load(Relaxed), p.search_hi_us.load(Relaxed)),
+                workload: [0, 1, 2].map(|i| p.workload[i].load(Relaxed)),
                 queues: p
                     .queues
                     .iter()
@@ -438,6 +446,10 @@ pub struct PortSnapshot {
     /// NetAP's search range, µs ((0, 0): not NetAP).
     #[serde(default)]
     pub search_range_us: (u64, u64),
+    /// NetAP-ML's workload features: VMs, threads per VM, message size in
+    /// bytes (0 = unknown).
+    #[serde(default)]
+    pub workload: [u64; 3],
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -544,8 +556,13 @@ impl StatsSnapshot {
                         String::new()
                     } + &if p.predicted_us > 0 {
                         format!(
-                            " [predicted {} us, search {}-{} us]",
-                            p.predicted_us, p.search_range_us.0, p.search_range_us.1
+                            " [predicted {} us, search {}-{} us, workload {}/{}/{} B]",
+                            p.predicted_us,
+                            p.search_range_us.0,
+                            p.search_range_us.1,
+                            p.workload[0],
+                            p.workload[1],
+                            p.workload[2]
                         )
                     } else {
                         String::new()
@@ -683,6 +700,61 @@ impl prometheus_client::collector::Collector for Collector {
                     // Prometheus base units: seconds (the gauge is kept in µs).
                     let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
                     ConstGauge::new(v).encode(m.encode_family(&qlabels(p, qi))?)?;
+                }
+            }
+        }
+        {
+            // NetAP-ML ports only (those with a prediction).
+            let ml: Vec<_> = ports
+                .iter()
+                .filter(|p| p.kind == "vm" && p.predicted_us.load(Relaxed) > 0)
+                .collect();
+            let port = |p: &PortStats| -> Labels { vec![("port", p.name.clone())] };
+            let mut m = enc.encode_descriptor(
+                "vadapt_netap_ml_predicted_interval_seconds",
+                "NetAP-ML's predicted best polling interval, seconds.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for p in &ml {
+                let v = p.predicted_us.load(Relaxed) as f64 / 1e6;
+                ConstGauge::new(v).encode(m.encode_family(&port(p))?)?;
+            }
+            let mut m = enc.encode_descriptor(
+                "vadapt_netap_ml_search_range_seconds",
+                "Ends of NetAP-ML's golden-section search range, seconds.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for p in &ml {
+                for (end, v) in [("lo", &p.search_lo_us), ("hi", &p.search_hi_us)] {
+                    let mut l = port(p);
+                    l.push(("end", end.to_string()));
+                    let v = v.load(Relaxed) as f64 / 1e6;
+                    ConstGauge::new(v).encode(m.encode_family(&l)?)?;
+                }
+            }
+            for (i, name, help) in [
+                (
+                    0,
+                    "vadapt_netap_ml_vms",
+                    "VMs NetAP-ML predicts for; 0 = unknown.",
+                ),
+                (
+                    1,
+                    "vadapt_netap_ml_threads",
+                    "Sender threads per VM NetAP-ML predicts for; 0 = unknown.",
+                ),
+                (
+                    2,
+                    "vadapt_netap_ml_message_size_bytes",
+                    "Message size NetAP-ML predicts for, bytes; 0 = unknown.",
+                ),
+            ] {
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for p in &ml {
+                    let v = p.workload[i].load(Relaxed) as i64;
+                    ConstGauge::new(v).encode(m.encode_family(&port(p))?)?;
                 }
             }
         }
@@ -1012,6 +1084,32 @@ mod tests {
     }
 
     #[test]
+    fn netap_ml_gauges_are_exported_for_netap_ml_ports_only() {
+        let reg = Arc::new(Registry::default());
+        let ml = Arc::new(PortStats::new("ml", "vm", 1));
+        ml.predicted_us.store(1200, Relaxed);
+        ml.search_lo_us.store(700, Relaxed);
+        ml.search_hi_us.store(1700, Relaxed);
+        ml.workload[0].store(2, Relaxed);
+        ml.workload[2].store(64, Relaxed);
+        reg.add_port(ml);
+        reg.add_port(Arc::new(PortStats::new("plain", "vm", 1)));
+        let t = reg.prometheus_text();
+        for line in [
+            r#"vadapt_netap_ml_predicted_interval_seconds{port="ml"} 0.0012"#,
+            r#"vadapt_netap_ml_search_range_seconds{port="ml",end="lo"} 0.0007"#,
+            r#"vadapt_netap_ml_search_range_seconds{port="ml",end="hi"} 0.0017"#,
+            r#"vadapt_netap_ml_vms{port="ml"} 2"#,
+            r#"vadapt_netap_ml_threads{port="ml"} 0"#,
+            r#"vadapt_netap_ml_message_size_bytes{port="ml"} 64"#,
+            "# TYPE vadapt_netap_ml_message_size_bytes gauge",
+        ] {
+            assert!(t.contains(line), "{line} missing from:\n{t}");
+        }
+        assert!(!t.contains(r#"vadapt_netap_ml_vms{port="plain"}"#), "{t}");
+    }
+
+    #[test]
     fn netap_ml_prediction_and_range_show_in_the_table_and_json() {
         let reg = Registry::default();
         let p = Arc::new(PortStats::new("vm1", "vm", 1));
@@ -1021,14 +1119,21 @@ mod tests {
         p.predicted_us.store(1200, Relaxed);
         p.search_lo_us.store(700, Relaxed);
         p.search_hi_us.store(1700, Relaxed);
+        for (i, v) in [2, 3, 128].into_iter().enumerate() {
+            p.workload[i].store(v, Relaxed);
+        }
         let s = reg.snapshot();
         assert_eq!(
-            (s.ports[0].predicted_us, s.ports[0].search_range_us),
-            (1200, (700, 1700))
+            (
+                s.ports[0].predicted_us,
+                s.ports[0].search_range_us,
+                s.ports[0].workload
+            ),
+            (1200, (700, 1700), [2, 3, 128])
         );
         let table = s.to_table();
         assert!(
-            table.contains("(1318 us) [predicted 1200 us, search 700-1700 us]"),
+            table.contains("(1318 us) [predicted 1200 us, search 700-1700 us, workload 2/3/128 B]"),
             "{table}"
         );
         let json = serde_json::to_string(&s).unwrap();

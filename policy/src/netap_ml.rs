@@ -14,11 +14,17 @@
 //! The model wants (VMs, sender threads per VM, message size). A queue worker
 //! sees none of them directly:
 //! - **VMs and threads** come from the configuration (`vms`, `threads`) or at
-//!   run time from a [`Retune::Workload`] sent by whoever knows them (an
-//!   operator, or the daemon's estimate from active ports and queues). The
-//!   policy does not guess them: until told, it uses 1 and 1.
-//! - **Message size**: `msg_size` from the configuration or a retune; when it
-//!   is 0 the policy estimates it as bytes ÷ packets of the last round. That
+//!   run time from a [`Retune::Workload`] sent by whoever knows them: an
+//!   operator (`vadapt retune`), or the daemon, which estimates them once a
+//!   second from its counters (VM ports that sent traffic; per such VM, its
+//!   queue pairs that sent traffic, which undercounts threads sharing a
+//!   queue pair) and sends a change after it held for two seconds
+//!   (`vadapt_dataplane::workload_estimate` and `workload_loop`). The
+//!   policy itself does not guess them: until told, it uses 1 and 1.
+//! - **Message size**: `msg_size` from the configuration or a retune (the
+//!   daemon's estimate sends guest→host bytes ÷ packets less 54 header
+//!   bytes, the payload per TCP segment); when it is 0 the policy estimates
+//!   it as bytes ÷ packets of the last round. That
 //!   estimate is the *frame* size, which equals the application's message
 //!   size only for unbatched datagrams; TCP senders coalesce small messages
 //!   into segments (up to ~1448 B), so for them it overestimates, and the

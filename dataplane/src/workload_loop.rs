@@ -1,0 +1,187 @@
+//! The daemon's NetAP-ML feature loop: once a second, while at least one VM
+//! port runs `netap-ml`, it takes a counter snapshot, feeds it to a
+//! [`WorkloadEstimator`] and, when the estimate changes, sends
+//! `Retune::Workload` to every `netap-ml` port through the same path as
+//! `vadapt retune` (`VmPort::retune`, i.e. the port's policy slot).
+//!
+//! What the estimate can and cannot see is in [`crate::workload_estimate`].
+//!
+//! Features the port's **start-up** configuration gives (`vms`, `threads`,
+//! `msg_size` non-zero in `policy = { kind = "netap-ml", ... }`) are pinned:
+//! the loop fills only the features left at 0, and a port whose three
+//! features are all given gets no retune at all. An operator's `vadapt
+//! retune --port P workload=V/T/S` holds until the estimate next changes.
+//! A port switched to `netap-ml` at run time gets the current estimate on
+//! the next window (its `set-policy` features are not pinned). Not seen: a
+//! `set-policy` from `netap-ml` to `netap-ml` within one window, which
+//! leaves the new instance on its own features until the estimate changes.
+
+use crate::log_limit::LogLimit;
+use crate::metrics::Registry;
+use crate::vmport::VmPort;
+use crate::workload_estimate::{EstimatorParams, Features, WorkloadEstimator};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vadapt_policy::{PolicyConfig, Retune};
+
+/// The estimator's window.
+pub const PERIOD: Duration = Duration::from_secs(1);
+
+/// Features a configuration pins: `[vms, threads, msg_size]`, 0 = not pinned.
+fn pinned(cfg: PolicyConfig) -> [u32; 3] {
+    match cfg {
+        PolicyConfig::NetapMl(p) => [p.vms, p.threads, p.msg_size],
+        _ => [0; 3],
+    }
+}
+
+/// The estimate with the pinned features put in.
+pub fn merge(pinned: [u32; 3], f: Features) -> Features {
+    let pick = |p: u32, e: u32| if p != 0 { p } else { e };
+    Features {
+        vms: pick(pinned[0], f.vms),
+        threads: pick(pinned[1], f.threads),
+        msg_size: pick(pinned[2], f.msg_size),
+    }
+}
+
+/// The loop's state (see the module docs).
+#[derive(Debug)]
+pub struct WorkloadLoop {
+    registry: Arc<Registry>,
+    ports: Vec<Arc<VmPort>>,
+    /// Per port, the features its start-up configuration pins.
+    pinned: Vec<[u32; 3]>,
+    /// Per port, the features last sent to it.
+    sent: Vec<Option<Features>>,
+    est: WorkloadEstimator,
+    refused: LogLimit,
+}
+
+impl WorkloadLoop {
+    /// A loop over `ports`, reading `registry`. Records each `netap-ml`
+    /// port's configured features in its stats (shown until an estimate
+    /// replaces the unpinned ones).
+    pub fn new(registry: Arc<Registry>, ports: Vec<Arc<VmPort>>) -> Self {
+        let pinned: Vec<_> = ports.iter().map(|p| pinned(p.policy_config())).collect();
+        for (p, f) in ports.iter().zip(&pinned) {
+            for (i, v) in f.iter().enumerate() {
+                p.stats.workload[i].store(u64::from(*v), Ordering::Relaxed);
+            }
+        }
+        WorkloadLoop {
+            registry,
+            sent: vec![None; ports.len()],
+            pinned,
+            ports,
+            est: WorkloadEstimator::new(EstimatorParams::default()),
+            // A refused retune repeats every window: one line a minute.
+            refused: LogLimit::new(1, Duration::from_secs(60)),
+        }
+    }
+
+    /// One window, ending at `now`.
+    pub fn step(&mut self, now: Instant) {
+        let mut ml = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if matches!(p.policy_config(), PolicyConfig::NetapMl(_)) {
+                ml.push(i);
+            } else {
+                // A later switch to netap-ml starts without our features.
+                self.sent[i] = None;
+            }
+        }
+        if ml.is_empty() {
+            // Start again from a baseline when a port turns to netap-ml.
+            self.est = WorkloadEstimator::new(EstimatorParams::default());
+            return;
+        }
+        let obs = self.est.observe(&self.registry.snapshot());
+        if let Some(f) = obs.changed {
+            tracing::info!(
+                vms = f.vms,
+                threads = f.threads,
+                msg_size = f.msg_size,
+                "NetAP-ML workload estimate changed (active VM ports, active tx queues per VM, payload bytes per frame)"
+            );
+        }
+        let Some(f) = self.est.reported() else {
+            return;
+        };
+        for i in ml {
+            if self.pinned[i].iter().all(|&v| v != 0) {
+                continue;
+            }
+            let w = merge(self.pinned[i], f);
+            if self.sent[i] == Some(w) {
+                continue;
+            }
+            let port = &self.ports[i];
+            let r = Retune::Workload {
+                vms: w.vms,
+                threads: w.threads,
+                msg_size: w.msg_size,
+            };
+            match port.retune(r) {
+                Ok(()) => {
+                    self.sent[i] = Some(w);
+                    for (j, v) in [w.vms, w.threads, w.msg_size].into_iter().enumerate() {
+                        port.stats.workload[j].store(u64::from(v), Ordering::Relaxed);
+                    }
+                }
+                Err(e) => {
+                    if let Some(held) = self.refused.allow(now) {
+                        tracing::warn!(port = port.name(), error = %e, held_back = held,
+                            "NetAP-ML workload estimate refused by the port's policy");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Run `l` every [`PERIOD`] on its own thread until `stop` is set.
+pub fn spawn(mut l: WorkloadLoop, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("vadapt-workload".into())
+        .spawn(move || {
+            let mut next = Instant::now() + PERIOD;
+            while !stop.load(Ordering::Relaxed) {
+                let left = next.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    // Short sleeps so that a stop is seen quickly.
+                    std::thread::sleep(left.min(Duration::from_millis(50)));
+                    continue;
+                }
+                let now = Instant::now();
+                l.step(now);
+                // Fell behind: no burst of catch-up windows.
+                next = (next + PERIOD).max(now);
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinned_features_win_over_the_estimate() {
+        let f = Features {
+            vms: 2,
+            threads: 3,
+            msg_size: 200,
+        };
+        assert_eq!(merge([0; 3], f), f);
+        assert_eq!(
+            merge([4, 0, 64], f),
+            Features {
+                vms: 4,
+                threads: 3,
+                msg_size: 64
+            }
+        );
+    }
+}
