@@ -9,6 +9,11 @@
 //! `min_interval_us..=max_interval_us`. Everything else is [`NetAp`]
 //! unchanged: rounds, restart rule, safety net.
 //!
+//! New features arriving by [`Retune::Workload`] (the daemon's estimate, a
+//! few seconds after NetAP itself restarted on the old ones) are predicted
+//! for at once; if the predicted range moved, the running search restarts in
+//! it at the next pass, so the estimate does not wait for the next restart.
+//!
 //! # The features, and where they are uncertain
 //!
 //! The model wants (VMs, sender threads per VM, message size). A queue worker
@@ -116,6 +121,9 @@ pub struct NetapMl {
     last_frame: Option<f64>,
     seen_round: u64,
     prediction: Option<Prediction>,
+    /// A workload retune moved the predicted range: the running search
+    /// restarts in it at the next pass.
+    restart_pending: bool,
 }
 
 /// The model shipped in the repository (`policy/models/netap-ml.json`,
@@ -232,6 +240,7 @@ impl NetapMl {
             last_frame: None,
             seen_round: 0,
             prediction: None,
+            restart_pending: false,
         };
         p.predict()?;
         Ok(p)
@@ -258,7 +267,8 @@ impl NetapMl {
         (or_one(self.params.vms), or_one(self.params.threads), msg)
     }
 
-    /// Predict for the current features and narrow NetAP's next search.
+    /// Predict for the current features and set NetAP's range for its next
+    /// (re)start.
     fn predict(&mut self) -> Result<(), ConfigError> {
         let (vms, threads, msg_size) = self.features();
         let (best_us, best_predicted) = best_interval(
@@ -321,6 +331,15 @@ impl Policy for NetapMl {
     }
 
     fn on_pass(&mut self, pass: &PassReport) -> Decision {
+        if std::mem::take(&mut self.restart_pending) {
+            // New features (a workload retune, e.g. the daemon's estimate
+            // arriving a few seconds after NetAP restarted on the old ones):
+            // search the new range from now. This pass ran at the old
+            // interval, so it is not counted in the new search's first round.
+            self.bytes = 0;
+            self.packets = 0;
+            return self.netap.start(pass.now);
+        }
         self.bytes = self.bytes.saturating_add(pass.bytes);
         self.packets = self.packets.saturating_add(pass.packets);
         let d = self.netap.on_pass(pass);
@@ -364,11 +383,17 @@ impl Policy for NetapMl {
                 threads,
                 msg_size,
             } => {
-                // Takes effect at the next restart, as a new search range does.
+                // A range that moved restarts the running search in it at
+                // the next pass; an unchanged one leaves the search alone.
                 self.params.vms = vms;
                 self.params.threads = threads;
                 self.params.msg_size = msg_size;
-                Ok(self.predict()?)
+                self.predict()?;
+                let moved = self
+                    .prediction
+                    .is_some_and(|p| p.range_us != self.netap.search().range());
+                self.restart_pending |= moved;
+                Ok(())
             }
             Retune::SearchRange { .. } => Err(r.not_applicable(self.name())),
             _ => self.netap.retune(r),
@@ -454,10 +479,17 @@ mod tests {
     }
 
     #[test]
-    fn a_workload_retune_is_searched_from_the_next_restart() {
+    fn a_workload_retune_restarts_the_search_in_the_new_range_at_the_next_pass() {
         let mut p = NetapMl::new(NetapMlParams::default(), forest()).unwrap();
         let mut now = Instant(0);
         p.start(now);
+        // Into the search on the start-up range.
+        for _ in 0..3_000 {
+            now += Duration::from_micros(1000);
+            p.on_pass(&pass(now, 1_000, 10));
+        }
+        assert_eq!(p.netap().search().range(), (700, 1700));
+        let old_interval = p.netap().interval();
         p.retune(&Retune::Workload {
             vms: 3,
             threads: 2,
@@ -465,31 +497,26 @@ mod tests {
         })
         .unwrap();
         assert_eq!(p.prediction().unwrap().range_us, (3500, 4000));
-        // The running search is undisturbed...
+        // Nothing moves before the next pass...
         assert_eq!(p.netap().search().range(), (700, 1700));
-        // ...until NetAP restarts it: settle on constant traffic, then double it.
-        let mut rate = 1_000u64;
-        let mut restarted = false;
-        let mut settled_at = None;
-        for _ in 0..40_000 {
-            now += Duration::from_micros(1000);
-            p.on_pass(&pass(now, rate, rate / 100));
-            let seq = p.netap().last_round().map_or(0, |r| r.seq);
-            if p.netap().status().settled && settled_at.is_none() {
-                settled_at = Some(seq);
-            }
-            // One settled round at the old rate, then the workload changes.
-            if settled_at.is_some_and(|s| seq > s) {
-                rate = 5_000;
-            }
-            if p.netap().status().restarts > 0 {
-                restarted = true;
-                break;
-            }
-        }
-        assert!(restarted);
+        assert_eq!(p.netap().interval(), old_interval);
+        // ...which restarts the search in the new range and polls at once.
+        now += Duration::from_micros(1000);
+        let d = p.on_pass(&pass(now, 1_000, 10));
+        assert_eq!(d, Decision::POLL);
         assert_eq!(p.netap().search().range(), (3500, 4000));
         assert!(p.netap().interval() >= Duration::from_micros(3500));
+        // The same workload again: the range does not move, no restart.
+        let interval = p.netap().interval();
+        p.retune(&Retune::Workload {
+            vms: 3,
+            threads: 2,
+            msg_size: 128,
+        })
+        .unwrap();
+        now += Duration::from_micros(1000);
+        p.on_pass(&pass(now, 1_000, 10));
+        assert_eq!(p.netap().interval(), interval);
         assert_eq!(
             p.retune(&Retune::SearchRange { lo_us: 1, hi_us: 2 }),
             Err(RetuneError::NotApplicable {

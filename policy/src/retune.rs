@@ -38,8 +38,9 @@ pub enum Retune {
         /// Packets.
         packets: u32,
     },
-    /// NetAP-ML: the workload its model predicts for, from the next search
-    /// on (0 = unknown: 1 VM, 1 thread, message size estimated).
+    /// NetAP-ML: the workload its model predicts for (0 = unknown: 1 VM, 1
+    /// thread, message size estimated). A predicted range that moved restarts
+    /// the running search in it at the next pass.
     Workload {
         /// VMs sharing the host.
         vms: u32,
