@@ -132,6 +132,28 @@ fn one() -> u16 {
     1
 }
 
+impl VmPortConfig {
+    /// Port `name` on `socket` with every other field at its default (as a
+    /// config file that gives only `name` and `socket`): server mode, one
+    /// queue pair, the daemon's policy, sealed memory only, no QMP or guest
+    /// agent, latency-critical.
+    pub fn new(name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
+        VmPortConfig {
+            name: name.into(),
+            socket: socket.into(),
+            mode: SocketMode::default(),
+            queues: one(),
+            mac: None,
+            policy: None,
+            unsealed_memory: UnsealedMemory::default(),
+            qmp: None,
+            qga: None,
+            guest_iface: None,
+            role: crate::cores::VmRole::default(),
+        }
+    }
+}
+
 /// A sink or echo port.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -526,6 +548,13 @@ pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, Confi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_gives_what_a_config_file_with_only_name_and_socket_gives() {
+        let text = "[[vm]]\nname = \"a\"\nsocket = \"/tmp/a.sock\"\n";
+        let c = DaemonConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.vm, vec![VmPortConfig::new("a", "/tmp/a.sock")]);
+    }
 
     fn base() -> DaemonConfig {
         DaemonConfig {

@@ -37,17 +37,9 @@ fn vm(name: &str, dir: &Path, queues: u16, vms: u32) -> VmPortConfig {
         ..NetapMlParams::default()
     };
     VmPortConfig {
-        name: name.into(),
-        socket: dir.join(format!("{name}.sock")),
-        mode: Default::default(),
-        qmp: None,
-        qga: None,
-        guest_iface: None,
-        role: Default::default(),
         queues,
-        mac: None,
         policy: Some(PolicyConfig::NetapMl(p)),
-        unsealed_memory: Default::default(),
+        ..VmPortConfig::new(name, dir.join(format!("{name}.sock")))
     }
 }
 

@@ -31,17 +31,8 @@ const PROGRESS_BOUND: Duration = Duration::from_secs(20);
 
 fn vm(name: &str, dir: &Path, policy: PolicyConfig) -> VmPortConfig {
     VmPortConfig {
-        name: name.into(),
-        socket: dir.join(format!("{name}.sock")),
-        mode: Default::default(),
-        qmp: None,
-        qga: None,
-        guest_iface: None,
-        role: Default::default(),
-        queues: 1,
-        mac: None,
         policy: Some(policy),
-        unsealed_memory: Default::default(),
+        ..VmPortConfig::new(name, dir.join(format!("{name}.sock")))
     }
 }
 

@@ -27,17 +27,8 @@ fn the_core_manager_takes_a_guest_vcpu_offline_through_its_agent() {
     let qga = dir.join("vm1.qga");
     let cfg = DaemonConfig {
         vm: vec![VmPortConfig {
-            name: "vm1".into(),
-            socket: dir.join("vm1.sock"),
-            mode: Default::default(),
-            qmp: None,
             qga: Some(qga.clone()),
-            guest_iface: None,
-            role: Default::default(),
-            queues: 1,
-            mac: None,
-            policy: None,
-            unsealed_memory: Default::default(),
+            ..VmPortConfig::new("vm1", dir.join("vm1.sock"))
         }],
         sink: vec![LocalPortConfig {
             name: "sink0".into(),

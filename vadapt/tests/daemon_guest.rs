@@ -31,17 +31,9 @@ fn tmpdir(tag: &str) -> tempfile::TempDir {
 
 fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
     VmPortConfig {
-        name: name.into(),
-        socket: dir.join(format!("{name}.sock")),
-        mode: Default::default(),
-        qmp: None,
-        qga: None,
-        guest_iface: None,
-        role: Default::default(),
         queues,
         mac: Some(Mac([0x52, 0x54, 0, 0, 0, mac])),
-        policy: None,
-        unsealed_memory: Default::default(),
+        ..VmPortConfig::new(name, dir.join(format!("{name}.sock")))
     }
 }
 

@@ -72,17 +72,8 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             vm: ports
                 .iter()
                 .map(|p| VmPortConfig {
-                    name: p.name.clone(),
-                    socket: p.socket.clone(),
-                    mode: Default::default(),
-                    qmp: None,
-                    qga: None,
-                    guest_iface: None,
-                    role: Default::default(),
                     queues: p.queues,
-                    mac: None,
-                    policy: None,
-                    unsealed_memory: Default::default(),
+                    ..VmPortConfig::new(p.name.clone(), p.socket.clone())
                 })
                 .collect(),
             ..DaemonConfig::default()

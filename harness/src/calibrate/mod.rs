@@ -196,19 +196,7 @@ struct PointResult {
 fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResult> {
     let dir = tmpdir(p.name)?;
     let cfg = DaemonConfig {
-        vm: vec![VmPortConfig {
-            name: "vm1".into(),
-            socket: dir.join("vm1.sock"),
-            mode: Default::default(),
-            qmp: None,
-            qga: None,
-            guest_iface: None,
-            role: Default::default(),
-            queues: 1,
-            mac: None,
-            policy: None,
-            unsealed_memory: Default::default(),
-        }],
+        vm: vec![VmPortConfig::new("vm1", dir.join("vm1.sock"))],
         sink: vec![LocalPortConfig {
             name: "sink0".into(),
             mac: Some(SINK),

@@ -216,19 +216,7 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
     let dir = tmpdir(&sc.name)?;
     let cfg = DaemonConfig {
         vm: (1..=setup.vms.len())
-            .map(|i| VmPortConfig {
-                name: format!("vm{i}"),
-                socket: dir.join(format!("vm{i}.sock")),
-                mode: Default::default(),
-                qmp: None,
-                qga: None,
-                guest_iface: None,
-                role: Default::default(),
-                queues: 1,
-                mac: None,
-                policy: None,
-                unsealed_memory: Default::default(),
-            })
+            .map(|i| VmPortConfig::new(format!("vm{i}"), dir.join(format!("vm{i}.sock"))))
             .collect(),
         sink: vec![LocalPortConfig {
             name: "sink0".into(),

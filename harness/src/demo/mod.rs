@@ -80,17 +80,8 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
     let cfg = DaemonConfig {
         vm: (1..=a.vms)
             .map(|i| VmPortConfig {
-                name: format!("vm{i}"),
-                socket: dir.join(format!("vm{i}.sock")),
-                mode: Default::default(),
-                qmp: None,
-                qga: None,
-                guest_iface: None,
-                role: Default::default(),
                 queues,
-                mac: None,
-                policy: None,
-                unsealed_memory: Default::default(),
+                ..VmPortConfig::new(format!("vm{i}"), dir.join(format!("vm{i}.sock")))
             })
             .collect(),
         sink: vec![LocalPortConfig {
