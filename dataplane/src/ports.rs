@@ -5,7 +5,7 @@ use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{error_chain, push_frame, Pushed, VnetHdr};
+use crate::offload::{push_frame, Pushed, VnetHdr};
 use crate::switch::{Egress, FdbCache, PortId, Switch};
 use std::cell::RefCell;
 use std::fs::File;
@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use vadapt_coremgr::error_chain::error_chain;
 
 /// Counts and drops every frame. The frames were already copied out of guest
 /// memory into a host buffer by the sending worker, as DPDK's vhost PMD copies

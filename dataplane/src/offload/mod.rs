@@ -37,15 +37,3 @@ pub use into_batch::{push_frame, Pushed};
 pub use tcp_segment::{SegmentError, TcpSegmenter};
 pub use tx_request::{tx_offload, OffloadRefused};
 pub use vnet_hdr::{ChecksumAt, Offload, TcpGso, VnetHdr, VnetHdrError};
-
-/// `e` and its causes, `": "`-separated, for a log line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
-}

@@ -176,7 +176,7 @@ impl PortQueues {
             self.rate_limited_warn(p, dir, "frame longer than vadapt forwards");
         }
         if let Some(e) = &pass.drops.first_bad_vnet_hdr {
-            let what = crate::offload::error_chain(e);
+            let what = vadapt_coremgr::error_chain::error_chain(e);
             self.rate_limited_warn(p, dir, &what);
         }
     }
@@ -273,6 +273,33 @@ impl PortQueues {
     fn arm_timer(&mut self, d: Duration) {
         if let Err(e) = self.waiter.arm_timer(d) {
             tracing::error!(port = self.port.name(), error = %e, "timerfd_settime failed");
+        }
+    }
+
+    /// The end of a sleep that ended at `end` (both wait paths): how early
+    /// or late the timer fired, the kicks that came meanwhile drained, and
+    /// notifications turned off again where the sleep had armed them.
+    fn finish_sleep(
+        &mut self,
+        cause: WakeCause,
+        end: Instant,
+        target: Instant,
+        deadline: Instant,
+        armed: bool,
+    ) {
+        if cause == WakeCause::Timer {
+            self.early_wake.record(end.saturating_since(target));
+            let _ = self
+                .overshoot
+                .record(end.saturating_since(deadline).as_nanos().max(1));
+        }
+        self.drain_kicks();
+        if armed {
+            for pair in &mut self.pairs {
+                if let Some(r) = pair.tx.as_mut() {
+                    r.q.disable_notifications();
+                }
+            }
         }
     }
 
@@ -433,20 +460,7 @@ impl PortQueues {
                 armed,
             } => {
                 self.waiter.disarm_timer();
-                if cause == WakeCause::Timer {
-                    self.early_wake.record(end.saturating_since(target));
-                    let _ = self
-                        .overshoot
-                        .record(end.saturating_since(deadline).as_nanos().max(1));
-                }
-                self.drain_kicks();
-                if armed {
-                    for pair in &mut self.pairs {
-                        if let Some(r) = pair.tx.as_mut() {
-                            r.q.disable_notifications();
-                        }
-                    }
-                }
+                self.finish_sleep(cause, end, target, deadline, armed);
                 self.merge_overshoot(end);
             }
             WaitKind::Kick { timed } => {
@@ -544,20 +558,7 @@ impl QueueIo for PortQueues {
             WakeCause::Timer
         };
         let end = monotonic_now();
-        if cause == WakeCause::Timer {
-            self.early_wake.record(end.saturating_since(target));
-            let _ = self
-                .overshoot
-                .record(end.saturating_since(deadline).as_nanos().max(1));
-        }
-        self.drain_kicks();
-        if armed {
-            for pair in &mut self.pairs {
-                if let Some(r) = pair.tx.as_mut() {
-                    r.q.disable_notifications();
-                }
-            }
-        }
+        self.finish_sleep(cause, end, target, deadline, armed);
         self.note_wake(cause);
         self.merge_overshoot(end);
         Wait {
