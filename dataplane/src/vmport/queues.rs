@@ -276,6 +276,22 @@ impl PortQueues {
         }
     }
 
+    /// Before a sleep (both wait paths): ask for a kick once `kick_threshold`
+    /// frames wait on a transmit ring (the ring-full safety net); true if
+    /// any ring armed it.
+    fn arm_kick_threshold(&mut self, kick_threshold: Option<u16>) -> bool {
+        let mut armed = false;
+        if let Some(t) = kick_threshold {
+            for pair in &mut self.pairs {
+                if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
+                    let n = vadapt_policy::kick_fill(t, r.q.size());
+                    armed |= r.q.set_kick_threshold(n);
+                }
+            }
+        }
+        armed
+    }
+
     /// The end of a sleep that ended at `end` (both wait paths): how early
     /// or late the timer fired, the kicks that came meanwhile drained, and
     /// notifications turned off again where the sleep had armed them.
@@ -357,15 +373,7 @@ impl PortQueues {
             } => {
                 let deadline = start + duration;
                 let target = self.early_wake.target(deadline, duration);
-                let mut armed = false;
-                if let Some(t) = kick_threshold {
-                    for pair in &mut self.pairs {
-                        if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
-                            let n = vadapt_policy::kick_fill(t, r.q.size());
-                            armed |= r.q.set_kick_threshold(n);
-                        }
-                    }
-                }
+                let armed = self.arm_kick_threshold(kick_threshold);
                 self.arm_timer(target.saturating_since(start));
                 PendingWait {
                     kind: WaitKind::Sleep {
@@ -529,15 +537,7 @@ impl QueueIo for PortQueues {
         let start = monotonic_now();
         let deadline = start + duration;
         let target = self.early_wake.target(deadline, duration);
-        let mut armed = false;
-        if let Some(t) = kick_threshold {
-            for pair in &mut self.pairs {
-                if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
-                    let n = vadapt_policy::kick_fill(t, r.q.size());
-                    armed |= r.q.set_kick_threshold(n);
-                }
-            }
-        }
+        let armed = self.arm_kick_threshold(kick_threshold);
         let cause = if armed {
             self.arm_timer(target.saturating_since(start));
             let mut cause = WakeCause::Timer;
