@@ -8,7 +8,12 @@
   that is shipped.
 - ``export``: writes a fitted forest as plain JSON with every float kept
   exact (IEEE-754 bits in hex), and the golden file the Rust evaluator is
-  tested against.
+  tested against; reads it back and predicts as the Rust evaluator does.
+- ``evaluate``: the paper's Table 1 / Figure 4 in the simulator.
+- ``daemon``: a real ``vadapt serve`` with synthetic guests, driven from here.
+- ``grid_real``: a smaller training grid measured on the real daemon.
+- ``compare``: the shipped model's error on simulator and real-daemon data.
+- ``evaluate_real``: the Table 1 timeline on the real daemon.
 
 ``python -m vadapt_lab.netap_ml --help`` lists the commands.
 """

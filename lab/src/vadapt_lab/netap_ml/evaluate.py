@@ -103,7 +103,12 @@ def scenario_text(case: str, policy: str, calibration: Path) -> str:
 def two_second_samples(result: Path) -> pd.DataFrame:
     """The run's 1-s throughput samples averaged in pairs: (t_end_s, gbps, interval_us)."""
     rows = json.loads(result.read_text())["rows"]
-    s = pd.DataFrame([r for r in rows if r["table"] == "samples"]).sort_values("t_s")
+    return pairs(pd.DataFrame([r for r in rows if r["table"] == "samples"]))
+
+
+def pairs(samples: pd.DataFrame) -> pd.DataFrame:
+    """1-s samples (``t_s`` = end of the second, ``gbps``) averaged over 2-s windows."""
+    s = samples.sort_values("t_s").copy()
     s["pair"] = np.ceil(s["t_s"] / 2).astype(int)
     out = s.groupby("pair").agg(gbps=("gbps", "mean"), t_s=("t_s", "max"))
     return out.reset_index(drop=True)
@@ -181,20 +186,25 @@ def evaluate(vadapt: Path, repo: Path, out: Path, runs: int = 10) -> pd.DataFram
     return df
 
 
-def plot(curves: dict, path: Path) -> None:
-    """Figure 4: mean throughput over the runs, per case, NetAP vs NetAP-ML."""
+def plot(curves: dict, path: Path, cases: dict = CASES, adapt: tuple = (10, 20)) -> None:
+    """Figure 4: mean throughput over the runs, per case, NetAP vs NetAP-ML.
+
+    ``curves[(case, policy)]`` is a series of Gb/s indexed by time; ``adapt``
+    is the adaptation window (shaded).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(CASES), figsize=(12, 3.2), sharey=True)
-    for ax, case in zip(axes, CASES, strict=True):
+    fig, axes = plt.subplots(1, len(cases), figsize=(4 * len(cases), 3.2), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, case in zip(axes, cases, strict=True):
         for policy in ("netap", "netap-ml"):
             c = curves[(case, policy)]
             ax.plot(c.index, c.values, marker="o", label=policy)
-        ax.axvspan(10, 20, color="0.9")
-        ax.set_title(f"{case}: {CASES[case][0]} VMs x {CASES[case][1]} thr x {CASES[case][2]} B")
+        ax.axvspan(*adapt, color="0.9")
+        ax.set_title(f"{case}: {cases[case][0]} VMs x {cases[case][1]} thr x {cases[case][2]} B")
         ax.set_xlabel("time (s)")
     axes[0].set_ylabel("Gb/s (mean of runs)")
     axes[0].legend()

@@ -148,3 +148,38 @@ def write(path: Path, text: str) -> None:
     """Write ``text`` to ``path``, creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def read(path: Path) -> dict:
+    """A forest JSON written by ``forest_json``, checked for format, version and features."""
+    doc = json.loads(path.read_text())
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise ValueError(f"{path}: not a {FORMAT} version {VERSION} file")
+    if doc.get("features") != list(FEATURES):
+        raise ValueError(f"{path}: features {doc.get('features')}, expected {list(FEATURES)}")
+    return doc
+
+
+def predict(doc: dict, x: np.ndarray) -> np.ndarray:
+    """The forest's predictions for the rows of ``x`` (columns ``FEATURES``).
+
+    The format's semantics, as the Rust evaluator implements them (inputs cast
+    to float32, ``x <= threshold`` goes left, leaf values added in tree order,
+    divided by the tree count), vectorised over rows.
+    """
+    x = np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
+    rows = np.arange(len(x))
+    total = np.zeros(len(x))
+    for t in doc["trees"]:
+        feature = np.array(t["feature"])
+        left, right = np.array(t["left"]), np.array(t["right"])
+        tv = np.array([from_bits(h) for h in t["threshold_or_value"]])
+        node = np.zeros(len(x), dtype=np.int64)
+        inner = feature[node] != -1
+        while inner.any():
+            n = node[inner]
+            go_left = x[rows[inner], feature[n]] <= tv[n]
+            node[inner] = np.where(go_left, left[n], right[n])
+            inner = feature[node] != -1
+        total += tv[node]
+    return total / len(doc["trees"])
