@@ -54,6 +54,24 @@ pub struct FdbCache {
     refreshed: HashMap<Mac, Instant>,
     nports: usize,
     groups: Vec<Vec<u16>>,
+    /// The last flow routed, reused while the table stands (see [`Route`]).
+    last_route: Option<Route>,
+}
+
+/// Where frames with one pair of addresses entering on one port go, and
+/// until when that answer holds: until the table changes (the cache's
+/// generation moves, which clears it) or the source is due to be learned
+/// again. A stream's frames all carry the same addresses, so most frames
+/// are switched by comparing their first 12 bytes, without hashing a MAC.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    ingress: PortId,
+    /// Destination and source MAC, as they lie at the start of the frame.
+    addrs: [u8; 12],
+    /// The port (`None`: flood; the ingress itself: drop).
+    target: Option<PortId>,
+    /// When the source must be re-asserted in the shared table.
+    until: Instant,
 }
 
 /// How often a worker re-asserts a source MAC it keeps seeing.
@@ -162,6 +180,42 @@ impl Switch {
         cache.nports = self.ports.read().unwrap_or_else(|e| e.into_inner()).len();
         cache.groups.resize_with(cache.nports, Vec::new);
         cache.generation = gen;
+        cache.last_route = None;
+    }
+
+    /// Where a frame with destination and source `addrs` that entered on
+    /// `ingress` goes, learning its source on the way.
+    fn route(&self, ingress: PortId, addrs: [u8; 12], now: Instant, cache: &mut FdbCache) -> Route {
+        let dst = Mac(addrs[..6].try_into().expect("6 bytes"));
+        let src = Mac(addrs[6..].try_into().expect("6 bytes"));
+        let mut until = now + LEARN_REFRESH;
+        if !src.is_multicast() {
+            let known_here = cache.table.get(&src) == Some(&ingress);
+            match cache.refreshed.get(&src) {
+                Some(t) if known_here && now.duration_since(*t) < LEARN_REFRESH => {
+                    until = *t + LEARN_REFRESH;
+                }
+                _ => {
+                    self.learn(src, ingress, now);
+                    cache.refreshed.insert(src, now);
+                    if cache.refreshed.len() > 4096 {
+                        cache.refreshed.clear();
+                    }
+                    self.refresh_cache(cache);
+                }
+            }
+        }
+        let target = if dst.is_multicast() {
+            None
+        } else {
+            cache.table.get(&dst).copied()
+        };
+        Route {
+            ingress,
+            addrs,
+            target,
+            until,
+        }
     }
 
     /// Forward every frame of `frames` that entered on `ingress` (queue `flow`).
@@ -171,32 +225,23 @@ impl Switch {
         }
         self.refresh_cache(cache);
         let now = Instant::now();
-        let mut last_src: Option<Mac> = None;
+        if cache
+            .last_route
+            .is_some_and(|r| r.ingress != ingress || now >= r.until)
+        {
+            cache.last_route = None;
+        }
         for i in 0..frames.len() {
-            let f = frames.get(i);
-            let (Some(dst), Some(src)) = (Mac::dst_of(f), Mac::src_of(f)) else {
+            let Some(addrs) = frames.get(i).first_chunk::<12>() else {
                 continue; // shorter than a header: the ingress already counted it
             };
-            if last_src != Some(src) && !src.is_multicast() {
-                last_src = Some(src);
-                let known_here = cache.table.get(&src) == Some(&ingress);
-                let fresh = cache
-                    .refreshed
-                    .get(&src)
-                    .is_some_and(|t| now.duration_since(*t) < LEARN_REFRESH);
-                if !known_here || !fresh {
-                    self.learn(src, ingress, now);
-                    cache.refreshed.insert(src, now);
-                    if cache.refreshed.len() > 4096 {
-                        cache.refreshed.clear();
-                    }
-                    self.refresh_cache(cache);
+            let target = match cache.last_route {
+                Some(r) if r.addrs == *addrs => r.target,
+                _ => {
+                    let r = self.route(ingress, *addrs, now, cache);
+                    cache.last_route = Some(r);
+                    r.target
                 }
-            }
-            let target = if dst.is_multicast() {
-                None
-            } else {
-                cache.table.get(&dst).copied()
             };
             match target {
                 Some(p) if p == ingress => {} // hairpin: drop, like a learning bridge
@@ -328,5 +373,52 @@ mod tests {
         batch.push(&[1, 2, 3]);
         sw.forward(0, 0, &batch, &mut FdbCache::default());
         assert!(recs[1].0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_flow_routed_once_follows_the_table_when_it_changes() {
+        let (sw, recs) = setup(3);
+        let a = Mac([2, 0, 0, 0, 0, 0xa]);
+        let b = Mac([2, 0, 0, 0, 0, 0xb]);
+        let mut c0 = FdbCache::default();
+        let mut c1 = FdbCache::default();
+        let mut c2 = FdbCache::default();
+        let mut from_b = FrameBatch::new(1);
+        from_b.push(&frame(a, b, 0));
+        sw.forward(1, 0, &from_b, &mut c1); // b lives on port 1; a unknown: flooded
+        assert_eq!(recs[0].0.lock().unwrap().len(), 1);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1);
+        let mut batch = FrameBatch::new(8);
+        for tag in 0..8 {
+            batch.push(&frame(b, a, tag));
+        }
+        sw.forward(0, 0, &batch, &mut c0);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 8, "one flow, one port");
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1);
+        // b moves to port 2; the same flow from port 0 now goes there.
+        sw.forward(2, 0, &from_b, &mut c2);
+        assert_eq!(
+            recs[0].0.lock().unwrap().len(),
+            2,
+            "a was learned on port 0"
+        );
+        sw.forward(0, 0, &batch, &mut c0);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 8);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 9);
+        // Port 2 forgotten: b is unknown, so the flow floods.
+        sw.forget_port(2);
+        sw.forward(0, 0, &batch, &mut c0);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 16);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 17);
+        // A frame with other addresses in the middle of the flow is routed
+        // on its own, and the flow after it as before.
+        let mut mixed = FrameBatch::new(3);
+        mixed.push(&frame(b, a, 1));
+        mixed.push(&frame(Mac::BROADCAST, a, 2));
+        mixed.push(&frame(a, a, 3)); // to its own port: dropped
+        sw.forward(0, 0, &mixed, &mut c0);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 18);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 19);
+        assert_eq!(recs[0].0.lock().unwrap().len(), 2, "nothing back to port 0");
     }
 }
