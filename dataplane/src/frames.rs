@@ -120,6 +120,11 @@ impl FrameBatch {
         &self.data[i * SLOT..i * SLOT + self.lens[i] as usize]
     }
 
+    /// Length of frame `i`, bytes (without touching its bytes).
+    pub fn frame_len(&self, i: usize) -> usize {
+        usize::from(self.lens[i])
+    }
+
     /// Frame `i`, mutable.
     pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
         let len = self.lens[i] as usize;

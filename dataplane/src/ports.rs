@@ -34,7 +34,7 @@ impl Egress for Sink {
     fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
         let bytes: u64 = which
             .iter()
-            .map(|&i| frames.get(usize::from(i)).len() as u64)
+            .map(|&i| frames.frame_len(usize::from(i)) as u64)
             .sum();
         self.stats.queues[0].add(Dir::Rx, which.len() as u64, bytes);
     }
@@ -104,7 +104,7 @@ impl Egress for Echo {
 fn frames_bytes(frames: &FrameBatch, which: &[u16]) -> u64 {
     which
         .iter()
-        .map(|&i| frames.get(usize::from(i)).len() as u64)
+        .map(|&i| frames.frame_len(usize::from(i)) as u64)
         .sum()
 }
 
