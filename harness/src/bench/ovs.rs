@@ -1,39 +1,88 @@
-//! The OVS-DPDK harness of B6, by DESIGN.md's verified recipe: `ovsdb-server`
-//! and the DPDK build of `ovs-vswitchd` run by hand in a private run
-//! directory (no systemd), `dpdk-extra="--no-huge -m 1024 --no-pci
-//! --legacy-mem"`, `per-port-memory=true`, main lcore on CPU 0, PMD on CPU 1,
-//! a netdev bridge with one vhost-user port and a flow that drops what the
-//! port sends (its `n_packets` counts what OVS took).
+//! OVS-DPDK (Debian `openvswitch-switch-dpdk`) as a benchmark anchor, by
+//! DESIGN.md's verified recipe: `ovsdb-server` and the DPDK build of
+//! `ovs-vswitchd` run by hand in a private run directory (no systemd),
+//! `dpdk-extra="--no-huge -m 1024 --no-pci --legacy-mem"`,
+//! `per-port-memory=true`, main lcore on the sender CPU (0), PMD on the
+//! backend CPU (1), one netdev bridge `br0`. B6 and B8 add their own ports
+//! and flows.
 //!
-//! The synthetic guest is a vhost-user client, so the port is OVS's
-//! server-mode `dpdkvhostuser` (deprecated and without interface statistics,
-//! hence the flow counter). Two PMD modes: busy polling (`pmd-maxsleep=0`)
-//! and load-based sleep (`pmd-maxsleep=500` µs). Loads: idle (1 packet/s,
-//! as B4) and the 10 % / 50 % rates of B2 (absolute rates taken from B2's
-//! saturation in the same output directory when present, else 1 Mpps).
-//! CPU is the PMD thread's (`/proc/<pid>/task/*/comm` = `pmd…`).
+//! The synthetic guest is a vhost-user frontend (client), so OVS's ports are
+//! server-mode `dpdkvhostuser` ports, whose sockets OVS creates in its run
+//! directory (deprecated in favour of `dpdkvhostuserclient`, which would need
+//! the guest to listen).
+//!
+//! What is read, and from where:
+//! - `ovs-appctl dpif-netdev/pmd-stats-show` after `pmd-stats-clear`: per PMD
+//!   thread, packets received and the TSC cycles of iterations that received
+//!   packets ("processing cycles") and of those that did not ("idle
+//!   cycles") — the same busy-cycles definition as testpmd's and vadapt's;
+//! - `ovs-ofctl dump-flows`: a flow's `n_packets`;
+//! - `/proc/<pid>/task/*`: the PMD threads' CPU time.
+//!
+//! Not a port's counters: OVS 3.1 registers a server-mode vhost port
+//! without the vhost library's statistics, so `ovs-ofctl dump-ports` shows
+//! `?` for all of them; the guests' own reports stand in.
 
-use super::child::{run_once, threads_cpu_seconds, Child, Spawn};
+use super::child::{run_once, threads_cpu_seconds, wait_path, Child, Spawn};
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::table::{label, metric_table};
-use super::vadapt_proc::{GuestOpts, GuestProc};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-use vadapt_results::{ResultFile, Row};
+use std::time::Duration;
+use vadapt_results::ResultFile;
 
 /// The DPDK build of ovs-vswitchd in Debian's package.
 pub const OVS_DPDK: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
 
-/// PMD sleep settings measured, µs (0 = busy polling).
-const MAXSLEEP: [u32; 2] = [0, 500];
+/// The largest `pmd-maxsleep` OVS accepts, µs: the setting that parks an
+/// idle PMD (it then wakes at most about 100 times a second) while another
+/// backend is measured on its CPU.
+pub const PARKED_MAXSLEEP_US: u32 = 10_000;
 
-/// A running OVS-DPDK (ovsdb-server + ovs-vswitchd) in its own directory.
+/// Why OVS-DPDK cannot be used here, if it cannot: a line with the install
+/// command.
+pub fn unavailable() -> Option<String> {
+    let missing: Vec<&str> = [
+        "ovsdb-server",
+        "ovsdb-tool",
+        "ovs-vsctl",
+        "ovs-ofctl",
+        "ovs-appctl",
+    ]
+    .into_iter()
+    .filter(|p| crate::machine::which(p).is_none())
+    .collect();
+    if !Path::new(OVS_DPDK).is_file() || !missing.is_empty() {
+        let what = if Path::new(OVS_DPDK).is_file() {
+            missing.join(", ")
+        } else {
+            OVS_DPDK.to_string()
+        };
+        return Some(format!(
+            "OVS-DPDK not installed ({what} missing): skipped (install with `apt-get install openvswitch-switch-dpdk`)"
+        ));
+    }
+    None
+}
+
+/// A running OVS-DPDK (ovsdb-server + ovs-vswitchd) in its own directory,
+/// with a netdev bridge `br0`.
 #[derive(Debug)]
-struct Ovs {
+pub struct Ovs {
     dir: PathBuf,
     vswitchd: Child,
     _db: Child,
+}
+
+/// Counters of all PMD threads from `pmd-stats-show` (the main thread's
+/// block, which serves non-PMD ports, is left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PmdStats {
+    /// Packets the PMDs received from their rx queues.
+    pub packets: u64,
+    /// TSC cycles of iterations that received packets ("processing cycles").
+    pub busy_cycles: u64,
+    /// TSC cycles of iterations that received none ("idle cycles").
+    pub idle_cycles: u64,
 }
 
 fn env(dir: &Path) -> Vec<(String, String)> {
@@ -47,12 +96,21 @@ fn db(dir: &Path) -> String {
     format!("unix:{}", dir.join("db.sock").display())
 }
 
-/// Run an OVS tool against the database in `dir`.
+fn vswitchd_ctl(dir: &Path) -> PathBuf {
+    dir.join("vswitchd.ctl")
+}
+
+/// Run an OVS tool against the database (`ovs-vsctl`) or the vswitchd
+/// (`ovs-appctl`) in `dir`.
 fn tool(ctx: &Ctx, dir: &Path, prog: &str, args: &[&str]) -> Result<Vec<String>, BenchError> {
     let mut argv = vec![prog.to_string()];
-    if prog == "ovs-vsctl" {
-        argv.push(format!("--db={}", db(dir)));
-        argv.push("--timeout=30".into());
+    match prog {
+        "ovs-vsctl" => {
+            argv.push(format!("--db={}", db(dir)));
+            argv.push("--timeout=30".into());
+        }
+        "ovs-appctl" => argv.push(format!("--target={}", vswitchd_ctl(dir).display())),
+        _ => {}
     }
     argv.extend(args.iter().map(|a| a.to_string()));
     let mut s = Spawn::new(prog, argv, &ctx.work);
@@ -61,17 +119,25 @@ fn tool(ctx: &Ctx, dir: &Path, prog: &str, args: &[&str]) -> Result<Vec<String>,
 }
 
 impl Ovs {
-    fn vsctl(&self, ctx: &Ctx, args: &[&str]) -> Result<Vec<String>, BenchError> {
+    /// `ovs-vsctl args`.
+    pub fn vsctl(&self, ctx: &Ctx, args: &[&str]) -> Result<Vec<String>, BenchError> {
         tool(ctx, &self.dir, "ovs-vsctl", args)
     }
 
-    fn ofctl(&self, ctx: &Ctx, args: &[&str]) -> Result<Vec<String>, BenchError> {
+    /// `ovs-ofctl args`.
+    pub fn ofctl(&self, ctx: &Ctx, args: &[&str]) -> Result<Vec<String>, BenchError> {
         tool(ctx, &self.dir, "ovs-ofctl", args)
     }
 
-    /// Start both daemons and build `br0` with vhost-user port `vh0`.
-    fn start(ctx: &Ctx, f: &mut ResultFile) -> Result<Ovs, BenchError> {
-        let dir = ctx.work.join("ovs");
+    /// `ovs-appctl args` against this vswitchd.
+    pub fn appctl(&self, ctx: &Ctx, args: &[&str]) -> Result<Vec<String>, BenchError> {
+        tool(ctx, &self.dir, "ovs-appctl", args)
+    }
+
+    /// Start both daemons in `<work>/<name>` (its command goes into `f`) and
+    /// build the netdev bridge `br0`, without ports.
+    pub fn start(ctx: &Ctx, f: &mut ResultFile, name: &str) -> Result<Ovs, BenchError> {
+        let dir = ctx.work.join(name);
         std::fs::create_dir_all(&dir).map_err(BenchError::io(&dir))?;
         let env = env(&dir);
         let schema = "/usr/share/openvswitch/vswitch.ovsschema";
@@ -102,7 +168,7 @@ impl Ovs {
         );
         s.env = env.clone();
         let mut db_server = Child::spawn(s, &ctx.stop)?;
-        super::child::wait_path(&sock, Duration::from_secs(20), &mut db_server)?;
+        wait_path(&sock, Duration::from_secs(20), &mut db_server)?;
         let cpu_mask = |cpu: usize| format!("0x{:x}", 1u64 << cpu);
         tool(ctx, &dir, "ovs-vsctl", &["--no-wait", "init"])?;
         let settings = [
@@ -121,13 +187,13 @@ impl Ovs {
         let argv = vec![
             OVS_DPDK.to_string(),
             db(&dir),
-            format!("--unixctl={}", dir.join("vswitchd.ctl").display()),
+            format!("--unixctl={}", vswitchd_ctl(&dir).display()),
             "--log-file".into(),
         ];
         f.commands.push(ctx.show(&argv));
         let mut s = Spawn::new("ovs-vswitchd", argv, &ctx.work);
         s.env = env;
-        let mut ovs = Ovs {
+        let ovs = Ovs {
             vswitchd: Child::spawn(s, &ctx.stop)?,
             dir,
             _db: db_server,
@@ -144,32 +210,57 @@ impl Ovs {
                 "datapath_type=netdev",
             ],
         )?;
-        ovs.vsctl(
+        Ok(ovs)
+    }
+
+    /// Add `dpdkvhostuser` port `port` to `br0` and wait for its socket,
+    /// which it returns.
+    pub fn add_vhost_port(&mut self, ctx: &Ctx, port: &str) -> Result<PathBuf, BenchError> {
+        self.vsctl(
             ctx,
             &[
                 "add-port",
                 "br0",
-                "vh0",
+                port,
                 "--",
                 "set",
                 "Interface",
-                "vh0",
+                port,
                 "type=dpdkvhostuser",
             ],
         )?;
-        super::child::wait_path(&ovs.socket(), Duration::from_secs(60), &mut ovs.vswitchd)?;
-        ovs.ofctl(ctx, &["del-flows", "br0"])?;
-        ovs.ofctl(ctx, &["add-flow", "br0", "in_port=vh0,actions=drop"])?;
-        Ok(ovs)
+        // Server mode: OVS creates the socket in its run directory (the
+        // default vhost-sock-dir), named after the port.
+        let sock = self.dir.join(port);
+        wait_path(&sock, Duration::from_secs(60), &mut self.vswitchd)?;
+        Ok(sock)
     }
 
-    /// The vhost-user socket of port `vh0` (server mode: OVS creates it).
-    fn socket(&self) -> PathBuf {
-        self.dir.join("vh0")
+    /// Replace `br0`'s flows with `flows` (`ovs-ofctl add-flow` syntax).
+    pub fn set_flows(&self, ctx: &Ctx, flows: &[&str]) -> Result<(), BenchError> {
+        self.ofctl(ctx, &["del-flows", "br0"])?;
+        for fl in flows {
+            self.ofctl(ctx, &["add-flow", "br0", fl])?;
+        }
+        Ok(())
     }
 
-    /// Packets the drop flow matched so far.
-    fn flow_packets(&self, ctx: &Ctx) -> Result<u64, BenchError> {
+    /// Set the PMDs' load-based sleep bound, µs (0 = busy polling).
+    pub fn set_maxsleep(&self, ctx: &Ctx, us: u32) -> Result<(), BenchError> {
+        self.vsctl(
+            ctx,
+            &[
+                "set",
+                "Open_vSwitch",
+                ".",
+                &format!("other_config:pmd-maxsleep={us}"),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `n_packets` of `br0`'s first `in_port` flow so far.
+    pub fn flow_packets(&self, ctx: &Ctx) -> Result<u64, BenchError> {
         let out = self.ofctl(ctx, &["dump-flows", "br0"])?;
         parse_n_packets(&out).ok_or_else(|| BenchError::Parse {
             what: "ovs-ofctl dump-flows".into(),
@@ -178,12 +269,27 @@ impl Ovs {
     }
 
     /// CPU seconds of the PMD thread(s).
-    fn pmd_cpu(&self) -> f64 {
+    pub fn pmd_cpu(&self) -> f64 {
         threads_cpu_seconds(self.vswitchd.pid(), |c| c.starts_with("pmd")).unwrap_or(0.0)
+    }
+
+    /// Zero the PMDs' packet and cycle counters (`pmd-stats-clear`).
+    pub fn clear_pmd_stats(&self, ctx: &Ctx) -> Result<(), BenchError> {
+        self.appctl(ctx, &["dpif-netdev/pmd-stats-clear"])?;
+        Ok(())
+    }
+
+    /// The PMDs' counters since the last [`clear_pmd_stats`](Self::clear_pmd_stats).
+    pub fn pmd_stats(&self, ctx: &Ctx) -> Result<PmdStats, BenchError> {
+        let out = self.appctl(ctx, &["dpif-netdev/pmd-stats-show"])?;
+        parse_pmd_stats(&out).ok_or_else(|| BenchError::Parse {
+            what: "ovs-appctl dpif-netdev/pmd-stats-show".into(),
+            detail: out.join("\n"),
+        })
     }
 }
 
-/// `n_packets` of the `in_port=vh0` flow in `ovs-ofctl dump-flows` output.
+/// `n_packets` of the first `in_port` flow in `ovs-ofctl dump-flows` output.
 pub fn parse_n_packets(lines: &[String]) -> Option<u64> {
     lines
         .iter()
@@ -193,108 +299,109 @@ pub fn parse_n_packets(lines: &[String]) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Run OVS-DPDK under the idle and partial loads.
-pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
-    let window = ctx.secs(4.0, 1.0);
-    f.run_seconds = window.as_secs_f64();
-    let sat = ResultFile::read(&ctx.out_dir(), "b2")
-        .ok()
-        .flatten()
-        .and_then(|b| b.params.get("saturation_mpps").copied())
-        .unwrap_or(10.0);
-    f.params.insert("saturation_mpps".into(), sat);
-    let ovs = Ovs::start(ctx, f)?;
-    let exit = vadapt_guest::config::DEFAULT_EXIT_COST_NS;
-    for run in 0..ctx.runs {
-        for ms in MAXSLEEP {
-            ovs.vsctl(
-                ctx,
-                &[
-                    "set",
-                    "Open_vSwitch",
-                    ".",
-                    &format!("other_config:pmd-maxsleep={ms}"),
-                ],
-            )?;
-            let mode = format!("maxsleep={ms}");
-            ctx.say(&format!("{mode} round {}/{}", run + 1, ctx.runs));
-            for (variant, rate) in [("idle", 1.0), ("10%", sat * 0.1e6), ("50%", sat * 0.5e6)] {
-                let opts = GuestOpts {
-                    rate: format!("{rate:.0}"),
-                    ..GuestOpts::stream(64, window, exit)
-                };
-                let p0 = ovs.flow_packets(ctx)?;
-                let c0 = ovs.pmd_cpu();
-                let t0 = Instant::now();
-                let g = GuestProc::spawn(ctx, "b6-guest", &ovs.socket(), &opts)?.finish()?;
-                let dt = t0.elapsed().as_secs_f64();
-                let cpu = ovs.pmd_cpu() - c0;
-                let pk = ovs.flow_packets(ctx)?.saturating_sub(p0);
-                let table = if variant == "idle" { "idle" } else { "load" };
-                let mut r = Row::new(table, "guest", "ovs-dpdk", &mode, variant).at(64, run);
-                r.set("cpu_pct", cpu / dt * 100.0)
-                    .set("mpps", pk as f64 / g.elapsed / 1e6)
-                    .set(
-                        "loss_pct",
-                        super::b1::pct(g.sent_packets.saturating_sub(pk), g.sent_packets),
-                    );
-                if table == "load" {
-                    // Per-packet figures of a handful of idle packets mean nothing.
-                    let mpkt = pk as f64 / 1e6;
-                    r.set("cpu_s_per_mpkt", if pk > 0 { cpu / mpkt } else { f64::NAN })
-                        .set(
-                            "kicks_per_mpkt",
-                            super::b1::per_mpkt(g.kicks, g.sent_packets),
-                        );
-                }
-                f.rows.push(r);
+/// The number after `key` on `line` (up to the next space), if any.
+fn num_after(line: &str, key: &str) -> Option<u64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Sum of the PMD threads' blocks of `pmd-stats-show`: each starts with a
+/// `pmd thread numa_id N core_id M:` line, the main thread's with `main
+/// thread`. OVS leaves out the cycle lines of a PMD that has not counted any
+/// cycles yet, so those add nothing. `None` when there is no PMD block.
+pub fn parse_pmd_stats(lines: &[String]) -> Option<PmdStats> {
+    let mut s = PmdStats::default();
+    let (mut in_pmd, mut seen) = (false, false);
+    for l in lines {
+        if !l.starts_with(char::is_whitespace) {
+            in_pmd = l.starts_with("pmd thread");
+            seen |= in_pmd;
+            continue;
+        }
+        if !in_pmd {
+            continue;
+        }
+        let t = l.trim_start();
+        for (key, to) in [
+            ("packets received:", &mut s.packets),
+            ("processing cycles:", &mut s.busy_cycles),
+            ("idle cycles:", &mut s.idle_cycles),
+        ] {
+            if t.starts_with(key) {
+                *to += num_after(t, key)?;
             }
         }
     }
-    Ok(())
-}
-
-/// Tables of B6.
-pub fn render(f: &ResultFile) -> String {
-    let rows: Vec<&Row> = f.rows.iter().collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    let mut s = format!(
-        "\nOVS-DPDK PMD on CPU 1, synthetic guest (64 B, exit cost on) on CPU 0; loads as B4 (idle, 1 packet/s) \
-         and B2 (percent of busy-poll saturation, {:.3} Mpps). CPU is the PMD thread's.\n\n",
-        f.params.get("saturation_mpps").copied().unwrap_or(0.0)
-    );
-    s.push_str(&metric_table(
-        &rows,
-        &[("load", |r| r.variant.clone()), ("backend", label)],
-        &[
-            ("mpps", "Mpps", 3),
-            ("cpu_pct", "PMD CPU %", 1),
-            ("cpu_s_per_mpkt", "CPU-s/Mpkt", 3),
-            ("kicks_per_mpkt", "kicks/Mpkt", 0),
-            ("loss_pct", "loss %", 2),
-        ],
-        &[],
-        |_, _| false,
-    ));
-    s
+    seen.then_some(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
     #[test]
     fn flow_counter_is_read_from_dump_flows() {
-        let out: Vec<String> = [
-            "NXST_FLOW reply (xid=0x4):",
-            " cookie=0x0, duration=3.2s, table=0, n_packets=123456, n_bytes=7901184, in_port=vh0 actions=drop",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let out = lines(
+            "NXST_FLOW reply (xid=0x4):\n \
+             cookie=0x0, duration=3.2s, table=0, n_packets=123456, n_bytes=7901184, in_port=vh0 actions=drop",
+        );
         assert_eq!(parse_n_packets(&out), Some(123456));
         assert_eq!(parse_n_packets(&out[..1]), None);
+    }
+
+    /// `pmd-stats-show` of OVS 3.1 (lib/dpif-netdev.c, pmd_info_show_stats),
+    /// main thread first as OVS prints it.
+    const PMD_STATS: &str = "main thread:\n\
+        \x20 packets received: 7\n\
+        \x20 avg. packets per output batch: 1.00\n\
+        \x20 idle cycles: 5 (50.00%)\n\
+        \x20 processing cycles: 5 (50.00%)\n\
+        pmd thread numa_id 0 core_id 1:\n\
+        \x20 packets received: 450012\n\
+        \x20 packet recirculations: 0\n\
+        \x20 avg. datapath passes per packet: 1.00\n\
+        \x20 emc hits: 450010\n\
+        \x20 miss with success upcall: 2\n\
+        \x20 avg. packets per output batch: 1.21\n\
+        \x20 idle cycles: 2900000000 (72.50%)\n\
+        \x20 processing cycles: 1100000000 (27.50%)\n\
+        \x20 avg cycles per packet: 8888.65 (4000000000/450012)\n\
+        \x20 avg processing cycles per packet: 2444.38 (1100000000/450012)\n";
+
+    #[test]
+    fn pmd_stats_sum_pmd_threads_only() {
+        let s = parse_pmd_stats(&lines(PMD_STATS)).unwrap();
+        assert_eq!(
+            s,
+            PmdStats {
+                packets: 450012,
+                busy_cycles: 1_100_000_000,
+                idle_cycles: 2_900_000_000,
+            }
+        );
+        // A second PMD adds up; one without cycles yet adds its packets only.
+        let two = format!(
+            "{PMD_STATS}pmd thread numa_id 0 core_id 3:\n  packets received: 8\n  emc hits: 8\n"
+        );
+        let s = parse_pmd_stats(&lines(&two)).unwrap();
+        assert_eq!((s.packets, s.busy_cycles), (450020, 1_100_000_000));
+    }
+
+    #[test]
+    fn pmd_stats_without_pmd_or_with_garbage_are_refused() {
+        assert_eq!(
+            parse_pmd_stats(&lines("main thread:\n  packets received: 7\n")),
+            None
+        );
+        assert_eq!(
+            parse_pmd_stats(&lines(
+                "pmd thread numa_id 0 core_id 1:\n  processing cycles: lots\n"
+            )),
+            None
+        );
     }
 }

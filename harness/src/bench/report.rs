@@ -212,7 +212,8 @@ pub struct Goal {
     pub goal: &'static str,
     /// What was measured (text with the spread).
     pub measured: String,
-    /// `Some(true)` met, `Some(false)` missed, `None` not measured.
+    /// `Some(true)` met, `Some(false)` missed, `None` not judged (what is
+    /// missing said in `measured`).
     pub met: Option<bool>,
     /// Where it comes from.
     pub source: &'static str,
@@ -355,7 +356,58 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
         },
         None => unmeasured(goal6, "B7"),
     });
+    g.push(vm_to_vm(find(files, "b8")));
     g
+}
+
+/// Issue 16's goal 2 from B8: missed as soon as one measured ratio misses,
+/// met when both are measured and within bounds, else not judged (the
+/// missing leg named).
+fn vm_to_vm(b8: Option<&ResultFile>) -> Goal {
+    use super::b8::{cycle_ratios, GOAL_VS_DPDK, GOAL_VS_OVS};
+    const GOAL: &str = "VM-to-VM busy cycles per forwarded packet ≤ 0.5× OVS-DPDK's and ≤ 1.0× testpmd io's (issue 16)";
+    let Some(f) = b8 else {
+        return unmeasured(GOAL, "B8");
+    };
+    let (vs_ovs, vs_dpdk) = cycle_ratios(f);
+    let mut parts = Vec::new();
+    let mut missing = Vec::new();
+    let mut missed = false;
+    for (r, name, bound) in [
+        (vs_ovs, "OVS-DPDK", GOAL_VS_OVS),
+        (vs_dpdk, "testpmd io", GOAL_VS_DPDK),
+    ] {
+        match r {
+            Some(r) => {
+                missed |= r.median > bound;
+                parts.push(format!("{} {name}'s", ratio_text(&r)));
+            }
+            None => missing.push(name),
+        }
+    }
+    let mut measured = parts.join(", ");
+    if !missing.is_empty() {
+        if !measured.is_empty() {
+            measured.push_str("; ");
+        }
+        measured.push_str(&format!(
+            "no {} rows (see B8's notes)",
+            missing.join(" nor ")
+        ));
+    }
+    Goal {
+        goal: GOAL,
+        measured,
+        met: if missed {
+            Some(false)
+        } else if missing.is_empty() {
+            Some(true)
+        } else {
+            None
+        },
+        source:
+            "B8, guest A → guest B, 64 B at 300k/s, busy cycles per packet delivered into B's ring",
+    }
 }
 
 fn unmeasured(goal: &'static str, source: &'static str) -> Goal {
@@ -378,7 +430,7 @@ pub fn goals(files: &[ResultFile]) -> String {
                 match g.met {
                     Some(true) => "**met**".into(),
                     Some(false) => "**missed**".into(),
-                    None => "not measured".into(),
+                    None => "not judged".into(),
                 },
                 g.source.to_string(),
             ]
@@ -442,6 +494,52 @@ mod tests {
         let g = judge(&[b1]);
         assert_eq!(g[0].met, Some(false));
         assert!(goals(&[]).contains("not measured"));
+        assert!(goals(&[]).contains("not judged"));
+    }
+
+    #[test]
+    fn vm_to_vm_goal_is_judged_as_far_as_the_legs_allow() {
+        let b8 = |legs: &[(&str, f64)]| {
+            let mut f = ResultFile {
+                bench: "b8".into(),
+                ..Default::default()
+            };
+            for run in 0..3 {
+                for (backend, cycles) in legs {
+                    f.rows.push(row(
+                        "vm2vm",
+                        backend,
+                        "x",
+                        "",
+                        run,
+                        &[("cycles_per_pkt", *cycles)],
+                    ));
+                }
+            }
+            judge(&[f]).pop().unwrap()
+        };
+        let all = |v: f64| b8(&[("vadapt", v), ("ovs-dpdk", 1000.0), ("dpdk-vhost", 400.0)]);
+        assert_eq!(all(400.0).met, Some(true), "{:?}", all(400.0));
+        assert!(all(400.0)
+            .measured
+            .contains("0.40× OVS-DPDK's, 1.00× testpmd io's"));
+        // Within half of OVS's but above testpmd's: missed.
+        assert_eq!(all(450.0).met, Some(false));
+        // Without testpmd: not judged while OVS's bound holds, missed once not.
+        let g = b8(&[("vadapt", 300.0), ("ovs-dpdk", 1000.0)]);
+        assert_eq!(g.met, None);
+        assert!(g.measured.contains("no testpmd io rows"), "{}", g.measured);
+        assert_eq!(
+            b8(&[("vadapt", 600.0), ("ovs-dpdk", 1000.0)]).met,
+            Some(false)
+        );
+        let g = b8(&[("vadapt", 300.0)]);
+        assert_eq!(g.met, None);
+        assert!(
+            g.measured.contains("no OVS-DPDK nor testpmd io rows"),
+            "{}",
+            g.measured
+        );
     }
 
     #[test]

@@ -29,9 +29,15 @@ pub struct FwdStats {
     /// TX-dropped (frontend: ring full).
     pub tx_dropped: u64,
     /// `CPU cycles/packet` from `--record-core-cycles` (busy cycles of
-    /// non-empty bursts / packets), when printed.
+    /// non-empty bursts / received packets), when printed.
     pub cycles_per_packet: Option<f64>,
-    /// Busy cycles (the numerator of the above), when printed.
+    /// Busy cycles (the numerator of the above), when printed: TSC cycles of
+    /// the bursts that received (or, `txonly`, sent) packets. DPDK 23.03+
+    /// labels them `busy cycles=`; 22.11 labels them `total cycles=` but
+    /// counts the same thing, since its forwarding engines return before
+    /// stopping the cycle count when a burst is empty (`iofwd.c`,
+    /// `rxonly.c`: `if (unlikely(nb_rx == 0)) return;` before
+    /// `get_end_cycles`).
     pub busy_cycles: Option<u64>,
 }
 
@@ -270,7 +276,7 @@ pub fn parse_stop(lines: &[String]) -> Option<FwdStats> {
         if let Some(i) = l.find("CPU cycles/packet=") {
             let rest = &l[i + "CPU cycles/packet=".len()..];
             s.cycles_per_packet = rest.split_whitespace().next().and_then(|v| v.parse().ok());
-            s.busy_cycles = num_after(l, "busy cycles=");
+            s.busy_cycles = num_after(l, "busy cycles=").or_else(|| num_after(l, "total cycles="));
         }
     }
     (rx && tx).then_some(s)
@@ -319,6 +325,18 @@ mod tests {
         assert_eq!(s.tx_dropped, 99);
         assert_eq!(s.cycles_per_packet, Some(142.5));
         assert_eq!(s.busy_cycles, Some(17592320));
+    }
+
+    #[test]
+    fn core_cycles_as_dpdk_22_11_labels_them() {
+        let r = lines(
+            "  RX-packets: 450000         RX-dropped: 0             RX-total: 450000\n\
+             \x20 TX-packets: 449990         TX-dropped: 10            TX-total: 450000\n\
+             \n  CPU cycles/packet=310.00 (total cycles=139500000 / total io packets=450000) at 2600 MHz Clock\n",
+        );
+        let s = parse_stop(&r).unwrap();
+        assert_eq!(s.cycles_per_packet, Some(310.0));
+        assert_eq!(s.busy_cycles, Some(139_500_000));
     }
 
     #[test]

@@ -350,6 +350,14 @@ impl GuestProc {
         })
     }
 
+    /// End the run now (SIGINT: the guest stops sending, lets the backend
+    /// take what it posted, and reports) and parse its report, as
+    /// [`finish`](Self::finish) does.
+    pub fn interrupt(self) -> Result<GuestResult, BenchError> {
+        self.child.signal(libc::SIGINT);
+        self.finish()
+    }
+
     /// Wait for the end of the run and parse its report; a run that ended
     /// early or exited non-zero is an error naming why.
     pub fn finish(mut self) -> Result<GuestResult, BenchError> {
