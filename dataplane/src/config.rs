@@ -261,21 +261,35 @@ impl Default for DaemonConfig {
 impl DaemonConfig {
     /// Read and validate a TOML config file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let cfg = Self::read_file(path)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Read a TOML config file without validating it, for a caller that
+    /// adds to it first (`vadapt serve` adds the command line's ports: a
+    /// file with only `[policy]` is fine once `--vm` is given) and then
+    /// calls [`validate`](Self::validate).
+    pub fn read_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_toml(&text, path)
+        Self::parse_toml(&text, path)
     }
 
-    /// Parse TOML text (`path` is only used in messages).
+    /// Parse and validate TOML text (`path` is only used in messages).
     pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let cfg: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::ParseFile {
-            path: path.to_owned(),
-            message: e.to_string().trim_end().replace('\n', " "),
-        })?;
+        let cfg = Self::parse_toml(text, path)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    fn parse_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::ParseFile {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })
     }
 
     /// Check every field; the error names the first bad one.

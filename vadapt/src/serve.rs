@@ -16,7 +16,8 @@ use vadapt_policy::PolicyConfig;
 /// Merge the config file and the command line into one configuration.
 pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     let mut cfg = match &a.config {
-        Some(p) => DaemonConfig::from_file(p).map_err(|e| chain(&e))?,
+        // Validated below, once the command line's ports are in.
+        Some(p) => DaemonConfig::read_file(p).map_err(|e| chain(&e))?,
         None => DaemonConfig::default(),
     };
     for v in &a.vms {
@@ -251,5 +252,44 @@ pub fn set_cores(a: SetCoresArgs) -> ExitCode {
         Ok(Response::Error { error }) => fail(error),
         Ok(other) => fail(format!("unexpected answer {other:?}")),
         Err(e) => fail(chain(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn serve_args(argv: &[&str]) -> ServeArgs {
+        let mut full = vec!["vadapt", "serve"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full)
+            .expect("valid command line")
+            .command
+        {
+            Command::Serve(a) => a,
+            c => panic!("not serve: {c:?}"),
+        }
+    }
+
+    #[test]
+    fn a_config_file_without_ports_takes_the_command_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vadapt.toml");
+        std::fs::write(&file, "[policy]\nkind = \"eekbp\"\n").unwrap();
+        let path = file.to_str().unwrap();
+        let cfg = build_config(&serve_args(&[
+            "--config",
+            path,
+            "--vm",
+            "name=vm1,socket=/tmp/vadapt-test-vm1.sock",
+        ]))
+        .expect("the file's policy with the command line's port");
+        assert_eq!(cfg.vm.len(), 1);
+        assert_eq!(cfg.policy.kind(), vadapt_policy::PolicyKind::Eekbp);
+        // Without a port anywhere, the error is still the one about ports.
+        let e = build_config(&serve_args(&["--config", path])).unwrap_err();
+        assert!(e.contains("no VM or TAP port"), "{e}");
     }
 }
