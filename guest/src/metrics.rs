@@ -15,7 +15,7 @@
 //! | `call_signals` | raw count of backend signals read from call eventfds (several signals can coalesce into one handled call) |
 //! | `ring_full_stalls` | times a TX queue was stopped because its ring was (nearly) full |
 //! | `stall_ns` | time the sending threads spent waiting for a stopped TX queue to restart (ns) |
-//! | `tx_wake_timeouts` | times a stopped TX queue was restarted by the guest's own 10 ms timeout instead of a call: a call the backend owed and did not send (a Linux guest would stall until its TX watchdog) |
+//! | `tx_wake_timeouts` | times a stopped TX queue was restarted by the guest's own 10 ms timeout instead of a call: a call the backend owed (it used buffers past the event point) and did not send (a Linux guest would stall until its TX watchdog) |
 //! | `rx_errors` | received buffers that could not be understood (bad length or `num_buffers`) |
 //! | `lost_requests` | request/response requests whose reply did not come back within the timeout |
 //! | `paced_skipped` | rate mode: packets the pacer gave up because the sender fell behind |

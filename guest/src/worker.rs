@@ -13,8 +13,10 @@
 //!   EVENT_IDX `avail_event`). When fewer than `2 + MAX_SKB_FRAGS` (19) descriptors remain,
 //!   the queue stops (a *ring-full stall*) and asks for a completion call with
 //!   `enable_cb_delayed`; the thread then sleeps on the TX call eventfd. A stop whose call
-//!   never comes is ended by a 10 ms timeout and counted (`tx_wake_timeouts`): a Linux guest
-//!   would wait for its watchdog instead, but a synthetic guest must not hang.
+//!   is owed (the backend used buffers past the event point) and does not come within 10 ms
+//!   is ended by the guest and counted (`tx_wake_timeouts`): a Linux guest would wait for its
+//!   watchdog instead, but a synthetic guest must not hang. A backend that has not reached
+//!   the event point yet is waited for (in 10 ms slices, up to the end of the run).
 //! * **RX** is NAPI: RX calls are enabled; when the RX call eventfd is found signalled the
 //!   thread pays the exit cost, disables callbacks and polls up to the budget (64); under
 //!   budget it re-enables callbacks and, if entries arrived meanwhile (`enable_cb` false),
@@ -570,7 +572,11 @@ impl Worker {
             qp.tx.vq.disable_cb();
             qp.tx.reap();
             qp.tx.stopped = false;
-        } else if self.shared.clock.now_ns() >= timeout_at {
+        } else if self.shared.clock.now_ns() >= timeout_at && qp.tx.vq.call_owed() {
+            // The backend used buffers past the point we asked to be called at, and did not
+            // call. (If it has not got there yet, it is slow, not silent: keep waiting for the
+            // call, as Linux does; 64 KiB TSO segments on a 1024-entry ring take longer than
+            // the timeout to consume.)
             qp.tx.reap();
             if qp.tx.num_free() >= self.stop_threshold {
                 qp.tx.vq.disable_cb();

@@ -113,6 +113,8 @@ fn total(s: &StatsSnapshot, port: &str, f: fn(&QueueSnapshot) -> u64) -> u64 {
 /// What one guest run against a fresh daemon left.
 struct Outcome {
     guest: vadapt_guest::Counts,
+    /// Per sender thread.
+    threads: Vec<vadapt_guest::Counts>,
     seen: Seen,
     stats: StatsSnapshot,
 }
@@ -157,6 +159,7 @@ fn run(load: Load, ring: u16) -> Outcome {
     let r = g.run(Arc::new(AtomicBool::new(false))).expect("guest runs");
     assert!(r.error.is_none(), "guest error: {:?}", r.error);
     let guest = r.totals;
+    let threads = r.threads.iter().map(|t| t.counts).collect();
     assert!(guest.sent_packets > 0, "{guest:?}");
     // The worker may still be cutting the last segments the guest saw consumed.
     for _ in 0..500 {
@@ -187,7 +190,12 @@ fn run(load: Load, ring: u16) -> Outcome {
         .map(|q| q.dropped.values().sum::<u64>())
         .sum();
     assert_eq!(drops, 0, "no drops, bad_vnet_hdr or other: {stats:?}");
-    Outcome { guest, seen, stats }
+    Outcome {
+        guest,
+        threads,
+        seen,
+        stats,
+    }
 }
 
 #[test]
@@ -201,7 +209,10 @@ fn closed_loop_tso_segments_arrive_as_mss_frames_that_verify_and_add_up() {
         total(&o.stats, "vm1", |q| q.gso_frames),
         o.guest.sent_packets
     );
-    assert_eq!(o.guest.sent_messages, o.guest.sent_payload_bytes / 64);
+    // Each thread's stream: a message counts once its last byte is out.
+    for t in &o.threads {
+        assert_eq!(t.sent_messages, t.sent_payload_bytes / 64, "{t:?}");
+    }
 }
 
 #[test]
