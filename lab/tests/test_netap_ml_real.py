@@ -40,6 +40,7 @@ def snap(sink_pkts, frame, cpu, timer, intervals=(("vm1", 700),), connected=True
 def test_stats_readers_take_payload_cpu_wakeups_and_intervals():
     s = snap(1000, 78, 0.5, 40, (("vm1", 700), ("vm2", 2101)))
     assert dm.sink_payload_bytes(s) == 1000 * 64
+    assert dm.sink_payload_bytes(s, "tcp-stream") == 1000 * (78 - 66), "IPv4 and TCP headers too"
     assert dm.worker_totals(s) == (1.0, 82)
     assert dm.port_intervals(s) == {"vm1": 700, "vm2": 2101}
     assert dm.vm_ports_connected(s) and not dm.vm_ports_connected(
@@ -75,6 +76,11 @@ def test_pinned_netap_and_config_name_every_port(tmp_path):
     )
     g = dm.guest_argv(dm.Path("v"), tmp_path / "s", 3, 64, 2.5)
     assert g[:3] == ["taskset", "-c", "0"] and g[g.index("--duration") + 1] == "2500ms"
+    i = g.index("--mode") + 1
+    assert g[i] == "stream", "raw frames by default"
+    assert dm.guest_argv(dm.Path("v"), tmp_path / "s", 3, 64, 2.5, "tcp-stream")[i] == "tcp-stream"
+    with pytest.raises(dm.TestbedError, match="udp"):
+        dm.guest_argv(dm.Path("v"), tmp_path / "s", 3, 64, 2.5, "udp")
 
 
 def test_control_request_speaks_one_json_line_and_raises_on_error(tmp_path):

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from vadapt_lab.netap_ml import daemon as dm
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m vadapt_lab.netap_ml", description=__doc__)
@@ -28,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
     r.add_argument("--window", type=float, default=2.0, help="measured seconds per point")
     r.add_argument("--quick", action="store_true", help="4 points only (smoke test)")
+    r.add_argument(
+        "--mode",
+        choices=dm.MODES,
+        default=dm.MODES[0],
+        help="the guests' traffic (default raw frames; see daemon.FRAME_HEADERS)",
+    )
     r.add_argument("--out", type=Path, required=True, help="CSV to write")
 
     c = sub.add_parser("compare-real", help="the sim-trained model's error on real-daemon data")
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         from vadapt_lab.netap_ml.grid_real import QUICK_GRID, REAL_GRID, run_real_grid
 
         grid = QUICK_GRID if a.quick else REAL_GRID
-        n = run_real_grid(a.vadapt, a.out, a.repo, grid, a.warmup, a.window)
+        n = run_real_grid(a.vadapt, a.out, a.repo, grid, a.warmup, a.window, mode=a.mode)
         print(f"wrote {n} rows to {a.out} in {time.monotonic() - t0:.1f} s")
     elif a.command == "compare-real":
         from vadapt_lab.netap_ml.compare import compare, report

@@ -59,11 +59,13 @@ CONNECT_SLACK_S = 5.0
 """Guest run time beyond the points: start-up and connection."""
 
 
-def point_row(before: dict, after: dict, window_s: float, guest_cpu_s: float) -> dict[str, float]:
+def point_row(
+    before: dict, after: dict, window_s: float, guest_cpu_s: float, mode: str = dm.MODES[0]
+) -> dict[str, float]:
     """Throughput, CPU and wake-ups between two stats snapshots ``window_s`` apart."""
     cpu0, wk0 = dm.worker_totals(before)
     cpu1, wk1 = dm.worker_totals(after)
-    payload = dm.sink_payload_bytes(after) - dm.sink_payload_bytes(before)
+    payload = dm.sink_payload_bytes(after, mode) - dm.sink_payload_bytes(before, mode)
     return {
         "gbps": payload * 8 / window_s / 1e9,
         "host_cpu_pct": (cpu1 - cpu0) / window_s * 100,
@@ -89,6 +91,7 @@ def run_real_grid(
     warmup_s: float = 1.0,
     window_s: float = 2.0,
     work: Path | None = None,
+    mode: str = dm.MODES[0],
 ) -> int:
     """Measure ``grid`` and write ``out_csv``; returns the rows written."""
     prov = {
@@ -115,6 +118,7 @@ def run_real_grid(
                 size,
                 dm.pinned_netap(intervals[0]),
                 guest_s,
+                mode,
             )
             with bed:
                 for iv in intervals:
@@ -123,7 +127,7 @@ def run_real_grid(
                     a, ga, ta = bed.stats(), bed.guest_cpu_seconds(), time.monotonic()
                     time.sleep(window_s)
                     b, gb, tb = bed.stats(), bed.guest_cpu_seconds(), time.monotonic()
-                    row = point_row(a, b, tb - ta, gb - ga)
+                    row = point_row(a, b, tb - ta, gb - ga, mode)
                     rows.append(
                         {"vms": vms, "threads": threads, "msg_size": size, "interval_us": iv}
                         | {k: repr(v) for k, v in row.items()}
