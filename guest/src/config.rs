@@ -16,6 +16,9 @@ pub const MTU: u32 = 1500;
 pub const MAX_SIZE: u32 = 9000;
 /// Default P95 reporting period: the core manager's period.
 pub const DEFAULT_REPORT_PERIOD: Duration = Duration::from_millis(100);
+/// Largest application message in TCP-stream mode (bytes): messages are a byte stream there,
+/// cut into segments whatever their size; this only bounds the arithmetic.
+pub const MAX_TCP_MESSAGE: u32 = 1 << 20;
 /// Most sending threads one guest runs (a VM with more vCPUs than this is not the point).
 pub const MAX_THREADS: u32 = 256;
 
@@ -23,8 +26,12 @@ pub const MAX_THREADS: u32 = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// One-way stream of messages (netperf TCP_STREAM / UDP_STREAM).
+    /// One-way stream of raw Ethernet frames, one message each (the packet-rate workload).
     Stream,
+    /// One-way TCP stream as a Linux sender with TSO puts it on the ring (netperf
+    /// TCP_STREAM): messages coalesced into segments of up to 64 KiB with a virtio-net header
+    /// asking the device for the checksum and the segmentation ([`crate::tcp_stream`]).
+    TcpStream,
     /// One request outstanding per thread, timed until its reply comes back (netperf TCP_RR,
     /// sockperf ping-pong), through an echo port or a second guest in [`Mode::Echo`].
     RequestResponse,
@@ -41,7 +48,8 @@ pub struct GuestConfig {
     pub socket: PathBuf,
     /// Sending threads (netperf threads); each is one flow.
     pub threads: u32,
-    /// Message size: bytes of L2 payload; the frame is 14 + `size` bytes.
+    /// Message size: bytes of L2 payload, the frame being 14 + `size` bytes; in
+    /// [`Mode::TcpStream`], bytes of application data per write.
     pub size: u32,
     /// Offered load.
     pub load: Load,
@@ -124,7 +132,11 @@ impl GuestConfig {
         if self.threads > MAX_THREADS {
             return Err(ConfigError::TooManyThreads(self.threads));
         }
-        if self.size < MIN_SIZE || self.size > MAX_SIZE {
+        if self.mode == Mode::TcpStream {
+            if self.size == 0 || self.size > MAX_TCP_MESSAGE {
+                return Err(ConfigError::TcpSize(self.size));
+            }
+        } else if self.size < MIN_SIZE || self.size > MAX_SIZE {
             return Err(ConfigError::Size(self.size));
         }
         if let Load::Rate { pps } = self.load {
@@ -174,6 +186,9 @@ pub enum ConfigError {
         "--size {0} is out of range: messages are {MIN_SIZE}..={MAX_SIZE} bytes of L2 payload"
     )]
     Size(u32),
+    /// TCP-stream message size out of range.
+    #[error("--size {0} is out of range: TCP-stream messages are 1..={MAX_TCP_MESSAGE} bytes")]
+    TcpSize(u32),
     /// Rate not positive.
     #[error("--rate must be positive, got {0} pps")]
     Rate(f64),
@@ -213,6 +228,19 @@ mod tests {
     }
 
     #[test]
+    fn tcp_stream_takes_any_message_size_and_large_rings() {
+        for size in [1, 64, 9001, 65536] {
+            let cfg = GuestConfig {
+                mode: Mode::TcpStream,
+                size,
+                ring_size: 1024,
+                ..GuestConfig::new("/tmp/x.sock")
+            };
+            assert_eq!(cfg.validate(), Ok(()), "{size}");
+        }
+    }
+
+    #[test]
     fn each_bad_knob_is_named() {
         let base = GuestConfig::new("/tmp/x.sock");
         let cases: Vec<(GuestConfig, &str)> = vec![
@@ -240,6 +268,14 @@ mod tests {
             (
                 GuestConfig {
                     size: 9001,
+                    ..base.clone()
+                },
+                "--size",
+            ),
+            (
+                GuestConfig {
+                    size: 0,
+                    mode: Mode::TcpStream,
                     ..base.clone()
                 },
                 "--size",

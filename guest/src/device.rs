@@ -27,14 +27,17 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::{
-    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC,
-    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_STATUS, VIRTIO_NET_OK,
+    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_F_CSUM, VIRTIO_NET_F_CTRL_VQ,
+    VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_STATUS, VIRTIO_NET_OK,
 };
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
-use crate::config::{GuestConfig, MTU};
+use crate::config::{GuestConfig, Mode, MTU};
 use crate::frame::{self, Stamp};
-use crate::queue::{Notifiers, QueueError, RxQueue, TxQueue, RX_BUF_LEN};
+use crate::queue::{Notifiers, QueueError, RxQueue, TxQueue, RX_BUF_LEN, SEGMENT_SLOT_LEN};
+use crate::tcp_segment::{TxOffloads, TSO_SIZE_GOAL};
+use crate::tcp_stream;
 
 /// `VHOST_USER_F_PROTOCOL_FEATURES`: the backend speaks protocol-feature negotiation.
 const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
@@ -42,34 +45,55 @@ const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
 const PAGE: u64 = 4096;
 
 /// The feature bits a Linux virtio-net driver (behind QEMU) acknowledges when offered, for
-/// what this guest uses: no checksum or segmentation offloads (netperf-style small messages
-/// do not need them, and they would only change the header the guest writes).
-pub fn wanted_features() -> u64 {
-    [
-        VIRTIO_F_VERSION_1,
-        VIRTIO_NET_F_MAC,
-        VIRTIO_NET_F_MRG_RXBUF,
-        VIRTIO_RING_F_EVENT_IDX,
-        VIRTIO_F_IN_ORDER,
-        VIRTIO_RING_F_INDIRECT_DESC,
-        VIRTIO_NET_F_STATUS,
-        VIRTIO_NET_F_MQ,
-        VIRTIO_NET_F_CTRL_VQ,
-        VHOST_USER_F_PROTOCOL_FEATURES,
-    ]
-    .iter()
-    .fold(0u64, |acc, bit| acc | (1u64 << bit))
+/// what this guest uses in `mode`: raw frames need no checksum or segmentation offloads (they
+/// are not IP, and would only change the header the guest writes); TCP stream
+/// ([`Mode::TcpStream`]) also takes `VIRTIO_NET_F_CSUM` and `VIRTIO_NET_F_HOST_TSO4`, as a
+/// Linux guest's TCP does.
+pub fn wanted_features(mode: Mode) -> u64 {
+    let offloads = if mode == Mode::TcpStream {
+        (1u64 << VIRTIO_NET_F_CSUM) | (1u64 << VIRTIO_NET_F_HOST_TSO4)
+    } else {
+        0
+    };
+    offloads
+        | [
+            VIRTIO_F_VERSION_1,
+            VIRTIO_NET_F_MAC,
+            VIRTIO_NET_F_MRG_RXBUF,
+            VIRTIO_RING_F_EVENT_IDX,
+            VIRTIO_F_IN_ORDER,
+            VIRTIO_RING_F_INDIRECT_DESC,
+            VIRTIO_NET_F_STATUS,
+            VIRTIO_NET_F_MQ,
+            VIRTIO_NET_F_CTRL_VQ,
+            VHOST_USER_F_PROTOCOL_FEATURES,
+        ]
+        .iter()
+        .fold(0u64, |acc, bit| acc | (1u64 << bit))
 }
 
-/// Which offered features to acknowledge: the wanted ones, with `MQ` only together with
-/// `CTRL_VQ` (the spec makes `MQ` depend on it and Linux drops `MQ` otherwise).
-pub fn negotiate_features(offered: u64) -> u64 {
-    let mut acked = offered & wanted_features();
+/// Which offered features to acknowledge in `mode`: the wanted ones, with `MQ` only together
+/// with `CTRL_VQ` and `HOST_TSO4` only together with `CSUM` (the spec makes each depend on the
+/// other, and Linux drops them otherwise).
+pub fn negotiate_features(offered: u64, mode: Mode) -> u64 {
+    let mut acked = offered & wanted_features(mode);
     let has = |f: u64, bit: u32| f & (1u64 << bit) != 0;
     if has(acked, VIRTIO_NET_F_MQ) && !has(acked, VIRTIO_NET_F_CTRL_VQ) {
         acked &= !(1u64 << VIRTIO_NET_F_MQ);
     }
+    if has(acked, VIRTIO_NET_F_HOST_TSO4) && !has(acked, VIRTIO_NET_F_CSUM) {
+        acked &= !(1u64 << VIRTIO_NET_F_HOST_TSO4);
+    }
     acked
+}
+
+/// The transmit offloads among acknowledged `features`, for TCP-stream segments.
+pub fn tx_offloads(features: u64) -> TxOffloads {
+    TxOffloads {
+        csum: has_feature(features, VIRTIO_NET_F_CSUM),
+        tso4: has_feature(features, VIRTIO_NET_F_CSUM)
+            && has_feature(features, VIRTIO_NET_F_HOST_TSO4),
+    }
 }
 
 /// `true` if `bit` is set in `features`.
@@ -211,8 +235,37 @@ pub struct PairPlan {
     pub tx: QueueLayout,
     /// First RX buffer; `ring_size` buffers of [`RX_BUF_LEN`].
     pub rx_bufs: u64,
-    /// First TX buffer; `ring_size` buffers of `tx_stride`.
+    /// First TX buffer; `ring_size` buffers of [`TxBufs::stride`].
     pub tx_bufs: u64,
+    /// TCP-stream mode: the payload area ([`TxBufs::payload`] bytes; 0 = none).
+    pub tx_payload: u64,
+}
+
+/// How a pair's TX buffers are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxBufs {
+    /// Bytes per TX slot.
+    pub stride: u32,
+    /// Bytes of the payload area shared by the slots (0 = none: raw frames).
+    pub payload: u32,
+}
+
+impl TxBufs {
+    /// The layout `cfg` needs: whole packets of `cfg.size` bytes per slot for raw frames;
+    /// header slots plus one payload area of a full TSO segment for TCP stream.
+    pub fn for_config(cfg: &GuestConfig) -> TxBufs {
+        if cfg.mode == Mode::TcpStream {
+            TxBufs {
+                stride: SEGMENT_SLOT_LEN,
+                payload: TSO_SIZE_GOAL,
+            }
+        } else {
+            TxBufs {
+                stride: tx_stride(cfg.size),
+                payload: 0,
+            }
+        }
+    }
 }
 
 fn page_up(x: u64) -> u64 {
@@ -226,8 +279,8 @@ pub fn tx_stride(size: u32) -> u32 {
 
 /// Lays out `pairs` queue pairs with rings of `ring_size` from guest-physical 0: rings first
 /// (page-aligned, so the backend's ring accesses never share a page with packet data), then
-/// the buffers.
-pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
+/// the buffers (`tx` says how the TX buffers are laid out).
+pub fn plan_memory(pairs: u16, ring_size: u16, tx: TxBufs) -> MemoryPlan {
     let mut at = 0u64;
     let mut plans = Vec::with_capacity(usize::from(pairs));
     for _ in 0..pairs {
@@ -240,6 +293,7 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
             tx,
             rx_bufs: 0,
             tx_bufs: 0,
+            tx_payload: 0,
         });
     }
     let (ring, ctrl_len) = QueueLayout::contiguous(CTRL_RING_SIZE, at);
@@ -250,7 +304,11 @@ pub fn plan_memory(pairs: u16, ring_size: u16, size: u32) -> MemoryPlan {
         p.rx_bufs = at;
         at = page_up(at + u64::from(RX_BUF_LEN) * u64::from(ring_size));
         p.tx_bufs = at;
-        at = page_up(at + u64::from(tx_stride(size)) * u64::from(ring_size));
+        at = page_up(at + u64::from(tx.stride) * u64::from(ring_size));
+        if tx.payload > 0 {
+            p.tx_payload = at;
+            at = page_up(at + u64::from(tx.payload));
+        }
     }
     MemoryPlan {
         size: at,
@@ -285,22 +343,34 @@ pub fn build_pair(
         source,
     };
     let mergeable = has_feature(features, VIRTIO_NET_F_MRG_RXBUF);
-    let mut template = vec![0u8; frame::packet_len(cfg.size)];
-    let stamp = Stamp {
-        seq: 0,
-        sent_ns: 0,
-        thread: 0,
-    };
-    frame::write_packet(&mut template, cfg.dst_mac, mac, cfg.size, stamp);
     let mut rx = RxQueue::new(rxq, mem, p.rx_bufs, cfg.ring_size, mergeable).map_err(qerr)?;
-    let mut tx = TxQueue::new(
-        txq,
-        mem,
-        p.tx_bufs,
-        tx_stride(cfg.size),
-        cfg.ring_size,
-        &template,
-    )
+    let mut tx = if cfg.mode == Mode::TcpStream {
+        TxQueue::new_segmented(
+            txq,
+            mem,
+            p.tx_bufs,
+            cfg.ring_size,
+            p.tx_payload,
+            &tcp_stream::payload_pattern(),
+            ring_features.indirect,
+        )
+    } else {
+        let mut template = vec![0u8; frame::packet_len(cfg.size)];
+        let stamp = Stamp {
+            seq: 0,
+            sent_ns: 0,
+            thread: 0,
+        };
+        frame::write_packet(&mut template, cfg.dst_mac, mac, cfg.size, stamp);
+        TxQueue::new(
+            txq,
+            mem,
+            p.tx_bufs,
+            tx_stride(cfg.size),
+            cfg.ring_size,
+            &template,
+        )
+    }
     .map_err(qerr)?;
     // Linux posts its RX buffers before the device starts (`try_fill_recv`); the kick comes
     // once the rings are live (`Guest::connect`).
@@ -442,7 +512,20 @@ impl Device {
         if !has_feature(offered, VIRTIO_F_VERSION_1) {
             return Err(DeviceError::NoVersion1);
         }
-        let features = negotiate_features(offered);
+        let features = negotiate_features(offered, cfg.mode);
+        if cfg.mode == Mode::TcpStream {
+            let off = tx_offloads(features);
+            if !(off.csum && off.tso4) {
+                tracing::warn!(
+                    csum = off.csum,
+                    tso4 = off.tso4,
+                    "--mode tcp-stream: the backend does not offer VIRTIO_NET_F_CSUM and \
+                     VIRTIO_NET_F_HOST_TSO4; sending MSS-sized frames{} instead, as Linux \
+                     without device offloads",
+                    if off.csum { "" } else { " with full checksums" }
+                );
+            }
+        }
 
         let mut queue_num = 2u64;
         let mut net_cfg = None;
@@ -474,7 +557,11 @@ impl Device {
             }
         }
 
-        if cfg.size > MTU && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF) {
+        // In TCP stream a message is application data, not a frame: frames stay within one MSS.
+        if cfg.mode != Mode::TcpStream
+            && cfg.size > MTU
+            && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF)
+        {
             return Err(DeviceError::SizeOverMtu(cfg.size));
         }
         let mac = cfg
@@ -498,7 +585,7 @@ impl Device {
 
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
-        let plan = plan_memory(pairs, cfg.ring_size, cfg.size);
+        let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
         let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(DeviceError::Memory)?;
         let regions: Vec<VhostUserMemoryRegionInfo> = mem
             .regions()
@@ -734,12 +821,15 @@ mod tests {
     #[test]
     fn acks_only_wanted_and_mq_with_ctrl_vq() {
         let all = u64::MAX;
-        let acked = negotiate_features(all);
-        assert_eq!(acked, wanted_features());
+        let acked = negotiate_features(all, Mode::Stream);
+        assert_eq!(acked, wanted_features(Mode::Stream));
         assert!(has_feature(acked, VIRTIO_NET_F_MQ));
         let no_ctrl = all & !(1 << VIRTIO_NET_F_CTRL_VQ);
-        assert!(!has_feature(negotiate_features(no_ctrl), VIRTIO_NET_F_MQ));
-        // Offloads are never acknowledged.
+        assert!(!has_feature(
+            negotiate_features(no_ctrl, Mode::Stream),
+            VIRTIO_NET_F_MQ
+        ));
+        // Raw frames never acknowledge offloads.
         assert!(!has_feature(
             acked,
             virtio_bindings::virtio_net::VIRTIO_NET_F_CSUM
@@ -751,8 +841,64 @@ mod tests {
     }
 
     #[test]
+    fn tcp_stream_acks_csum_and_tso4_together_only() {
+        let all = u64::MAX;
+        let acked = negotiate_features(all, Mode::TcpStream);
+        assert!(has_feature(acked, VIRTIO_NET_F_CSUM));
+        assert!(has_feature(acked, VIRTIO_NET_F_HOST_TSO4));
+        assert_eq!(
+            tx_offloads(acked),
+            TxOffloads {
+                csum: true,
+                tso4: true
+            }
+        );
+        // No other offload.
+        assert!(!has_feature(
+            acked,
+            virtio_bindings::virtio_net::VIRTIO_NET_F_HOST_TSO6
+        ));
+        let no_csum = negotiate_features(all & !(1 << VIRTIO_NET_F_CSUM), Mode::TcpStream);
+        assert!(!has_feature(no_csum, VIRTIO_NET_F_HOST_TSO4));
+        assert_eq!(
+            tx_offloads(no_csum),
+            TxOffloads {
+                csum: false,
+                tso4: false
+            }
+        );
+        let no_tso = negotiate_features(all & !(1 << VIRTIO_NET_F_HOST_TSO4), Mode::TcpStream);
+        assert_eq!(
+            tx_offloads(no_tso),
+            TxOffloads {
+                csum: true,
+                tso4: false
+            }
+        );
+    }
+
+    #[test]
+    fn tcp_stream_plan_has_header_slots_and_a_payload_area() {
+        let tx = TxBufs {
+            stride: SEGMENT_SLOT_LEN,
+            payload: TSO_SIZE_GOAL,
+        };
+        let plan = plan_memory(2, 1024, tx);
+        for p in &plan.pairs {
+            assert!(p.tx_payload >= p.tx_bufs + u64::from(SEGMENT_SLOT_LEN) * 1024);
+            assert_eq!(p.tx_payload % PAGE, 0);
+        }
+        assert!(plan.pairs[1].rx_bufs >= plan.pairs[0].tx_payload + u64::from(TSO_SIZE_GOAL));
+        assert!(plan.size >= plan.pairs[1].tx_payload + u64::from(TSO_SIZE_GOAL));
+    }
+
+    #[test]
     fn memory_plan_has_no_overlaps() {
-        let plan = plan_memory(3, 256, 1500);
+        let tx = TxBufs {
+            stride: tx_stride(1500),
+            payload: 0,
+        };
+        let plan = plan_memory(3, 256, tx);
         let mut spans = vec![];
         for p in &plan.pairs {
             for l in [p.rx, p.tx] {

@@ -7,17 +7,18 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::{Clock, ExitCost};
-use crate::config::{ConfigError, GuestConfig};
+use crate::config::{ConfigError, GuestConfig, Mode};
 use crate::cores_report;
-use crate::device::{Device, DeviceError};
+use crate::device::{tx_offloads, Device, DeviceError};
 use crate::frame;
 use crate::metrics::{
     CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
 };
 use crate::period_latency::PeriodLatency;
 use crate::qmp_server::{QmpServer, QmpServerError};
+use crate::tcp_stream;
 use crate::vcpus::Vcpus;
-use crate::worker::{Shared, Worker, WorkerResult};
+use crate::worker::{Shared, TcpStreamShared, Worker, WorkerResult};
 
 /// Why a guest could not connect or run.
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +168,7 @@ impl Guest {
             answered: (0..threads).map(|_| AtomicU64::new(0)).collect(),
             counters: Arc::clone(&self.counters),
             mac: self.device.mac,
+            dst_mac: self.cfg.dst_mac,
             mode: self.cfg.mode,
             load: self.cfg.load,
             threads,
@@ -178,6 +180,11 @@ impl Guest {
             tx_batch: self.cfg.tx_batch,
             rr_timeout_ns: self.cfg.rr_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             frame_len: (frame::ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
+            size: self.cfg.size,
+            tcp: (self.cfg.mode == Mode::TcpStream).then(|| TcpStreamShared {
+                offloads: tx_offloads(self.device.features),
+                pattern: tcp_stream::payload_pattern().into(),
+            }),
             vcpus: Arc::clone(&self.vcpus),
             period_latency: self
                 .cfg

@@ -19,7 +19,8 @@
 //!
 //! * **The device, as QEMU sets it up** ([`device`]): one memfd of guest memory shared with
 //!   `SET_MEM_TABLE`, feature negotiation as a Linux guest (`VERSION_1`, `MAC`, `MRG_RXBUF`,
-//!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered;
+//!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered, and
+//!   `CSUM` + `HOST_TSO4` in TCP-stream mode;
 //!   protocol features `MQ`, `CONFIG`, `REPLY_ACK`), one queue pair per thread as far as the
 //!   backend offers pairs, rings enabled with `SET_VRING_ENABLE`.
 //! * **The driver** ([`worker`]): TX like `start_xmit` (one descriptor per packet, kicks only
@@ -27,7 +28,11 @@
 //!   with `enable_cb_delayed` when the ring runs low), RX like NAPI (budget 64, re-enable and
 //!   re-check). The notification rules themselves are `vadapt_virtq`'s `DriverQueue`.
 //! * **The application**: netperf-like threads, stream or request/response, closed loop or a
-//!   fixed rate ([`load`]).
+//!   fixed rate ([`load`]). The stream is raw Ethernet frames, one per message (packet-rate
+//!   benchmarks), or a TCP stream as Linux's TCP with TSO hands it to the driver: messages
+//!   coalesced into segments of up to 64 KiB whose checksum and segmentation the backend does
+//!   ([`tcp_stream`], [`tcp_segment`]; `VIRTIO_NET_F_CSUM` and `HOST_TSO4` acknowledged in
+//!   that mode only).
 //!
 //! # Emulated VM-exit cost (`--exit-cost-ns`, default 2000 ns)
 //!
@@ -76,6 +81,8 @@ pub mod qga_session;
 pub mod qmp_server;
 pub mod qmp_session;
 pub mod queue;
+pub mod tcp_segment;
+pub mod tcp_stream;
 pub mod vcpus;
 pub mod worker;
 

@@ -13,19 +13,23 @@ use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::RingFeatures;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
-use virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
-use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_CSUM, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_MRG_RXBUF,
+};
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::clock::{Clock, ExitCost};
 use crate::config::{GuestConfig, Mode};
-use crate::device::{build_pair, plan_memory, QueuePair};
+use crate::device::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
 use crate::frame::{ETH_HDR_LEN, NET_HDR_LEN};
 use crate::load::Load;
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;
+use crate::tcp_segment::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
+use crate::tcp_stream::payload_pattern;
 use crate::vcpus::Vcpus;
-use crate::worker::{Shared, Worker};
+use crate::worker::{Shared, TcpStreamShared, Worker};
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
@@ -42,6 +46,12 @@ enum Notify {
 #[derive(Debug, Default)]
 struct BackendStats {
     tx_packets: u64,
+    /// Bytes of the TX buffers (virtio-net header included).
+    tx_buffer_bytes: u64,
+    /// TCP stream: segments whose sequence number did not follow the previous segment's.
+    seq_breaks: u64,
+    /// TCP stream: segments whose virtio-net header was not what their length asks for.
+    bad_headers: u64,
     rx_packets: u64,
     calls: u64,
 }
@@ -54,12 +64,40 @@ struct Backend {
     tx_call: EventFd,
     rx_call: EventFd,
     echo: bool,
+    /// Check every TX buffer as a TCP-stream segment.
+    tcp: bool,
     notify: Notify,
     stop: Arc<AtomicBool>,
 }
 
+/// Reads a TCP-stream segment's headers from `chain`: its sequence number must follow the
+/// previous one's, and its virtio-net header must ask for GSO exactly when it carries more
+/// than one MSS.
+fn check_segment(chain: &Chain, next_seq: &mut Option<u32>, st: &mut BackendStats) {
+    let mut h = [0u8; BUF_HDRS_LEN];
+    chain.read_into(0, &mut h);
+    let payload = chain.readable_len() - BUF_HDRS_LEN as u32;
+    let seq_at = NET_HDR_LEN + ETH_HDR_LEN + 20 + 4;
+    let seq = u32::from_be_bytes(h[seq_at..seq_at + 4].try_into().unwrap());
+    if next_seq.is_some_and(|n| n != seq) {
+        st.seq_breaks += 1;
+    }
+    *next_seq = Some(seq.wrapping_add(payload));
+    let gso = h[1] == 1 && u16::from_le_bytes([h[4], h[5]]) == MSS as u16;
+    if h[0] != 1 || gso != (payload > MSS) {
+        st.bad_headers += 1;
+    }
+}
+
 impl Backend {
-    fn new(mem: &GuestMemory, pair: &QueuePair, features: u64, echo: bool, notify: Notify) -> Self {
+    fn new(
+        mem: &GuestMemory,
+        pair: &QueuePair,
+        features: u64,
+        echo: bool,
+        tcp: bool,
+        notify: Notify,
+    ) -> Self {
         let rf = RingFeatures::from_bits(features);
         let dq = |l| DeviceQueue::new(mem, l, false, rf, 0).unwrap();
         let mut tx = dq(pair.tx.vq.layout());
@@ -75,6 +113,7 @@ impl Backend {
             tx_call: pair.tx.notify.call.try_clone().unwrap(),
             rx_call: pair.rx.notify.call.try_clone().unwrap(),
             echo,
+            tcp,
             notify,
             stop: Arc::new(AtomicBool::new(false)),
         }
@@ -84,9 +123,14 @@ impl Backend {
         let mut st = BackendStats::default();
         let mut chain = Chain::default();
         let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut next_seq = None;
         loop {
             let mut moved = 0;
             while let Ok(Some(head)) = self.tx.pop(&self.mem, &mut chain) {
+                st.tx_buffer_bytes += u64::from(chain.readable_len());
+                if self.tcp {
+                    check_segment(&chain, &mut next_seq, &mut st);
+                }
                 if self.echo {
                     let mut buf = vec![0u8; chain.readable_len() as usize];
                     chain.read_into(0, &mut buf);
@@ -213,10 +257,11 @@ fn run_with(
         load,
         ..GuestConfig::new("/unused")
     };
-    let plan = plan_memory(1, cfg.ring_size, cfg.size);
+    let plan = plan_memory(1, cfg.ring_size, TxBufs::for_config(&cfg));
     let mem = GuestMemory::new_anonymous(plan.size).unwrap();
     let pair = build_pair(&mem, 0, &plan.pairs[0], &cfg, features, MAC).unwrap();
-    let backend = Backend::new(&mem, &pair, features, echo, notify);
+    let tcp = mode == Mode::TcpStream;
+    let backend = Backend::new(&mem, &pair, features, echo, tcp, notify);
     let stop_backend = Arc::clone(&backend.stop);
     let backend = std::thread::spawn(move || backend.run());
 
@@ -228,6 +273,7 @@ fn run_with(
         answered: vec![AtomicU64::new(0)],
         counters: Arc::clone(&counters),
         mac: MAC,
+        dst_mac: cfg.dst_mac,
         mode,
         load,
         threads: 1,
@@ -237,6 +283,11 @@ fn run_with(
         tx_batch: 1,
         rr_timeout_ns: 2_000_000_000,
         frame_len: (ETH_HDR_LEN as u64) + u64::from(cfg.size),
+        size: cfg.size,
+        tcp: tcp.then(|| TcpStreamShared {
+            offloads: tx_offloads(features),
+            pattern: payload_pattern().into(),
+        }),
         vcpus,
         period_latency,
     });
@@ -434,4 +485,78 @@ fn request_response_records_each_round_trip_for_the_period_too() {
     period.take(&mut taken);
     assert!(!taken.is_empty());
     assert_eq!(Some(taken.len()), o.hist.summary().map(|l| l.count));
+}
+
+const TSO: u64 = (1 << VIRTIO_NET_F_CSUM) | (1 << VIRTIO_NET_F_HOST_TSO4);
+
+#[test]
+fn tcp_stream_closed_loop_sends_full_tso_segments_in_sequence() {
+    // Two-descriptor chains, and one descriptor with an indirect table.
+    for f in [V1 | TSO, V1 | TSO | bit(VIRTIO_RING_F_INDIRECT_DESC)] {
+        let o = run(
+            f,
+            Mode::TcpStream,
+            Load::ClosedLoop,
+            false,
+            Notify::BusyPoll,
+            256,
+        );
+        let g = o.guest;
+        assert!(g.sent_packets > 0);
+        assert_eq!(o.backend.tx_packets, g.sent_packets);
+        // Closed loop: every segment carries the size goal.
+        assert_eq!(
+            g.sent_payload_bytes,
+            g.sent_packets * u64::from(TSO_SIZE_GOAL)
+        );
+        assert_eq!(
+            o.backend.tx_buffer_bytes,
+            g.sent_payload_bytes + g.sent_packets * BUF_HDRS_LEN as u64
+        );
+        assert_eq!(
+            g.sent_bytes + g.sent_packets * NET_HDR_LEN as u64,
+            o.backend.tx_buffer_bytes
+        );
+        assert_eq!(g.sent_messages, g.sent_payload_bytes / 64);
+        assert_eq!((o.backend.seq_breaks, o.backend.bad_headers), (0, 0));
+    }
+}
+
+#[test]
+fn tcp_stream_at_a_fixed_rate_sends_what_is_queued() {
+    // 20 k messages/s of 64 bytes: the sender finds a few messages queued each time.
+    let o = run(
+        V1 | TSO | bit(VIRTIO_RING_F_EVENT_IDX),
+        Mode::TcpStream,
+        Load::Rate { pps: 20_000.0 },
+        false,
+        Notify::Interrupt,
+        256,
+    );
+    let g = o.guest;
+    assert!(g.sent_messages > 0 && g.sent_messages <= 4001, "{g:?}");
+    assert_eq!(
+        g.sent_payload_bytes,
+        g.sent_messages * 64,
+        "whole messages only"
+    );
+    assert!(g.sent_packets <= g.sent_messages);
+    assert_eq!(o.backend.tx_packets, g.sent_packets);
+    assert_eq!((o.backend.seq_breaks, o.backend.bad_headers), (0, 0));
+}
+
+#[test]
+fn tcp_stream_without_tso_sends_mss_frames() {
+    let o = run(
+        V1 | (1 << VIRTIO_NET_F_CSUM),
+        Mode::TcpStream,
+        Load::ClosedLoop,
+        false,
+        Notify::BusyPoll,
+        256,
+    );
+    let g = o.guest;
+    assert!(g.sent_packets > 0);
+    assert_eq!(g.sent_payload_bytes, g.sent_packets * u64::from(MSS));
+    assert_eq!((o.backend.seq_breaks, o.backend.bad_headers), (0, 0));
 }

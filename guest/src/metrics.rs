@@ -7,14 +7,15 @@
 //!
 //! | JSON name (report) | meaning |
 //! |---|---|
-//! | `sent_packets`, `sent_bytes` | frames made available on TX rings; bytes are Ethernet frame bytes (14-byte header + payload), without the virtio-net header |
+//! | `sent_packets`, `sent_bytes` | buffers made available on TX rings (raw frames; in TCP stream, segments of up to 64 KiB); bytes are Ethernet frame bytes (headers + payload), without the virtio-net header |
+//! | `sent_messages`, `sent_payload_bytes` | application messages sent and their bytes: in raw modes one message per frame (its L2 payload); in TCP stream, messages whose last byte is on the ring and the TCP payload bytes |
 //! | `recv_packets`, `recv_bytes` | frames taken from RX rings (same byte convention) |
 //! | `tx_kicks`, `rx_kicks`, `kicks` | notifications to the backend after filling the TX ring / refilling the RX ring, and their sum |
 //! | `tx_calls`, `rx_calls`, `calls` | handled notifications from the backend (one per wake-up that found the call eventfd signalled), and their sum |
 //! | `call_signals` | raw count of backend signals read from call eventfds (several signals can coalesce into one handled call) |
 //! | `ring_full_stalls` | times a TX queue was stopped because its ring was (nearly) full |
 //! | `stall_ns` | time the sending threads spent waiting for a stopped TX queue to restart (ns) |
-//! | `tx_wake_timeouts` | times a stopped TX queue was restarted by the guest's own 10 ms timeout instead of a call: a call the backend owed and did not send (a Linux guest would stall until its TX watchdog) |
+//! | `tx_wake_timeouts` | times a stopped TX queue was restarted by the guest's own 10 ms timeout instead of a call: a call the backend owed (it used buffers past the event point) and did not send (a Linux guest would stall until its TX watchdog) |
 //! | `rx_errors` | received buffers that could not be understood (bad length or `num_buffers`) |
 //! | `lost_requests` | request/response requests whose reply did not come back within the timeout |
 //! | `paced_skipped` | rate mode: packets the pacer gave up because the sender fell behind |
@@ -57,6 +58,10 @@ pub struct ThreadCounters {
     pub sent_packets: Counter,
     /// Ethernet bytes of those frames (bytes).
     pub sent_bytes: Counter,
+    /// Application messages sent.
+    pub sent_messages: Counter,
+    /// Application payload bytes sent (bytes).
+    pub sent_payload_bytes: Counter,
     /// Frames taken from the RX ring.
     pub recv_packets: Counter,
     /// Ethernet bytes of those frames (bytes).
@@ -93,6 +98,8 @@ impl ThreadCounters {
         let mut c = Counts {
             sent_packets: self.sent_packets.get(),
             sent_bytes: self.sent_bytes.get(),
+            sent_messages: self.sent_messages.get(),
+            sent_payload_bytes: self.sent_payload_bytes.get(),
             recv_packets: self.recv_packets.get(),
             recv_bytes: self.recv_bytes.get(),
             kicks: 0,
@@ -147,6 +154,10 @@ pub struct Counts {
     pub sent_packets: u64,
     /// Ethernet bytes sent (bytes).
     pub sent_bytes: u64,
+    /// Application messages sent.
+    pub sent_messages: u64,
+    /// Application payload bytes sent (bytes).
+    pub sent_payload_bytes: u64,
     /// Frames taken from RX rings.
     pub recv_packets: u64,
     /// Ethernet bytes received (bytes).
@@ -187,6 +198,8 @@ impl std::ops::Add for Counts {
         Counts {
             sent_packets: self.sent_packets + o.sent_packets,
             sent_bytes: self.sent_bytes + o.sent_bytes,
+            sent_messages: self.sent_messages + o.sent_messages,
+            sent_payload_bytes: self.sent_payload_bytes + o.sent_payload_bytes,
             recv_packets: self.recv_packets + o.recv_packets,
             recv_bytes: self.recv_bytes + o.recv_bytes,
             kicks: self.kicks + o.kicks,

@@ -4,6 +4,11 @@
 //! These types only move buffers; the decisions a driver takes around them (when to stop the
 //! TX queue, when to run NAPI, what to count) live in [`crate::worker`]. Every buffer has a
 //! fixed slot in guest memory, chosen at setup, as the Linux driver keeps pre-allocated pages.
+//!
+//! Two TX layouts: a raw-frame queue posts one descriptor per packet, the whole packet in its
+//! slot; a TCP-stream queue posts each segment in two parts, its headers from a small slot and
+//! its payload (up to 64 KiB) from one payload area shared by all segments, as Linux posts an
+//! skb's linear part and its page fragments.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -131,6 +136,26 @@ impl Notifiers {
     }
 }
 
+/// Bytes of a TCP-stream header slot: the headers (at most [`SEGMENT_HDRS_MAX`] bytes), then
+/// the two-entry indirect table (32 bytes).
+pub const SEGMENT_SLOT_LEN: u32 = 128;
+/// Room for the headers at the front of a TCP-stream slot; the indirect table follows.
+pub const SEGMENT_HDRS_MAX: u32 = 96;
+
+// The headers of a TCP-stream segment fit in front of the indirect table.
+const _: () = assert!(crate::tcp_segment::BUF_HDRS_LEN as u32 <= SEGMENT_HDRS_MAX);
+
+/// The one payload area of a segmented TX queue.
+#[derive(Debug, Clone, Copy)]
+struct PayloadArea {
+    /// Guest-physical address.
+    gpa: u64,
+    /// Length (bytes): the most one segment carries.
+    len: u32,
+    /// Post each segment through an indirect table rather than a two-descriptor chain.
+    indirect: bool,
+}
+
 /// The transmit queue of a pair.
 #[derive(Debug)]
 pub struct TxQueue {
@@ -143,8 +168,11 @@ pub struct TxQueue {
     free: Vec<u16>,
     /// Slot of the buffer posted under each descriptor head.
     slot_of_head: Vec<u16>,
-    /// Buffer length posted per packet (virtio-net header + frame, bytes).
+    /// Buffer length posted per packet (virtio-net header + frame, bytes); unused for
+    /// segments.
     packet_len: u32,
+    /// TCP-stream mode: the payload area every segment's second part points into.
+    payload: Option<PayloadArea>,
     /// The queue is stopped (Linux `netif_stop_subqueue`) until a call or the ring drains.
     pub stopped: bool,
 }
@@ -171,6 +199,42 @@ impl TxQueue {
             free: (0..count).rev().collect(),
             slot_of_head: vec![0; usize::from(count)],
             packet_len: template.len() as u32,
+            payload: None,
+            stopped: false,
+        })
+    }
+
+    /// A TX queue for TCP-stream segments: `count` header slots of [`SEGMENT_SLOT_LEN`]
+    /// bytes from `hdr_gpa`, and one payload area at `payload_gpa` filled once with
+    /// `payload`, which every segment's payload part points into (the backend only reads TX
+    /// buffers, so segments in flight may share it). With `indirect`, each segment is one
+    /// ring descriptor pointing to a two-entry indirect table in its slot, as Linux does when
+    /// `VIRTIO_RING_F_INDIRECT_DESC` is negotiated and a buffer has more than one part;
+    /// otherwise a chain of two descriptors.
+    pub(crate) fn new_segmented(
+        vq: DriverQueue,
+        mem: &GuestMemory,
+        hdr_gpa: u64,
+        count: u16,
+        payload_gpa: u64,
+        payload: &[u8],
+        indirect: bool,
+    ) -> Result<TxQueue, QueueError> {
+        let bufs = BufArea::new(mem, hdr_gpa, SEGMENT_SLOT_LEN, count)?;
+        let area = BufArea::new(mem, payload_gpa, payload.len() as u32, 1)?;
+        area.write(0, 0, payload);
+        Ok(TxQueue {
+            vq,
+            notify: Notifiers::new()?,
+            bufs,
+            free: (0..count).rev().collect(),
+            slot_of_head: vec![0; usize::from(count)],
+            packet_len: 0,
+            payload: Some(PayloadArea {
+                gpa: payload_gpa,
+                len: payload.len() as u32,
+                indirect,
+            }),
             stopped: false,
         })
     }
@@ -217,6 +281,67 @@ impl TxQueue {
             writable: false,
         };
         match self.vq.add(&[seg]) {
+            Ok(head) => {
+                self.slot_of_head[usize::from(head)] = slot;
+                Ok(true)
+            }
+            Err(e) => {
+                self.free.push(slot);
+                Err(QueueError::Add(format!("{e:?}")))
+            }
+        }
+    }
+
+    /// Whether [`TxQueue::add_segment`] would find a slot and descriptors now.
+    pub fn segment_room(&self) -> bool {
+        let descs = match self.payload {
+            Some(PayloadArea {
+                indirect: false, ..
+            }) => 2,
+            _ => 1,
+        };
+        !self.free.is_empty() && self.vq.num_free() >= descs
+    }
+
+    /// Adds one segment (TCP-stream mode): `hdrs` (virtio-net header and frame headers)
+    /// written into a free slot, followed by the first `payload_len` bytes of the payload
+    /// area. Not yet visible to the backend until [`TxQueue::publish`]. Returns `false` when
+    /// no slot or descriptor is free.
+    ///
+    /// # Panics
+    /// If the queue was not made for segments (`new_segmented`), `hdrs` does not fit in
+    /// [`SEGMENT_HDRS_MAX`] bytes, or `payload_len` is 0 or beyond the payload area (caller
+    /// bugs).
+    pub fn add_segment(&mut self, hdrs: &[u8], payload_len: u32) -> Result<bool, QueueError> {
+        let area = self.payload.expect("a segmented TX queue");
+        assert!(hdrs.len() <= SEGMENT_HDRS_MAX as usize);
+        assert!(payload_len > 0 && payload_len <= area.len);
+        if !self.segment_room() {
+            return Ok(false);
+        }
+        let Some(slot) = self.free.pop() else {
+            return Ok(false);
+        };
+        self.bufs.write(slot, 0, hdrs);
+        let segs = [
+            Seg {
+                gpa: self.bufs.gpa(slot),
+                len: hdrs.len() as u32,
+                writable: false,
+            },
+            Seg {
+                gpa: area.gpa,
+                len: payload_len,
+                writable: false,
+            },
+        ];
+        let added = if area.indirect {
+            let table = self.bufs.gpa(slot) + u64::from(SEGMENT_HDRS_MAX);
+            self.vq.add_indirect(&segs, table)
+        } else {
+            self.vq.add(&segs)
+        };
+        match added {
             Ok(head) => {
                 self.slot_of_head[usize::from(head)] = slot;
                 Ok(true)

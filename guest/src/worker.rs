@@ -7,13 +7,16 @@
 //! as on a guest vCPU, the thread that sends also takes the "interrupts" of its pair.
 //!
 //! * **TX** follows `start_xmit` with `napi_tx` off: free completed buffers
-//!   (`free_old_xmit_skbs`), add one descriptor per packet (virtio-net header + frame),
+//!   (`free_old_xmit_skbs`), add one buffer per packet (virtio-net header + frame; in TCP
+//!   stream one per segment, built by [`TcpSender`]),
 //!   publish, and kick only when [`DriverQueue::kick_prepare`] says so (`NO_NOTIFY` flag or
 //!   EVENT_IDX `avail_event`). When fewer than `2 + MAX_SKB_FRAGS` (19) descriptors remain,
 //!   the queue stops (a *ring-full stall*) and asks for a completion call with
 //!   `enable_cb_delayed`; the thread then sleeps on the TX call eventfd. A stop whose call
-//!   never comes is ended by a 10 ms timeout and counted (`tx_wake_timeouts`): a Linux guest
-//!   would wait for its watchdog instead, but a synthetic guest must not hang.
+//!   is owed (the backend used buffers past the event point) and does not come within 10 ms
+//!   is ended by the guest and counted (`tx_wake_timeouts`): a Linux guest would wait for its
+//!   watchdog instead, but a synthetic guest must not hang. A backend that has not reached
+//!   the event point yet is waited for (in 10 ms slices, up to the end of the run).
 //! * **RX** is NAPI: RX calls are enabled; when the RX call eventfd is found signalled the
 //!   thread pays the exit cost, disables callbacks and polls up to the budget (64); under
 //!   budget it re-enables callbacks and, if entries arrived meanwhile (`enable_cb` false),
@@ -43,7 +46,9 @@ use crate::frame::{self, Stamp};
 use crate::load::{Load, Pacer};
 use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
 use crate::period_latency::PeriodLatency;
-use crate::queue::RxPacket;
+use crate::queue::{QueueError, RxPacket, TxQueue};
+use crate::tcp_segment::{TcpFlow, TxOffloads};
+use crate::tcp_stream::{SegmentAdd, TcpSender};
 use crate::vcpus::Vcpus;
 
 /// Packets sent per lock hold / interrupt check in closed loop.
@@ -79,6 +84,8 @@ pub(crate) struct Shared {
     pub answered: Vec<AtomicU64>,
     pub counters: Arc<GuestCounters>,
     pub mac: [u8; 6],
+    /// Destination MAC of every frame.
+    pub dst_mac: [u8; 6],
     pub mode: Mode,
     pub load: Load,
     pub threads: u32,
@@ -89,10 +96,38 @@ pub(crate) struct Shared {
     pub tx_batch: u16,
     pub rr_timeout_ns: u64,
     pub frame_len: u64,
+    /// Message size (bytes of L2 payload for raw frames, of application data in TCP stream).
+    pub size: u32,
+    /// TCP stream: the offloads the device took and the payload every segment carries.
+    pub tcp: Option<TcpStreamShared>,
     /// Where each thread registers as a vCPU, and the pause (QMP `stop` / `cont`).
     pub vcpus: Arc<Vcpus>,
     /// Request/response: each period's round trips, for `--cores-control`.
     pub period_latency: Option<Arc<PeriodLatency>>,
+}
+
+/// What the TCP-stream senders of a guest share.
+#[derive(Debug)]
+pub(crate) struct TcpStreamShared {
+    pub offloads: TxOffloads,
+    pub pattern: Arc<[u8]>,
+}
+
+/// What one add to the TX ring did.
+enum Added {
+    /// A buffer went on the ring.
+    Buffer {
+        /// Ethernet bytes (headers + payload).
+        frame_bytes: u64,
+        /// Application payload bytes.
+        payload_bytes: u64,
+        /// Application messages completed.
+        messages: u64,
+    },
+    /// No slot or descriptor free: the queue must stop.
+    RingFull,
+    /// Nothing to send (TCP stream at a fixed rate, send queue empty).
+    NothingQueued,
 }
 
 /// What a thread hands back when it ends.
@@ -121,6 +156,8 @@ pub(crate) struct Worker {
     echo: Vec<([u8; 6], Stamp)>,
     /// Other threads use the same queue pair.
     shared_pair: bool,
+    /// TCP stream: this thread's connection.
+    tcp: Option<TcpSender>,
 }
 
 impl Worker {
@@ -140,6 +177,15 @@ impl Worker {
             error: None,
             echo: Vec::new(),
             shared_pair: shared.threads > u32::from(shared.pairs),
+            tcp: shared.tcp.as_ref().map(|t| {
+                TcpSender::new(
+                    TcpFlow::new(id, shared.mac, shared.dst_mac),
+                    t.offloads,
+                    shared.size,
+                    shared.load == Load::ClosedLoop,
+                    Arc::clone(&t.pattern),
+                )
+            }),
             shared,
         }
     }
@@ -169,8 +215,10 @@ impl Worker {
             .register(self.id, vadapt_coremgr::cputime::current_tid());
         let cpu_start = thread_cpu_ns();
         match (self.shared.mode, self.shared.load) {
-            (Mode::Stream, Load::ClosedLoop) => self.stream(None),
-            (Mode::Stream, Load::Rate { pps }) => self.stream(Some(self.pacer(pps, 1024))),
+            (Mode::Stream | Mode::TcpStream, Load::ClosedLoop) => self.stream(None),
+            (Mode::Stream | Mode::TcpStream, Load::Rate { pps }) => {
+                self.stream(Some(self.pacer(pps, 1024)))
+            }
             (Mode::RequestResponse, Load::ClosedLoop) => self.request_response(None),
             (Mode::Echo, _) => self.respond(),
             (Mode::RequestResponse, Load::Rate { pps }) => {
@@ -201,15 +249,26 @@ impl Worker {
 
     // ---- closed loop and rate: one-way stream -------------------------------------------
 
+    /// Raw frames: one message per frame, `want` frames a pass. TCP stream: the messages due
+    /// go to the send queue, and a pass sends up to a burst of segments from it.
     fn stream(&mut self, mut pacer: Option<Pacer>) {
         let pair = Arc::clone(&self.pair);
         while !self.should_stop() {
             if self.paused() {
                 continue;
             }
-            let want = match pacer.as_mut() {
-                None => BURST,
-                Some(p) => match p.due(self.shared.clock.now_ns()) {
+            let want = match (pacer.as_mut(), self.tcp.as_mut()) {
+                (None, _) => BURST,
+                (Some(p), Some(tcp)) => {
+                    tcp.queue_messages(p.due(self.shared.clock.now_ns()));
+                    if !tcp.has_data() {
+                        let next = p.next_due_ns();
+                        self.idle_until(next);
+                        continue;
+                    }
+                    BURST
+                }
+                (Some(p), None) => match p.due(self.shared.clock.now_ns()) {
                     0 => {
                         let next = p.next_due_ns();
                         self.idle_until(next);
@@ -223,10 +282,12 @@ impl Worker {
                     }
                 },
             };
+            // Raw frames not sent are given back to the pacer; TCP keeps them queued.
+            let raw_pacer = pacer.as_mut().filter(|_| self.tcp.is_none());
             let mut qp = lock(&pair);
             self.softirq(&mut qp, true);
             if qp.tx.stopped {
-                if let Some(p) = pacer.as_mut() {
+                if let Some(p) = raw_pacer {
                     p.unsend(u64::from(want));
                 }
                 self.wait_tx_wake(qp);
@@ -234,7 +295,7 @@ impl Worker {
             }
             let sent = self.xmit(&mut qp, want);
             drop(qp);
-            if let Some(p) = pacer.as_mut() {
+            if let Some(p) = raw_pacer {
                 p.unsend(u64::from(want - sent));
             }
         }
@@ -346,6 +407,9 @@ impl Worker {
         let c = self.c();
         c.sent_packets.add(added);
         c.sent_bytes.add(added * self.shared.frame_len);
+        c.sent_messages.add(added);
+        c.sent_payload_bytes
+            .add(added * u64::from(self.shared.size));
         c.tx_dropped.add(dropped);
         if added == 0 {
             return;
@@ -363,8 +427,8 @@ impl Worker {
 
     // ---- driver pieces ------------------------------------------------------------------
 
-    /// Adds up to `want` packets (publishing and deciding on a kick every `tx_batch`
-    /// packets); stops the queue when the ring runs low. Returns packets sent.
+    /// Adds up to `want` buffers (publishing and deciding on a kick every `tx_batch`
+    /// buffers); stops the queue when the ring runs low. Returns buffers sent.
     fn xmit(&mut self, qp: &mut QueuePair, want: u32) -> u32 {
         qp.tx.reap();
         // One clock read per call, not per packet: in a VM `clock_gettime` took 60 % of the
@@ -372,21 +436,31 @@ impl Worker {
         // is exact; stream packets of one burst share a stamp.
         let now = self.shared.clock.now_ns();
         let mut sent = 0;
-        while sent < want && !qp.tx.stopped {
+        let mut nothing_queued = false;
+        while sent < want && !qp.tx.stopped && !nothing_queued {
             let batch = u32::from(self.shared.tx_batch).min(want - sent);
-            let mut added = 0;
+            let (mut added, mut frame_bytes, mut payload_bytes, mut messages) = (0, 0, 0, 0);
+            let mut ring_full = false;
             for _ in 0..batch {
-                let stamp = Stamp {
-                    seq: self.seq,
-                    sent_ns: now,
-                    thread: self.id,
-                };
-                match qp.tx.add(stamp, None) {
-                    Ok(true) => {
+                match self.add_one(&mut qp.tx, now) {
+                    Ok(Added::Buffer {
+                        frame_bytes: f,
+                        payload_bytes: p,
+                        messages: m,
+                    }) => {
                         added += 1;
-                        self.seq += 1;
+                        frame_bytes += f;
+                        payload_bytes += p;
+                        messages += m;
                     }
-                    Ok(false) => break,
+                    Ok(Added::RingFull) => {
+                        ring_full = true;
+                        break;
+                    }
+                    Ok(Added::NothingQueued) => {
+                        nothing_queued = true;
+                        break;
+                    }
                     Err(e) => {
                         self.error = Some(e.to_string());
                         break;
@@ -397,8 +471,10 @@ impl Worker {
             sent += added;
             let c = self.c();
             c.sent_packets.add(u64::from(added));
-            c.sent_bytes.add(u64::from(added) * self.shared.frame_len);
-            if qp.tx.num_free() < self.stop_threshold || added < batch {
+            c.sent_bytes.add(frame_bytes);
+            c.sent_payload_bytes.add(payload_bytes);
+            c.sent_messages.add(messages);
+            if qp.tx.num_free() < self.stop_threshold || ring_full {
                 self.stop_queue(qp);
             }
             // Linux kicks after the stop check, and always when the queue stopped.
@@ -412,6 +488,41 @@ impl Worker {
             }
         }
         sent
+    }
+
+    /// Adds the next buffer: a stamped raw frame, or this thread's next TCP segment.
+    fn add_one(&mut self, tx: &mut TxQueue, now_ns: u64) -> Result<Added, QueueError> {
+        if let Some(tcp) = self.tcp.as_mut() {
+            // TCP timestamps tick in milliseconds (Linux's `tcp_time_stamp_ts`).
+            let ts_ms = (now_ns / 1_000_000) as u32;
+            return Ok(match tcp.add_next(tx, ts_ms)? {
+                SegmentAdd::Added {
+                    frame_bytes,
+                    payload_bytes,
+                    messages,
+                } => Added::Buffer {
+                    frame_bytes,
+                    payload_bytes,
+                    messages,
+                },
+                SegmentAdd::RingFull => Added::RingFull,
+                SegmentAdd::NothingQueued => Added::NothingQueued,
+            });
+        }
+        let stamp = Stamp {
+            seq: self.seq,
+            sent_ns: now_ns,
+            thread: self.id,
+        };
+        if !tx.add(stamp, None)? {
+            return Ok(Added::RingFull);
+        }
+        self.seq += 1;
+        Ok(Added::Buffer {
+            frame_bytes: self.shared.frame_len,
+            payload_bytes: u64::from(self.shared.size),
+            messages: 1,
+        })
     }
 
     /// `netif_stop_subqueue` + `virtqueue_enable_cb_delayed`, as `start_xmit` does.
@@ -461,7 +572,11 @@ impl Worker {
             qp.tx.vq.disable_cb();
             qp.tx.reap();
             qp.tx.stopped = false;
-        } else if self.shared.clock.now_ns() >= timeout_at {
+        } else if self.shared.clock.now_ns() >= timeout_at && qp.tx.vq.call_owed() {
+            // The backend used buffers past the point we asked to be called at, and did not
+            // call. (If it has not got there yet, it is slow, not silent: keep waiting for the
+            // call, as Linux does; 64 KiB TSO segments on a 1024-entry ring take longer than
+            // the timeout to consume.)
             qp.tx.reap();
             if qp.tx.num_free() >= self.stop_threshold {
                 qp.tx.vq.disable_cb();
@@ -602,7 +717,7 @@ fn on_packet(
     hist: &mut LatencyHistogram,
     pkt: &RxPacket,
 ) -> Option<([u8; 6], Stamp)> {
-    if shared.mode == Mode::Stream {
+    if matches!(shared.mode, Mode::Stream | Mode::TcpStream) {
         return None;
     }
     let f = frame::parse_frame(&pkt.head[..pkt.head_len])?;

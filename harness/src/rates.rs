@@ -18,6 +18,10 @@ pub struct Sample {
     pub mbps: f64,
     /// Guest→host packets per second.
     pub pps: f64,
+    /// Application payload the VM's guest sent, Mbit/s: known only where the guests run in
+    /// this process (`vadapt demo` fills it from their counters), else `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_mbps: Option<f64>,
     /// Guest kicks received per second.
     pub kicks_per_s: f64,
     /// Calls sent per second.
@@ -64,6 +68,7 @@ pub fn rates(
                 policy: policy.to_string(),
                 mbps: d(&|q| q.tx_bytes) * 8.0 / 1e6 / dt,
                 pps: d(&|q| q.tx_packets) / dt,
+                payload_mbps: None,
                 kicks_per_s: d(&|q| q.kicks) / dt,
                 calls_per_s: d(&|q| q.calls) / dt,
                 worker_cpu_pct: (cpu(now) - cpu(prev)).max(0.0) * 100.0 / dt,

@@ -468,6 +468,24 @@ impl DriverQueue {
         self.ring.load_used_idx().wrapping_sub(self.last_used) <= bufs
     }
 
+    /// Whether the device owes a call now: with callbacks enabled, used buffers have been
+    /// published past the point the driver asked for — with EVENT_IDX `used.idx` has moved
+    /// beyond `used_event`, without it any used buffer not yet popped counts. A driver
+    /// waiting for a call can tell a late device (nothing owed yet) from a lost call.
+    pub fn call_owed(&self) -> bool {
+        if self.cb_disabled {
+            return false;
+        }
+        let used = self.ring.load_used_idx();
+        if self.features.event_idx {
+            let event = u16::from_le(self.ring.used_event().load(Ordering::Relaxed));
+            // used.idx > used_event, modulo 2^16: the entry at `used_event` is published.
+            (used.wrapping_sub(event.wrapping_add(1)) as i16) >= 0
+        } else {
+            used != self.last_used
+        }
+    }
+
     /// Next avail index to be filled (free-running).
     pub fn avail_idx(&self) -> u16 {
         self.avail_idx

@@ -190,3 +190,35 @@ fn enable_notifications_closes_the_race() {
         assert_eq!(s.device.enable_notifications(), Ok(false), "{f:?}");
     }
 }
+
+#[test]
+fn a_call_is_owed_once_the_device_passes_the_delayed_event_point() {
+    let mut s = setup(16, EVENT);
+    send(&mut s, 8);
+    s.driver.disable_cb();
+    serve(&mut s, 1);
+    assert!(!s.driver.call_owed(), "callbacks off: nothing owed");
+    // 8 outstanding: used_event = 6, the device calls once used.idx passes it (7).
+    assert!(s.driver.enable_cb_delayed());
+    assert_eq!(raw(&s).used_event(), 6);
+    assert!(
+        !s.driver.call_owed(),
+        "one used: a slow device, not a lost call"
+    );
+    serve(&mut s, 5);
+    assert!(!s.driver.call_owed(), "six used: still at the event");
+    serve(&mut s, 1);
+    assert!(s.driver.call_owed(), "seven used: the device owes the call");
+}
+
+#[test]
+fn without_event_idx_any_used_buffer_is_owed_a_call() {
+    let mut s = setup(16, PLAIN);
+    send(&mut s, 2);
+    assert!(s.driver.enable_cb());
+    assert!(!s.driver.call_owed());
+    serve(&mut s, 1);
+    assert!(s.driver.call_owed());
+    s.driver.disable_cb();
+    assert!(!s.driver.call_owed(), "NO_INTERRUPT: nothing owed");
+}

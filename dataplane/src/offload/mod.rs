@@ -14,7 +14,8 @@
 //!
 //! * [`vnet_hdr`] — the header's fields, parsed and checked ([`VnetHdr`],
 //!   [`Offload`]).
-//! * [`checksum`] — the Internet checksum and partial-checksum completion.
+//! * [`checksum`] — partial-checksum completion (the Internet checksum
+//!   itself is `vadapt_virtq::inet_checksum`, shared with the guest).
 //! * [`tcp_segment`] — software TCP segmentation for IPv4 and IPv6, the
 //!   model being Linux's `tcp_gso_segment` and DPDK's `rte_gso`.
 //! * [`into_batch`] — a frame with its header, whole in host memory (a TAP

@@ -316,6 +316,7 @@ mod tests {
             policy: policy.into(),
             mbps: pps * 512.0 / 1e6,
             pps,
+            payload_mbps: None,
             kicks_per_s: kicks,
             calls_per_s: 0.0,
             worker_cpu_pct: 10.0,

@@ -2,6 +2,17 @@
 
 use clap::Args;
 use std::path::PathBuf;
+use vadapt_guest::Mode;
+
+/// `tcp-stream` or `stream`: the guest's one-way modes.
+fn parse_demo_mode(s: &str) -> Result<Mode, String> {
+    match vadapt_guest::cli::parse_mode(s)? {
+        m @ (Mode::TcpStream | Mode::Stream) => Ok(m),
+        _ => Err(format!(
+            "`{s}` is not a demo mode: use tcp-stream or stream"
+        )),
+    }
+}
 
 /// `vadapt demo`.
 #[derive(Debug, Args)]
@@ -16,9 +27,16 @@ pub struct DemoArgs {
     /// Sender threads per VM (one queue pair each, up to 16).
     #[arg(long, default_value_t = 3)]
     pub threads: u32,
-    /// Message size, bytes (the frame is 14 bytes more).
+    /// Message size, bytes: application data per write in `tcp-stream`, L2 payload of each
+    /// frame (the frame is 14 bytes more) in `stream`.
     #[arg(long, default_value_t = 64)]
     pub size: u32,
+    /// What the guests send: `tcp-stream` (the papers' netperf TCP_STREAM workload:
+    /// messages coalesced by TCP into TSO segments of up to 64 KiB, checksummed and cut into
+    /// MSS frames by vadapt) or `stream` (one raw Ethernet frame per message: the
+    /// packet-rate demo).
+    #[arg(long, default_value = "tcp-stream", value_parser = parse_demo_mode, value_name = "MODE")]
+    pub mode: Mode,
     /// Run time, seconds.
     #[arg(long, default_value_t = 30)]
     pub duration: u64,

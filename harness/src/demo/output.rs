@@ -20,14 +20,16 @@ pub(super) fn write_outputs(
 ) -> Result<(), String> {
     let io = |e: std::io::Error| format!("cannot write {}: {e}", out.display());
     std::fs::create_dir_all(out).map_err(io)?;
-    let mut csv =
-        String::from("t,vm,policy,mbps,pps,kicks_per_s,calls_per_s,worker_cpu_pct,interval_us\n");
+    let mut csv = String::from(
+        "t,vm,policy,payload_mbps,mbps,pps,kicks_per_s,calls_per_s,worker_cpu_pct,interval_us\n",
+    );
     for s in samples {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{:.1},{:.1},{:.1},{:.2},{}\n",
+            "{},{},{},{:.3},{:.3},{:.1},{:.1},{:.1},{:.2},{}\n",
             s.t,
             s.vm,
             s.policy,
+            s.payload_mbps.unwrap_or(0.0),
             s.mbps,
             s.pps,
             s.kicks_per_s,
@@ -42,6 +44,7 @@ pub(super) fn write_outputs(
     let summary = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "vms": a.vms, "threads": a.threads, "size": a.size, "duration_s": a.duration,
+        "mode": a.mode,
         "exit_cost_ns": a.exit_cost_ns,
         "phases": phases,
         "guests": reports,
@@ -67,6 +70,12 @@ mod erased {
     }
 }
 
+/// What the bandwidth plot shows: the application payload the guests sent (the papers'
+/// netperf throughput), from the guests' counters.
+fn bandwidth(s: &Sample) -> f64 {
+    s.payload_mbps.unwrap_or(s.mbps)
+}
+
 fn plot(out: &Path, samples: &[Sample]) -> Result<(), String> {
     use vadapt_sim::plot::{line_chart, Series};
     let mut vms: Vec<&str> = samples.iter().map(|s| s.vm.as_str()).collect();
@@ -79,13 +88,13 @@ fn plot(out: &Path, samples: &[Sample]) -> Result<(), String> {
             points: samples
                 .iter()
                 .filter(|s| s.vm == *vm)
-                .map(|s| (s.t, s.mbps))
+                .map(|s| (s.t, bandwidth(s)))
                 .collect(),
         })
         .collect();
     let mut total: BTreeMap<u64, f64> = BTreeMap::new();
     for s in samples {
-        *total.entry((s.t * 1000.0) as u64).or_default() += s.mbps;
+        *total.entry((s.t * 1000.0) as u64).or_default() += bandwidth(s);
     }
     bw.push(Series {
         label: "aggregate",
@@ -96,7 +105,7 @@ fn plot(out: &Path, samples: &[Sample]) -> Result<(), String> {
     });
     line_chart(
         &out.join("bandwidth.png"),
-        "Bandwidth (guest to host)",
+        "Bandwidth (guest to host, application payload)",
         "time (s)",
         "Mbit/s",
         &bw,

@@ -19,6 +19,8 @@ pub struct PhaseSummary {
     pub mbps: f64,
     /// Aggregate packets per second.
     pub pps: f64,
+    /// Application payload the guests sent, Gbit/s.
+    pub payload_gbps: f64,
     /// Kicks per second, all VMs.
     pub kicks_per_s: f64,
     /// Kicks per million packets.
@@ -70,6 +72,7 @@ pub fn summarize(samples: &[Sample], policies: &[PolicyKind]) -> Vec<PhaseSummar
             seconds: n,
             mbps,
             pps,
+            payload_gbps: sum(|s| s.payload_mbps.unwrap_or(0.0)) / 1e3,
             kicks_per_s: kicks,
             kicks_per_mpkt: if pps > 0.0 { kicks / pps * 1e6 } else { 0.0 },
             calls_per_s: sum(|s| s.calls_per_s),
@@ -86,13 +89,27 @@ pub fn summarize(samples: &[Sample], policies: &[PolicyKind]) -> Vec<PhaseSummar
 }
 
 pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[GuestReport]) {
+    let mode = if a.mode == vadapt_guest::Mode::TcpStream {
+        "TCP stream"
+    } else {
+        "raw frames"
+    };
     println!(
-        "\nsummary ({} VMs x {} threads, {} B):",
+        "\nsummary ({} VMs x {} threads, {} B messages, {mode}; Gbit/s of application payload, \
+         Mpps and Mbit/s of frames on the switch):",
         a.vms, a.threads, a.size
     );
     println!(
-        "{:<11} {:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>12}  final interval",
-        "policy", "Mpps", "Mbit/s", "kicks/s", "kicks/Mpkt", "calls/s", "worker CPU", "CPU-s/GB"
+        "{:<11} {:>8} {:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>12}  final interval",
+        "policy",
+        "Gbit/s",
+        "Mpps",
+        "Mbit/s",
+        "kicks/s",
+        "kicks/Mpkt",
+        "calls/s",
+        "worker CPU",
+        "CPU-s/GB"
     );
     for p in phases {
         let iv: Vec<String> = p
@@ -107,8 +124,9 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
             })
             .collect();
         println!(
-            "{:<11} {:>9.3} {:>10.1} {:>10.0} {:>12.0} {:>10.0} {:>10.1}% {:>12.3}  {}",
+            "{:<11} {:>8.3} {:>9.3} {:>10.1} {:>10.0} {:>12.0} {:>10.0} {:>10.1}% {:>12.3}  {}",
             p.policy,
+            p.payload_gbps,
             p.pps / 1e6,
             p.mbps,
             p.kicks_per_s,
@@ -119,10 +137,21 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
             iv.join(" ")
         );
     }
-    let sent: u64 = reports.iter().map(|r| r.totals.sent_packets).sum();
-    let stalls: u64 = reports.iter().map(|r| r.totals.ring_full_stalls).sum();
-    let kicks: u64 = reports.iter().map(|r| r.totals.kicks).sum();
-    println!("guests: {sent} packets sent, {kicks} kicks, {stalls} ring-full stalls");
+    let sum =
+        |f: fn(&vadapt_guest::Counts) -> u64| reports.iter().map(|r| f(&r.totals)).sum::<u64>();
+    println!(
+        "guests: {} messages ({} B of payload) in {} {}, {} kicks, {} ring-full stalls",
+        sum(|t| t.sent_messages),
+        sum(|t| t.sent_payload_bytes),
+        sum(|t| t.sent_packets),
+        if a.mode == vadapt_guest::Mode::TcpStream {
+            "TSO segments"
+        } else {
+            "frames"
+        },
+        sum(|t| t.kicks),
+        sum(|t| t.ring_full_stalls)
+    );
 }
 
 #[cfg(test)]
@@ -136,6 +165,7 @@ mod tests {
             policy: policy.into(),
             mbps: pps * 64.0 * 8.0 / 1e6,
             pps,
+            payload_mbps: None,
             kicks_per_s: 10.0,
             calls_per_s: 0.0,
             worker_cpu_pct: 50.0,
