@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 /// The bundled default calibration (`sim/calibration/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../calibration/default.toml");
+/// The bundled calibration measured on the development machine by `vadapt
+/// calibrate` (`sim/calibration/measured.toml`), for scenarios that model
+/// the daemon and synthetic guests there (`vadapt bench`'s B9).
+pub const MEASURED_TOML: &str = include_str!("../calibration/measured.toml");
 
 /// A calibration value was out of range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -107,6 +111,13 @@ mod tests {
         let c = Calibration::default();
         c.validate().unwrap();
         assert!(c.machine.contains("EPYC"));
+    }
+
+    #[test]
+    fn bundled_measured_parses_and_is_valid() {
+        let c: Calibration = toml::from_str(MEASURED_TOML).unwrap();
+        c.validate().unwrap();
+        assert_ne!(c, Calibration::default());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `vadapt bench`: the benchmark suite that regenerates BENCHMARKS.md.
 //!
-//! Each benchmark (`b1`..`b8`, `timer`) runs vadapt and its anchors (DPDK's
+//! Each benchmark (`b1`..`b9`, `timer`) runs vadapt and its anchors (DPDK's
 //! vhost PMD, OVS-DPDK) side by side on this machine, interleaved A/B/A/B
 //! over `--runs` rounds, backend worker on CPU 1 and sender on CPU 0 (as
 //! DESIGN.md pins them), and stores flat per-run rows in `<out>/<name>.json`
@@ -29,6 +29,7 @@ mod b5;
 mod b6;
 mod b7;
 mod b8;
+mod b9;
 pub mod child;
 pub mod ctx;
 pub mod error;
@@ -65,7 +66,7 @@ pub struct BenchArgs {
     /// Never rewrites BENCHMARKS.md (implies `--no-write`).
     #[arg(long)]
     pub quick: bool,
-    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 timer.
+    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 b9 timer.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub only: Vec<String>,
     /// Directory for the raw JSON results and logs.
@@ -394,7 +395,7 @@ mod tests {
             s.iter().map(|b| b.name).collect::<Vec<_>>(),
             ["b1", "timer"]
         );
-        assert!(select(&["b9".into()]).unwrap_err().contains("b9"));
+        assert!(select(&["b99".into()]).unwrap_err().contains("b99"));
         assert_eq!(select(&[]).unwrap().len(), SUITE.len());
     }
 

@@ -165,6 +165,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             "b6" => super::b6::render(f),
             "b7" => super::b7::render(f),
             "b8" => super::b8::render(f),
+            "b9" => super::b9::render(f),
             _ => String::new(),
         };
         s.push_str(&body);
@@ -357,7 +358,28 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
         None => unmeasured(goal6, "B7"),
     });
     g.push(vm_to_vm(find(files, "b8")));
+    g.push(papers_workload(find(files, "b9")));
     g
+}
+
+/// Issue 15's goal from B9: NetAP against interrupt on the TCP-stream
+/// workload, every (shape, message size) the daemon measured.
+fn papers_workload(b9: Option<&ResultFile>) -> Goal {
+    const GOAL: &str = "TCP stream with TSO (2 VMs × 3 threads, 6 VMs × 1 thread; 64 B and 1 KiB messages): NetAP ≥ 1.2× interrupt's bandwidth with ≤ 1/20 of its kicks and ≤ 0.5× its host CPU per GB (issue 15)";
+    let Some(f) = b9 else {
+        return unmeasured(GOAL, "B9");
+    };
+    let (parts, met) = super::b9::goal(f);
+    Goal {
+        goal: GOAL,
+        measured: if parts.is_empty() {
+            "not measured (no NetAP and interrupt rows)".into()
+        } else {
+            format!("NetAP ÷ interrupt — {}", parts.join("; "))
+        },
+        met,
+        source: "B9, daemon counters after NetAP's search, per-round ratios",
+    }
 }
 
 /// Issue 16's goal 2 from B8: missed as soon as one measured ratio misses,
@@ -437,7 +459,7 @@ pub fn goals(files: &[ResultFile]) -> String {
         })
         .collect();
     format!(
-        "### Headline goals (issues 6 and 16), judged from this run\n\nRatios are medians of per-round ratios (min–max over rounds).\n\n{}",
+        "### Headline goals (issues 6, 15 and 16), judged from this run\n\nRatios are medians of per-round ratios (min–max over rounds).\n\n{}",
         table(&["goal", "measured", "verdict", "from"], &rows)
     )
 }
@@ -516,7 +538,10 @@ mod tests {
                     ));
                 }
             }
-            judge(&[f]).pop().unwrap()
+            judge(&[f])
+                .into_iter()
+                .find(|g| g.source.starts_with("B8"))
+                .unwrap()
         };
         let all = |v: f64| b8(&[("vadapt", v), ("ovs-dpdk", 1000.0), ("dpdk-vhost", 400.0)]);
         assert_eq!(all(400.0).met, Some(true), "{:?}", all(400.0));
@@ -540,6 +565,49 @@ mod tests {
             "{}",
             g.measured
         );
+    }
+
+    #[test]
+    fn papers_workload_goal_comes_from_b9() {
+        let goal = |f: ResultFile| {
+            judge(&[f])
+                .into_iter()
+                .find(|g| g.source.starts_with("B9"))
+                .unwrap()
+        };
+        let b9 = |netap_gbps: f64| {
+            let mut f = ResultFile {
+                bench: "b9".into(),
+                ..Default::default()
+            };
+            for run in 0..3 {
+                for (p, gbps, kicks, cpu) in [
+                    ("netap", netap_gbps, 1.0, 0.3),
+                    ("interrupt", 10.0, 100.0, 1.0),
+                ] {
+                    f.rows.push(row(
+                        "tcp",
+                        "vadapt",
+                        p,
+                        "2×3 64 B",
+                        run,
+                        &[
+                            ("gbps", gbps),
+                            ("kicks_per_gb", kicks),
+                            ("cpu_s_per_gb", cpu),
+                        ],
+                    ));
+                }
+            }
+            f
+        };
+        let g = goal(b9(13.0));
+        assert_eq!(g.met, Some(true), "{g:?}");
+        assert!(g
+            .measured
+            .contains("bandwidth 1.30×, kicks/GB 0.01×, CPU/GB 0.30×"));
+        assert_eq!(goal(b9(11.0)).met, Some(false));
+        assert_eq!(goal(ResultFile::default()).met, None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::{b1, b2, b3, b4, b5, b6, b7, b8, timer};
+use super::{b1, b2, b3, b4, b5, b6, b7, b8, b9, timer};
 use vadapt_results::ResultFile;
 
 /// One benchmark of the suite.
@@ -18,7 +18,7 @@ pub(super) struct Bench {
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-pub(super) const SUITE: [Bench; 9] = [
+pub(super) const SUITE: [Bench; 10] = [
     Bench {
         name: "b1",
         title: b1::TITLE,
@@ -53,6 +53,11 @@ pub(super) const SUITE: [Bench; 9] = [
         name: "b8",
         title: b8::TITLE,
         run: b8::run,
+    },
+    Bench {
+        name: "b9",
+        title: b9::TITLE,
+        run: b9::run,
     },
     Bench {
         name: "timer",

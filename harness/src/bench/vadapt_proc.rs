@@ -124,9 +124,18 @@ impl Daemon {
 
     /// Switch `port` to `policy` (default parameters).
     pub fn set_policy(&mut self, port: &str, policy: PolicyKind) -> Result<(), BenchError> {
+        self.set_policy_config(port, PolicyConfig::default_for(policy))
+    }
+
+    /// Switch `port` to `policy` with its parameters.
+    pub fn set_policy_config(
+        &mut self,
+        port: &str,
+        policy: PolicyConfig,
+    ) -> Result<(), BenchError> {
         let req = Request::SetPolicy {
             port: port.into(),
-            policy: PolicyConfig::default_for(policy),
+            policy,
         };
         match self.request(&req)? {
             Response::Ok => Ok(()),
@@ -213,11 +222,13 @@ pub fn delta(a: &StatsSnapshot, b: &StatsSnapshot, port: &str) -> PortDelta {
 pub struct GuestOpts {
     /// Sending threads.
     pub threads: u32,
-    /// Frame bytes (Ethernet header + payload); the guest's `--size` is 14 less.
+    /// Frame bytes (Ethernet header + payload); the guest's `--size` is 14
+    /// less. In `tcp-stream` mode no single frame size applies: application
+    /// bytes per write, passed as `--size` unchanged ([`GuestOpts::tcp_stream`]).
     pub frame: u32,
     /// `closed`, or a rate such as `150000`.
     pub rate: String,
-    /// `stream` or `rr`.
+    /// `stream`, `tcp-stream` or `rr`.
     pub mode: &'static str,
     /// Run time.
     pub duration: Duration,
@@ -241,6 +252,27 @@ impl GuestOpts {
         }
     }
 
+    /// Closed-loop TCP stream (`--mode tcp-stream`, one thread) of
+    /// `message`-byte application writes to the sink: TSO segments of up to
+    /// 64 KiB that the daemon cuts into MSS frames.
+    pub fn tcp_stream(message: u32, duration: Duration, exit_cost_ns: u64) -> GuestOpts {
+        GuestOpts {
+            frame: message,
+            mode: "tcp-stream",
+            ..GuestOpts::stream(message, duration, exit_cost_ns)
+        }
+    }
+
+    /// The guest's `--size`: L2 payload bytes, or application bytes per
+    /// write in `tcp-stream` mode.
+    fn size_arg(&self) -> u32 {
+        if self.mode == "tcp-stream" {
+            self.frame
+        } else {
+            self.frame.saturating_sub(14)
+        }
+    }
+
     /// The command line (`vadapt` stands for the binary; pinned to `cpu`).
     pub fn argv(&self, exe: &str, socket: &Path, cpu: usize) -> Vec<String> {
         vec![
@@ -254,7 +286,7 @@ impl GuestOpts {
             "--threads".into(),
             self.threads.to_string(),
             "--size".into(),
-            self.frame.saturating_sub(14).to_string(),
+            self.size_arg().to_string(),
             "--rate".into(),
             self.rate.clone(),
             "--mode".into(),
@@ -290,6 +322,10 @@ pub struct GuestResult {
     pub sent_packets: u64,
     /// Frame bytes sent.
     pub sent_bytes: u64,
+    /// Application payload bytes sent (in `tcp-stream`, TCP payload; older
+    /// guests without the field read as 0).
+    #[serde(default)]
+    pub sent_payload_bytes: u64,
     /// Frames received.
     pub recv_packets: u64,
     /// Kicks (TX + RX).
@@ -465,6 +501,14 @@ mod tests {
         assert_eq!(at("--size"), "50");
         assert_eq!(at("--duration"), "1500ms");
         assert_eq!(at("--dst-mac"), SINK_MAC);
+        // TCP stream: `--size` is the application write, not a frame.
+        let t = GuestOpts::tcp_stream(1024, Duration::from_secs(1), 0);
+        let a = t.argv("/bin/vadapt", Path::new("/s"), 0);
+        let at = |k: &str| a[a.iter().position(|x| x == k).unwrap() + 1].clone();
+        assert_eq!(
+            (at("--size").as_str(), at("--mode").as_str()),
+            ("1024", "tcp-stream")
+        );
     }
 
     #[test]
