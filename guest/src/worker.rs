@@ -30,7 +30,7 @@
 //! * **Exit cost.** Every kick and every handled call busy-waits [`ExitCost`] on this thread.
 //! * **Write cost.** In TCP stream each application write busy-waits the emulated cost of a
 //!   `send()` on this thread ([`TcpSender::write_messages`]); in closed loop the thread then
-//!   writes one message at a time and transmits after each write ([`Worker::tcp_writer`]).
+//!   writes one message at a time and transmits after each write (`Worker::tcp_writer`).
 //! * **A vCPU to the host.** The thread registers its thread id in [`Vcpus`] while it runs
 //!   (QMP `query-cpus-fast`), and blocks at the top of each send loop while the guest is
 //!   paused (QMP `stop`), re-checking the end of the run every 10 ms. A reply already on its
