@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{ConfigError, GuestConfig, Mode, DEFAULT_EXIT_COST_NS};
+use crate::config::{
+    ConfigError, GuestConfig, Mode, DEFAULT_EXIT_COST_NS, DEFAULT_WRITE_COST_NS,
+    DEFAULT_WRITE_COST_NS_PER_KIB,
+};
 use crate::guest::{error_chain, Guest};
 use crate::load::{Load, RateSpec};
 use crate::metrics::GuestReport;
@@ -45,6 +48,18 @@ pub struct GuestArgs {
     /// busy-waited on the sending thread; 0 turns the emulation off.
     #[arg(long, default_value_t = DEFAULT_EXIT_COST_NS, value_name = "NS")]
     pub exit_cost_ns: u64,
+    /// With `--mode tcp-stream`: emulated CPU cost of each application write of `--size`
+    /// bytes (the `send()` system call, the copy into the socket, TCP's bookkeeping),
+    /// busy-waited on the sending thread as the message is queued; 0 with
+    /// `--write-cost-ns-per-kib 0` = an infinitely fast writer, every segment full. A slow
+    /// writer's segments carry what was written since the ring last had room. Default 585,
+    /// `send()` measured on loopback (README, `--example write_cost`). Refused in other modes.
+    #[arg(long, value_name = "NS")]
+    pub write_cost_ns: Option<u64>,
+    /// With `--mode tcp-stream`: the part of each write's cost that grows with its size, ns
+    /// per KiB (default 464, from the same measurement). Refused in other modes.
+    #[arg(long, value_name = "NS")]
+    pub write_cost_ns_per_kib: Option<u64>,
     /// The guest's MAC address (default: the device's, else 02:00:00:00:00:01).
     #[arg(long, value_parser = parse_mac, value_name = "MAC")]
     pub mac: Option<[u8; 6]>,
@@ -158,6 +173,10 @@ impl GuestArgs {
             },
             (_, rate) => rate.to_load(self.size),
         };
+        let write_cost_given = self.write_cost_ns.is_some() || self.write_cost_ns_per_kib.is_some();
+        if write_cost_given && self.mode != Mode::TcpStream {
+            return Err(ConfigError::WriteCostNeedsTcpStream);
+        }
         let cfg = GuestConfig {
             threads: self.threads,
             size: self.size,
@@ -165,6 +184,10 @@ impl GuestArgs {
             mode: self.mode,
             duration: self.duration,
             exit_cost_ns: self.exit_cost_ns,
+            write_cost_ns: self.write_cost_ns.unwrap_or(DEFAULT_WRITE_COST_NS),
+            write_cost_ns_per_kib: self
+                .write_cost_ns_per_kib
+                .unwrap_or(DEFAULT_WRITE_COST_NS_PER_KIB),
             mac: self.mac,
             dst_mac: self.dst_mac,
             queues: self.queues,
@@ -484,6 +507,52 @@ mod tests {
         assert_eq!(c.load, Load::Rate { pps: 1000.0 });
         let e = parse(&["--socket", "/s", "--mode", "udp"]).unwrap_err();
         assert!(e.contains("tcp-stream"), "{e}");
+    }
+
+    #[test]
+    fn write_cost_flags_in_tcp_stream_and_refused_elsewhere() {
+        let tcp = ["--socket", "/s", "--mode", "tcp-stream"];
+        let c = parse(&tcp).unwrap().to_config().unwrap();
+        assert_eq!(
+            (c.write_cost_ns, c.write_cost_ns_per_kib),
+            (DEFAULT_WRITE_COST_NS, DEFAULT_WRITE_COST_NS_PER_KIB)
+        );
+        let mut argv = tcp.to_vec();
+        argv.extend(["--write-cost-ns", "1500", "--write-cost-ns-per-kib", "0"]);
+        let c = parse(&argv).unwrap().to_config().unwrap();
+        assert_eq!((c.write_cost_ns, c.write_cost_ns_per_kib), (1500, 0));
+        assert_eq!(c.write_cost_per_message_ns(), 1500);
+        for flag in ["--write-cost-ns", "--write-cost-ns-per-kib"] {
+            let e = parse(&["--socket", "/s", "--mode", "rr", flag, "0"])
+                .unwrap()
+                .to_config()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("--write-cost-ns") && e.contains("tcp-stream"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'));
+        }
+        // Raw stream without the flags: the config keeps the default, which raw frames ignore.
+        let c = parse(&["--socket", "/s"]).unwrap().to_config().unwrap();
+        assert_eq!(c.write_cost_per_message_ns(), 0);
+        let e = parse(&["--socket", "/s", "--write-cost-ns", "lots"]).unwrap_err();
+        assert!(e.contains("--write-cost-ns"), "{e}");
+    }
+
+    #[test]
+    fn help_states_the_write_cost_defaults() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        assert!(
+            help.contains(&format!("Default {DEFAULT_WRITE_COST_NS},")),
+            "{help}"
+        );
+        assert!(
+            help.contains(&format!("default {DEFAULT_WRITE_COST_NS_PER_KIB},")),
+            "{help}"
+        );
     }
 
     #[test]

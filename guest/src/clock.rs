@@ -1,4 +1,6 @@
-//! The guest's clock and the emulated cost of a VM exit.
+//! The guest's clock and the CPU time it spends on purpose: the emulated cost of a VM exit
+//! ([`ExitCost`]) and, through [`spin_ns`], of an application write in TCP-stream mode
+//! ([`crate::tcp_stream::TcpSender::write_messages`]).
 //!
 //! All threads of one guest read the same [`Clock`] (nanoseconds since the guest connected), so
 //! a send time stamped by one thread can be subtracted from a receive time read by another.
@@ -46,16 +48,26 @@ impl ExitCost {
     /// Busy-waits `self.ns` nanoseconds (returns at once when 0).
     #[inline]
     pub fn pay(&self) {
-        if self.ns == 0 {
-            return;
-        }
-        let start = Instant::now();
-        let cost = Duration::from_nanos(self.ns);
-        // A spin, not a sleep: a VM exit keeps the physical CPU busy, and sleeping for
-        // microseconds would cost a scheduler round trip far longer than the exit itself.
-        while start.elapsed() < cost {
-            std::hint::spin_loop();
-        }
+        spin_ns(self.ns);
+    }
+}
+
+/// Busy-waits `ns` nanoseconds on the calling thread (returns at once when 0): every emulated
+/// CPU cost of the guest is spent here.
+///
+/// A spin, not a sleep: the work it stands for (a VM exit, a `send()` system call) keeps the
+/// CPU busy, and sleeping for microseconds would cost a scheduler round trip far longer than
+/// the work itself. The time is wall-clock time on this thread, so a thread preempted during
+/// the spin pays less CPU than asked, as a vCPU preempted during an exit would.
+#[inline]
+pub fn spin_ns(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let start = Instant::now();
+    let cost = Duration::from_nanos(ns);
+    while start.elapsed() < cost {
+        std::hint::spin_loop();
     }
 }
 

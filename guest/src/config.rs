@@ -10,6 +10,16 @@ use crate::load::Load;
 
 /// Default emulated cost of a kick or a handled call (ns); see the crate documentation.
 pub const DEFAULT_EXIT_COST_NS: u64 = 2000;
+/// Default emulated cost of one application write in TCP-stream mode, the part that does not
+/// depend on its size (ns): measured on this project's machine, see the crate documentation
+/// and `examples/write_cost.rs`.
+pub const DEFAULT_WRITE_COST_NS: u64 = 585;
+/// Default emulated cost of one application write per KiB written (ns/KiB): the copy and
+/// what else grows with the write, from the same measurement (64- and 1024-byte writes).
+pub const DEFAULT_WRITE_COST_NS_PER_KIB: u64 = 464;
+/// Largest emulated cost of one write (ns): a second per `send()` is no workload, and the
+/// spin does not look at the end of the run.
+pub const MAX_WRITE_COST_NS: u64 = 1_000_000_000;
 /// Largest message without `VIRTIO_NET_F_MRG_RXBUF` (bytes of L2 payload): a 1500-byte MTU.
 pub const MTU: u32 = 1500;
 /// Largest message at all (bytes of L2 payload): a 9000-byte jumbo frame.
@@ -59,6 +69,13 @@ pub struct GuestConfig {
     pub duration: Duration,
     /// Emulated cost of each kick and each handled call (ns, busy-wait); 0 disables it.
     pub exit_cost_ns: u64,
+    /// [`Mode::TcpStream`]: emulated cost of each application write of `size` bytes, the
+    /// fixed part (ns, busy-wait on the sending thread); other modes ignore it. With this and
+    /// [`GuestConfig::write_cost_ns_per_kib`] both 0, a closed-loop writer is infinitely fast.
+    pub write_cost_ns: u64,
+    /// [`Mode::TcpStream`]: the part of each write's cost that grows with its size (ns per
+    /// KiB); other modes ignore it.
+    pub write_cost_ns_per_kib: u64,
     /// The guest's MAC address; `None` = the device's (config space, when the backend offers
     /// `VIRTIO_NET_F_MAC`), else [`GuestConfig::FALLBACK_MAC`].
     pub mac: Option<[u8; 6]>,
@@ -98,7 +115,8 @@ impl GuestConfig {
     pub const DEFAULT_DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 
     /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
-    /// rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports (period 100 ms).
+    /// the measured write cost ([`DEFAULT_WRITE_COST_NS`], [`DEFAULT_WRITE_COST_NS_PER_KIB`];
+    /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports (period 100 ms).
     pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
         GuestConfig {
             socket: socket.into(),
@@ -108,6 +126,8 @@ impl GuestConfig {
             mode: Mode::Stream,
             duration: Duration::from_secs(10),
             exit_cost_ns: DEFAULT_EXIT_COST_NS,
+            write_cost_ns: DEFAULT_WRITE_COST_NS,
+            write_cost_ns_per_kib: DEFAULT_WRITE_COST_NS_PER_KIB,
             mac: None,
             dst_mac: Self::DEFAULT_DST_MAC,
             queues: None,
@@ -121,6 +141,23 @@ impl GuestConfig {
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
         }
+    }
+
+    /// The emulated cost of one application write (ns): in [`Mode::TcpStream`],
+    /// `write_cost_ns + write_cost_ns_per_kib × size / 1024` (saturating; [`validate`] bounds
+    /// it by [`MAX_WRITE_COST_NS`]); 0 in the other modes, where nothing is written through a
+    /// socket.
+    ///
+    /// [`validate`]: GuestConfig::validate
+    pub fn write_cost_per_message_ns(&self) -> u64 {
+        if self.mode != Mode::TcpStream {
+            return 0;
+        }
+        let per_size = self
+            .write_cost_ns_per_kib
+            .saturating_mul(u64::from(self.size))
+            / 1024;
+        self.write_cost_ns.saturating_add(per_size)
     }
 
     /// Checks everything that does not depend on the backend (the MTU check without
@@ -138,6 +175,9 @@ impl GuestConfig {
             }
         } else if self.size < MIN_SIZE || self.size > MAX_SIZE {
             return Err(ConfigError::Size(self.size));
+        }
+        if self.write_cost_per_message_ns() > MAX_WRITE_COST_NS {
+            return Err(ConfigError::WriteCost(self.write_cost_per_message_ns()));
         }
         if let Load::Rate { pps } = self.load {
             if !(pps.is_finite() && pps > 0.0) {
@@ -189,6 +229,18 @@ pub enum ConfigError {
     /// TCP-stream message size out of range.
     #[error("--size {0} is out of range: TCP-stream messages are 1..={MAX_TCP_MESSAGE} bytes")]
     TcpSize(u32),
+    /// Write cost beyond any workload.
+    #[error(
+        "--write-cost-ns and --write-cost-ns-per-kib make each write cost {0} ns, more than \
+         the {MAX_WRITE_COST_NS} ns allowed"
+    )]
+    WriteCost(u64),
+    /// A write cost outside TCP-stream mode.
+    #[error(
+        "--write-cost-ns and --write-cost-ns-per-kib apply to --mode tcp-stream only (other \
+         modes write no socket)"
+    )]
+    WriteCostNeedsTcpStream,
     /// Rate not positive.
     #[error("--rate must be positive, got {0} pps")]
     Rate(f64),
@@ -241,6 +293,41 @@ mod tests {
     }
 
     #[test]
+    fn write_cost_is_per_message_in_tcp_stream_only() {
+        let tcp = GuestConfig {
+            mode: Mode::TcpStream,
+            write_cost_ns: 500,
+            write_cost_ns_per_kib: 400,
+            size: 64,
+            ..GuestConfig::new("/tmp/x.sock")
+        };
+        // 500 + 400 × 64 / 1024.
+        assert_eq!(tcp.write_cost_per_message_ns(), 525);
+        let kib = GuestConfig {
+            size: 1024,
+            ..tcp.clone()
+        };
+        assert_eq!(kib.write_cost_per_message_ns(), 900);
+        // Raw frames and request/response write no socket: the default costs nothing there.
+        for mode in [Mode::Stream, Mode::RequestResponse, Mode::Echo] {
+            let cfg = GuestConfig {
+                mode,
+                ..tcp.clone()
+            };
+            assert_eq!(cfg.write_cost_per_message_ns(), 0, "{mode:?}");
+            assert_eq!(cfg.validate(), Ok(()));
+        }
+        let defaults = GuestConfig {
+            mode: Mode::TcpStream,
+            ..GuestConfig::new("/tmp/x.sock")
+        };
+        assert_eq!(
+            defaults.write_cost_per_message_ns(),
+            DEFAULT_WRITE_COST_NS + DEFAULT_WRITE_COST_NS_PER_KIB * 64 / 1024
+        );
+    }
+
+    #[test]
     fn each_bad_knob_is_named() {
         let base = GuestConfig::new("/tmp/x.sock");
         let cases: Vec<(GuestConfig, &str)> = vec![
@@ -279,6 +366,23 @@ mod tests {
                     ..base.clone()
                 },
                 "--size",
+            ),
+            (
+                GuestConfig {
+                    mode: Mode::TcpStream,
+                    write_cost_ns: MAX_WRITE_COST_NS + 1,
+                    ..base.clone()
+                },
+                "--write-cost-ns",
+            ),
+            (
+                GuestConfig {
+                    mode: Mode::TcpStream,
+                    size: MAX_TCP_MESSAGE,
+                    write_cost_ns_per_kib: u64::MAX,
+                    ..base.clone()
+                },
+                "--write-cost-ns",
             ),
             (
                 GuestConfig {

@@ -184,6 +184,7 @@ impl Guest {
             tcp: (self.cfg.mode == Mode::TcpStream).then(|| TcpStreamShared {
                 offloads: tx_offloads(self.device.features),
                 pattern: tcp_stream::payload_pattern().into(),
+                write_ns: self.cfg.write_cost_per_message_ns(),
             }),
             vcpus: Arc::clone(&self.vcpus),
             period_latency: self

@@ -52,6 +52,17 @@
 //! against a real KVM host when one is available. `--exit-cost-ns 0` turns it off (to
 //! measure the backend's ceiling).
 //!
+//! # Emulated write cost (`--write-cost-ns`, `--write-cost-ns-per-kib`; TCP stream only)
+//!
+//! The papers' netperf senders pay the guest kernel's cost for every `send()`, so the
+//! writer, not the device, sets the rate, and small messages cost more per byte. In
+//! `--mode tcp-stream` every application write busy-waits a fixed part plus a part per KiB
+//! ([`config::DEFAULT_WRITE_COST_NS`], [`config::DEFAULT_WRITE_COST_NS_PER_KIB`]): the
+//! sender's CPU time per blocking loopback `send()` measured on this project's machine by
+//! `examples/write_cost.rs`. Loopback runs the receiver's softirq in the sender's context and
+//! has no device, so this too **is an estimate**, to be measured again where a real guest
+//! runs; the README gives the measurement and its spread.
+//!
 //! # Seen from the core manager
 //!
 //! `--qmp PATH` ([`qmp_server`]) makes the guest discoverable as a QEMU VM is: its QMP socket

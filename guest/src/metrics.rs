@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `sent_packets`, `sent_bytes` | buffers made available on TX rings (raw frames; in TCP stream, segments of up to 64 KiB); bytes are Ethernet frame bytes (headers + payload), without the virtio-net header |
 //! | `sent_messages`, `sent_payload_bytes` | application messages sent and their bytes: in raw modes one message per frame (its L2 payload); in TCP stream, messages whose last byte is on the ring and the TCP payload bytes |
+//! | `written_messages`, `write_ns` | TCP stream with a write cost: application writes made (queued, sent or not) and the emulated write cost spent on them (ns, busy-wait) |
 //! | `recv_packets`, `recv_bytes` | frames taken from RX rings (same byte convention) |
 //! | `tx_kicks`, `rx_kicks`, `kicks` | notifications to the backend after filling the TX ring / refilling the RX ring, and their sum |
 //! | `tx_calls`, `rx_calls`, `calls` | handled notifications from the backend (one per wake-up that found the call eventfd signalled), and their sum |
@@ -62,6 +63,10 @@ pub struct ThreadCounters {
     pub sent_messages: Counter,
     /// Application payload bytes sent (bytes).
     pub sent_payload_bytes: Counter,
+    /// TCP stream with a write cost: application writes made.
+    pub written_messages: Counter,
+    /// Emulated write cost spent on them (ns).
+    pub write_ns: Counter,
     /// Frames taken from the RX ring.
     pub recv_packets: Counter,
     /// Ethernet bytes of those frames (bytes).
@@ -100,6 +105,8 @@ impl ThreadCounters {
             sent_bytes: self.sent_bytes.get(),
             sent_messages: self.sent_messages.get(),
             sent_payload_bytes: self.sent_payload_bytes.get(),
+            written_messages: self.written_messages.get(),
+            write_ns: self.write_ns.get(),
             recv_packets: self.recv_packets.get(),
             recv_bytes: self.recv_bytes.get(),
             kicks: 0,
@@ -158,6 +165,10 @@ pub struct Counts {
     pub sent_messages: u64,
     /// Application payload bytes sent (bytes).
     pub sent_payload_bytes: u64,
+    /// TCP stream with a write cost: application writes made.
+    pub written_messages: u64,
+    /// Emulated write cost spent on them (ns).
+    pub write_ns: u64,
     /// Frames taken from RX rings.
     pub recv_packets: u64,
     /// Ethernet bytes received (bytes).
@@ -200,6 +211,8 @@ impl std::ops::Add for Counts {
             sent_bytes: self.sent_bytes + o.sent_bytes,
             sent_messages: self.sent_messages + o.sent_messages,
             sent_payload_bytes: self.sent_payload_bytes + o.sent_payload_bytes,
+            written_messages: self.written_messages + o.written_messages,
+            write_ns: self.write_ns + o.write_ns,
             recv_packets: self.recv_packets + o.recv_packets,
             recv_bytes: self.recv_bytes + o.recv_bytes,
             kicks: self.kicks + o.kicks,

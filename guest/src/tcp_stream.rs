@@ -12,13 +12,22 @@
 //! autosizing (`tcp_tso_autosize`) lowers the goal at low pacing rates; with a closed-loop
 //! sender on a fast link it stays at the maximum. So:
 //!
-//! * **closed loop**: the application is always ahead of the ring, every segment carries
-//!   exactly the size goal;
-//! * **fixed rate** (`--rate`, in messages per second): the messages due are appended to a
-//!   send queue, and each time the ring has room the sender takes `min(queued, size goal)`
-//!   bytes — whatever is queued, as TCP Small Queues and autocorking release an skb that grew
-//!   while the device was busy. No Nagle delay: no receiver ever acknowledges (see below), so
-//!   a sender waiting for ACKs would never send.
+//! * **closed loop, free writes** (`--write-cost-ns 0 --write-cost-ns-per-kib 0`): the
+//!   application is always ahead of the ring, every segment carries exactly the size goal;
+//! * **closed loop with a write cost** (the default): the application writes one message at
+//!   a time, each write costing the thread the emulated time of a `send()`
+//!   ([`TcpSender::write_messages`], spent with [`crate::clock::spin_ns`]); after each write
+//!   the driver takes what is queued if the ring has room, as `tcp_sendmsg` pushes to the
+//!   device within the same system call. While the queue is stopped the writes go on and
+//!   pile up, until a whole size goal is queued ([`TcpSender::send_queue_full`], standing for
+//!   a full socket buffer: the writer then sleeps until the ring has room). So a writer
+//!   slower than the device sends one message per segment, and one faster than the device
+//!   sends full segments — small segments from slow writers, as Linux's do;
+//! * **fixed rate** (`--rate`, in messages per second): the messages due are written (each
+//!   paying the write cost) into a send queue, and each time the ring has room the sender
+//!   takes `min(queued, size goal)` bytes — whatever is queued, as TCP Small Queues and
+//!   autocorking release an skb that grew while the device was busy. No Nagle delay: no
+//!   receiver ever acknowledges (see below), so a sender waiting for ACKs would never send.
 //!
 //! Without `HOST_TSO4` (or `CSUM`) the size goal is one MSS, as Linux segments in software
 //! before the driver when the device does not.
@@ -34,6 +43,7 @@
 
 use std::sync::Arc;
 
+use crate::clock::spin_ns;
 use crate::queue::{QueueError, TxQueue};
 use crate::tcp_segment::{TcpFlow, TxOffloads, BUF_HDRS_LEN, FRAME_HDRS_LEN, TSO_SIZE_GOAL};
 
@@ -71,9 +81,12 @@ pub struct TcpSender {
     offloads: TxOffloads,
     /// Application message size (bytes).
     size: u32,
-    /// Closed loop: the application always has more queued than a segment takes.
-    closed_loop: bool,
-    /// Fixed rate: bytes written by the application and not yet on the ring.
+    /// Closed loop with free writes: the application always has more queued than a segment
+    /// takes.
+    always_full: bool,
+    /// Emulated cost of one write (ns).
+    write_ns: u64,
+    /// Bytes written by the application and not yet on the ring (unless `always_full`).
     queued: u64,
     /// Payload bytes put on the ring so far.
     sent: u64,
@@ -83,20 +96,23 @@ pub struct TcpSender {
 }
 
 impl TcpSender {
-    /// The sender of `flow`, for messages of `size` bytes (> 0), closed loop or fed by
-    /// [`TcpSender::queue_messages`].
+    /// The sender of `flow`, for messages of `size` bytes (> 0) that cost `write_ns` each to
+    /// write. A closed loop with free writes (`write_ns` 0) always has a full segment to
+    /// send; otherwise the sender is fed by [`TcpSender::write_messages`].
     pub fn new(
         flow: TcpFlow,
         offloads: TxOffloads,
         size: u32,
         closed_loop: bool,
+        write_ns: u64,
         pattern: Arc<[u8]>,
     ) -> TcpSender {
         TcpSender {
             flow,
             offloads,
             size: size.max(1),
-            closed_loop,
+            always_full: closed_loop && write_ns == 0,
+            write_ns,
             queued: 0,
             sent: 0,
             pattern,
@@ -104,16 +120,32 @@ impl TcpSender {
         }
     }
 
-    /// The application writes `n` more messages (fixed rate).
-    pub fn queue_messages(&mut self, n: u64) {
+    /// The application writes `n` more messages: busy-waits `n` times the write cost on
+    /// this thread, then queues their bytes. Returns the write cost spent (ns).
+    pub fn write_messages(&mut self, n: u64) -> u64 {
+        let ns = self.write_ns.saturating_mul(n);
+        spin_ns(ns);
         self.queued = self
             .queued
             .saturating_add(n.saturating_mul(u64::from(self.size)));
+        ns
+    }
+
+    /// Whether writes pay a cost, so that the application writes message by message instead
+    /// of always being a full segment ahead.
+    pub fn writes_cost(&self) -> bool {
+        self.write_ns > 0
+    }
+
+    /// Whether a whole segment is queued: a writer blocked on a stopped ring stops here,
+    /// as a Linux sender sleeps on a full socket buffer (more would not change a segment).
+    pub fn send_queue_full(&self) -> bool {
+        self.always_full || self.queued >= u64::from(self.offloads.size_goal())
     }
 
     /// Whether a segment could be built now.
     pub fn has_data(&self) -> bool {
-        self.closed_loop || self.queued > 0
+        self.always_full || self.queued > 0
     }
 
     /// Payload bytes put on the ring so far.
@@ -130,7 +162,7 @@ impl TcpSender {
     /// it to `tx`, unpublished. `ts_ms` is the TCP timestamp.
     pub fn add_next(&mut self, tx: &mut TxQueue, ts_ms: u32) -> Result<SegmentAdd, QueueError> {
         let goal = u64::from(self.offloads.size_goal());
-        let len = if self.closed_loop {
+        let len = if self.always_full {
             goal
         } else {
             self.queued.min(goal)
@@ -152,7 +184,7 @@ impl TcpSender {
         let size = u64::from(self.size);
         let messages = (self.sent + len) / size - self.sent / size;
         self.sent += len;
-        if !self.closed_loop {
+        if !self.always_full {
             self.queued -= len;
         }
         Ok(SegmentAdd::Added {

@@ -28,6 +28,9 @@
 //!   pacer, for a reply) it sleeps in `ppoll` on the call eventfds. The delay this adds is at
 //!   most one burst (tens of microseconds at worst).
 //! * **Exit cost.** Every kick and every handled call busy-waits [`ExitCost`] on this thread.
+//! * **Write cost.** In TCP stream each application write busy-waits the emulated cost of a
+//!   `send()` on this thread ([`TcpSender::write_messages`]); in closed loop the thread then
+//!   writes one message at a time and transmits after each write (`Worker::tcp_writer`).
 //! * **A vCPU to the host.** The thread registers its thread id in [`Vcpus`] while it runs
 //!   (QMP `query-cpus-fast`), and blocks at the top of each send loop while the guest is
 //!   paused (QMP `stop`), re-checking the end of the run every 10 ms. A reply already on its
@@ -111,6 +114,8 @@ pub(crate) struct Shared {
 pub(crate) struct TcpStreamShared {
     pub offloads: TxOffloads,
     pub pattern: Arc<[u8]>,
+    /// Emulated cost of one application write (ns); 0 = free writes.
+    pub write_ns: u64,
 }
 
 /// What one add to the TX ring did.
@@ -126,7 +131,7 @@ enum Added {
     },
     /// No slot or descriptor free: the queue must stop.
     RingFull,
-    /// Nothing to send (TCP stream at a fixed rate, send queue empty).
+    /// Nothing to send (TCP stream, send queue empty).
     NothingQueued,
 }
 
@@ -183,6 +188,7 @@ impl Worker {
                     t.offloads,
                     shared.size,
                     shared.load == Load::ClosedLoop,
+                    t.write_ns,
                     Arc::clone(&t.pattern),
                 )
             }),
@@ -214,7 +220,9 @@ impl Worker {
             .vcpus
             .register(self.id, vadapt_coremgr::cputime::current_tid());
         let cpu_start = thread_cpu_ns();
+        let tcp_writes_cost = self.tcp.as_ref().is_some_and(TcpSender::writes_cost);
         match (self.shared.mode, self.shared.load) {
+            (Mode::TcpStream, Load::ClosedLoop) if tcp_writes_cost => self.tcp_writer(),
             (Mode::Stream | Mode::TcpStream, Load::ClosedLoop) => self.stream(None),
             (Mode::Stream | Mode::TcpStream, Load::Rate { pps }) => {
                 self.stream(Some(self.pacer(pps, 1024)))
@@ -250,25 +258,26 @@ impl Worker {
     // ---- closed loop and rate: one-way stream -------------------------------------------
 
     /// Raw frames: one message per frame, `want` frames a pass. TCP stream: the messages due
-    /// go to the send queue, and a pass sends up to a burst of segments from it.
+    /// are written to the send queue, and a pass sends up to a burst of segments from it; in
+    /// closed loop with free writes, every segment is full.
     fn stream(&mut self, mut pacer: Option<Pacer>) {
         let pair = Arc::clone(&self.pair);
         while !self.should_stop() {
             if self.paused() {
                 continue;
             }
-            let want = match (pacer.as_mut(), self.tcp.as_mut()) {
+            let want = match (pacer.as_mut(), self.tcp.is_some()) {
                 (None, _) => BURST,
-                (Some(p), Some(tcp)) => {
-                    tcp.queue_messages(p.due(self.shared.clock.now_ns()));
-                    if !tcp.has_data() {
+                (Some(p), true) => {
+                    self.write_messages(p.due(self.shared.clock.now_ns()));
+                    if !self.tcp.as_ref().is_some_and(TcpSender::has_data) {
                         let next = p.next_due_ns();
                         self.idle_until(next);
                         continue;
                     }
                     BURST
                 }
-                (Some(p), None) => match p.due(self.shared.clock.now_ns()) {
+                (Some(p), false) => match p.due(self.shared.clock.now_ns()) {
                     0 => {
                         let next = p.next_due_ns();
                         self.idle_until(next);
@@ -290,7 +299,7 @@ impl Worker {
                 if let Some(p) = raw_pacer {
                     p.unsend(u64::from(want));
                 }
-                self.wait_tx_wake(qp);
+                self.wait_tx_wake(qp, true);
                 continue;
             }
             let sent = self.xmit(&mut qp, want);
@@ -302,6 +311,61 @@ impl Worker {
         if let Some(p) = pacer {
             self.c().paced_skipped.add(p.skipped());
         }
+    }
+
+    /// TCP stream in closed loop with a write cost (the rule in [`crate::tcp_stream`]): the
+    /// application writes one message at a time, and after each write the driver sends what
+    /// is queued if the ring has room. While the queue is stopped the writes go on until a
+    /// segment's worth is queued; then the thread sleeps until the TX call. Interrupts (and a
+    /// TX call that restarts the queue) are looked at once per burst of writes.
+    fn tcp_writer(&mut self) {
+        let pair = Arc::clone(&self.pair);
+        let queue_full = |w: &Worker| w.tcp.as_ref().is_none_or(TcpSender::send_queue_full);
+        while !self.should_stop() {
+            if self.paused() {
+                continue;
+            }
+            let mut qp = lock(&pair);
+            self.softirq(&mut qp, true);
+            if qp.tx.stopped {
+                // Sleep for the call only when the writer can write no more.
+                let full = queue_full(self);
+                self.wait_tx_wake(qp, full);
+                if full {
+                    continue;
+                }
+            } else {
+                drop(qp);
+            }
+            for _ in 0..BURST {
+                let full = queue_full(self);
+                if !full {
+                    self.write_messages(1);
+                }
+                let mut qp = lock(&pair);
+                if qp.tx.stopped {
+                    if full {
+                        break;
+                    }
+                    continue;
+                }
+                self.xmit(&mut qp, BURST);
+                if self.error.is_some() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// TCP stream: the application writes `n` messages, paying the write cost; counted.
+    fn write_messages(&mut self, n: u64) {
+        let Some(tcp) = self.tcp.as_mut() else {
+            return;
+        };
+        let ns = tcp.write_messages(n);
+        let c = &self.shared.counters.threads[self.id as usize];
+        c.written_messages.add(n);
+        c.write_ns.add(ns);
     }
 
     // ---- request / response -----------------------------------------------------------
@@ -323,11 +387,11 @@ impl Worker {
             let mut qp = lock(&pair);
             self.softirq(&mut qp, true);
             if qp.tx.stopped {
-                self.wait_tx_wake(qp);
+                self.wait_tx_wake(qp, true);
                 continue;
             }
             if self.xmit(&mut qp, 1) == 0 {
-                self.wait_tx_wake(qp);
+                self.wait_tx_wake(qp, true);
                 continue;
             }
             drop(qp);
@@ -371,7 +435,7 @@ impl Worker {
             }
             let qp = lock(&pair);
             if qp.tx.stopped {
-                self.wait_tx_wake(qp);
+                self.wait_tx_wake(qp, true);
                 continue;
             }
             drop(qp);
@@ -539,8 +603,9 @@ impl Worker {
         }
     }
 
-    /// Sleeps until the TX completion call (or the timeout), then restarts the queue.
-    fn wait_tx_wake(&mut self, qp: MutexGuard<'_, QueuePair>) {
+    /// Sleeps until the TX completion call (or the timeout) when `block`, else only looks
+    /// whether it came; then restarts the queue if it did.
+    fn wait_tx_wake(&mut self, qp: MutexGuard<'_, QueuePair>, block: bool) {
         let fds = [qp.tx.notify.call_fd(), qp.rx.notify.call_fd()];
         let napi = qp.rx.napi_scheduled;
         drop(qp);
@@ -548,7 +613,7 @@ impl Worker {
         let timeout_at = now + TX_WAKE_TIMEOUT_NS;
         // The end of the run cuts the wait short; that is not a missing call.
         let until = timeout_at.min(self.shared.deadline_ns.max(now));
-        if !napi {
+        if !napi && block {
             ppoll(&fds, until.saturating_sub(now));
         }
         let pair = Arc::clone(&self.pair);

@@ -234,6 +234,10 @@ pub struct GuestOpts {
     pub duration: Duration,
     /// Emulated VM-exit cost, ns.
     pub exit_cost_ns: u64,
+    /// `tcp-stream` only: emulated cost of each application write, ns, and its part per KiB
+    /// written (`--write-cost-ns`, `--write-cost-ns-per-kib`); not passed in other modes,
+    /// which refuse them.
+    pub write_cost_ns: (u64, u64),
     /// Destination MAC.
     pub dst_mac: String,
 }
@@ -248,17 +252,25 @@ impl GuestOpts {
             mode: "stream",
             duration,
             exit_cost_ns,
+            write_cost_ns: (0, 0),
             dst_mac: SINK_MAC.into(),
         }
     }
 
     /// Closed-loop TCP stream (`--mode tcp-stream`, one thread) of
     /// `message`-byte application writes to the sink: TSO segments of up to
-    /// 64 KiB that the daemon cuts into MSS frames.
+    /// 64 KiB that the daemon cuts into MSS frames. Each write costs the
+    /// guest's measured default (`vadapt_guest::config::DEFAULT_WRITE_COST_NS`
+    /// and `..._PER_KIB`), so a sender faster than the daemon sends full
+    /// segments and a slower one smaller ones, as netperf's does.
     pub fn tcp_stream(message: u32, duration: Duration, exit_cost_ns: u64) -> GuestOpts {
         GuestOpts {
             frame: message,
             mode: "tcp-stream",
+            write_cost_ns: (
+                vadapt_guest::config::DEFAULT_WRITE_COST_NS,
+                vadapt_guest::config::DEFAULT_WRITE_COST_NS_PER_KIB,
+            ),
             ..GuestOpts::stream(message, duration, exit_cost_ns)
         }
     }
@@ -275,7 +287,7 @@ impl GuestOpts {
 
     /// The command line (`vadapt` stands for the binary; pinned to `cpu`).
     pub fn argv(&self, exe: &str, socket: &Path, cpu: usize) -> Vec<String> {
-        vec![
+        let mut argv = vec![
             "taskset".into(),
             "-c".into(),
             cpu.to_string(),
@@ -298,7 +310,16 @@ impl GuestOpts {
             "--dst-mac".into(),
             self.dst_mac.clone(),
             "--json".into(),
-        ]
+        ];
+        if self.mode == "tcp-stream" {
+            argv.extend([
+                "--write-cost-ns".into(),
+                self.write_cost_ns.0.to_string(),
+                "--write-cost-ns-per-kib".into(),
+                self.write_cost_ns.1.to_string(),
+            ]);
+        }
+        argv
     }
 }
 
@@ -509,6 +530,18 @@ mod tests {
             (at("--size").as_str(), at("--mode").as_str()),
             ("1024", "tcp-stream")
         );
+        // It pays the guest's measured write cost, passed explicitly; raw frames refuse it.
+        assert_eq!(
+            (at("--write-cost-ns"), at("--write-cost-ns-per-kib")),
+            (
+                vadapt_guest::config::DEFAULT_WRITE_COST_NS.to_string(),
+                vadapt_guest::config::DEFAULT_WRITE_COST_NS_PER_KIB.to_string()
+            )
+        );
+        assert!(!o
+            .argv("/bin/vadapt", Path::new("/s"), 0)
+            .iter()
+            .any(|x| x.starts_with("--write-cost")));
     }
 
     #[test]

@@ -46,6 +46,16 @@ pub struct DemoArgs {
     /// Emulated cost of each guest kick and handled call, ns (0 = off).
     #[arg(long, default_value_t = vadapt_guest::config::DEFAULT_EXIT_COST_NS)]
     pub exit_cost_ns: u64,
+    /// With `--mode tcp-stream`: emulated cost of each application write, ns (default: the
+    /// guest's measured `send()` cost, as `vadapt guest` and `vadapt bench` B9 use; 0 with
+    /// `--write-cost-ns-per-kib 0` = infinitely fast writers, every segment full). Refused
+    /// with `--mode stream`.
+    #[arg(long, value_name = "NS")]
+    pub write_cost_ns: Option<u64>,
+    /// With `--mode tcp-stream`: the part of each write's cost per KiB written, ns (default:
+    /// the guest's). Refused with `--mode stream`.
+    #[arg(long, value_name = "NS")]
+    pub write_cost_ns_per_kib: Option<u64>,
     /// Pin the queue workers to these CPUs (default: let the scheduler share
     /// cores between guests and workers, as the NetAP paper's host did).
     #[arg(long, value_delimiter = ',')]
@@ -53,4 +63,19 @@ pub struct DemoArgs {
     /// No live view; only the summary.
     #[arg(long)]
     pub quiet: bool,
+}
+
+impl DemoArgs {
+    /// The guests' write cost in `tcp-stream` mode: (ns per write, ns per KiB), the flags or
+    /// the guest's defaults; `None` for raw frames.
+    pub fn write_cost(&self) -> Option<(u64, u64)> {
+        use vadapt_guest::config::{DEFAULT_WRITE_COST_NS, DEFAULT_WRITE_COST_NS_PER_KIB};
+        (self.mode == Mode::TcpStream).then(|| {
+            (
+                self.write_cost_ns.unwrap_or(DEFAULT_WRITE_COST_NS),
+                self.write_cost_ns_per_kib
+                    .unwrap_or(DEFAULT_WRITE_COST_NS_PER_KIB),
+            )
+        })
+    }
 }

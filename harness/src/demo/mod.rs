@@ -55,6 +55,14 @@ fn validate(a: &DemoArgs) -> Result<Vec<PolicyKind>, String> {
             a.duration
         ));
     }
+    if a.mode != Mode::TcpStream && (a.write_cost_ns.is_some() || a.write_cost_ns_per_kib.is_some())
+    {
+        return Err(
+            "invalid `--write-cost-ns` / `--write-cost-ns-per-kib`: they apply to --mode \
+             tcp-stream only"
+                .into(),
+        );
+    }
     let p = parse_policies(&a.policy)?;
     if a.duration < 2 * p.len() as u64 {
         return Err("invalid `--duration`: at least 2 seconds per policy".into());
@@ -125,6 +133,8 @@ fn drive(
     let mut guests = Vec::new();
     // Per VM, its guest's live counters: application payload is known only there.
     let mut counters: Vec<(String, Arc<GuestCounters>)> = Vec::new();
+    // Emulated cost of one write in the guests (ns), for the header.
+    let mut write_ns = 0;
     for vm in &cfg.vm {
         let mut g = GuestConfig::new(&vm.socket);
         g.threads = a.threads;
@@ -133,7 +143,13 @@ fn drive(
         g.load = Load::ClosedLoop;
         g.duration = Duration::from_secs(a.duration + 30);
         g.exit_cost_ns = a.exit_cost_ns;
+        // The papers' netperf senders pay the guest kernel's cost per write; B9's guests pay
+        // the same default.
+        if let Some((ns, per_kib)) = a.write_cost() {
+            (g.write_cost_ns, g.write_cost_ns_per_kib) = (ns, per_kib);
+        }
         g.dst_mac = sink_mac.0;
+        write_ns = g.write_cost_per_message_ns();
         let guest = Guest::connect(g).map_err(|e| format!("{}: {}", vm.name, chain(&e)))?;
         counters.push((vm.name.clone(), guest.counters()));
         let st = Arc::clone(&stop);
@@ -167,8 +183,13 @@ fn drive(
                 .join(" then ")
         );
         println!(
-            "(exit cost emulated: {} ns per kick and per handled call)",
-            a.exit_cost_ns
+            "(exit cost emulated: {} ns per kick and per handled call{})",
+            a.exit_cost_ns,
+            if a.mode == Mode::TcpStream {
+                format!("; write cost: {write_ns} ns per {}-byte write", a.size)
+            } else {
+                String::new()
+            }
         );
     }
     let reg = daemon.registry();
@@ -293,6 +314,8 @@ mod tests {
             duration: 30,
             out: "x".into(),
             exit_cost_ns: 0,
+            write_cost_ns: None,
+            write_cost_ns_per_kib: None,
             cpus: vec![],
             quiet: true,
         };
@@ -303,5 +326,10 @@ mod tests {
         a.policy = "interrupt,netap".into();
         a.duration = 3;
         assert!(validate(&a).unwrap_err().contains("--duration"));
+        a.duration = 30;
+        a.write_cost_ns = Some(1000);
+        assert_eq!(validate(&a).map(|p| p.len()), Ok(2));
+        a.mode = Mode::Stream;
+        assert!(validate(&a).unwrap_err().contains("--write-cost-ns"));
     }
 }

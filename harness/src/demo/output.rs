@@ -46,6 +46,9 @@ pub(super) fn write_outputs(
         "vms": a.vms, "threads": a.threads, "size": a.size, "duration_s": a.duration,
         "mode": a.mode,
         "exit_cost_ns": a.exit_cost_ns,
+        // What the guests paid per write (null for raw frames, which write no socket).
+        "write_cost_ns": a.write_cost().map(|w| w.0),
+        "write_cost_ns_per_kib": a.write_cost().map(|w| w.1),
         "phases": phases,
         "guests": reports,
     });
