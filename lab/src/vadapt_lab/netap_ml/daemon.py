@@ -48,13 +48,17 @@ FRAME_HEADERS = {"stream": 14, "tcp-stream": 14 + 20 + 32}
 into 64 KiB TSO segments, which the daemon cuts into MSS frames with
 Ethernet, IPv4 and TCP-with-timestamps headers).
 
-Raw frames are the default because on this 2-core machine the TCP stream
-does not depend on the interval: the one worker core is saturated cutting
-and copying segments (``grid-real --quick --mode tcp-stream``, 2 VMs × 3
-threads × 64 B: 36.7, 36.2, 39.3 and 35.7 Gb/s at 50, 1050, 2050 and
-3850 µs, worker CPU 99 %, guest CPU 3.5-5.5 %, 2026-11-23), while raw frames
-leave the guests, which pay the emulated exit cost, as the bottleneck, as
-the papers' guests were."""
+Raw frames are the default because the recorded grid (``real-grid.csv``)
+was measured with them. Before the synthetic guest charged each write its
+measured ``send()`` cost, the TCP stream did not depend on the interval:
+the one worker core was saturated cutting and copying full 64 KiB segments
+(``grid-real --quick --mode tcp-stream``, 2 VMs × 3 threads × 64 B: 36.7,
+36.2, 39.3 and 35.7 Gb/s at 50, 1050, 2050 and 3850 µs, worker CPU 99 %,
+2026-11-23). With the write cost (guest/README.md) the guests set the rate,
+as the papers' netperf senders did, and the same quick run gave 0.551,
+0.649, 0.635 and 0.636 Gb/s at host CPU 80, 11.6, 9.4 and 7.7 %
+(2026-11-23, rev e2c1b51): the shape NetAP searches. No full grid has been
+measured in that mode yet.
 
 MODES = tuple(FRAME_HEADERS)
 """Guest traffic modes the testbed runs; the first is the default."""
