@@ -58,7 +58,7 @@ the one worker core was saturated cutting and copying full 64 KiB segments
 as the papers' netperf senders did, and the same quick run gave 0.551,
 0.649, 0.635 and 0.636 Gb/s at host CPU 80, 11.6, 9.4 and 7.7 %
 (2026-11-23, rev e2c1b51): the shape NetAP searches. No full grid has been
-measured in that mode yet.
+measured in that mode yet."""
 
 MODES = tuple(FRAME_HEADERS)
 """Guest traffic modes the testbed runs; the first is the default."""
