@@ -71,6 +71,11 @@ def test_pinned_netap_and_config_name_every_port(tmp_path):
     assert text.count("[[vm]]") == 2 and "queues = 3" in text and 'name = "vm2"' in text
     assert 'policy = { kind = "netap", min_interval_us = 2100, max_interval_us = 2101' in text
     assert f'mac = "{dm.SINK_MAC}"' in text and "cpus = [1]" in text
+    assert "netap_ml_model" not in text, "the shipped forest by default"
+    with_model = dm.config_text(tmp_path, 2, 3, p, tmp_path / "forest.json")
+    # A top-level key: before the first table, or TOML would put it in [[vm]].
+    head = with_model.split("[[vm]]")[0]
+    assert f'netap_ml_model = "{(tmp_path / "forest.json").resolve()}"' in head
     assert dm.toml_value({"a": [1, 2.5], "b": True, "c": {"d": "x"}}) == (
         '{ a = [1, 2.5], b = true, c = { d = "x" } }'
     )

@@ -76,6 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         help="grid-real CSV for the best fixed interval (if the case is on it)",
     )
     v.add_argument("--quick", action="store_true", help="smoke test: R1, 1 run of 12 s")
+    v.add_argument(
+        "--mode",
+        choices=dm.MODES,
+        default=dm.MODES[0],
+        help="the guests' traffic (default raw frames; see daemon.FRAME_HEADERS)",
+    )
+    v.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="forest JSON for NetAP-ML (the daemon's netap_ml_model; default: the shipped one)",
+    )
     v.add_argument("--out", type=Path, required=True, help="folder for samples, table, PNG")
 
     a = ap.parse_args(argv)
@@ -104,7 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown case(s) {unknown}; known: {list(er.REAL_CASES)}")
         timeline = er.QUICK_TIMELINE if a.quick else er.TIMELINE
         runs = 1 if a.quick else a.runs
-        df = er.evaluate_real(a.vadapt, a.out, cases, runs, timeline, not a.keep_running, a.grid)
+        df = er.evaluate_real(
+            a.vadapt,
+            a.out,
+            cases,
+            runs,
+            timeline,
+            not a.keep_running,
+            a.grid,
+            mode=a.mode,
+            model=a.model,
+        )
         print(er.report(df, a.grid))
         print(f"wrote {a.out} in {time.monotonic() - t0:.1f} s")
     elif a.command == "eval-sim":

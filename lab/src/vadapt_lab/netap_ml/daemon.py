@@ -96,13 +96,16 @@ def toml_value(v) -> str:
     raise TypeError(f"no TOML form for {v!r}")
 
 
-def config_text(work: Path, vms: int, threads: int, policy: dict) -> str:
-    """The daemon's config file: control socket, CPU, ``vms`` ports on ``policy``, the sink."""
+def config_text(work: Path, vms: int, threads: int, policy: dict, model: Path | None = None) -> str:
+    """The daemon's config file: control socket, CPU, the NetAP-ML forest (``model``;
+    default: the shipped one), ``vms`` ports on ``policy``, the sink."""
     lines = [
         f"control = {toml_value(str(work / 'control.sock'))}",
         f"cpus = [{DAEMON_CPU}]",
-        "",
     ]
+    if model is not None:
+        lines.append(f"netap_ml_model = {toml_value(str(Path(model).resolve()))}")
+    lines.append("")
     for i in range(1, vms + 1):
         lines += [
             "[[vm]]",
@@ -226,8 +229,9 @@ class Testbed:
         policy: dict,
         guest_s: float,
         mode: str = MODES[0],
+        model: Path | None = None,
     ):
-        self.vadapt, self.work = vadapt, work
+        self.vadapt, self.work, self.model = vadapt, work, model
         self.vms, self.threads, self.msg_size, self.mode = vms, threads, msg_size, mode
         self.policy, self.guest_s = policy, guest_s
         self.control = work / "control.sock"
@@ -243,7 +247,8 @@ class Testbed:
         serve = shlex.join(daemon_argv(Path("vadapt"), Path("daemon.toml")))
         vm = f"[[vm]] queues={self.threads} policy={json.dumps(self.policy)}"
         guests = f"{self.vms} x {shlex.join(g)}"
-        return f"{serve} [daemon.toml: {self.vms} x {vm}, [[sink]] {SINK}] & {guests}"
+        model = f"netap_ml_model={self.model}, " if self.model is not None else ""
+        return f"{serve} [daemon.toml: {model}{self.vms} x {vm}, [[sink]] {SINK}] & {guests}"
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         # The child keeps its own descriptor of the log; the parent's closes here.
@@ -287,7 +292,9 @@ class Testbed:
         self.work.mkdir(parents=True, exist_ok=True)
         for p in self.work.glob("*.sock"):
             p.unlink()
-        self.config.write_text(config_text(self.work, self.vms, self.threads, self.policy))
+        self.config.write_text(
+            config_text(self.work, self.vms, self.threads, self.policy, self.model)
+        )
         self.daemon = self._spawn("vadapt", daemon_argv(self.vadapt, self.config))
         try:
             socks = [self.work / f"{p}.sock" for p in self.ports]

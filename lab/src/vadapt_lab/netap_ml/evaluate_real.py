@@ -77,12 +77,22 @@ def second_sample(before: dict, after: dict, dt: float, t: int) -> dict:
 
 
 def run_once(
-    vadapt: Path, work: Path, case: str, policy: str, timeline=TIMELINE, keep_found=True
+    vadapt: Path,
+    work: Path,
+    case: str,
+    policy: str,
+    timeline=TIMELINE,
+    keep_found=True,
+    mode: str = dm.MODES[0],
+    model: Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, int]]:
-    """One run: its 1-s samples, and the interval each port was pinned at (if ``keep_found``)."""
+    """One run of guests in ``mode``, NetAP-ML on forest ``model`` (default: the shipped
+    one): its 1-s samples, and the interval each port was pinned at (if ``keep_found``)."""
     fixed_end, adapt_end, end = timeline
     vms, threads, size = REAL_CASES[case]
-    bed = dm.Testbed(vadapt, work, vms, threads, size, dm.pinned_netap(FIXED_US), end + 5)
+    bed = dm.Testbed(
+        vadapt, work, vms, threads, size, dm.pinned_netap(FIXED_US), end + 5, mode, model
+    )
     samples, kept = [], {}
     with bed:
         t0 = time.monotonic()
@@ -204,8 +214,11 @@ def evaluate_real(
     timeline=TIMELINE,
     keep_found: bool = True,
     grid_csv: Path | None = None,
+    mode: str = dm.MODES[0],
+    model: Path | None = None,
 ) -> pd.DataFrame:
-    """Every case, both policies, ``runs`` runs: samples, table.csv and figure.png in ``out``."""
+    """Every case, both policies, ``runs`` runs of guests in ``mode`` (NetAP-ML on forest
+    ``model``, default the shipped one): samples, table.csv and figure.png in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     results, curves = {}, {}
     for case in cases:
@@ -213,7 +226,14 @@ def evaluate_real(
             rs = []
             for k in range(1, runs + 1):
                 samples, kept = run_once(
-                    vadapt, out / f"{case}-{policy}-{k}", case, policy, timeline, keep_found
+                    vadapt,
+                    out / f"{case}-{policy}-{k}",
+                    case,
+                    policy,
+                    timeline,
+                    keep_found,
+                    mode,
+                    model,
                 )
                 samples.to_csv(out / f"{case}-{policy}-{k}.csv", index=False)
                 rs.append((samples, kept))
