@@ -42,18 +42,6 @@
 //!   every pass, NetAP therefore polls continuously like busy-poll, and the
 //!   search sees about the same bytes at every interval (ties go to the
 //!   longer interval, see [`crate::golden`]).
-//! - **Pacing (with the safety net).** A kick at p‰ comes too late when the
-//!   ring fills faster than the worker wakes: at 3.2 Mpps a 256-entry ring
-//!   goes from 75 % to full in 20 µs, less than a wake-up takes here, so the
-//!   guest stalled on a full ring once per interval and NetAP carried 0.73×
-//!   interrupt mode's packets at B2's 50 % load (2.21 against 3.02 Mpps, rev
-//!   02cda98). With `pace_fill_permille` = t > 0 each sleep is cut so that the
-//!   ring, filling at the rate the previous sleep saw, is about t‰ full at
-//!   the wake-up ([`NetapParams::pace_fill_permille`]); the interval the
-//!   search probes stays the upper bound, and a load that fills no ring
-//!   within it sleeps the whole interval, as the paper's NetAP. Setting
-//!   `kick_threshold_permille` = 0 turns pacing off with the safety net:
-//!   that is the paper's behaviour.
 //! - **Bounded passes.** The paper's `handle_packets_in_the_queue` loops
 //!   "while queue has a packet", unbounded: a guest that keeps the ring fed
 //!   keeps the host thread forever and the other queues of the worker starve.
@@ -115,12 +103,6 @@ pub struct NetapParams {
     /// while sleeping (the paper instead lets every kick through during the
     /// sleep); vadapt's default 750.
     pub kick_threshold_permille: u16,
-    /// Pacing, with the safety net on (`kick_threshold_permille` > 0): each
-    /// sleep is cut so that a guest-to-host ring, filling at the rate the
-    /// previous sleep saw, is at most this permille full when the worker
-    /// wakes. 0 = always sleep the whole interval (as the paper does);
-    /// vadapt's default 500. See the module documentation.
-    pub pace_fill_permille: u16,
 }
 
 impl Default for NetapParams {
@@ -134,13 +116,9 @@ impl Default for NetapParams {
             min_change: 0.2,
             max_rounds: 300,
             kick_threshold_permille: 750,
-            pace_fill_permille: 500,
         }
     }
 }
-
-/// Shortest paced sleep: below this a sleep costs more than it saves.
-const MIN_PACED_SLEEP: Duration = Duration::from_micros(1);
 
 /// Longest accepted round, ms (one hour); keeps time arithmetic far from overflow.
 const MAX_ROUND_MS: u64 = 3_600_000;
@@ -187,9 +165,6 @@ pub struct NetAp {
     round_len: Duration,
     /// `kick_threshold` carried by every sleep; `None` when the safety net is off.
     kick: Option<u16>,
-    /// Longest sleep pacing allows now (see [`NetapParams::pace_fill_permille`]);
-    /// [`MAX_SLEEP`] until a sleep has been measured.
-    pace: Duration,
     /// Current polling interval, µs.
     interval_us: u64,
     /// Rounds finished in the current search.
@@ -293,12 +268,6 @@ impl NetAp {
                 format!("must be at most 1000, got {}", p.kick_threshold_permille),
             ));
         }
-        if p.pace_fill_permille > 1000 {
-            return Err(invalid(
-                "pace_fill_permille",
-                format!("must be at most 1000, got {}", p.pace_fill_permille),
-            ));
-        }
         Ok(())
     }
 
@@ -321,7 +290,6 @@ impl NetAp {
             search,
             round_len: Duration::from_millis(params.round_ms),
             kick: (params.kick_threshold_permille > 0).then_some(params.kick_threshold_permille),
-            pace: MAX_SLEEP,
             round: 0,
             round_start: Instant(0),
             next_round: Instant(0),
@@ -367,31 +335,6 @@ impl NetAp {
     /// Current polling interval.
     pub fn interval(&self) -> Duration {
         Duration::from_micros(self.interval_us)
-    }
-
-    /// The sleep after `pass`: the interval, cut by pacing when it is on.
-    ///
-    /// A pass after a sleep of W that found the fullest ring at F‰ saw the
-    /// ring fill at F/W; the next sleep is at most W × target / F, so that
-    /// the ring reaches about the target, and at most 2 W, so that it grows
-    /// back gradually when the load falls. A pass after a poll (nothing
-    /// waited) keeps the previous bound.
-    fn paced_sleep(&mut self, pass: &PassReport) -> Duration {
-        let target = u64::from(self.params.pace_fill_permille);
-        if self.kick.is_none() || target == 0 {
-            return self.interval();
-        }
-        let waited = pass.waited.as_nanos();
-        if waited > 0 {
-            let fill = u64::from(pass.max_fill_permille);
-            let to_target = match fill {
-                0 => u64::MAX,
-                f => waited.saturating_mul(target) / f,
-            };
-            let ns = to_target.min(waited.saturating_mul(2));
-            self.pace = Duration::from_nanos(ns).max(MIN_PACED_SLEEP);
-        }
-        self.interval().min(self.pace)
     }
 
     /// The most recently finished round, if any. A tracer that polls this
@@ -477,7 +420,6 @@ impl Policy for NetAp {
         self.interval_us = self.search.restart();
         self.round = 0;
         self.settled_prev = None;
-        self.pace = MAX_SLEEP;
         self.started = true;
         self.begin_round(now);
         Decision::POLL
@@ -498,7 +440,7 @@ impl Policy for NetAp {
         if pass.more_work || ring_full {
             Decision::POLL
         } else {
-            Decision::sleep(self.paced_sleep(pass), self.kick)
+            Decision::sleep(self.interval(), self.kick)
         }
     }
 
@@ -828,86 +770,6 @@ mod tests {
         );
         r.more_work = true;
         assert_eq!(p.on_pass(&r), Decision::POLL);
-    }
-
-    /// The sleep `p` asks for after a pass that waited `waited_us` and found
-    /// the fullest ring `fill`‰ full.
-    fn sleep_after(p: &mut NetAp, waited_us: u64, fill: u16) -> Duration {
-        let r = PassReport {
-            max_fill_permille: fill,
-            ..PassReport::empty(
-                Instant(10),
-                WakeCause::Timer,
-                Duration::from_micros(waited_us),
-            )
-        };
-        match p.on_pass(&r).action {
-            Action::Sleep { duration, .. } => duration,
-            other => panic!("expected a sleep, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn pacing_cuts_the_sleep_to_reach_the_target_fill_and_grows_back() {
-        let mut p = NetAp::new(NetapParams::default()).unwrap();
-        p.start(Instant(0));
-        let interval = p.interval();
-        assert_eq!(interval, Duration::from_micros(2510));
-        // Before any measured sleep, and while the ring stays nearly empty,
-        // the whole interval.
-        assert_eq!(sleep_after(&mut p, 0, 0), interval);
-        assert_eq!(sleep_after(&mut p, 2510, 100), interval);
-        // A kick after 100 µs, the ring 700‰ full: the ring fills at 7‰/µs,
-        // so 500‰ takes 100 × 500 / 700 µs.
-        assert_eq!(
-            sleep_after(&mut p, 100, 700),
-            Duration::from_nanos(100_000 * 500 / 700)
-        );
-        // A pass after a poll measured nothing: the bound stays.
-        assert_eq!(
-            sleep_after(&mut p, 0, 400),
-            Duration::from_nanos(100_000 * 500 / 700)
-        );
-        // The load falls: the bound at most doubles per sleep, back up to
-        // the interval.
-        assert_eq!(sleep_after(&mut p, 70, 0), Duration::from_micros(140));
-        assert_eq!(sleep_after(&mut p, 140, 0), Duration::from_micros(280));
-        let mut waited = 280;
-        for _ in 0..5 {
-            waited = sleep_after(&mut p, waited, 0).as_micros();
-        }
-        assert_eq!(Duration::from_micros(waited), interval);
-        // A ring that fills almost at once (just under the kick threshold,
-        // which polls): never below the floor.
-        assert_eq!(sleep_after(&mut p, 1, 749), MIN_PACED_SLEEP);
-        // The search's interval is untouched by pacing.
-        assert_eq!(p.interval(), interval);
-    }
-
-    #[test]
-    fn no_pacing_without_the_safety_net_or_with_a_zero_target() {
-        for params in [
-            NetapParams {
-                kick_threshold_permille: 0,
-                ..NetapParams::default()
-            },
-            NetapParams {
-                pace_fill_permille: 0,
-                ..NetapParams::default()
-            },
-        ] {
-            let mut p = NetAp::new(params).unwrap();
-            p.start(Instant(0));
-            assert_eq!(sleep_after(&mut p, 100, 700), p.interval(), "{params:?}");
-        }
-        let bad = NetapParams {
-            pace_fill_permille: 1001,
-            ..NetapParams::default()
-        };
-        assert!(NetAp::new(bad)
-            .unwrap_err()
-            .to_string()
-            .contains("pace_fill_permille"));
     }
 
     #[test]

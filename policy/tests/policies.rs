@@ -85,10 +85,9 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
         0.0f64..1.0,
         prop_oneof![Just(0u32), 50u32..1_000],
         prop_oneof![Just(0u16), 1u16..=1000],
-        prop_oneof![Just(0u16), 1u16..=1000],
     )
         .prop_map(
-            |(min, width, ratio, min_distance_us, round_ms, min_change, max_rounds, kick, pace)| {
+            |(min, width, ratio, min_distance_us, round_ms, min_change, max_rounds, kick)| {
                 NetapParams {
                     min_interval_us: min,
                     max_interval_us: min + width,
@@ -98,7 +97,6 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
                     min_change,
                     max_rounds,
                     kick_threshold_permille: kick,
-                    pace_fill_permille: pace,
                 }
             },
         )
@@ -257,12 +255,7 @@ proptest! {
                     prop_assert!(r.more_work || full, "polled without reason");
                 }
                 Action::Sleep { duration, kick_threshold } => {
-                    // Pacing (safety net on, target > 0) may cut a sleep
-                    // below the range, never below 1 µs nor above the interval.
-                    let paced = kick.is_some() && params.pace_fill_permille > 0;
-                    let floor = if paced { Duration::from_micros(1) } else { min };
-                    prop_assert!(floor <= duration && duration <= max, "{:?}", duration);
-                    prop_assert!(duration <= p.interval(), "{:?} > {:?}", duration, p.interval());
+                    prop_assert!(min <= duration && duration <= max, "{:?}", duration);
                     prop_assert_eq!(kick_threshold, kick);
                 }
                 Action::WaitKick { .. } => prop_assert!(false, "NetAP never re-enables notifications"),
@@ -338,13 +331,13 @@ proptest! {
     fn build_agrees_with_validate(
         min in 0u64..200_000, max in 0u64..200_000, ratio in -1.0f64..2.0,
         md in 0u64..100, round_ms in 0u64..100, min_change in -1.0f64..2.0,
-        max_rounds in 0u32..40, kick in 0u16..1100, pace in 0u16..1100,
+        max_rounds in 0u32..40, kick in 0u16..1100,
         poll_max in 0u64..200_000_000, start in 0u64..10, quota in 0u32..3, empty in 0u32..3,
     ) {
         let cfgs = [
             PolicyConfig::Netap(NetapParams {
                 min_interval_us: min, max_interval_us: max, ratio, min_distance_us: md, round_ms,
-                min_change, max_rounds, kick_threshold_permille: kick, pace_fill_permille: pace,
+                min_change, max_rounds, kick_threshold_permille: kick,
             }),
             PolicyConfig::Growshrink(GrowShrinkParams {
                 poll_max_ns: poll_max, poll_start_ns: start, poll_grow: 0, poll_shrink: 0,
