@@ -5,7 +5,7 @@ use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{push_frame, Pushed, VnetHdr};
+use crate::offload::{push_frame, Cutter, Pushed, VnetHdr};
 use crate::switch::{Egress, FdbCache, PortId, Switch};
 use std::cell::RefCell;
 use std::fs::File;
@@ -32,12 +32,46 @@ impl Sink {
 
 impl Egress for Sink {
     fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+        let q = &self.stats.queues[0];
+        if frames.has_offloads() {
+            return sink_offloaded(q, frames, which);
+        }
         let bytes: u64 = which
             .iter()
             .map(|&i| frames.frame_len(usize::from(i)) as u64)
             .sum();
-        self.stats.queues[0].add(Dir::Rx, which.len() as u64, bytes);
+        q.add(Dir::Rx, which.len() as u64, bytes);
     }
+}
+
+/// A sink takes no offload: it counts a marked frame as the frames it is
+/// cut into ([`Cutter`]), without writing them, since it drops them anyway.
+#[cold]
+fn sink_offloaded(q: &crate::metrics::QueueStats, frames: &FrameBatch, which: &[u16]) {
+    let (mut packets, mut bytes) = (0, 0);
+    for &i in which {
+        let i = usize::from(i);
+        let f = frames.get(i);
+        let Some(k) = frames.offloaded(i) else {
+            packets += 1;
+            bytes += f.len() as u64;
+            continue;
+        };
+        match Cutter::new(f, k.offload) {
+            Ok(c) => {
+                let counter = if c.segments() {
+                    &q.gso_frames
+                } else {
+                    &q.csum_completed
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                packets += c.count() as u64;
+                bytes += (0..c.count()).map(|s| c.len(s) as u64).sum::<u64>();
+            }
+            Err(_) => q.drop(DropReason::BadVnetHdr, 1),
+        }
+    }
+    q.add(Dir::Rx, packets, bytes);
 }
 
 thread_local! {
@@ -84,7 +118,14 @@ impl Egress for Echo {
             for chunk in which.chunks(batch.capacity()) {
                 batch.clear();
                 for &i in chunk {
-                    batch.push(frames.get(usize::from(i)));
+                    // Offloads go back as they came; a GSO frame that finds
+                    // the side store full sends the batch first.
+                    if !batch.push_from(frames, usize::from(i)) {
+                        q.add(Dir::Tx, batch.len() as u64, batch.bytes());
+                        sw.forward(id, flow, batch, cache);
+                        batch.clear();
+                        batch.push_from(frames, usize::from(i));
+                    }
                     let n = batch.len() - 1;
                     let f = batch.get_mut(n);
                     if f.len() >= 12 {
@@ -139,11 +180,14 @@ const TUN_F_TSO6: libc::c_ulong = 0x04;
 const TUN_F_TSO_ECN: libc::c_ulong = 0x08;
 
 /// A TAP interface opened with `IFF_VNET_HDR`: frames the switch delivers
-/// are written to the host stack behind a zero header (complete frames, no
-/// offload asked); a reader thread forwards what the host sends into the
-/// switch. With `TUNSETOFFLOAD` accepted, the host sends partial checksums
-/// and TCP segments of up to 64 KiB, which the reader completes and cuts
-/// as the VM transmit path does.
+/// are written to the host stack behind their header — zero for a plain
+/// frame, the sender's checked header for a partial checksum or a TCP
+/// segment of up to 64 KiB, which the kernel takes whole on any TAP with
+/// vnet headers (`TUNSETOFFLOAD` is about the other direction) and cuts
+/// itself if it must; a reader thread forwards what the host sends into
+/// the switch. With `TUNSETOFFLOAD` accepted, the host sends partial
+/// checksums and TCP segments of up to 64 KiB, which go on marked as a
+/// guest's do.
 #[derive(Debug)]
 pub struct Tap {
     file: File,
@@ -211,9 +255,9 @@ impl Tap {
 
     /// Forward frames from the host into the switch until `stop` is set.
     /// Polls with a 100 ms timeout so that a stop is noticed. Each read is
-    /// one frame behind its virtio-net header: completed or segmented
-    /// ([`push_frame`]); refused headers are counted (`bad_vnet_hdr`) and
-    /// logged at most ten times a second.
+    /// one frame behind its virtio-net header, its offload checked and kept
+    /// for the egress ([`push_frame`]); refused headers are counted
+    /// (`bad_vnet_hdr`) and logged at most ten times a second.
     pub fn run_reader(&self, sw: &Switch, id: PortId, stop: &AtomicBool) {
         let mut batch = FrameBatch::new(32);
         let mut cache = FdbCache::default();
@@ -239,12 +283,6 @@ impl Tap {
                         let frame = &mut buf[VnetHdr::LEN..len];
                         let flush = |b: &mut FrameBatch| self.emit(sw, id, b, &mut cache);
                         match push_frame(&hdr, frame, self.offloads, &mut batch, flush) {
-                            Pushed::Frames { .. } if hdr.gso_type != 0 => {
-                                q.gso_frames.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Pushed::Frames { .. } if !hdr.is_plain() => {
-                                q.csum_completed.fetch_add(1, Ordering::Relaxed);
-                            }
                             Pushed::Frames { .. } => {}
                             Pushed::Oversize => q.drop(DropReason::Oversize, 1),
                             Pushed::Refused(e) => {
@@ -315,16 +353,32 @@ impl Egress for Tap {
         // A zero virtio-net header (complete frame, no offload) in front.
         let mut out = [0u8; VnetHdr::LEN + SLOT];
         for &i in which {
-            let f = frames.get(usize::from(i));
-            let len = VnetHdr::LEN + f.len();
-            out[VnetHdr::LEN..len].copy_from_slice(f);
-            // A TAP write takes a whole frame or fails; there is no partial write.
-            match file.write(&out[..len]) {
-                Ok(w) if w == len => {
-                    n += 1;
-                    bytes += f.len() as u64;
+            let i = usize::from(i);
+            let f = frames.get(i);
+            let written = match frames.offloaded(i) {
+                None => {
+                    let len = VnetHdr::LEN + f.len();
+                    out[VnetHdr::LEN..len].copy_from_slice(f);
+                    // A TAP write takes a whole frame or fails; there is no partial write.
+                    file.write(&out[..len]).is_ok_and(|w| w == len)
                 }
-                _ => q.drop(DropReason::BacklogFull, 1),
+                Some(k) => {
+                    let h = k.hdr.to_bytes();
+                    let iov = [std::io::IoSlice::new(&h), std::io::IoSlice::new(f)];
+                    let ok = file
+                        .write_vectored(&iov)
+                        .is_ok_and(|w| w == VnetHdr::LEN + f.len());
+                    if ok && k.hdr.gso_type != crate::offload::vnet_hdr::GSO_NONE {
+                        q.gso_whole.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ok
+                }
+            };
+            if written {
+                n += 1;
+                bytes += f.len() as u64;
+            } else {
+                q.drop(DropReason::BacklogFull, 1);
             }
         }
         q.add(Dir::Rx, n, bytes);

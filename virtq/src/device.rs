@@ -156,6 +156,15 @@ impl DeviceQueue {
         Ok(Some(head))
     }
 
+    /// Puts the last `n` entries [`pop`](Self::pop) consumed back, for the
+    /// next pops to walk again — Linux vhost's `vhost_discard_vq_desc`, for
+    /// a receive frame that did not fit the buffers taken so far. The caller
+    /// must not have given any of them back used: nothing is checked here
+    /// but that `n` entries were consumed since the queue started.
+    pub fn unpop(&mut self, n: u16) {
+        self.last_avail = self.last_avail.wrapping_sub(n);
+    }
+
     /// Writes a used entry (`head`, bytes `written` into the chain's
     /// writable buffers) into the ring without publishing it; visible to the
     /// driver at the next [`flush_used`](Self::flush_used). If `size`

@@ -220,6 +220,7 @@ impl PortQueues {
             &self.port.backlogs[p],
             &mut self.rx_pending[p],
             budget,
+            self.port.guest_offloads.accepted(),
         );
         self.count_pass(p, Dir::Rx, &pass, None);
         (pass.packets, pass.bytes, pass.more_work)
