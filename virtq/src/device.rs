@@ -325,6 +325,22 @@ impl DeviceQueue {
         Ok(n != 0)
     }
 
+    /// As [`enable_notifications`](Self::enable_notifications), for a caller
+    /// that can use nothing less than `n` pending buffers (a receive frame
+    /// that spans `n`): with EVENT_IDX the driver is asked to kick once the
+    /// `n`-th is published (see [`set_kick_threshold`](Self::set_kick_threshold)),
+    /// without it on every buffer. Returns `true` if `n` are already
+    /// pending; fewer pending buffers are no reason to poll again.
+    pub fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
+        if n <= 1 || !self.set_kick_threshold(n) {
+            let work = self.enable_notifications()?;
+            return Ok(work && self.shadow_avail.wrapping_sub(self.last_avail) >= n);
+        }
+        let pending = self.avail_pending()?;
+        self.shadow_avail = self.last_avail.wrapping_add(pending);
+        Ok(pending >= n)
+    }
+
     /// EVENT_IDX only: asks for a kick when the driver publishes the entry
     /// at `last_avail + n - 1`, i.e. once about `n` buffers are pending
     /// (`n` 0 is taken as 1). Returns `false`, doing nothing, without

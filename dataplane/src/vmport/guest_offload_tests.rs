@@ -280,12 +280,18 @@ fn a_whole_frame_waits_for_buffers_rather_than_being_cut_or_dropped() {
     assert_eq!(pass, RingPass::default(), "nothing moved, nothing used");
     assert!(p.received().is_empty());
     assert_eq!(p.pending.remaining(), 1);
+    assert_eq!(
+        p.pending.buffers_wanted(&p.to_b.0),
+        Some(11),
+        "no use waking for fewer than one more buffer"
+    );
     p.post(10, 40, 1536);
     let pass = p.deliver(accept);
     assert_eq!((pass.packets, pass.gso_whole), (1, 1));
     let got = p.received();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].2, f, "from the first buffers on, in order");
+    assert_eq!(p.pending.buffers_wanted(&p.to_b.0), None);
 }
 
 #[test]

@@ -38,6 +38,9 @@ pub struct RxPending {
     next: usize,
     /// When that frame is being cut: its next segment (0: none delivered).
     cut_next: usize,
+    /// Buffers the next frame needs before another try is worth a pass
+    /// (0: any one): set when a whole frame ran out of buffers.
+    need_buffers: u16,
 }
 
 impl RxPending {
@@ -47,6 +50,7 @@ impl RxPending {
             frames: FrameBatch::new(backlog.capacity()),
             next: 0,
             cut_next: 0,
+            need_buffers: 0,
         }
     }
 
@@ -59,6 +63,15 @@ impl RxPending {
     /// `backlog`.
     pub fn frames_waiting(&self, backlog: &Backlog) -> bool {
         self.remaining() > 0 || backlog.has_frames()
+    }
+
+    /// `None` if no frame waits (here or in `backlog`), else how many
+    /// receive buffers the guest must have posted for the next pass to move
+    /// one: 1, or more for a whole frame that ran out of them (so that a
+    /// worker waits for a kick rather than polling buffers it cannot use).
+    pub fn buffers_wanted(&self, backlog: &Backlog) -> Option<u16> {
+        self.frames_waiting(backlog)
+            .then_some(self.need_buffers.max(1))
     }
 
     /// When everything taken was delivered, takes what `backlog` holds now.
@@ -104,8 +117,9 @@ enum Put {
     /// Dropped (counted in the pass), its buffers given back empty; `stop`:
     /// the guest has no more buffers or the ring broke.
     Dropped { stop: bool },
-    /// The guest has no buffers (or the ring broke): the frame waits.
-    Waiting,
+    /// The guest has no buffers (or the ring broke): the frame waits; it
+    /// had found `have` buffers before they ran out.
+    Waiting { have: usize },
     /// Only when taking the frame whole: no set of buffers the guest can
     /// post holds it; the buffers taken were put back.
     TooBig,
@@ -168,6 +182,7 @@ impl RxService {
         };
         let plain = VnetHdr::default();
         let mut out_of_buffers = false;
+        pending.need_buffers = 0;
         'frames: while pending.next < pending.frames.len() && (pass.packets as u32) < budget.packets
         {
             let i = pending.next;
@@ -186,7 +201,7 @@ impl RxService {
                             break;
                         }
                     }
-                    Put::Waiting | Put::TooBig => {
+                    Put::Waiting { .. } | Put::TooBig => {
                         out_of_buffers = true;
                         break;
                     }
@@ -212,7 +227,8 @@ impl RxService {
                         }
                         continue;
                     }
-                    Put::Waiting => {
+                    Put::Waiting { have } => {
+                        pending.need_buffers = u16::try_from(have + 1).unwrap_or(u16::MAX);
                         out_of_buffers = true;
                         break;
                     }
@@ -258,7 +274,7 @@ impl RxService {
                             break;
                         }
                     }
-                    Put::Waiting | Put::TooBig => {
+                    Put::Waiting { .. } | Put::TooBig => {
                         out_of_buffers = true;
                         break;
                     }
@@ -332,7 +348,7 @@ impl RxService {
                 // Waiting is for buffers the guest will still post: not
                 // when a whole ring of them was too little.
                 return if out_of_buffers && got < usize::from(ring.q.size()) {
-                    Put::Waiting
+                    Put::Waiting { have: got }
                 } else {
                     Put::TooBig
                 };
@@ -344,7 +360,7 @@ impl RxService {
             }
             let stop = out_of_buffers || ring.broken;
             if stop && got == 0 {
-                return Put::Waiting;
+                return Put::Waiting { have: 0 };
             }
             pass.drops.no_rx_buffer += 1;
             return Put::Dropped { stop };
