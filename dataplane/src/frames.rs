@@ -33,6 +33,12 @@ pub struct Offloaded {
     /// The header to hand a receiver that takes it: rebuilt from the
     /// checked fields (no stray flags, `hdr_len` as measured).
     pub hdr: VnetHdr,
+    /// Frames it makes when cut (1 unless it is a GSO frame): what the
+    /// sender's counters and policy count, as before the frame crossed
+    /// whole.
+    pub cut_frames: u32,
+    /// Their bytes (the headers repeated in each segment).
+    pub cut_bytes: u32,
 }
 
 /// A marked frame's entry: which frame, its offload, where its bytes are.

@@ -21,7 +21,10 @@ use crate::net::MAX_FRAME;
 /// Checks that `frame` can be cut as `offload` asks (a GSO frame must be
 /// the TCP segment it claims to be, each segment at most [`MAX_FRAME`]
 /// bytes) and rebuilds the header a receiver that takes it whole gets:
-/// only `NEEDS_CSUM` among the flags, `hdr_len` as measured.
+/// only `NEEDS_CSUM` among the flags, `hdr_len` as measured. Also says how
+/// many frames, of how many bytes, cutting it makes: the sender's port
+/// counts those, so that its packet counts (and the policies and estimates
+/// fed by them) do not depend on where the frame is cut.
 ///
 /// `offload` must come from [`VnetHdr::check`] for this frame's length.
 pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
@@ -38,8 +41,12 @@ pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
         csum_start: at.map_or(0, |a| a.start),
         csum_offset: at.map_or(0, |a| a.offset),
     };
+    // A frame is < 64 KiB + 18 bytes, so a u32 holds these.
+    let (mut cut_frames, mut cut_bytes) = (1, frame.len() as u32);
     if let Offload::Tcp(gso, _) = offload {
         let seg = TcpSegmenter::new(frame, gso, MAX_FRAME)?;
+        cut_frames = seg.segments() as u32;
+        cut_bytes = (0..seg.segments()).map(|i| seg.segment_len(i) as u32).sum();
         hdr.gso_type = if gso.ipv6 { GSO_TCPV6 } else { GSO_TCPV4 };
         if gso.ecn {
             hdr.gso_type |= GSO_ECN;
@@ -48,7 +55,12 @@ pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
         // `new` bounded the headers by the frame, which is < 64 KiB + 18.
         hdr.hdr_len = u16::try_from(seg.header_len()).unwrap_or(u16::MAX);
     }
-    Ok(Offloaded { offload, hdr })
+    Ok(Offloaded {
+        offload,
+        hdr,
+        cut_frames,
+        cut_bytes,
+    })
 }
 
 /// A marked frame as the plain frames an egress without the offload

@@ -109,7 +109,10 @@ impl Pair {
             .serve(&mut self.a_ring, &self.a.mem, UNLIMITED, |b| {
                 sw.forward(0, 0, b, fdb)
             });
-        assert_eq!(pass.packets, 1, "{pass:?}");
+        assert!(
+            pass.packets > 0 && pass.drops == Default::default(),
+            "{pass:?}"
+        );
         while self.a.driver.pop_used().is_some() {}
     }
 

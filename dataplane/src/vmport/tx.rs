@@ -94,8 +94,9 @@ impl TxService {
     /// ([`tx_offload`], and [`keep`]: a GSO frame must be the TCP segment it
     /// claims to be): a frame with a partial checksum or a TCP GSO frame (up
     /// to [`MAX_GSO_FRAME`], in the batch's side store) goes to the switch
-    /// whole, marked with its checked offload, one packet of the pass; each
-    /// egress takes it as it is or cuts it ([`crate::offload::Cutter`]).
+    /// whole, marked with its checked offload; each egress takes it as it
+    /// is or cuts it ([`crate::offload::Cutter`]). The pass counts a GSO
+    /// frame as the MSS frames it stands for, as when it was cut here.
     ///
     /// Drops, still completing the chain: chains with a writable descriptor,
     /// frames shorter than the header plus [`MIN_FRAME`] or longer than
@@ -242,8 +243,8 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
                     Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
                     Ok(kept) => {
                         self.batch.commit_gso(kept);
-                        self.pass.packets += 1;
-                        self.pass.bytes += len as u64;
+                        self.pass.packets += u64::from(kept.cut_frames);
+                        self.pass.bytes += u64::from(kept.cut_bytes);
                     }
                 }
             }
@@ -369,7 +370,11 @@ mod tests {
             assert_eq!(k.hdr, h, "Linux's header, checked and rebuilt");
             got = cut_all(b);
         });
-        assert_eq!((pass.packets, pass.bytes), (2, (f.len() + 60) as u64));
+        assert_eq!(
+            (pass.packets, pass.bytes),
+            (46, 45 * 1514 + 60),
+            "counted as the frames it stands for"
+        );
         assert_eq!(pass.drops, Default::default());
         assert_eq!(got.len(), 46);
         assert!(got[..45].iter().all(|s| s.len() == 1514));
@@ -388,7 +393,7 @@ mod tests {
             send_with(&mut g, 30 * i, &h, &f);
         }
         let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
-        assert_eq!(pass.packets, 3);
+        assert_eq!(pass.packets, 3 * 28);
         assert_eq!(batches, vec![vec![f.clone()], vec![f.clone()], vec![f]]);
     }
 
