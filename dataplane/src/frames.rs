@@ -438,6 +438,60 @@ mod tests {
         assert!(!bl.has_frames());
     }
 
+    fn kept(cut_frames: u32) -> Offloaded {
+        Offloaded {
+            offload: Offload::None,
+            hdr: VnetHdr::default(),
+            cut_frames,
+            cut_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn marked_frames_keep_their_offload_and_plain_ones_carry_nothing() {
+        let mut b = FrameBatch::new(4);
+        assert!(b.push(&[1; 60]));
+        b.next_slot().unwrap()[..70].fill(2);
+        b.commit_offloaded(70, kept(1));
+        let big = vec![3u8; 40_000];
+        b.next_gso(big.len()).unwrap().copy_from_slice(&big);
+        b.commit_gso(kept(28));
+        assert!(b.has_offloads());
+        assert_eq!((b.get(0), b.offloaded(0)), (&[1u8; 60][..], None));
+        assert_eq!((b.get(1), b.offloaded(1)), (&[2u8; 70][..], Some(kept(1))));
+        assert_eq!((b.get(2), b.offloaded(2)), (&big[..], Some(kept(28))));
+        assert_eq!(b.frame_len(2), 40_000);
+        assert_eq!(b.bytes(), 60 + 70 + 40_000);
+        assert!(
+            b.next_gso(30_000).is_none(),
+            "the side store holds 64 KiB here"
+        );
+        b.clear();
+        assert!(!b.has_offloads());
+        assert!(
+            b.next_gso(60_000).is_some(),
+            "cleared, the side store is free"
+        );
+    }
+
+    #[test]
+    fn a_backlog_carries_offloads_and_drops_what_its_side_store_cannot_hold() {
+        let mut src = FrameBatch::new(64); // side store: 128 KiB
+        for i in 0..3u8 {
+            src.next_gso(30_000).unwrap().fill(i);
+            src.commit_gso(kept(21));
+        }
+        src.push(&[9; 60]);
+        let bl = Backlog::new(4); // side store: 64 KiB, two of the three
+        assert_eq!(bl.push(&src, &[0, 1, 2, 3]), (3, 1));
+        let mut out = FrameBatch::new(4);
+        bl.take_into(&mut out);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out.get(1), &[1u8; 30_000][..]);
+        assert_eq!(out.offloaded(1), Some(kept(21)));
+        assert_eq!((out.get(2), out.offloaded(2)), (&[9u8; 60][..], None));
+    }
+
     #[test]
     fn arena_grows_to_the_high_water_mark_and_keeps_it() {
         let mut b = FrameBatch::new(1024);
