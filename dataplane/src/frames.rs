@@ -1,12 +1,55 @@
 //! Host-side frame buffers: a fixed arena of frame slots reused for every
 //! batch (no allocation per packet), and the per-queue backlog that carries
 //! frames from the switch to a VM port's worker.
+//!
+//! Most frames are plain (no offload asked) and at most [`SLOT`] bytes:
+//! they live in the slots and carry no metadata, so the fast path is a
+//! length per frame and a copy. A frame whose virtio-net header asked for
+//! an offload that was kept for the egress (issue #15: a partial checksum,
+//! or a TCP segment of up to 64 KiB that a receiver with `GUEST_TSO*` takes
+//! whole) is *marked*: a flag bit in its length, and an [`Offloaded`] entry
+//! beside the slots with its checked header; a GSO frame's bytes go into a
+//! side store, since they do not fit a slot. Only marked frames pay for the
+//! lookup, which is why the side store is not per frame: issue #16 needs
+//! the small-frame path as it was.
 
+use crate::offload::vnet_hdr::{Offload, VnetHdr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Bytes per frame slot; every frame vadapt forwards fits (see [`crate::net::MAX_FRAME`]).
 pub const SLOT: usize = 2048;
+
+/// Set in a frame's length when it has an [`Offloaded`] entry.
+const MARKED: u16 = 0x8000;
+
+/// The offload kept with a marked frame for its egress: what the sender's
+/// header asked, checked at ingress against the frame (every offset lies
+/// inside it, and a GSO frame is the TCP segment it claims to be).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offloaded {
+    /// What the egress must do if its receiver cannot take the offload.
+    pub offload: Offload,
+    /// The header to hand a receiver that takes it: rebuilt from the
+    /// checked fields (no stray flags, `hdr_len` as measured).
+    pub hdr: VnetHdr,
+    /// Frames it makes when cut (1 unless it is a GSO frame): what the
+    /// sender's counters and policy count, as before the frame crossed
+    /// whole.
+    pub cut_frames: u32,
+    /// Their bytes (the headers repeated in each segment).
+    pub cut_bytes: u32,
+}
+
+/// A marked frame's entry: which frame, its offload, where its bytes are.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    /// Index of the frame in the batch.
+    frame: u32,
+    offloaded: Offloaded,
+    /// `Some((start, len))` in the side store (bytes), `None`: in the slot.
+    side: Option<(usize, usize)>,
+}
 
 /// Slots the arena grows by at least, so a port that starts carrying traffic
 /// reallocates a few times, not once per frame.
@@ -23,8 +66,15 @@ const GROW_MIN: usize = 32;
 #[derive(Debug)]
 pub struct FrameBatch {
     data: Vec<u8>,
+    /// Frame lengths, bytes; with [`MARKED`] set the frame has a [`Mark`].
     lens: Vec<u16>,
     cap: usize,
+    /// Marked frames, in frame order.
+    marks: Vec<Mark>,
+    /// GSO frames' bytes, back to back (empty until one comes).
+    side: Vec<u8>,
+    /// Bytes of `side` that belong to committed frames.
+    side_committed: usize,
 }
 
 impl FrameBatch {
@@ -34,6 +84,9 @@ impl FrameBatch {
             data: Vec::new(),
             lens: Vec::with_capacity(cap),
             cap,
+            marks: Vec::new(),
+            side: Vec::new(),
+            side_committed: 0,
         }
     }
 
@@ -60,6 +113,17 @@ impl FrameBatch {
     /// Drop every frame.
     pub fn clear(&mut self) {
         self.lens.clear();
+        if !self.marks.is_empty() {
+            self.marks.clear();
+            self.side.clear();
+            self.side_committed = 0;
+        }
+    }
+
+    /// Most bytes of GSO frames the side store holds: what the slots of a
+    /// full batch hold, and at least one largest GSO frame.
+    pub fn side_capacity(&self) -> usize {
+        (self.cap * SLOT).max(crate::net::MAX_GSO_FRAME)
     }
 
     /// The next free slot, to be filled and then [`commit`](Self::commit)ted.
@@ -100,6 +164,114 @@ impl FrameBatch {
         self.lens.push(len as u16);
     }
 
+    /// As [`commit`](Self::commit), for a frame whose offload the egress
+    /// must see.
+    ///
+    /// # Panics
+    /// As [`commit`](Self::commit).
+    pub fn commit_offloaded(&mut self, len: usize, offloaded: Offloaded) {
+        assert!(!self.is_full() && len <= SLOT);
+        self.marks.push(Mark {
+            frame: self.lens.len() as u32,
+            offloaded,
+            side: None,
+        });
+        self.lens.push(len as u16 | MARKED);
+    }
+
+    /// Room for a GSO frame of `len` bytes in the side store, to be filled
+    /// and then [`commit_gso`](Self::commit_gso)ted; `None` when the batch
+    /// or the side store is full (flush first) or `len` is beyond
+    /// [`MAX_GSO_FRAME`](crate::net::MAX_GSO_FRAME).
+    pub fn next_gso(&mut self, len: usize) -> Option<&mut [u8]> {
+        if self.is_full()
+            || len > crate::net::MAX_GSO_FRAME
+            || self.side_committed + len > self.side_capacity()
+        {
+            return None;
+        }
+        let start = self.side_committed;
+        self.side.resize(start + len, 0);
+        Some(&mut self.side[start..])
+    }
+
+    /// Makes the frame written into [`next_gso`](Self::next_gso) (all its
+    /// `len` bytes) part of the batch.
+    ///
+    /// # Panics
+    /// If [`next_gso`](Self::next_gso) did not just hand out `len` bytes.
+    pub fn commit_gso(&mut self, offloaded: Offloaded) {
+        let (start, end) = (self.side_committed, self.side.len());
+        assert!(
+            start < end && !self.is_full(),
+            "commit_gso without next_gso"
+        );
+        self.side_committed = end;
+        self.marks.push(Mark {
+            frame: self.lens.len() as u32,
+            offloaded,
+            side: Some((start, end - start)),
+        });
+        self.lens.push(MARKED);
+    }
+
+    /// Copies frame `i` of `src` in, with its offload; false when the
+    /// batch (or, for a GSO frame, the side store) is full.
+    pub fn push_from(&mut self, src: &FrameBatch, i: usize) -> bool {
+        let Some(m) = src.mark(i) else {
+            return self.push(src.get(i));
+        };
+        let frame = src.get(i);
+        if m.side.is_some() {
+            match self.next_gso(frame.len()) {
+                Some(dst) => dst.copy_from_slice(frame),
+                None => return false,
+            }
+            self.commit_gso(m.offloaded);
+            return true;
+        }
+        match self.next_slot() {
+            Some(slot) => slot[..frame.len()].copy_from_slice(frame),
+            None => return false,
+        }
+        self.commit_offloaded(frame.len(), m.offloaded);
+        true
+    }
+
+    /// Frame `i`'s entry if it is marked.
+    fn mark(&self, i: usize) -> Option<&Mark> {
+        if self.lens[i] & MARKED == 0 {
+            return None;
+        }
+        self.marks
+            .binary_search_by_key(&(i as u32), |m| m.frame)
+            .ok()
+            .map(|k| &self.marks[k])
+    }
+
+    /// The offload kept with frame `i` for its egress, if any.
+    #[inline]
+    pub fn offloaded(&self, i: usize) -> Option<Offloaded> {
+        if self.marks.is_empty() {
+            return None;
+        }
+        self.mark(i).map(|m| m.offloaded)
+    }
+
+    /// True if some frame of the batch has an offload kept for its egress.
+    pub fn has_offloads(&self) -> bool {
+        !self.marks.is_empty()
+    }
+
+    #[cold]
+    fn get_marked(&self, i: usize) -> &[u8] {
+        let m = self.mark(i).expect("a marked frame has its entry");
+        match m.side {
+            Some((start, len)) => &self.side[start..start + len],
+            None => &self.data[i * SLOT..i * SLOT + usize::from(self.lens[i] & !MARKED)],
+        }
+    }
+
     /// Copy `frame` into the batch; false when full or too long.
     pub fn push(&mut self, frame: &[u8]) -> bool {
         if frame.len() > SLOT {
@@ -116,24 +288,41 @@ impl FrameBatch {
     }
 
     /// Frame `i`.
+    #[inline]
     pub fn get(&self, i: usize) -> &[u8] {
-        &self.data[i * SLOT..i * SLOT + self.lens[i] as usize]
+        let len = self.lens[i];
+        if len & MARKED != 0 {
+            return self.get_marked(i);
+        }
+        &self.data[i * SLOT..i * SLOT + len as usize]
     }
 
     /// Length of frame `i`, bytes (without touching its bytes).
+    #[inline]
     pub fn frame_len(&self, i: usize) -> usize {
-        usize::from(self.lens[i])
+        let len = self.lens[i];
+        if len & MARKED != 0 {
+            return self.get_marked(i).len();
+        }
+        usize::from(len)
     }
 
     /// Frame `i`, mutable.
     pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
-        let len = self.lens[i] as usize;
-        &mut self.data[i * SLOT..i * SLOT + len]
+        let len = self.lens[i];
+        if len & MARKED != 0 {
+            let m = *self.mark(i).expect("a marked frame has its entry");
+            return match m.side {
+                Some((start, len)) => &mut self.side[start..start + len],
+                None => &mut self.data[i * SLOT..i * SLOT + usize::from(len & !MARKED)],
+            };
+        }
+        &mut self.data[i * SLOT..i * SLOT + len as usize]
     }
 
     /// Total bytes of all frames.
     pub fn bytes(&self) -> u64 {
-        self.lens.iter().map(|&l| u64::from(l)).sum()
+        (0..self.len()).map(|i| self.frame_len(i) as u64).sum()
     }
 }
 
@@ -159,15 +348,19 @@ impl Backlog {
         }
     }
 
-    /// Append frames `which` of `src`; returns (accepted, dropped because full).
+    /// Append frames `which` of `src`, with their offloads; returns
+    /// (accepted, dropped because full). A GSO frame that finds the side
+    /// store full is dropped, and the frames after it still tried.
     pub fn push(&self, src: &FrameBatch, which: &[u16]) -> (u64, u64) {
         let mut q = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut ok = 0;
         for &i in which {
-            if !q.push(src.get(usize::from(i))) {
+            if q.is_full() {
                 break;
             }
-            ok += 1;
+            if q.push_from(src, usize::from(i)) {
+                ok += 1;
+            }
         }
         self.len.store(q.len(), Ordering::Release);
         (ok, which.len() as u64 - ok)
@@ -243,6 +436,60 @@ mod tests {
         assert_eq!(bl.take_into(&mut out), 2);
         assert_eq!(out.get(1), &[1; 20]);
         assert!(!bl.has_frames());
+    }
+
+    fn kept(cut_frames: u32) -> Offloaded {
+        Offloaded {
+            offload: Offload::None,
+            hdr: VnetHdr::default(),
+            cut_frames,
+            cut_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn marked_frames_keep_their_offload_and_plain_ones_carry_nothing() {
+        let mut b = FrameBatch::new(4);
+        assert!(b.push(&[1; 60]));
+        b.next_slot().unwrap()[..70].fill(2);
+        b.commit_offloaded(70, kept(1));
+        let big = vec![3u8; 40_000];
+        b.next_gso(big.len()).unwrap().copy_from_slice(&big);
+        b.commit_gso(kept(28));
+        assert!(b.has_offloads());
+        assert_eq!((b.get(0), b.offloaded(0)), (&[1u8; 60][..], None));
+        assert_eq!((b.get(1), b.offloaded(1)), (&[2u8; 70][..], Some(kept(1))));
+        assert_eq!((b.get(2), b.offloaded(2)), (&big[..], Some(kept(28))));
+        assert_eq!(b.frame_len(2), 40_000);
+        assert_eq!(b.bytes(), 60 + 70 + 40_000);
+        assert!(
+            b.next_gso(30_000).is_none(),
+            "the side store holds 64 KiB here"
+        );
+        b.clear();
+        assert!(!b.has_offloads());
+        assert!(
+            b.next_gso(60_000).is_some(),
+            "cleared, the side store is free"
+        );
+    }
+
+    #[test]
+    fn a_backlog_carries_offloads_and_drops_what_its_side_store_cannot_hold() {
+        let mut src = FrameBatch::new(64); // side store: 128 KiB
+        for i in 0..3u8 {
+            src.next_gso(30_000).unwrap().fill(i);
+            src.commit_gso(kept(21));
+        }
+        src.push(&[9; 60]);
+        let bl = Backlog::new(4); // side store: 64 KiB, two of the three
+        assert_eq!(bl.push(&src, &[0, 1, 2, 3]), (3, 1));
+        let mut out = FrameBatch::new(4);
+        bl.take_into(&mut out);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out.get(1), &[1u8; 30_000][..]);
+        assert_eq!(out.offloaded(1), Some(kept(21)));
+        assert_eq!((out.get(2), out.offloaded(2)), (&[9u8; 60][..], None));
     }
 
     #[test]

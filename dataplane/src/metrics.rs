@@ -10,7 +10,7 @@
 //! | `vadapt_queue_kicks_total` | port, queue | guest notifications received (kick eventfd counts) |
 //! | `vadapt_queue_calls_total` | port, queue | interrupts sent to the guest (call eventfd writes) |
 //! | `vadapt_queue_dropped_total` | port, queue, reason | packets/chains dropped, by reason |
-//! | `vadapt_queue_offloads_total` | port, queue, kind | offload work done in software on frames entering the switch: `kind="segmented"` GSO frames cut into MSS frames, `kind="checksum"` partial checksums completed |
+//! | `vadapt_queue_offloads_total` | port, queue, kind | a sender's offloads at this port's egress (issue #15): `kind="segmented"` GSO frames cut into MSS frames in software, `kind="checksum"` partial checksums completed in software (the receiver does not take them), `kind="gso_whole"` GSO frames passed whole (a guest with `GUEST_TSO*`, a TAP) |
 //! | `vadapt_queue_poll_interval_seconds` | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
 //! | `vadapt_worker_cpu_seconds_total` | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | worker | TSC cycles spent in passes that moved packets |
@@ -126,10 +126,16 @@ pub struct QueueStats {
     pub calls: AtomicU64,
     /// Drops, indexed like [`DropReason::ALL`].
     pub drops: [AtomicU64; DropReason::ALL.len()],
-    /// GSO frames segmented in software (each counted once, not per segment).
+    /// GSO frames cut into MSS frames in software at this port's egress,
+    /// because its receiver does not take them whole (each counted once,
+    /// not per segment).
     pub gso_frames: AtomicU64,
-    /// Partial checksums completed in software (frames without GSO).
+    /// Partial checksums completed in software at this port's egress
+    /// (frames without GSO).
     pub csum_completed: AtomicU64,
+    /// GSO frames passed whole to this port's receiver (a guest with
+    /// `GUEST_TSO*`, a TAP).
+    pub gso_whole: AtomicU64,
 }
 
 impl QueueStats {
@@ -309,6 +315,7 @@ impl Registry {
                         calls: q.calls.load(Relaxed),
                         gso_frames: q.gso_frames.load(Relaxed),
                         csum_completed: q.csum_completed.load(Relaxed),
+                        gso_whole: q.gso_whole.load(Relaxed),
                         dropped: DropReason::ALL
                             .iter()
                             .zip(&q.drops)
@@ -471,12 +478,15 @@ pub struct QueueSnapshot {
     pub kicks: u64,
     /// Calls sent.
     pub calls: u64,
-    /// GSO frames segmented in software.
+    /// GSO frames cut into MSS frames in software at this port's egress.
     #[serde(default)]
     pub gso_frames: u64,
-    /// Partial checksums completed in software.
+    /// Partial checksums completed in software at this port's egress.
     #[serde(default)]
     pub csum_completed: u64,
+    /// GSO frames passed whole to this port's receiver.
+    #[serde(default)]
+    pub gso_whole: u64,
     /// Drops by reason (only non-zero reasons).
     pub dropped: BTreeMap<String, u64>,
 }
@@ -654,7 +664,7 @@ impl prometheus_client::collector::Collector for Collector {
         {
             let mut m = enc.encode_descriptor(
                 "vadapt_queue_offloads",
-                "Offload work done in software on frames entering the switch, by kind.",
+                "Offloads at a port's egress, by kind: done in software, or passed whole.",
                 None,
                 MetricType::Counter,
             )?;
@@ -663,6 +673,7 @@ impl prometheus_client::collector::Collector for Collector {
                     for (kind, c) in [
                         ("segmented", &q.gso_frames),
                         ("checksum", &q.csum_completed),
+                        ("gso_whole", &q.gso_whole),
                     ] {
                         let mut l = qlabels(p, qi);
                         l.push(("kind", kind.to_string()));

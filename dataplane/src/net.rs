@@ -47,14 +47,21 @@ pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
 /// Every device feature vadapt offers (issue #2's list, and issue #15's
-/// host-side offloads: the transmit path completes partial checksums and
-/// segments TCP in software, so every egress gets plain frames; the
-/// guest-side offloads are not offered yet).
+/// offloads). Host side: the transmit path checks each frame's partial
+/// checksum or TCP segment. Guest side: a receiver that negotiated (and has
+/// not turned off) `GUEST_CSUM`/`GUEST_TSO*` gets such frames whole, with
+/// their header, as vhost-net with tap gives them; every other egress gets
+/// them cut and checksummed in software (see [`crate::offload::egress`]).
 pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VIRTIO_NET_F_CSUM
     | VIRTIO_NET_F_HOST_TSO4
     | VIRTIO_NET_F_HOST_TSO6
     | VIRTIO_NET_F_HOST_ECN
+    | VIRTIO_NET_F_GUEST_CSUM
+    | VIRTIO_NET_F_GUEST_TSO4
+    | VIRTIO_NET_F_GUEST_TSO6
+    | VIRTIO_NET_F_GUEST_ECN
+    | VIRTIO_NET_F_CTRL_GUEST_OFFLOADS
     | VIRTIO_NET_F_MAC
     | VIRTIO_NET_F_MRG_RXBUF
     | VIRTIO_RING_F_EVENT_IDX
@@ -97,6 +104,10 @@ pub mod ctrl {
     pub const CLASS_MQ: u8 = 4;
     /// `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
     pub const MQ_VQ_PAIRS_SET: u8 = 0;
+    /// `VIRTIO_NET_CTRL_GUEST_OFFLOADS` class.
+    pub const CLASS_GUEST_OFFLOADS: u8 = 5;
+    /// `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`: a le64 of `VIRTIO_NET_F_GUEST_*` bits.
+    pub const GUEST_OFFLOADS_SET: u8 = 0;
     /// `VIRTIO_NET_OK`.
     pub const OK: u8 = 0;
     /// `VIRTIO_NET_ERR`.
@@ -140,6 +151,53 @@ impl HostOffloads {
     /// True if any was negotiated: transmitted headers must be read.
     pub fn any(&self) -> bool {
         self.csum || self.tso4 || self.tso6 || self.ecn
+    }
+}
+
+/// The guest-side offloads among feature bits, as `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`
+/// names them (the feature bits themselves).
+pub const GUEST_OFFLOAD_BITS: u64 = VIRTIO_NET_F_GUEST_CSUM
+    | VIRTIO_NET_F_GUEST_TSO4
+    | VIRTIO_NET_F_GUEST_TSO6
+    | VIRTIO_NET_F_GUEST_ECN;
+
+/// The guest-side offloads a receiver takes now: what it negotiated, less
+/// what it turned off with `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuestOffloads {
+    /// `VIRTIO_NET_F_GUEST_CSUM`: frames with a partial checksum.
+    pub csum: bool,
+    /// `VIRTIO_NET_F_GUEST_TSO4`: TCPv4 GSO frames.
+    pub tso4: bool,
+    /// `VIRTIO_NET_F_GUEST_TSO6`: TCPv6 GSO frames.
+    pub tso6: bool,
+    /// `VIRTIO_NET_F_GUEST_ECN`: GSO frames with `VIRTIO_NET_HDR_GSO_ECN`.
+    pub ecn: bool,
+}
+
+impl GuestOffloads {
+    /// The guest-side offloads among `bits` (feature bits).
+    pub fn from_bits(bits: u64) -> Self {
+        GuestOffloads {
+            csum: bits & VIRTIO_NET_F_GUEST_CSUM != 0,
+            tso4: bits & VIRTIO_NET_F_GUEST_TSO4 != 0,
+            tso6: bits & VIRTIO_NET_F_GUEST_TSO6 != 0,
+            ecn: bits & VIRTIO_NET_F_GUEST_ECN != 0,
+        }
+    }
+
+    /// True if the receiver takes a frame that asks `offload` as it is.
+    /// A GSO frame also needs `csum` (Linux's driver turns GSO off without
+    /// it, and the segments' checksums are partial).
+    pub fn takes(&self, offload: &crate::offload::vnet_hdr::Offload) -> bool {
+        use crate::offload::vnet_hdr::Offload;
+        match offload {
+            Offload::None => true,
+            Offload::Checksum(_) => self.csum,
+            Offload::Tcp(gso, _) => {
+                self.csum && if gso.ipv6 { self.tso6 } else { self.tso4 } && (!gso.ecn || self.ecn)
+            }
+        }
     }
 }
 

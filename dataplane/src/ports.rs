@@ -5,7 +5,7 @@ use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{push_frame, Pushed, VnetHdr};
+use crate::offload::{push_frame, Cutter, Pushed, VnetHdr};
 use crate::switch::{Egress, FdbCache, PortId, Switch};
 use std::cell::RefCell;
 use std::fs::File;
@@ -32,12 +32,59 @@ impl Sink {
 
 impl Egress for Sink {
     fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+        let q = &self.stats.queues[0];
+        if frames.has_offloads() {
+            return sink_offloaded(q, frames, which);
+        }
         let bytes: u64 = which
             .iter()
             .map(|&i| frames.frame_len(usize::from(i)) as u64)
             .sum();
-        self.stats.queues[0].add(Dir::Rx, which.len() as u64, bytes);
+        q.add(Dir::Rx, which.len() as u64, bytes);
     }
+}
+
+/// A sink takes no offload: a marked frame is cut and checksummed as any
+/// such egress does ([`Cutter`]) into scratch space, and counted as the
+/// frames it is cut into. The work is done, not just counted, so that a
+/// sink still measures what a backend pays for the frames (B9's TSO stream
+/// is cut here, in the sending worker, as it was at ingress before).
+#[cold]
+fn sink_offloaded(q: &crate::metrics::QueueStats, frames: &FrameBatch, which: &[u16]) {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; crate::net::MAX_FRAME]);
+    }
+    let (mut packets, mut bytes) = (0, 0);
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        for &i in which {
+            let i = usize::from(i);
+            let f = frames.get(i);
+            let Some(k) = frames.offloaded(i) else {
+                packets += 1;
+                bytes += f.len() as u64;
+                continue;
+            };
+            match Cutter::new(f, k.offload) {
+                Ok(c) => {
+                    let counter = if c.segments() {
+                        &q.gso_frames
+                    } else {
+                        &q.csum_completed
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    for s in 0..c.count() {
+                        let n = c.write(s, &mut scratch);
+                        std::hint::black_box(&scratch[..n]);
+                        packets += 1;
+                        bytes += n as u64;
+                    }
+                }
+                Err(_) => q.drop(DropReason::BadVnetHdr, 1),
+            }
+        }
+    });
+    q.add(Dir::Rx, packets, bytes);
 }
 
 thread_local! {
@@ -84,7 +131,14 @@ impl Egress for Echo {
             for chunk in which.chunks(batch.capacity()) {
                 batch.clear();
                 for &i in chunk {
-                    batch.push(frames.get(usize::from(i)));
+                    // Offloads go back as they came; a GSO frame that finds
+                    // the side store full sends the batch first.
+                    if !batch.push_from(frames, usize::from(i)) {
+                        q.add(Dir::Tx, batch.len() as u64, batch.bytes());
+                        sw.forward(id, flow, batch, cache);
+                        batch.clear();
+                        batch.push_from(frames, usize::from(i));
+                    }
                     let n = batch.len() - 1;
                     let f = batch.get_mut(n);
                     if f.len() >= 12 {
@@ -139,11 +193,14 @@ const TUN_F_TSO6: libc::c_ulong = 0x04;
 const TUN_F_TSO_ECN: libc::c_ulong = 0x08;
 
 /// A TAP interface opened with `IFF_VNET_HDR`: frames the switch delivers
-/// are written to the host stack behind a zero header (complete frames, no
-/// offload asked); a reader thread forwards what the host sends into the
-/// switch. With `TUNSETOFFLOAD` accepted, the host sends partial checksums
-/// and TCP segments of up to 64 KiB, which the reader completes and cuts
-/// as the VM transmit path does.
+/// are written to the host stack behind their header — zero for a plain
+/// frame, the sender's checked header for a partial checksum or a TCP
+/// segment of up to 64 KiB, which the kernel takes whole on any TAP with
+/// vnet headers (`TUNSETOFFLOAD` is about the other direction) and cuts
+/// itself if it must; a reader thread forwards what the host sends into
+/// the switch. With `TUNSETOFFLOAD` accepted, the host sends partial
+/// checksums and TCP segments of up to 64 KiB, which go on marked as a
+/// guest's do.
 #[derive(Debug)]
 pub struct Tap {
     file: File,
@@ -211,9 +268,9 @@ impl Tap {
 
     /// Forward frames from the host into the switch until `stop` is set.
     /// Polls with a 100 ms timeout so that a stop is noticed. Each read is
-    /// one frame behind its virtio-net header: completed or segmented
-    /// ([`push_frame`]); refused headers are counted (`bad_vnet_hdr`) and
-    /// logged at most ten times a second.
+    /// one frame behind its virtio-net header, its offload checked and kept
+    /// for the egress ([`push_frame`]); refused headers are counted
+    /// (`bad_vnet_hdr`) and logged at most ten times a second.
     pub fn run_reader(&self, sw: &Switch, id: PortId, stop: &AtomicBool) {
         let mut batch = FrameBatch::new(32);
         let mut cache = FdbCache::default();
@@ -239,12 +296,6 @@ impl Tap {
                         let frame = &mut buf[VnetHdr::LEN..len];
                         let flush = |b: &mut FrameBatch| self.emit(sw, id, b, &mut cache);
                         match push_frame(&hdr, frame, self.offloads, &mut batch, flush) {
-                            Pushed::Frames { .. } if hdr.gso_type != 0 => {
-                                q.gso_frames.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Pushed::Frames { .. } if !hdr.is_plain() => {
-                                q.csum_completed.fetch_add(1, Ordering::Relaxed);
-                            }
                             Pushed::Frames { .. } => {}
                             Pushed::Oversize => q.drop(DropReason::Oversize, 1),
                             Pushed::Refused(e) => {
@@ -315,16 +366,32 @@ impl Egress for Tap {
         // A zero virtio-net header (complete frame, no offload) in front.
         let mut out = [0u8; VnetHdr::LEN + SLOT];
         for &i in which {
-            let f = frames.get(usize::from(i));
-            let len = VnetHdr::LEN + f.len();
-            out[VnetHdr::LEN..len].copy_from_slice(f);
-            // A TAP write takes a whole frame or fails; there is no partial write.
-            match file.write(&out[..len]) {
-                Ok(w) if w == len => {
-                    n += 1;
-                    bytes += f.len() as u64;
+            let i = usize::from(i);
+            let f = frames.get(i);
+            let written = match frames.offloaded(i) {
+                None => {
+                    let len = VnetHdr::LEN + f.len();
+                    out[VnetHdr::LEN..len].copy_from_slice(f);
+                    // A TAP write takes a whole frame or fails; there is no partial write.
+                    file.write(&out[..len]).is_ok_and(|w| w == len)
                 }
-                _ => q.drop(DropReason::BacklogFull, 1),
+                Some(k) => {
+                    let h = k.hdr.to_bytes();
+                    let iov = [std::io::IoSlice::new(&h), std::io::IoSlice::new(f)];
+                    let ok = file
+                        .write_vectored(&iov)
+                        .is_ok_and(|w| w == VnetHdr::LEN + f.len());
+                    if ok && k.hdr.gso_type != crate::offload::vnet_hdr::GSO_NONE {
+                        q.gso_whole.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ok
+                }
+            };
+            if written {
+                n += 1;
+                bytes += f.len() as u64;
+            } else {
+                q.drop(DropReason::BacklogFull, 1);
             }
         }
         q.add(Dir::Rx, n, bytes);
@@ -421,6 +488,37 @@ mod tests {
                     std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::NotFound
                 )
             })
+    }
+
+    #[test]
+    fn a_sink_cuts_a_gso_frame_and_counts_its_segments() {
+        use crate::offload::test_frames::{tso_frame, LINUX_V4};
+        use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
+        let f = tso_frame(LINUX_V4, &[5; 10 * 1448]);
+        let hdr = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let all = HostOffloads {
+            csum: true,
+            tso4: true,
+            tso6: true,
+            ecn: true,
+        };
+        let mut b = FrameBatch::new(4);
+        push_frame(&hdr, &f, all, &mut b, |_| {});
+        b.push(&[0u8; 60]);
+        let ss = Arc::new(PortStats::new("sink", "sink", 1));
+        let sw = Switch::new(Duration::from_secs(300));
+        Sink::new(ss.clone()).deliver(&sw, &b, &[0, 1], 0);
+        let q = &ss.queues[0];
+        assert_eq!(q.packets[1].load(Ordering::Relaxed), 11);
+        assert_eq!(q.bytes[1].load(Ordering::Relaxed), 10 * 1514 + 60);
+        assert_eq!(q.gso_frames.load(Ordering::Relaxed), 1);
     }
 
     #[test]

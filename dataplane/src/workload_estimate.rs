@@ -244,6 +244,7 @@ mod tests {
                             calls: 0,
                             gso_frames: 0,
                             csum_completed: 0,
+                            gso_whole: 0,
                             dropped: BTreeMap::new(),
                         })
                         .collect(),

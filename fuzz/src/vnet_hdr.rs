@@ -7,9 +7,14 @@
 //! Input: the header's 10 bytes (`struct virtio_net_hdr`, little-endian),
 //! one mode byte, then the frame. Mode bit 0 picks the segmenter's frame
 //! limit (a 1518-byte Ethernet frame or a 9018-byte jumbo one); bit 1 also
-//! sends the frame down the TAP reader's path (`offload::push_frame` into a
-//! small `FrameBatch`, flushed as it fills), whose output must be what the
-//! parts above make of the same frame.
+//! sends the frame down the ingress path (`offload::push_frame`, which
+//! keeps the offload with the frame in a small `FrameBatch`, flushed as it
+//! fills) and out through an egress that cuts it (`offload::Cutter`): the
+//! frames that come out must be what the parts above make of the same
+//! frame, and the header kept for a receiver that takes the frame whole
+//! must say what the guest's did. Bit 2 also hands the frame's bytes to
+//! the `VIRTIO_NET_CTRL_GUEST_OFFLOADS` command decoder as class, command
+//! and data.
 //!
 //! Checked beyond "no panic, nothing read or written out of bounds": a
 //! header that passes its check has its checksum field inside the frame; a
@@ -22,8 +27,10 @@ use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
 use vadapt_dataplane::offload::{
-    complete_partial_checksum, push_frame, tx_offload, Offload, Pushed, TcpSegmenter, VnetHdr,
+    complete_partial_checksum, push_frame, tx_offload, Cutter, Offload, Pushed, TcpSegmenter,
+    VnetHdr,
 };
+use vadapt_dataplane::vmport::guest_offloads::GuestOffloadState;
 
 /// Frame limits the mode byte picks from: Ethernet with a VLAN tag, jumbo.
 pub const FRAME_LIMITS: [usize; 2] = [1518, 9018];
@@ -39,6 +46,9 @@ pub fn run(data: &[u8]) {
     let max_frame = FRAME_LIMITS[usize::from(mode & 1)];
     if mode & 2 != 0 {
         through_batch(&hdr, frame);
+    }
+    if mode & 4 != 0 {
+        guest_offloads_command(frame);
     }
     let Ok(offload) = hdr.check(frame.len()) else {
         return;
@@ -71,12 +81,11 @@ fn through_batch(hdr: &VnetHdr, frame: &[u8]) {
     };
     let mut batch = FrameBatch::new(8);
     let mut got: Vec<Vec<u8>> = Vec::new();
-    let mut f = frame.to_vec();
-    let r = push_frame(hdr, &mut f, all, &mut batch, |b| {
-        got.extend((0..b.len()).map(|i| b.get(i).to_vec()));
+    let r = push_frame(hdr, frame, all, &mut batch, |b| {
+        got.extend(out_of_egress(b));
         b.clear();
     });
-    got.extend((0..batch.len()).map(|i| batch.get(i).to_vec()));
+    got.extend(out_of_egress(&batch));
     let offload = if hdr.is_plain() {
         Ok(Offload::None)
     } else {
@@ -105,13 +114,50 @@ fn through_batch(hdr: &VnetHdr, frame: &[u8]) {
     };
     match (r, want) {
         (Pushed::Frames { packets, bytes }, Some(want)) => {
-            assert_eq!(got, want, "push_frame's frames");
-            assert_eq!(packets, want.len() as u64);
-            assert_eq!(bytes, want.iter().map(|f| f.len() as u64).sum::<u64>());
+            assert_eq!(got, want, "push_frame's frames, cut at the egress");
+            assert_eq!((packets, bytes), (1, frame.len() as u64), "kept whole");
         }
         (Pushed::Oversize | Pushed::Refused(_), None) => assert!(got.is_empty()),
         (r, want) => panic!("push_frame said {r:?}, the parts say {want:?}"),
     }
+}
+
+/// The frames of `b` as an egress without offloads sends them: marked
+/// frames cut; and each kept header, checked again, asks what it did.
+fn out_of_egress(b: &FrameBatch) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        let f = b.get(i);
+        let Some(k) = b.offloaded(i) else {
+            out.push(f.to_vec());
+            continue;
+        };
+        assert_eq!(k.hdr.check(f.len()), Ok(k.offload), "the kept header");
+        let c = Cutter::new(f, k.offload).expect("a kept frame cuts");
+        let mut buf = vec![0u8; MAX_FRAME];
+        for s in 0..c.count() {
+            let n = c.write(s, &mut buf);
+            assert_eq!(n, c.len(s));
+            out.push(buf[..n].to_vec());
+        }
+    }
+    out
+}
+
+/// `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET` from guest bytes: acked only for
+/// class 5, command 0 and a le64 of negotiated guest offloads.
+fn guest_offloads_command(bytes: &[u8]) {
+    let [class, command, data @ ..] = bytes else {
+        return;
+    };
+    let state = GuestOffloadState::default();
+    state.negotiate(u64::MAX);
+    let (ack, why) = state.ctrl_command(*class, *command, data);
+    let valid = *class == 5
+        && *command == 0
+        && data.len() == 8
+        && u64::from_le_bytes(data.try_into().unwrap()) & !0x382 == 0;
+    assert_eq!(ack == 0, valid, "{why:?}");
 }
 
 fn check_segments(frame: &[u8], seg: &TcpSegmenter<'_>, mss: usize, max_frame: usize) {

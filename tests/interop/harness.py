@@ -448,11 +448,13 @@ class Guest:
         chardev: str = "",
         smp: int = 1,
         extra: list[str] | None = None,
+        net_opts: str = "",
     ):
         """`chardev`: extra options of the vhost-user socket's chardev, e.g.
         `,reconnect=1` (QEMU connects again after the backend went away) or
         `,server=on,wait=off` (QEMU listens; the backend connects). `smp`: vCPUs;
-        `extra`: more QEMU arguments (e.g. a QMP socket)."""
+        `extra`: more QEMU arguments (e.g. a QMP socket); `net_opts`: more
+        virtio-net-pci properties, e.g. `,guest_tso4=off`."""
         files = guest_files()
         assert files, "guest image missing: run scripts/guest-image.sh"
         kernel, initrd = files
@@ -474,7 +476,7 @@ class Guest:
             "-netdev", "vhost-user,id=n0,chardev=c0",
             # vectors=0: MSI-X off, else QEMU 7.2 under TCG segfaults in
             # msix_set_vector_notifiers (DESIGN.md).
-            "-device", f"virtio-net-pci,netdev=n0,vectors=0,mac={mac}",
+            "-device", f"virtio-net-pci,netdev=n0,vectors=0,mac={mac}{net_opts}",
             "-kernel", str(kernel),
             "-initrd", str(initrd),
             "-serial", "stdio",

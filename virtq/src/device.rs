@@ -156,6 +156,15 @@ impl DeviceQueue {
         Ok(Some(head))
     }
 
+    /// Puts the last `n` entries [`pop`](Self::pop) consumed back, for the
+    /// next pops to walk again — Linux vhost's `vhost_discard_vq_desc`, for
+    /// a receive frame that did not fit the buffers taken so far. The caller
+    /// must not have given any of them back used: nothing is checked here
+    /// but that `n` entries were consumed since the queue started.
+    pub fn unpop(&mut self, n: u16) {
+        self.last_avail = self.last_avail.wrapping_sub(n);
+    }
+
     /// Writes a used entry (`head`, bytes `written` into the chain's
     /// writable buffers) into the ring without publishing it; visible to the
     /// driver at the next [`flush_used`](Self::flush_used). If `size`
@@ -314,6 +323,22 @@ impl DeviceQueue {
         let n = self.avail_pending()?;
         self.shadow_avail = self.last_avail.wrapping_add(n);
         Ok(n != 0)
+    }
+
+    /// As [`enable_notifications`](Self::enable_notifications), for a caller
+    /// that can use nothing less than `n` pending buffers (a receive frame
+    /// that spans `n`): with EVENT_IDX the driver is asked to kick once the
+    /// `n`-th is published (see [`set_kick_threshold`](Self::set_kick_threshold)),
+    /// without it on every buffer. Returns `true` if `n` are already
+    /// pending; fewer pending buffers are no reason to poll again.
+    pub fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
+        if n <= 1 || !self.set_kick_threshold(n) {
+            let work = self.enable_notifications()?;
+            return Ok(work && self.shadow_avail.wrapping_sub(self.last_avail) >= n);
+        }
+        let pending = self.avail_pending()?;
+        self.shadow_avail = self.last_avail.wrapping_add(pending);
+        Ok(pending >= n)
     }
 
     /// EVENT_IDX only: asks for a kick when the driver publishes the entry

@@ -222,3 +222,26 @@ fn without_event_idx_any_used_buffer_is_owed_a_call() {
     s.driver.disable_cb();
     assert!(!s.driver.call_owed(), "NO_INTERRUPT: nothing owed");
 }
+
+#[test]
+fn a_device_that_put_buffers_back_waits_for_enough_of_them() {
+    // A receive frame needed 3 buffers, 2 were there: they are put back and
+    // the device asks for a kick once there are 3, not at the next one.
+    let mut s = setup(16, EVENT);
+    send(&mut s, 2);
+    let _ = s.driver.kick_prepare(); // the first two: not this test's business
+    for _ in 0..2 {
+        assert!(s.device.pop(&s.mem, &mut s.chain).unwrap().is_some());
+    }
+    s.device.unpop(2);
+    assert_eq!(s.device.avail_pending(), Ok(2), "both back");
+    assert_eq!(s.device.enable_notifications_for(3), Ok(false));
+    send(&mut s, 1);
+    assert!(s.driver.kick_prepare(), "the third buffer kicks");
+    assert_eq!(s.device.enable_notifications_for(3), Ok(true));
+    // Without EVENT_IDX every buffer kicks, and 2 of 3 are still no work.
+    let mut s = setup(16, PLAIN);
+    send(&mut s, 2);
+    assert_eq!(s.device.enable_notifications_for(3), Ok(false));
+    assert_eq!(s.device.enable_notifications_for(2), Ok(true));
+}

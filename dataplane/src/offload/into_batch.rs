@@ -1,9 +1,9 @@
 //! A frame that arrived with a virtio-net header and sits whole in host
-//! memory (a TAP read) into a [`FrameBatch`] of complete frames: a partial
-//! checksum completed, a TCP GSO frame cut into MSS frames, as the VM
-//! transmit path does for guests.
+//! memory (a TAP read) into a [`FrameBatch`]: checked as the VM transmit
+//! path checks a guest's frame, a partial checksum or a TCP GSO frame kept
+//! whole and marked for the egress ([`super::egress`]).
 
-use super::tcp_segment::TcpSegmenter;
+use super::egress::keep;
 use super::tx_request::{tx_offload, OffloadRefused};
 use super::vnet_hdr::{Offload, VnetHdr};
 use crate::frames::FrameBatch;
@@ -12,7 +12,8 @@ use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
 /// What became of one frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pushed {
-    /// Frames added to the batch (more than one when segmented) and their bytes.
+    /// The frame was added to the batch (`packets` 1), or not (0: a flush
+    /// that left the batch full), with its bytes.
     Frames {
         /// Frames added.
         packets: u64,
@@ -26,14 +27,12 @@ pub enum Pushed {
 }
 
 /// Adds `frame`, which arrived behind `hdr` from a source that negotiated
-/// `offloads`, to `batch` as complete frames of at most [`MAX_FRAME`]
-/// bytes. When `batch` fills up, `flush` is called with it (it must leave
-/// the batch empty) and filling goes on.
-///
-/// `frame` is modified in place by a checksum completion.
+/// `offloads`, to `batch`, its offload kept. When `batch` has no room,
+/// `flush` is called with it (it must leave the batch empty) and the frame
+/// goes into the emptied batch.
 pub fn push_frame(
     hdr: &VnetHdr,
-    frame: &mut [u8],
+    frame: &[u8],
     offloads: HostOffloads,
     batch: &mut FrameBatch,
     mut flush: impl FnMut(&mut FrameBatch),
@@ -46,50 +45,55 @@ pub fn push_frame(
             Err(e) => return Pushed::Refused(e),
         }
     };
-    let mut room = |batch: &mut FrameBatch| {
-        if batch.is_full() {
-            flush(batch);
-        }
-        debug_assert!(!batch.is_full(), "flush leaves the batch empty");
+    let len = frame.len();
+    let limit = match offload {
+        Offload::Tcp(..) => MAX_GSO_FRAME,
+        _ => MAX_FRAME,
     };
-    match offload {
-        Offload::Tcp(_, _) if frame.len() > MAX_GSO_FRAME => Pushed::Oversize,
-        Offload::Tcp(gso, _) => {
-            let seg = match TcpSegmenter::new(frame, gso, MAX_FRAME) {
-                Ok(s) => s,
-                Err(e) => return Pushed::Refused(OffloadRefused::Segment(e)),
-            };
-            let (mut packets, mut bytes) = (0, 0);
-            for i in 0..seg.segments() {
-                room(batch);
-                let Some(slot) = batch.next_slot() else {
-                    break; // a flush that kept the batch full: nowhere to go
-                };
-                let n = seg.write_segment(i, slot);
-                batch.commit(n);
-                packets += 1;
-                bytes += n as u64;
+    if len > limit {
+        return Pushed::Oversize;
+    }
+    let kept = match offload {
+        Offload::None => None,
+        other => match keep(frame, other) {
+            Ok(k) => Some(k),
+            Err(e) => return Pushed::Refused(OffloadRefused::Segment(e)),
+        },
+    };
+    let added = match (kept, offload) {
+        (Some(k), Offload::Tcp(..)) => {
+            if batch.next_gso(len).is_none() {
+                flush(batch);
             }
-            Pushed::Frames { packets, bytes }
-        }
-        _ if frame.len() > MAX_FRAME => Pushed::Oversize,
-        other => {
-            if let Offload::Checksum(at) = other {
-                // `tx_offload` checked `at` against the frame's length.
-                super::checksum::complete_partial_checksum(frame, at);
-            }
-            room(batch);
-            if !batch.push(frame) {
-                return Pushed::Frames {
-                    packets: 0,
-                    bytes: 0,
-                };
-            }
-            Pushed::Frames {
-                packets: 1,
-                bytes: frame.len() as u64,
+            match batch.next_gso(len) {
+                Some(dst) => {
+                    dst.copy_from_slice(frame);
+                    batch.commit_gso(k);
+                    true
+                }
+                None => false, // a flush that kept the batch full: nowhere to go
             }
         }
+        (kept, _) => {
+            if batch.is_full() {
+                flush(batch);
+            }
+            match batch.next_slot() {
+                Some(slot) => {
+                    slot[..len].copy_from_slice(frame);
+                    match kept {
+                        Some(k) => batch.commit_offloaded(len, k),
+                        None => batch.commit(len),
+                    }
+                    true
+                }
+                None => false,
+            }
+        }
+    };
+    Pushed::Frames {
+        packets: u64::from(added),
+        bytes: if added { len as u64 } else { 0 },
     }
 }
 
@@ -97,7 +101,7 @@ pub fn push_frame(
 mod tests {
     use super::super::vnet_hdr::VnetHdrError;
     use super::*;
-    use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+    use crate::offload::test_frames::{check_segments, cut_all, tso_frame, Shape, LINUX_V4};
     use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
 
     const ALL: HostOffloads = HostOffloads {
@@ -124,8 +128,7 @@ mod tests {
         let mut batch = FrameBatch::new(cap);
         let mut out = Vec::new();
         let mut flushes = 0;
-        let mut f = frame.to_vec();
-        let r = push_frame(h, &mut f, ALL, &mut batch, |b| {
+        let r = push_frame(h, frame, ALL, &mut batch, |b| {
             flushes += 1;
             out.extend((0..b.len()).map(|i| b.get(i).to_vec()));
             b.clear();
@@ -135,23 +138,48 @@ mod tests {
     }
 
     #[test]
-    fn a_gso_frame_is_segmented_across_flushes() {
+    fn a_gso_frame_is_kept_whole_and_cuts_into_verifying_segments() {
         let payload: Vec<u8> = (0..10_000).map(|i| (i % 249) as u8).collect();
         let f = tso_frame(LINUX_V4, &payload);
-        let (r, out, flushes) = push(&hdr(GSO_TCPV4, 1448), &f, 4);
+        let mut batch = FrameBatch::new(4);
+        let r = push_frame(&hdr(GSO_TCPV4, 1448), &f, ALL, &mut batch, |_| {
+            unreachable!("room for one")
+        });
         assert_eq!(
             r,
             Pushed::Frames {
-                packets: 7,
-                bytes: out.iter().map(|s| s.len() as u64).sum()
+                packets: 1,
+                bytes: f.len() as u64
             }
         );
-        assert_eq!(flushes, 1, "4 segments, a flush, 3 more");
-        assert_eq!(check_segments(&out, LINUX_V4, 1448), payload);
+        assert_eq!(batch.get(0), &f[..], "whole, in the side store");
+        let k = batch.offloaded(0).expect("marked");
+        assert_eq!(
+            (k.hdr.gso_type, k.hdr.gso_size, k.hdr.hdr_len),
+            (GSO_TCPV4, 1448, 66)
+        );
+        let segs = cut_all(&batch);
+        assert_eq!(segs.len(), 7);
+        assert_eq!(check_segments(&segs, LINUX_V4, 1448), payload);
     }
 
     #[test]
-    fn a_partial_checksum_is_completed_and_plain_frames_pass_unchanged() {
+    fn a_full_side_store_is_flushed_first() {
+        let f = tso_frame(LINUX_V4, &[3; 60_000]);
+        let mut batch = FrameBatch::new(4); // side store: one largest frame
+        let mut flushed = 0;
+        for _ in 0..3 {
+            let r = push_frame(&hdr(GSO_TCPV4, 1448), &f, ALL, &mut batch, |b| {
+                flushed += b.len();
+                b.clear();
+            });
+            assert!(matches!(r, Pushed::Frames { packets: 1, .. }));
+        }
+        assert_eq!((flushed, batch.len()), (2, 1));
+    }
+
+    #[test]
+    fn a_partial_checksum_is_kept_for_the_egress_and_plain_frames_pass_unchanged() {
         let shape = Shape {
             ipv6: true,
             ..LINUX_V4
@@ -169,7 +197,10 @@ mod tests {
                 bytes: f.len() as u64
             }
         );
-        assert_eq!(check_segments(&out, shape, 1448), b"abc");
+        assert_eq!(out, vec![f.clone()], "partial checksum and all");
+        let mut batch = FrameBatch::new(4);
+        push_frame(&csum, &f, ALL, &mut batch, |_| {});
+        assert_eq!(check_segments(&cut_all(&batch), shape, 1448), b"abc");
         let (r, out, _) = push(&VnetHdr::default(), &f, 4);
         assert_eq!(
             r,
@@ -178,7 +209,7 @@ mod tests {
                 bytes: f.len() as u64
             }
         );
-        assert_eq!(out, vec![f], "untouched, partial checksum and all");
+        assert_eq!(out, vec![f], "untouched");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Checksum and segmentation offloads (issue #15): the virtio-net header a
 //! guest puts in front of each frame, checked against the frame it
-//! describes, and the software work a port does when the frame's next hop
-//! cannot take the offload — completing a partial checksum, cutting a TCP
+//! describes, the offload kept with the frame through the switch, and the
+//! software work an egress does when it cannot take the offload — completing a partial checksum, cutting a TCP
 //! segment of up to 64 KiB into MSS-sized frames with their IP and TCP
 //! headers fixed.
 //!
@@ -18,12 +18,15 @@
 //!   itself is `vadapt_virtq::inet_checksum`, shared with the guest).
 //! * [`tcp_segment`] — software TCP segmentation for IPv4 and IPv6, the
 //!   model being Linux's `tcp_gso_segment` and DPDK's `rte_gso`.
+//! * [`egress`] — the offload a frame keeps through the switch ([`keep`]),
+//!   and its software fallback where the egress cannot take it ([`Cutter`]).
 //! * [`into_batch`] — a frame with its header, whole in host memory (a TAP
-//!   read), into a batch of complete frames.
+//!   read), into a batch, its offload kept.
 //! * [`tx_request`] — a transmitted header checked against what the
 //!   frontend negotiated ([`OffloadRefused`]).
 
 pub mod checksum;
+pub mod egress;
 pub mod into_batch;
 pub mod tcp_segment;
 #[cfg(test)]
@@ -34,6 +37,7 @@ pub mod tx_request;
 pub mod vnet_hdr;
 
 pub use checksum::complete_partial_checksum;
+pub use egress::{keep, Cutter};
 pub use into_batch::{push_frame, Pushed};
 pub use tcp_segment::{SegmentError, TcpSegmenter};
 pub use tx_request::{tx_offload, OffloadRefused};

@@ -151,3 +151,25 @@ pub(crate) fn p_l3(shape: Shape) -> usize {
         14
     }
 }
+
+/// The frames of `b` as an egress without offloads gets them: marked
+/// frames cut ([`super::egress::Cutter`]), plain ones as they are.
+pub(crate) fn cut_all(b: &crate::frames::FrameBatch) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        let f = b.get(i);
+        let Some(k) = b.offloaded(i) else {
+            out.push(f.to_vec());
+            continue;
+        };
+        let c = super::egress::Cutter::new(f, k.offload).expect("a kept frame cuts");
+        for s in 0..c.count() {
+            let mut buf = vec![0u8; crate::net::MAX_FRAME];
+            let n = c.write(s, &mut buf);
+            assert_eq!(n, c.len(s));
+            buf.truncate(n);
+            out.push(buf);
+        }
+    }
+    out
+}

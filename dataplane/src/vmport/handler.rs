@@ -308,6 +308,7 @@ impl Connection {
             .clear();
         self.mem = None;
         self.features = 0;
+        self.port.guest_offloads.negotiate(0);
         self.protocol = 0;
         self.fatal = None;
         for v in &mut self.vrings {
@@ -383,12 +384,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
         }
         self.stop_worker();
         self.features = features;
+        self.port.guest_offloads.negotiate(features);
         tracing::info!(
             port = self.port.name(),
             features = format_args!("{features:#x}"),
             event_idx = features & net::VIRTIO_RING_F_EVENT_IDX != 0,
             mrg_rxbuf = features & net::VIRTIO_NET_F_MRG_RXBUF != 0,
             in_order = features & net::VIRTIO_F_IN_ORDER != 0,
+            guest_offloads = ?self.port.guest_offloads.accepted(),
             "features negotiated"
         );
         self.start_worker();

@@ -19,6 +19,8 @@
 //!     sleeps; early-wake compensation; draining kicks;
 //!   * [`pending_wait`] — the same waits begun and ended without blocking,
 //!     for a worker serving several ports (the pool in `nq_workers`, handed to [`handler::serve`]).
+//! * [`guest_offloads`] is which guest-side offloads the port's receiver
+//!   takes now (negotiated, and `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`).
 //! * [`policy_slot`] is the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
 //!
@@ -29,6 +31,9 @@
 
 pub mod eventfd_io;
 pub mod frontend_socket;
+#[cfg(test)]
+mod guest_offload_tests;
+pub mod guest_offloads;
 pub mod handler;
 pub mod memory_file;
 pub mod pending_wait;
@@ -69,6 +74,8 @@ pub struct VmPort {
     pub(crate) port_id: AtomicUsize,
     /// Frames waiting for each queue pair's receive ring.
     pub(crate) backlogs: Vec<Backlog>,
+    /// Guest-side offloads the receiver takes now.
+    pub guest_offloads: guest_offloads::GuestOffloadState,
     /// Queue pairs whose receive ring is running (flows are spread over them).
     pub(crate) rx_pairs: AtomicU16,
     /// Wakes a worker blocked waiting for kicks.
@@ -113,6 +120,7 @@ impl VmPort {
             switch,
             port_id: AtomicUsize::new(usize::MAX),
             backlogs: (0..pairs).map(|_| Backlog::new(backlog)).collect(),
+            guest_offloads: Default::default(),
             rx_pairs: AtomicU16::new(0),
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
             waiting: AtomicBool::new(false),

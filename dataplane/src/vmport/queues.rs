@@ -220,13 +220,10 @@ impl PortQueues {
             &self.port.backlogs[p],
             &mut self.rx_pending[p],
             budget,
+            self.port.guest_offloads.accepted(),
         );
         self.count_pass(p, Dir::Rx, &pass, None);
         (pass.packets, pass.bytes, pass.more_work)
-    }
-
-    fn rx_waiting(&self, p: usize) -> bool {
-        self.rx_pending[p].frames_waiting(&self.port.backlogs[p])
     }
 
     fn drain_kicks(&mut self) -> u64 {
@@ -253,7 +250,7 @@ impl PortQueues {
     fn set_notifications(&mut self, on: bool) -> bool {
         let mut work = false;
         for p in 0..self.pairs.len() {
-            let rx_wants = self.rx_waiting(p);
+            let rx_wants = self.rx_pending[p].buffers_wanted(&self.port.backlogs[p]);
             work |= self.pairs[p].set_notifications(on, rx_wants);
         }
         work
@@ -491,11 +488,15 @@ impl PortQueues {
     /// buffers to take them (the re-check after notifications went on).
     fn rx_recheck(&self) -> bool {
         (0..self.pairs.len()).any(|p| {
-            self.rx_waiting(p)
-                && self.pairs[p]
-                    .rx
-                    .as_ref()
-                    .is_some_and(|r| r.q.avail_pending().map(|n| n > 0).unwrap_or(false))
+            self.rx_pending[p]
+                .buffers_wanted(&self.port.backlogs[p])
+                .is_some_and(|want| {
+                    self.pairs[p].rx.as_ref().is_some_and(|r| {
+                        r.q.avail_pending()
+                            .map(|n| n > 0 && n >= want)
+                            .unwrap_or(false)
+                    })
+                })
         })
     }
 }

@@ -69,12 +69,13 @@ pub struct Pair {
 impl Pair {
     /// Asks the guest for kicks on the pair's unbroken rings (`on`), or not.
     /// Transmit kicks follow `on`; receive kicks are asked for only when
-    /// `rx_frames_waiting` (frames wait for receive buffers — vhost-net
-    /// enables them only then, too). Returns `true` if a ring whose kicks
-    /// were just enabled already has buffers available: the worker must
+    /// frames wait for receive buffers (`rx_buffers_wanted` is `Some(n)`:
+    /// the next frame needs `n` of them — vhost-net enables them only then,
+    /// too). Returns `true` if a ring whose kicks were just enabled already
+    /// has buffers available (`n` of them on receive): the worker must
     /// serve them rather than block, or the guest, having published before
     /// it saw the request, would never kick.
-    pub fn set_notifications(&mut self, on: bool, rx_frames_waiting: bool) -> bool {
+    pub fn set_notifications(&mut self, on: bool, rx_buffers_wanted: Option<u16>) -> bool {
         let mut work = false;
         if let Some(r) = self.tx.as_mut().filter(|r| !r.broken) {
             if on {
@@ -84,8 +85,8 @@ impl Pair {
             }
         }
         if let Some(r) = self.rx.as_mut().filter(|r| !r.broken) {
-            if on && rx_frames_waiting {
-                work |= r.q.enable_notifications().unwrap_or(false);
+            if let (true, Some(n)) = (on, rx_buffers_wanted) {
+                work |= r.q.enable_notifications_for(n).unwrap_or(false);
             } else {
                 r.q.disable_notifications();
             }
@@ -231,19 +232,19 @@ mod tests {
             rx: Some(rx),
             tx: Some(tx),
         };
-        assert!(!pair.set_notifications(true, false), "no work anywhere");
+        assert!(!pair.set_notifications(true, None), "no work anywhere");
         assert!(pair.tx.as_ref().unwrap().q.notifications_enabled());
         assert!(!pair.rx.as_ref().unwrap().q.notifications_enabled());
         // Receive buffers were posted before the enable: report work.
         gr.driver.add(&[writable(buf(0), 2048)]).unwrap();
         gr.driver.publish();
-        assert!(pair.set_notifications(true, true));
+        assert!(pair.set_notifications(true, Some(1)));
         assert!(pair.rx.as_ref().unwrap().q.notifications_enabled());
-        assert!(!pair.set_notifications(false, true));
+        assert!(!pair.set_notifications(false, Some(1)));
         assert!(pair.rings().all(|r| !r.q.notifications_enabled()));
         // A broken ring is left alone.
         pair.tx.as_mut().unwrap().broken = true;
-        pair.set_notifications(true, false);
+        pair.set_notifications(true, None);
         assert!(!pair.tx.as_ref().unwrap().q.notifications_enabled());
     }
 }

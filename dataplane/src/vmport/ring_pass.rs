@@ -25,10 +25,13 @@ pub struct RingPass {
     pub calls: u64,
     /// The guest ran `avail.idx` ahead: the pass marked the ring broken.
     pub broke_ring: bool,
-    /// Transmit only: GSO frames cut into MSS frames in software.
+    /// Receive only: GSO frames cut into MSS frames in software, because
+    /// the guest does not take them (counted once, not per segment).
     pub gso_frames: u64,
-    /// Transmit only: partial checksums completed in software.
+    /// Receive only: partial checksums completed in software.
     pub csum_completed: u64,
+    /// Receive only: GSO frames written whole into the guest's buffers.
+    pub gso_whole: u64,
     /// What was dropped.
     pub drops: Drops,
 }
@@ -51,6 +54,9 @@ impl RingPass {
                 .csum_completed
                 .fetch_add(self.csum_completed, Ordering::Relaxed);
         }
+        if self.gso_whole > 0 {
+            stats.gso_whole.fetch_add(self.gso_whole, Ordering::Relaxed);
+        }
         self.drops.count_into(stats);
     }
 }
@@ -72,7 +78,8 @@ pub struct Drops {
     pub port_down: u64,
     /// Chains the ring rejected, in the order met (one drop each).
     pub chain_errors: Vec<ChainErrorKind>,
-    /// Transmit frames whose virtio-net header was refused.
+    /// Frames whose virtio-net header was refused (transmit), or that could
+    /// not be cut as their checked header said (receive: a bug).
     pub bad_vnet_hdr: u64,
     /// Why the first of them was refused (for the log line).
     pub first_bad_vnet_hdr: Option<OffloadRefused>,

@@ -4,6 +4,12 @@
 //! `VIRTIO_NET_F_MRG_RXBUF` — give the buffers back used, and call the guest
 //! as it asks.
 //!
+//! A frame that kept its sender's offload (a partial checksum, a TCP
+//! segment of up to 64 KiB) goes whole to a guest that takes it, behind
+//! the sender's checked header, as Linux's virtio-net expects from
+//! vhost-net; to any other guest it goes cut and checksummed. Only such
+//! frames take that path: a plain frame costs what it did before.
+//!
 //! No vhost-user connection or epoll here: the ring, the guest memory and
 //! the backlog come in as arguments, so the tests drive it from the guest's
 //! side over `vadapt_virtq::mock` (feature `test-utils`).
@@ -11,13 +17,16 @@
 use super::ring::Ring;
 use super::ring_pass::RingPass;
 use crate::frames::{Backlog, FrameBatch};
-use crate::net::{HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET};
+use crate::net::{GuestOffloads, HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET, MAX_FRAME};
+use crate::offload::{Cutter, Offload, OffloadRefused, VnetHdr};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
 
-/// Most buffers one received frame may be merged over (MRG_RXBUF).
-pub const MAX_MERGE: usize = 16;
+/// Most buffers one received frame may be merged over (MRG_RXBUF): a
+/// 64 KiB GSO frame in Linux's smallest mergeable buffers (1518 bytes and
+/// the header) takes 44.
+pub const MAX_MERGE: usize = 64;
 
 /// Frames a worker took out of one queue pair's [`Backlog`] and has not
 /// delivered yet: the backlog is swapped out whole, under its lock, and
@@ -27,6 +36,11 @@ pub struct RxPending {
     frames: FrameBatch,
     /// Index in `frames` of the next frame to deliver.
     next: usize,
+    /// When that frame is being cut: its next segment (0: none delivered).
+    cut_next: usize,
+    /// Buffers the next frame needs before another try is worth a pass
+    /// (0: any one): set when a whole frame ran out of buffers.
+    need_buffers: u16,
 }
 
 impl RxPending {
@@ -35,6 +49,8 @@ impl RxPending {
         RxPending {
             frames: FrameBatch::new(backlog.capacity()),
             next: 0,
+            cut_next: 0,
+            need_buffers: 0,
         }
     }
 
@@ -49,11 +65,21 @@ impl RxPending {
         self.remaining() > 0 || backlog.has_frames()
     }
 
+    /// `None` if no frame waits (here or in `backlog`), else how many
+    /// receive buffers the guest must have posted for the next pass to move
+    /// one: 1, or more for a whole frame that ran out of them (so that a
+    /// worker waits for a kick rather than polling buffers it cannot use).
+    pub fn buffers_wanted(&self, backlog: &Backlog) -> Option<u16> {
+        self.frames_waiting(backlog)
+            .then_some(self.need_buffers.max(1))
+    }
+
     /// When everything taken was delivered, takes what `backlog` holds now.
     fn refill(&mut self, backlog: &Backlog) {
         if self.remaining() == 0 {
             self.frames.clear();
             self.next = 0;
+            self.cut_next = 0;
             backlog.take_into(&mut self.frames);
         }
     }
@@ -63,12 +89,14 @@ impl RxPending {
         let n = self.remaining() as u64;
         self.frames.clear();
         self.next = 0;
+        self.cut_next = 0;
         n
     }
 }
 
-/// A worker's receive service: the negotiated header format and the scratch
-/// chains one frame may be merged over.
+/// A worker's receive service: the negotiated header format, the scratch
+/// chains one frame may be merged over, and a frame's worth of scratch for
+/// the frames it cuts.
 #[derive(Debug)]
 pub struct RxService {
     /// Length of the virtio-net header written in front of every frame,
@@ -77,6 +105,24 @@ pub struct RxService {
     /// `VIRTIO_NET_F_MRG_RXBUF`: a frame may span several buffers.
     mrg_rxbuf: bool,
     chains: Vec<Chain>,
+    /// One segment (or one completed frame) of a frame being cut.
+    scratch: Vec<u8>,
+}
+
+/// How writing one frame into the guest's buffers ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Put {
+    /// Written.
+    Written,
+    /// Dropped (counted in the pass), its buffers given back empty; `stop`:
+    /// the guest has no more buffers or the ring broke.
+    Dropped { stop: bool },
+    /// The guest has no buffers (or the ring broke): the frame waits; it
+    /// had found `have` buffers before they ran out.
+    Waiting { have: usize },
+    /// Only when taking the frame whole: no set of buffers the guest can
+    /// post holds it; the buffers taken were put back.
+    TooBig,
 }
 
 impl RxService {
@@ -87,23 +133,34 @@ impl RxService {
             hdr_len,
             mrg_rxbuf,
             chains: (0..MAX_MERGE).map(|_| Chain::with_capacity(64)).collect(),
+            scratch: vec![0; MAX_FRAME],
         }
     }
 
     /// Delivers up to `budget.packets` frames of `pending` (refilled from
     /// `backlog` once it is empty) into `ring`'s buffers. Each frame gets a
-    /// zero header (no offloads) whose `num_buffers`, if the header has one,
-    /// is the number of buffers it spans: one without MRG_RXBUF, up to
-    /// [`MAX_MERGE`] with it. Used entries are published once at the end,
-    /// then the guest is called if it wants.
+    /// header whose `num_buffers`, if the header has one, is the number of
+    /// buffers it spans: one without MRG_RXBUF, up to [`MAX_MERGE`] with it.
+    /// Used entries are published once at the end, then the guest is called
+    /// if it wants.
     ///
-    /// With no running `ring` the frames are dropped (`port_down`). A frame
-    /// that does not fit is dropped (`no_rx_buffer`) and the buffers taken
-    /// for it are given back empty. When the guest has no buffers left, the
-    /// frame in hand stays pending for a later pass (and `more_work` is
-    /// `false`: only a kick will bring buffers). Readable chains are given
-    /// back unused (`wrong_direction`); a ring whose `avail.idx` ran ahead is
-    /// marked broken.
+    /// A plain frame gets a zero header. A frame marked with an offload
+    /// ([`crate::frames::Offloaded`]) goes whole, behind its checked header
+    /// (`NEEDS_CSUM`, `gso_type`, `gso_size`, …), if `accept` takes it and
+    /// the guest's buffers can hold it: when they run out first, the
+    /// buffers are put back and the frame waits for more, as Linux vhost
+    /// does. Otherwise (not accepted, or more than [`MAX_MERGE`] buffers —
+    /// one without MRG_RXBUF — would be needed) it is cut in software
+    /// ([`Cutter`]) and its frames go as plain frames, over as many passes
+    /// as the buffers need.
+    ///
+    /// With no running `ring` the frames are dropped (`port_down`). A plain
+    /// frame that does not fit is dropped (`no_rx_buffer`) and the buffers
+    /// taken for it are given back empty. When the guest has no buffers
+    /// left, the frame in hand stays pending for a later pass (and
+    /// `more_work` is `false`: only a kick will bring buffers). Readable
+    /// chains are given back unused (`wrong_direction`); a ring whose
+    /// `avail.idx` ran ahead is marked broken.
     pub fn serve(
         &mut self,
         ring: Option<&mut Ring>,
@@ -111,6 +168,7 @@ impl RxService {
         backlog: &Backlog,
         pending: &mut RxPending,
         budget: Budget,
+        accept: GuestOffloads,
     ) -> RingPass {
         let mut pass = RingPass::default();
         pending.refill(backlog);
@@ -122,92 +180,216 @@ impl RxService {
             pass.drops.port_down = pending.discard();
             return pass;
         };
-        let hdr = self.hdr_len;
+        let plain = VnetHdr::default();
         let mut out_of_buffers = false;
+        pending.need_buffers = 0;
         'frames: while pending.next < pending.frames.len() && (pass.packets as u32) < budget.packets
         {
-            let frame = pending.frames.get(pending.next);
-            let need = hdr + frame.len();
-            // Gather buffers until the frame fits (one without MRG_RXBUF).
-            let mut got = 0usize;
-            let mut room = 0usize;
-            while room < need {
-                if got == MAX_MERGE || (!self.mrg_rxbuf && got == 1) {
-                    break;
-                }
-                match ring.q.pop(mem, &mut self.chains[got]) {
-                    Ok(Some(_)) => {
-                        let c = &self.chains[got];
-                        if c.has_readable() {
-                            pass.drops.wrong_direction += 1;
-                            ring.q.push_used(c.head(), 0);
-                            continue;
-                        }
-                        room += c.writable_len() as usize;
-                        got += 1;
+            let i = pending.next;
+            let frame = pending.frames.get(i);
+            let Some(kept) = pending.frames.offloaded(i) else {
+                match self.put(ring, mem, &plain, frame, false, &mut pass) {
+                    Put::Written => {
+                        pass.packets += 1;
+                        pass.bytes += frame.len() as u64;
+                        pending.next += 1;
                     }
-                    Ok(None) => {
-                        out_of_buffers = true;
-                        break;
-                    }
-                    Err(e) => {
-                        pass.drops.chain_errors.push(e.kind);
-                        if ring.give_back_rejected(&e) {
-                            pass.broke_ring = true;
+                    Put::Dropped { stop } => {
+                        pending.next += 1;
+                        if stop {
+                            out_of_buffers = true;
                             break;
                         }
                     }
+                    Put::Waiting { .. } | Put::TooBig => {
+                        out_of_buffers = true;
+                        break;
+                    }
+                }
+                continue;
+            };
+            if pending.cut_next == 0 && accept.takes(&kept.offload) {
+                match self.put(ring, mem, &kept.hdr, frame, true, &mut pass) {
+                    Put::Written => {
+                        pass.packets += 1;
+                        pass.bytes += frame.len() as u64;
+                        if matches!(kept.offload, Offload::Tcp(..)) {
+                            pass.gso_whole += 1;
+                        }
+                        pending.next += 1;
+                        continue;
+                    }
+                    Put::Dropped { stop } => {
+                        pending.next += 1;
+                        if stop {
+                            out_of_buffers = true;
+                            break;
+                        }
+                        continue;
+                    }
+                    Put::Waiting { have } => {
+                        pending.need_buffers = u16::try_from(have + 1).unwrap_or(u16::MAX);
+                        out_of_buffers = true;
+                        break;
+                    }
+                    Put::TooBig => {} // cut it below
                 }
             }
-            if room < need {
-                // Give back what we took, empty: the guest's driver drops a
-                // zero-length buffer and reuses it.
-                for c in &self.chains[..got] {
-                    ring.q.push_used(c.head(), 0);
+            let cutter = match Cutter::new(frame, kept.offload) {
+                Ok(c) => c,
+                Err(e) => {
+                    // The ingress checked it: only a bug gets here.
+                    pass.drops.bad_vnet_hdr += 1;
+                    pass.drops
+                        .first_bad_vnet_hdr
+                        .get_or_insert(OffloadRefused::Segment(e));
+                    pending.next += 1;
+                    continue;
                 }
-                if out_of_buffers || ring.broken {
-                    if got > 0 {
-                        pass.drops.no_rx_buffer += 1;
-                        pending.next += 1;
-                    }
+            };
+            if pending.cut_next == 0 {
+                if cutter.segments() {
+                    pass.gso_frames += 1;
+                } else {
+                    pass.csum_completed += 1;
+                }
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
+            while pending.cut_next < cutter.count() {
+                if pass.packets as u32 >= budget.packets {
+                    self.scratch = scratch;
                     break 'frames;
                 }
-                pass.drops.no_rx_buffer += 1;
-                pending.next += 1;
-                continue;
-            }
-            // Header: all zero (no offloads) but num_buffers.
-            let mut h = [0u8; HDR_LEN_MRG];
-            if hdr > HDR_NUM_BUFFERS_OFFSET {
-                h[HDR_NUM_BUFFERS_OFFSET..HDR_NUM_BUFFERS_OFFSET + 2]
-                    .copy_from_slice(&(got as u16).to_le_bytes());
-            }
-            let mut off = 0usize; // offset in (header ++ frame)
-            for c in &mut self.chains[..got] {
-                let cap = c.writable_len() as usize;
-                let mut w = 0usize;
-                if off < hdr {
-                    let n = (hdr - off).min(cap);
-                    c.write_from(0, &h[off..off + n]);
-                    w += n;
-                    off += n;
+                let n = cutter.write(pending.cut_next, &mut scratch);
+                match self.put(ring, mem, &plain, &scratch[..n], false, &mut pass) {
+                    Put::Written => {
+                        pass.packets += 1;
+                        pass.bytes += n as u64;
+                        pending.cut_next += 1;
+                    }
+                    Put::Dropped { stop } => {
+                        pending.cut_next += 1;
+                        if stop {
+                            out_of_buffers = true;
+                            break;
+                        }
+                    }
+                    Put::Waiting { .. } | Put::TooBig => {
+                        out_of_buffers = true;
+                        break;
+                    }
                 }
-                if w < cap && off < need {
-                    let n = (need - off).min(cap - w);
-                    c.write_from(w, &frame[off - hdr..off - hdr + n]);
-                    w += n;
-                    off += n;
-                }
-                ring.q.push_used(c.head(), w as u32);
             }
-            pass.packets += 1;
-            pass.bytes += frame.len() as u64;
+            self.scratch = scratch;
+            if pending.cut_next < cutter.count() {
+                break 'frames;
+            }
+            pending.cut_next = 0;
             pending.next += 1;
         }
         ring.q.flush_used();
         pass.calls += u64::from(ring.call_if_needed());
         pass.more_work = pending.remaining() > 0 && !out_of_buffers;
         pass
+    }
+
+    /// Writes `frame` behind `vnet` (and `num_buffers`) into the guest's
+    /// next buffers. With `whole`, buffers that cannot hold the frame are
+    /// put back ([`Put::Waiting`] if the guest may still post enough,
+    /// [`Put::TooBig`] if it cannot), rather than given back empty.
+    fn put(
+        &mut self,
+        ring: &mut Ring,
+        mem: &GuestMemory,
+        vnet: &VnetHdr,
+        frame: &[u8],
+        whole: bool,
+        pass: &mut RingPass,
+    ) -> Put {
+        let hdr = self.hdr_len;
+        let need = hdr + frame.len();
+        let most = if self.mrg_rxbuf { MAX_MERGE } else { 1 };
+        // Gather buffers until the frame fits.
+        let mut got = 0usize;
+        let mut room = 0usize;
+        let mut out_of_buffers = false;
+        // No chain was given back while gathering: the gathered ones may be put back.
+        let mut clean = true;
+        while room < need && got < most {
+            match ring.q.pop(mem, &mut self.chains[got]) {
+                Ok(Some(_)) => {
+                    let c = &self.chains[got];
+                    if c.has_readable() {
+                        pass.drops.wrong_direction += 1;
+                        ring.q.push_used(c.head(), 0);
+                        clean = false;
+                        continue;
+                    }
+                    room += c.writable_len() as usize;
+                    got += 1;
+                }
+                Ok(None) => {
+                    out_of_buffers = true;
+                    break;
+                }
+                Err(e) => {
+                    pass.drops.chain_errors.push(e.kind);
+                    clean = false;
+                    if ring.give_back_rejected(&e) {
+                        pass.broke_ring = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if room < need {
+            if whole && clean && !ring.broken {
+                ring.q.unpop(got as u16);
+                // Waiting is for buffers the guest will still post: not
+                // when a whole ring of them was too little.
+                return if out_of_buffers && got < usize::from(ring.q.size()) {
+                    Put::Waiting { have: got }
+                } else {
+                    Put::TooBig
+                };
+            }
+            // Give back what we took, empty: the guest's driver drops a
+            // zero-length buffer and reuses it.
+            for c in &self.chains[..got] {
+                ring.q.push_used(c.head(), 0);
+            }
+            let stop = out_of_buffers || ring.broken;
+            if stop && got == 0 {
+                return Put::Waiting { have: 0 };
+            }
+            pass.drops.no_rx_buffer += 1;
+            return Put::Dropped { stop };
+        }
+        let mut h = [0u8; HDR_LEN_MRG];
+        h[..VnetHdr::LEN].copy_from_slice(&vnet.to_bytes());
+        if hdr > HDR_NUM_BUFFERS_OFFSET {
+            h[HDR_NUM_BUFFERS_OFFSET..HDR_NUM_BUFFERS_OFFSET + 2]
+                .copy_from_slice(&(got as u16).to_le_bytes());
+        }
+        let mut off = 0usize; // offset in (header ++ frame)
+        for c in &mut self.chains[..got] {
+            let cap = c.writable_len() as usize;
+            let mut w = 0usize;
+            if off < hdr {
+                let n = (hdr - off).min(cap);
+                c.write_from(0, &h[off..off + n]);
+                w += n;
+                off += n;
+            }
+            if w < cap && off < need {
+                let n = (need - off).min(cap - w);
+                c.write_from(w, &frame[off - hdr..off - hdr + n]);
+                w += n;
+                off += n;
+            }
+            ring.q.push_used(c.head(), w as u32);
+        }
+        Put::Written
     }
 }
 
@@ -219,6 +401,14 @@ mod tests {
     use vadapt_virtq::device::ChainErrorKind;
     use vadapt_virtq::mock::{buf, readable, writable};
     use vadapt_virtq::RingFeatures;
+
+    /// A guest that takes no offload.
+    const NO_OFFLOADS: GuestOffloads = GuestOffloads {
+        csum: false,
+        tso4: false,
+        tso6: false,
+        ecn: false,
+    };
 
     /// A backlog of capacity 16 holding `frames`, and its pending list.
     fn backlog(frames: &[Vec<u8>]) -> (Backlog, RxPending) {
@@ -262,7 +452,7 @@ mod tests {
             let frames = [frame(1, 60), frame(2, 1514)];
             let (bl, mut pending) = backlog(&frames);
             let heads = post(&mut g, 0..3, 2048);
-            let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+            let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
             assert_eq!((pass.packets, pass.bytes), (2, 60 + 1514));
             assert!(!pass.more_work);
             assert_eq!(pass.drops, Default::default());
@@ -286,7 +476,7 @@ mod tests {
         let f = frame(3, 1500);
         let (bl, mut pending) = backlog(std::slice::from_ref(&f));
         let heads = post(&mut g, 0..4, 512);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!((pass.packets, pass.bytes), (1, 1500));
         let got = received(&mut g, &heads);
         let lens: Vec<usize> = got.iter().map(|(_, b)| b.len()).collect();
@@ -307,7 +497,7 @@ mod tests {
         let mut rx = RxService::new(HDR_LEN_MRG, false);
         let (bl, mut pending) = backlog(&[frame(4, 1000), frame(5, 100)]);
         let heads = post(&mut g, 0..2, 512);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass.packets, 1);
         assert_eq!(pass.drops.no_rx_buffer, 1);
         let got = received(&mut g, &heads);
@@ -321,14 +511,14 @@ mod tests {
         let mut rx = RxService::new(HDR_LEN_MRG, true);
         let frames = [frame(6, 80), frame(7, 90), frame(8, 100)];
         let (bl, mut pending) = backlog(&frames);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass, RingPass::default(), "nothing moved, nothing dropped");
         assert_eq!(pending.remaining(), 3);
         assert!(pending.frames_waiting(&bl));
         // One buffer: one frame goes, the rest keep waiting; a kick, not
         // another pass, will bring buffers.
         let mut heads = post(&mut g, 0..1, 2048);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!((pass.packets, pass.more_work), (1, false));
         assert_eq!(pending.remaining(), 2);
         heads.extend(post(&mut g, 1..3, 2048));
@@ -336,13 +526,13 @@ mod tests {
             packets: 1,
             bytes: u64::MAX,
         };
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, budget);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, budget, NO_OFFLOADS);
         assert_eq!(
             (pass.packets, pass.more_work),
             (1, true),
             "budget, not buffers"
         );
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass.packets, 1);
         assert!(!pending.frames_waiting(&bl));
         let got: Vec<Vec<u8>> = received(&mut g, &heads)
@@ -357,7 +547,7 @@ mod tests {
         let (_, g) = ring(16, RingFeatures::default());
         let mut rx = RxService::new(HDR_LEN_MRG, false);
         let (bl, mut pending) = backlog(&[frame(1, 60), frame(2, 60)]);
-        let pass = rx.serve(None, &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(None, &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass.drops.port_down, 2);
         assert!(!pending.frames_waiting(&bl));
     }
@@ -373,7 +563,7 @@ mod tests {
             .unwrap();
         let good = g.driver.add(&[writable(buf(2), 2048)]).unwrap();
         g.driver.publish();
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass.packets, 1);
         assert_eq!(pass.drops.wrong_direction, 1);
         assert_eq!(
@@ -391,14 +581,14 @@ mod tests {
         let mut rx = RxService::new(HDR_LEN_MRG, false);
         post(&mut g, 0..4, 2048);
         let (bl, mut pending) = backlog(&[frame(1, 60)]);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!(pass.calls, 1);
         assert_eq!(take_count(r.call.as_ref().unwrap()), 1);
         g.driver.disable_cb(); // NAPI polling: no interrupts wanted
         let mut batch = FrameBatch::new(1);
         batch.push(&frame(2, 60));
         bl.push(&batch, &[0]);
-        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
         assert_eq!((pass.packets, pass.calls), (1, 0));
         assert_eq!(take_count(r.call.as_ref().unwrap()), 0);
     }

@@ -11,9 +11,7 @@ use super::ring::Ring;
 use super::ring_pass::RingPass;
 use crate::frames::FrameBatch;
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{
-    complete_partial_checksum, tx_offload, Offload, OffloadRefused, TcpSegmenter, VnetHdr,
-};
+use crate::offload::{keep, tx_offload, Offload, OffloadRefused, VnetHdr};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
@@ -32,7 +30,7 @@ const GATHER_SEGMENTS: usize = 8;
 
 /// A worker's transmit service: the virtio-net header format, the offloads
 /// the guest may ask for, and the scratch space reused by every pass (the
-/// gathered chains, one frame batch, one GSO frame).
+/// gathered chains, one frame batch).
 #[derive(Debug)]
 pub struct TxService {
     /// Length of the virtio-net header in front of every frame, bytes.
@@ -42,9 +40,6 @@ pub struct TxService {
     /// Chains popped but not yet copied, with their heads.
     gathered: Vec<(Chain, u16)>,
     batch: FrameBatch,
-    /// A GSO frame copied whole out of guest memory before it is cut:
-    /// [`MAX_GSO_FRAME`] bytes, allocated once, only if TSO was negotiated.
-    gso_frame: Vec<u8>,
 }
 
 /// Publishes the used entries, calls the guest if it wants, and hands the
@@ -70,7 +65,6 @@ impl TxService {
 
     /// As [`new`](Self::new), for a frontend that negotiated `offloads`.
     pub fn with_offloads(hdr_len: usize, batch_frames: usize, offloads: HostOffloads) -> Self {
-        let gso = offloads.tso4 || offloads.tso6;
         TxService {
             hdr_len,
             offloads,
@@ -78,11 +72,6 @@ impl TxService {
                 .map(|_| (Chain::with_capacity(GATHER_SEGMENTS), 0))
                 .collect(),
             batch: FrameBatch::new(batch_frames),
-            gso_frame: if gso {
-                vec![0; MAX_GSO_FRAME]
-            } else {
-                Vec::new()
-            },
         }
     }
 
@@ -102,9 +91,12 @@ impl TxService {
     /// byte budget is checked on the frames gathered so far.
     ///
     /// With offloads negotiated, each frame's virtio-net header is checked
-    /// ([`tx_offload`]): a partial checksum is completed in the batch, a
-    /// TCP GSO frame (up to [`MAX_GSO_FRAME`]) is cut into MSS-sized frames,
-    /// each one a packet of the pass. Every egress gets complete frames.
+    /// ([`tx_offload`], and [`keep`]: a GSO frame must be the TCP segment it
+    /// claims to be): a frame with a partial checksum or a TCP GSO frame (up
+    /// to [`MAX_GSO_FRAME`], in the batch's side store) goes to the switch
+    /// whole, marked with its checked offload; each egress takes it as it
+    /// is or cuts it ([`crate::offload::Cutter`]). The pass counts a GSO
+    /// frame as the MSS frames it stands for, as when it was cut here.
     ///
     /// Drops, still completing the chain: chains with a writable descriptor,
     /// frames shorter than the header plus [`MIN_FRAME`] or longer than
@@ -165,7 +157,7 @@ impl TxService {
                 forward: &mut forward,
             };
             for (chain, head) in &self.gathered[..n] {
-                out.take(chain, hdr, self.offloads, &mut self.gso_frame);
+                out.take(chain, hdr, self.offloads);
                 out.ring.q.push_used(*head, 0);
                 if out.batch.is_full() {
                     out.flush();
@@ -215,7 +207,7 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
 
     /// Copies the frame of chain `c` (behind a `hdr`-byte header) into the
     /// batch, cut or checksummed as its header asks, or counts its drop.
-    fn take(&mut self, c: &Chain, hdr: usize, offloads: HostOffloads, gso_frame: &mut [u8]) {
+    fn take(&mut self, c: &Chain, hdr: usize, offloads: HostOffloads) {
         let total = c.readable_len() as usize;
         if c.has_writable() {
             self.pass.drops.wrong_direction += 1;
@@ -240,40 +232,43 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
         };
         match offload {
             Err(e) => refuse(self.pass, e),
-            Ok(Offload::Tcp(gso, _)) if len <= MAX_GSO_FRAME => {
-                let frame = &mut gso_frame[..len];
+            Ok(offload @ Offload::Tcp(..)) if len <= MAX_GSO_FRAME => {
+                if self.batch.next_gso(len).is_none() {
+                    self.flush();
+                }
+                // Flushed, the side store holds at least one largest frame.
+                let frame = self.batch.next_gso(len).expect("an empty batch has room");
                 c.read_into(hdr, frame);
-                match TcpSegmenter::new(frame, gso, MAX_FRAME) {
+                match keep(frame, offload) {
                     Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
-                    Ok(seg) => {
-                        self.pass.gso_frames += 1;
-                        for i in 0..seg.segments() {
-                            if self.batch.is_full() {
-                                self.flush();
-                            }
-                            let slot = self.batch.next_slot().expect("batch flushed when full");
-                            let n = seg.write_segment(i, slot);
-                            self.batch.commit(n);
-                            self.pass.packets += 1;
-                            self.pass.bytes += n as u64;
-                        }
+                    Ok(kept) => {
+                        self.batch.commit_gso(kept);
+                        self.pass.packets += u64::from(kept.cut_frames);
+                        self.pass.bytes += u64::from(kept.cut_bytes);
                     }
                 }
             }
             Ok(Offload::Tcp(..)) => self.pass.drops.oversize += 1,
             Ok(_) if len > MAX_FRAME => self.pass.drops.oversize += 1,
+            Ok(Offload::None) => {
+                let slot = self.batch.next_slot().expect("batch flushed when full");
+                c.read_into(hdr, &mut slot[..len]);
+                self.batch.commit(len);
+                self.pass.packets += 1;
+                self.pass.bytes += len as u64;
+            }
             Ok(offload) => {
                 let slot = self.batch.next_slot().expect("batch flushed when full");
                 let frame = &mut slot[..len];
                 c.read_into(hdr, frame);
-                if let Offload::Checksum(at) = offload {
-                    // `tx_offload` checked `at` against `len`.
-                    complete_partial_checksum(frame, at);
-                    self.pass.csum_completed += 1;
+                match keep(frame, offload) {
+                    Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
+                    Ok(kept) => {
+                        self.batch.commit_offloaded(len, kept);
+                        self.pass.packets += 1;
+                        self.pass.bytes += len as u64;
+                    }
                 }
-                self.batch.commit(len);
-                self.pass.packets += 1;
-                self.pass.bytes += len as u64;
             }
         }
     }
@@ -290,7 +285,7 @@ mod tests {
     use super::*;
     use crate::metrics::{Dir, DropReason, QueueStats};
     use crate::net::HDR_LEN_MRG;
-    use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+    use crate::offload::test_frames::{check_segments, cut_all, tso_frame, Shape, LINUX_V4};
     use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, GSO_TCPV6};
     use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
     use crate::vmport::ring_pass::test_utils::dropped;
@@ -355,29 +350,55 @@ mod tests {
     }
 
     #[test]
-    fn a_tso_frame_is_cut_into_segments_that_verify_over_several_batches() {
+    fn a_tso_frame_goes_to_the_switch_whole_and_marked() {
         let (mut r, mut g) = ring(16, RingFeatures::default());
         let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, ALL_OFFLOADS);
         let payload: Vec<u8> = (0..45 * 1448).map(|i| (i % 253) as u8).collect();
         let f = tso_frame(LINUX_V4, &payload);
         assert!(f.len() > MAX_FRAME);
-        let head = send_with(&mut g, 0, &linux_hdr(LINUX_V4, GSO_TCPV4, 1448), &f);
-        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        let h = linux_hdr(LINUX_V4, GSO_TCPV4, 1448);
+        let head = send_with(&mut g, 0, &h, &f);
+        let small = frame(1, 60);
+        send_with(&mut g, 40, &VnetHdr::default(), &small);
+        let mut got = Vec::new();
+        let pass = tx.serve(&mut r, &g.mem, ALL, |b| {
+            assert!(b.has_offloads());
+            assert_eq!(b.get(0), &f[..], "the GSO frame, whole");
+            assert_eq!(b.get(1), &small[..]);
+            assert_eq!(b.offloaded(1), None, "a plain frame carries nothing");
+            let k = b.offloaded(0).expect("marked");
+            assert_eq!(k.hdr, h, "Linux's header, checked and rebuilt");
+            got = cut_all(b);
+        });
         assert_eq!(
-            batches.iter().map(Vec::len).collect::<Vec<_>>(),
-            [8, 8, 8, 8, 8, 5]
+            (pass.packets, pass.bytes),
+            (46, 45 * 1514 + 60),
+            "counted as the frames it stands for"
         );
-        let segs = batches.concat();
-        assert!(segs.iter().all(|s| s.len() == 1514));
-        assert_eq!(check_segments(&segs, LINUX_V4, 1448), payload);
-        assert_eq!((pass.packets, pass.bytes), (45, 45 * 1514));
-        assert_eq!((pass.gso_frames, pass.csum_completed), (1, 0));
         assert_eq!(pass.drops, Default::default());
-        assert_eq!(used(&mut g), vec![(head, 0)]);
+        assert_eq!(got.len(), 46);
+        assert!(got[..45].iter().all(|s| s.len() == 1514));
+        assert_eq!(check_segments(&got[..45], LINUX_V4, 1448), payload);
+        assert_eq!(used(&mut g)[0], (head, 0));
     }
 
     #[test]
-    fn a_partial_checksum_is_completed_before_the_frame_leaves() {
+    fn gso_frames_beyond_the_side_store_flush_the_batch() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        // 8 slots: a side store of one largest GSO frame.
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, ALL_OFFLOADS);
+        let f = tso_frame(LINUX_V4, &[9; 40_000]);
+        let h = linux_hdr(LINUX_V4, GSO_TCPV4, 1448);
+        for i in 0..3 {
+            send_with(&mut g, 30 * i, &h, &f);
+        }
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(pass.packets, 3 * 28);
+        assert_eq!(batches, vec![vec![f.clone()], vec![f.clone()], vec![f]]);
+    }
+
+    #[test]
+    fn a_partial_checksum_is_kept_for_the_egress() {
         let (mut r, mut g) = ring(16, RingFeatures::default());
         let mut tx = TxService::with_offloads(
             HDR_LEN_MRG,
@@ -392,15 +413,18 @@ mod tests {
             ..LINUX_V4
         };
         let f = tso_frame(shape, b"small write");
-        send_with(&mut g, 0, &linux_hdr(shape, GSO_NONE, 0), &f);
-        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
-        assert_eq!(
-            (pass.packets, pass.gso_frames, pass.csum_completed),
-            (1, 0, 1)
-        );
-        let got = &batches[0];
-        assert_ne!(got[0], f, "the checksum field changed");
-        assert_eq!(check_segments(got, shape, 1448), b"small write");
+        let h = linux_hdr(shape, GSO_NONE, 0);
+        send_with(&mut g, 0, &h, &f);
+        let mut got = Vec::new();
+        let pass = tx.serve(&mut r, &g.mem, ALL, |b| {
+            assert_eq!(b.get(0), &f[..], "partial, as the guest left it");
+            let k = b.offloaded(0).expect("marked");
+            assert_eq!(k.hdr, VnetHdr { hdr_len: 0, ..h });
+            got = cut_all(b);
+        });
+        assert_eq!(pass.packets, 1);
+        assert_ne!(got[0], f, "completed when cut");
+        assert_eq!(check_segments(&got, shape, 1448), b"small write");
     }
 
     #[test]

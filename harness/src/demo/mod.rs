@@ -253,6 +253,7 @@ fn drive(
 fn print_offloads(s: &StatsSnapshot) {
     let queues = || s.ports.iter().flat_map(|p| &p.queues);
     let gso: u64 = queues().map(|q| q.gso_frames).sum();
+    let whole: u64 = queues().map(|q| q.gso_whole).sum();
     let csum: u64 = queues().map(|q| q.csum_completed).sum();
     let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
     for q in queues() {
@@ -270,7 +271,7 @@ fn print_offloads(s: &StatsSnapshot) {
             .join(" ")
     };
     println!(
-        "vadapt: {gso} TSO segments cut into MSS frames, {csum} partial checksums completed, drops: {drops}"
+        "vadapt: {gso} GSO frames cut into MSS frames at an egress, {whole} passed whole, {csum} partial checksums completed, drops: {drops}"
     );
 }
 
