@@ -125,6 +125,21 @@ enum Put {
     TooBig,
 }
 
+impl Put {
+    /// The frame is written or dropped: the next one comes after it.
+    fn done_with_frame(&self) -> bool {
+        matches!(self, Put::Written | Put::Dropped { .. })
+    }
+
+    /// The pass cannot go on: the guest is out of buffers, or the ring broke.
+    fn stops_pass(&self) -> bool {
+        matches!(
+            self,
+            Put::Dropped { stop: true } | Put::Waiting { .. } | Put::TooBig
+        )
+    }
+}
+
 impl RxService {
     /// A service writing `hdr_len`-byte headers, merging buffers if
     /// `mrg_rxbuf`.
@@ -180,7 +195,6 @@ impl RxService {
             pass.drops.port_down = pending.discard();
             return pass;
         };
-        let plain = VnetHdr::default();
         let mut out_of_buffers = false;
         pending.need_buffers = 0;
         'frames: while pending.next < pending.frames.len() && (pass.packets as u32) < budget.packets
@@ -188,23 +202,13 @@ impl RxService {
             let i = pending.next;
             let frame = pending.frames.get(i);
             let Some(kept) = pending.frames.offloaded(i) else {
-                match self.put(ring, mem, &plain, frame, false, &mut pass) {
-                    Put::Written => {
-                        pass.packets += 1;
-                        pass.bytes += frame.len() as u64;
-                        pending.next += 1;
-                    }
-                    Put::Dropped { stop } => {
-                        pending.next += 1;
-                        if stop {
-                            out_of_buffers = true;
-                            break;
-                        }
-                    }
-                    Put::Waiting { .. } | Put::TooBig => {
-                        out_of_buffers = true;
-                        break;
-                    }
+                let step = self.put_plain(ring, mem, frame, &mut pass);
+                if step.done_with_frame() {
+                    pending.next += 1;
+                }
+                if step.stops_pass() {
+                    out_of_buffers = true;
+                    break;
                 }
                 continue;
             };
@@ -261,23 +265,13 @@ impl RxService {
                     break 'frames;
                 }
                 let n = cutter.write(pending.cut_next, &mut scratch);
-                match self.put(ring, mem, &plain, &scratch[..n], false, &mut pass) {
-                    Put::Written => {
-                        pass.packets += 1;
-                        pass.bytes += n as u64;
-                        pending.cut_next += 1;
-                    }
-                    Put::Dropped { stop } => {
-                        pending.cut_next += 1;
-                        if stop {
-                            out_of_buffers = true;
-                            break;
-                        }
-                    }
-                    Put::Waiting { .. } | Put::TooBig => {
-                        out_of_buffers = true;
-                        break;
-                    }
+                let step = self.put_plain(ring, mem, &scratch[..n], &mut pass);
+                if step.done_with_frame() {
+                    pending.cut_next += 1;
+                }
+                if step.stops_pass() {
+                    out_of_buffers = true;
+                    break;
                 }
             }
             self.scratch = scratch;
@@ -291,6 +285,23 @@ impl RxService {
         pass.calls += u64::from(ring.call_if_needed());
         pass.more_work = pending.remaining() > 0 && !out_of_buffers;
         pass
+    }
+
+    /// Writes plain `frame` (no offload) into the guest's next buffers and
+    /// counts it in `pass` if written.
+    fn put_plain(
+        &mut self,
+        ring: &mut Ring,
+        mem: &GuestMemory,
+        frame: &[u8],
+        pass: &mut RingPass,
+    ) -> Put {
+        let put = self.put(ring, mem, &VnetHdr::default(), frame, false, pass);
+        if put == Put::Written {
+            pass.packets += 1;
+            pass.bytes += frame.len() as u64;
+        }
+        put
     }
 
     /// Writes `frame` behind `vnet` (and `num_buffers`) into the guest's
