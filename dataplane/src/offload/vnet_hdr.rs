@@ -220,19 +220,7 @@ impl VnetHdr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The header Linux's virtio-net driver writes for a 1448-MSS TCPv4
-    /// segment behind Ethernet (14) + IPv4 (20) + TCP with timestamps (32).
-    fn linux_tso4() -> VnetHdr {
-        VnetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 66,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: 16,
-        }
-    }
+    use crate::offload::test_frames::linux_tso4;
 
     #[test]
     fn bytes_round_trip_little_endian() {
