@@ -119,6 +119,16 @@ def sweep_command(
     ]
 
 
+def write_rows(out_csv: Path, rows: list[dict], columns) -> int:
+    """Write ``rows`` to ``out_csv`` (folders made) with ``columns``; the row count."""
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    with out_csv.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
+
+
 def run_sim_grid(
     vadapt: Path,
     scenario: Path,
@@ -167,9 +177,4 @@ def run_sim_grid(
                 f"({time.monotonic() - t0:.1f} s so far)",
                 flush=True,
             )
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    with out_csv.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    return len(rows)
+    return write_rows(out_csv, rows, COLUMNS)

@@ -25,7 +25,6 @@ units, plus ``machine``:
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from vadapt_lab.netap_ml import daemon as dm
 from vadapt_lab.netap_ml.grid import COLUMNS as SIM_COLUMNS
-from vadapt_lab.netap_ml.grid import git_revision
+from vadapt_lab.netap_ml.grid import git_revision, write_rows
 
 COLUMNS = (*SIM_COLUMNS, "machine")
 """CSV columns: the simulator grid's, then the host."""
@@ -141,9 +140,4 @@ def run_real_grid(
                 f"({time.monotonic() - t0:.1f} s so far)",
                 flush=True,
             )
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    with out_csv.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    return len(rows)
+    return write_rows(out_csv, rows, COLUMNS)
