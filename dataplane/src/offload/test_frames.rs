@@ -4,7 +4,7 @@
 
 use super::checksum::sum_words;
 use super::tcp_segment::TcpSegmenter;
-use super::vnet_hdr::{TcpGso, VnetHdr, F_NEEDS_CSUM, GSO_TCPV4};
+use super::vnet_hdr::TcpGso;
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 pub(crate) const SRC4: [u8; 4] = [10, 0, 0, 1];
@@ -31,20 +31,6 @@ pub(crate) const LINUX_V4: Shape = Shape {
     psh: true,
     cwr: false,
 };
-
-/// The header Linux's virtio-net driver writes for a 1448-MSS TCPv4
-/// segment of [`LINUX_V4`]: Ethernet (14) + IPv4 (20) + TCP with
-/// timestamps (32).
-pub(crate) fn linux_tso4() -> VnetHdr {
-    VnetHdr {
-        flags: F_NEEDS_CSUM,
-        gso_type: GSO_TCPV4,
-        hdr_len: 66,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
-    }
-}
 
 /// A TSO frame as a Linux guest hands it to virtio-net: full lengths in
 /// the IP header, and in the TCP checksum field the folded pseudo-header

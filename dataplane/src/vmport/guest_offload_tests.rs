@@ -15,8 +15,8 @@ use crate::net::{
     GuestOffloads, HostOffloads, Mac, HDR_LEN_MRG, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN,
     VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
 };
-use crate::offload::test_frames::{check_segments, linux_tso4, tso_frame, Shape, LINUX_V4};
-use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE};
+use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+use crate::offload::vnet_hdr::{linux_tso4, F_NEEDS_CSUM, GSO_NONE};
 use crate::offload::VnetHdr;
 use crate::switch::{Egress, FdbCache, Switch};
 use std::sync::Arc;
