@@ -85,9 +85,24 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
         0.0f64..1.0,
         prop_oneof![Just(0u32), 50u32..1_000],
         prop_oneof![Just(0u16), 1u16..=1000],
+        any::<bool>(),
+        any::<bool>(),
+        0.0f64..0.5,
     )
         .prop_map(
-            |(min, width, ratio, min_distance_us, round_ms, min_change, max_rounds, kick)| {
+            |(
+                min,
+                width,
+                ratio,
+                min_distance_us,
+                round_ms,
+                min_change,
+                max_rounds,
+                kick,
+                notify_during_sleep,
+                kick_probe,
+                kick_probe_margin,
+            )| {
                 NetapParams {
                     min_interval_us: min,
                     max_interval_us: min + width,
@@ -97,6 +112,9 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
                     min_change,
                     max_rounds,
                     kick_threshold_permille: kick,
+                    notify_during_sleep,
+                    kick_probe,
+                    kick_probe_margin,
                 }
             },
         )
@@ -239,7 +257,11 @@ proptest! {
         let mut p = NetAp::new(params).unwrap();
         let min = Duration::from_micros(params.min_interval_us);
         let max = Duration::from_micros(params.max_interval_us);
-        let kick = (params.kick_threshold_permille > 0).then_some(params.kick_threshold_permille);
+        let kick = if params.notify_during_sleep {
+            Some(1)
+        } else {
+            (params.kick_threshold_permille > 0).then_some(params.kick_threshold_permille)
+        };
         let round_len = Duration::from_millis(params.round_ms);
         let mut now = Instant(0);
         p.start(now);
@@ -251,14 +273,20 @@ proptest! {
             let d = p.on_pass(&r);
             match d.action {
                 Action::Poll => {
-                    let full = kick.is_some_and(|k| r.max_fill_permille >= k);
+                    let full = !p.kick_driven() && kick.is_some_and(|k| r.max_fill_permille >= k);
                     prop_assert!(r.more_work || full, "polled without reason");
                 }
                 Action::Sleep { duration, kick_threshold } => {
+                    prop_assert!(!p.kick_driven());
                     prop_assert!(min <= duration && duration <= max, "{:?}", duration);
                     prop_assert_eq!(kick_threshold, kick);
                 }
-                Action::WaitKick { .. } => prop_assert!(false, "NetAP never re-enables notifications"),
+                // Only the kick-driven check after a search, or the service
+                // it chose, waits for kicks; never past MAX_SLEEP.
+                Action::WaitKick { timeout } => {
+                    prop_assert!(params.kick_probe && p.kick_driven());
+                    prop_assert!(timeout.is_some_and(|t| t <= MAX_SLEEP));
+                }
             }
             // A round closes exactly at the first pass at or after its end.
             let closed = now.saturating_since(round_start) >= round_len;
@@ -270,11 +298,15 @@ proptest! {
                 let rec = rec.unwrap();
                 prop_assert!(rec.length >= round_len);
                 prop_assert!(rec.measured <= rec.bytes);
-                prop_assert_eq!(Some(rec.next_interval), p.status().interval);
+                if !p.kick_driven() {
+                    prop_assert_eq!(Some(rec.next_interval), p.status().interval);
+                }
             }
             let st = p.status();
             prop_assert!(params.max_rounds == 0 || st.round.unwrap() < params.max_rounds);
-            let i = st.interval.unwrap();
+            // No polling interval to report while kick-driven.
+            prop_assert_eq!(st.interval.is_none(), p.kick_driven());
+            let i = st.interval.unwrap_or(min);
             prop_assert!(min <= i && i <= max);
         }
     }
@@ -331,13 +363,14 @@ proptest! {
     fn build_agrees_with_validate(
         min in 0u64..200_000, max in 0u64..200_000, ratio in -1.0f64..2.0,
         md in 0u64..100, round_ms in 0u64..100, min_change in -1.0f64..2.0,
-        max_rounds in 0u32..40, kick in 0u16..1100,
+        max_rounds in 0u32..40, kick in 0u16..1100, margin in -1.0f64..1.0,
         poll_max in 0u64..200_000_000, start in 0u64..10, quota in 0u32..3, empty in 0u32..3,
     ) {
         let cfgs = [
             PolicyConfig::Netap(NetapParams {
                 min_interval_us: min, max_interval_us: max, ratio, min_distance_us: md, round_ms,
                 min_change, max_rounds, kick_threshold_permille: kick,
+                notify_during_sleep: false, kick_probe: true, kick_probe_margin: margin,
             }),
             PolicyConfig::Growshrink(GrowShrinkParams {
                 poll_max_ns: poll_max, poll_start_ns: start, poll_grow: 0, poll_shrink: 0,
