@@ -359,6 +359,7 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
     });
     g.push(vm_to_vm(find(files, "b8")));
     g.push(papers_workload(find(files, "b9")));
+    g.push(netap_not_below_interrupt(find(files, "b2")));
     g
 }
 
@@ -379,6 +380,25 @@ fn papers_workload(b9: Option<&ResultFile>) -> Goal {
         },
         met,
         source: "B9, daemon counters after NetAP's search, per-round ratios",
+    }
+}
+
+/// Issue 15 item 5 from B2's after-the-search table.
+fn netap_not_below_interrupt(b2: Option<&ResultFile>) -> Goal {
+    const GOAL: &str = "raw 64 B frames at 10–75 % of saturation and closed loop: NetAP after its search carries ≥ interrupt mode's packets (issue 15 item 5)";
+    let Some(f) = b2 else {
+        return unmeasured(GOAL, "B2");
+    };
+    let (parts, met) = super::b2::goal(f);
+    Goal {
+        goal: GOAL,
+        measured: if parts.is_empty() {
+            "not measured (no after-the-search rows)".into()
+        } else {
+            format!("NetAP ÷ interrupt Mpps — {}", parts.join("; "))
+        },
+        met,
+        source: "B2 after the search, daemon counters, per-round ratios",
     }
 }
 
