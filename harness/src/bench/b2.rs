@@ -363,6 +363,41 @@ mod tests {
     use super::super::vadapt_proc::GuestResult;
     use super::*;
 
+    fn adapted_row(policy: &str, variant: &str, run: u32, mpps: f64) -> Row {
+        let mut r = Row::new("adapted", "guest", "vadapt", policy, variant).at(FRAME, run);
+        r.set("mpps", mpps);
+        r
+    }
+
+    #[test]
+    fn item_5_is_judged_per_level_from_per_round_ratios() {
+        let mut f = ResultFile::default();
+        for run in 0..3 {
+            f.rows.push(adapted_row("netap", "50%", run, 3.0));
+            f.rows.push(adapted_row(
+                "interrupt",
+                "50%",
+                run,
+                3.0 + f64::from(run) * 0.01,
+            ));
+            f.rows.push(adapted_row("netap", CLOSED, run, 4.0));
+            f.rows.push(adapted_row("interrupt", CLOSED, run, 4.0));
+        }
+        let (parts, met) = goal(&f);
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert_eq!(parts[0], "50% 1.00 (0.99–1.00)×");
+        assert_eq!(met, Some(true));
+        // One level below the bar misses the goal.
+        for r in f.rows.iter_mut() {
+            if r.variant == CLOSED && r.policy == "netap" {
+                r.set("mpps", 3.0);
+            }
+        }
+        assert_eq!(goal(&f).1, Some(false));
+        // No rows: not judged.
+        assert_eq!(goal(&ResultFile::default()), (vec![], None));
+    }
+
     #[test]
     fn fill_derives_per_packet_figures() {
         let g = GuestResult {
