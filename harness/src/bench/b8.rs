@@ -49,6 +49,13 @@
 //!   forwarding). vadapt's two workers share the one backend CPU, so each
 //!   busy-poll worker's spinning takes time from the other: this is the cost
 //!   of today's one-worker-per-port design that issue 16 asks to remove.
+//!   Measured (`perf sched timehist` on CPU 1, by hand with B8's guests):
+//!   the two workers alternate in runs of one 4 ms tick each; while A's
+//!   worker runs, 1200 frames meet B's backlog of 1024 and are dropped
+//!   (`backlog_full` on B's port: the 27 % vadapt loses where testpmd and
+//!   OVS lose nearly nothing), and a tick that preempts a worker inside a
+//!   pass that moved packets adds the other worker's 4 ms to that pass's
+//!   busy cycles (TSC read around the pass).
 //!
 //! Issue 16's goal 2 — vadapt's busy cycles per forwarded packet ≤ 0.5× OVS-
 //! DPDK's and ≤ 1.0× testpmd io's — is judged in the report from the
