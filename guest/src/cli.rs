@@ -11,7 +11,7 @@ use crate::config::{
     DEFAULT_WRITE_COST_NS_PER_KIB,
 };
 use crate::guest::{error_chain, Guest};
-use crate::load::{Load, RateSpec};
+use crate::load::{Load, Pacing, RateSpec};
 use crate::metrics::GuestReport;
 
 /// Flags of `vadapt guest`.
@@ -33,6 +33,14 @@ pub struct GuestArgs {
     /// `--mode tcp-stream` a packet rate counts messages and a bit rate application bytes.
     #[arg(long, default_value = "closed", value_parser = parse_rate, value_name = "RATE")]
     pub rate: RateArg,
+    /// With `--mode stream` and a `--rate`: how the sender waits for its next packets.
+    /// `exact` sends each packet at its time, busy-waiting through gaps under 100 µs as Linux
+    /// pktgen does (from about 10k packets/s on the thread never sleeps); `burst` sleeps until
+    /// enough packets are due to span 100 µs (at most 64) and sends them back to back, as
+    /// the `fq` qdisc releases what falls within its timer slack: the same rate, with the
+    /// vCPU idle between bursts instead of spinning.
+    #[arg(long, default_value = "exact", value_parser = parse_pacing, value_name = "PACING")]
+    pub pacing: Pacing,
     /// Traffic pattern: `stream` (one way, one raw Ethernet frame per message: the
     /// packet-rate workload), `tcp-stream` (one way, what a Linux TCP sender with TSO puts on
     /// the ring: messages coalesced into segments of up to 64 KiB with checksum and
@@ -125,6 +133,15 @@ pub fn parse_mode(s: &str) -> Result<Mode, String> {
     }
 }
 
+/// Parses `exact` or `burst`.
+pub fn parse_pacing(s: &str) -> Result<Pacing, String> {
+    match s {
+        "exact" => Ok(Pacing::Exact),
+        "burst" => Ok(Pacing::Burst),
+        _ => Err(format!("`{s}` is not a pacing: use exact or burst")),
+    }
+}
+
 /// Parses `10s`, `500ms`, `250us`, `2m`, `1h` or a plain number of seconds (`1.5`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -181,6 +198,7 @@ impl GuestArgs {
             threads: self.threads,
             size: self.size,
             load,
+            pacing: self.pacing,
             mode: self.mode,
             duration: self.duration,
             exit_cost_ns: self.exit_cost_ns,
@@ -474,6 +492,28 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().starts_with("--size"));
         assert!(parse(&["--threads", "1"]).unwrap_err().contains("--socket"));
+    }
+
+    #[test]
+    fn burst_pacing_only_for_a_paced_stream() {
+        let cfg = |extra: &[&str]| {
+            let mut argv = vec!["--socket", "/s"];
+            argv.extend_from_slice(extra);
+            parse(&argv).and_then(|a| a.to_config().map_err(|e| e.to_string()))
+        };
+        assert_eq!(cfg(&[]).unwrap().pacing, Pacing::Exact);
+        let c = cfg(&["--rate", "300k", "--pacing", "burst"]).unwrap();
+        assert_eq!(c.pacing, Pacing::Burst);
+        for refused in [
+            &["--pacing", "burst"][..],
+            &["--rate", "1k", "--mode", "rr", "--pacing", "burst"],
+            &["--rate", "1k", "--mode", "tcp-stream", "--pacing", "burst"],
+        ] {
+            let e = cfg(refused).unwrap_err();
+            assert!(e.contains("--pacing burst needs"), "{refused:?}: {e}");
+        }
+        let e = cfg(&["--rate", "1k", "--pacing", "sometimes"]).unwrap_err();
+        assert!(e.contains("not a pacing"), "{e}");
     }
 
     #[test]

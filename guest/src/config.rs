@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::frame::MIN_SIZE;
-use crate::load::Load;
+use crate::load::{Load, Pacing};
 
 /// Default emulated cost of a kick or a handled call (ns); see the crate documentation.
 pub const DEFAULT_EXIT_COST_NS: u64 = 2000;
@@ -63,6 +63,8 @@ pub struct GuestConfig {
     pub size: u32,
     /// Offered load.
     pub load: Load,
+    /// How a paced thread waits for its next packets ([`Mode::Stream`] at a rate only).
+    pub pacing: Pacing,
     /// Traffic pattern.
     pub mode: Mode,
     /// How long to run.
@@ -123,6 +125,7 @@ impl GuestConfig {
             threads: 1,
             size: 64,
             load: Load::ClosedLoop,
+            pacing: Pacing::Exact,
             mode: Mode::Stream,
             duration: Duration::from_secs(10),
             exit_cost_ns: DEFAULT_EXIT_COST_NS,
@@ -184,6 +187,10 @@ impl GuestConfig {
                 return Err(ConfigError::Rate(pps));
             }
         }
+        let paced_stream = self.mode == Mode::Stream && matches!(self.load, Load::Rate { .. });
+        if self.pacing == Pacing::Burst && !paced_stream {
+            return Err(ConfigError::BurstPacingNeedsPacedStream);
+        }
         if self.duration.is_zero() {
             return Err(ConfigError::ZeroDuration);
         }
@@ -244,6 +251,9 @@ pub enum ConfigError {
     /// Rate not positive.
     #[error("--rate must be positive, got {0} pps")]
     Rate(f64),
+    /// Burst pacing without a paced raw-frame stream to pace.
+    #[error("--pacing burst needs --mode stream and a --rate (it paces raw frames)")]
+    BurstPacingNeedsPacedStream,
     /// Zero duration.
     #[error("--duration must be longer than 0")]
     ZeroDuration,

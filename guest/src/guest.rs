@@ -171,6 +171,7 @@ impl Guest {
             dst_mac: self.cfg.dst_mac,
             mode: self.cfg.mode,
             load: self.cfg.load,
+            pacing: self.cfg.pacing,
             threads,
             pairs: self.pairs.len() as u16,
             exit: ExitCost {

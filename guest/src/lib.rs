@@ -28,7 +28,8 @@
 //!   with `enable_cb_delayed` when the ring runs low), RX like NAPI (budget 64, re-enable and
 //!   re-check). The notification rules themselves are `vadapt_virtq`'s `DriverQueue`.
 //! * **The application**: netperf-like threads, stream or request/response, closed loop or a
-//!   fixed rate ([`load`]). The stream is raw Ethernet frames, one per message (packet-rate
+//!   fixed rate ([`load`]; [`load::Pacing`] says whether a paced sender spins through short
+//!   gaps, as pktgen, or sleeps between bursts, as `fq`). The stream is raw Ethernet frames, one per message (packet-rate
 //!   benchmarks), or a TCP stream as Linux's TCP with TSO hands it to the driver: messages
 //!   coalesced into segments of up to 64 KiB whose checksum and segmentation the backend does
 //!   ([`tcp_stream`], [`tcp_segment`]; `VIRTIO_NET_F_CSUM` and `HOST_TSO4` acknowledged in

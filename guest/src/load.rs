@@ -98,6 +98,26 @@ fn frame_bits_base(size: u32) -> f64 {
     (crate::frame::ETH_HDR_LEN as f64) + f64::from(size)
 }
 
+/// How a paced thread spends the time until its next packets are due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pacing {
+    /// Every packet at its own time: the thread sleeps through long gaps and busy-waits
+    /// through short ones (under 100 µs), as Linux `pktgen` does with its `delay`. From about
+    /// 10k packets/s on, the thread never sleeps: its vCPU is busy all the time, and on a
+    /// host core shared with another guest the scheduler lets it run for whole ticks
+    /// (4 ms at 250 Hz) while the other guest waits.
+    #[default]
+    Exact,
+    /// Packets due less than 100 µs apart go out in bursts: the thread sleeps until a
+    /// burst's worth is due (enough to span 100 µs, at most 64), then sends them back to
+    /// back, like the Linux `fq` qdisc releasing what falls within its timer slack at once,
+    /// or netperf's `-b`/`-w` bursts. Between bursts the vCPU idles, as a guest's does
+    /// between timer interrupts. The average rate is the same; a late wake-up is made up in
+    /// the next burst (up to the pacer's backlog).
+    Burst,
+}
+
 /// Paces one thread at a fixed packet rate.
 ///
 /// Packet `n` (from 0) is due at `start + n / pps`. When the sender falls behind (ring full,
@@ -161,7 +181,21 @@ impl Pacer {
 
     /// When the next packet not yet handed out is due (ns on the caller's clock).
     pub fn next_due_ns(&self) -> u64 {
-        self.start_ns + (self.released as f64 * self.interval_ns) as u64
+        self.burst_due_ns(1)
+    }
+
+    /// When `n` packets not yet handed out will be due (ns on the caller's clock): the due
+    /// time of the `n`-th of them (`n` of 0 counts as 1).
+    pub fn burst_due_ns(&self, n: u64) -> u64 {
+        let last = self.released + n.max(1) - 1;
+        // Rounded up, so that at this time `due` hands all `n` out.
+        self.start_ns + (last as f64 * self.interval_ns).ceil() as u64
+    }
+
+    /// Packets due over `span_ns`, rounded up, between 1 and `max`: the burst that lets a
+    /// [`Pacing::Burst`] sender sleep at least `span_ns` between bursts (unless `max` caps it).
+    pub fn burst_len(&self, span_ns: u64, max: u64) -> u64 {
+        ((span_ns as f64 / self.interval_ns).ceil() as u64).clamp(1, max.max(1))
     }
 
     /// Packets forgotten because the sender fell too far behind.
@@ -251,6 +285,25 @@ mod tests {
         assert_eq!(p.skipped(), 1000 - 16);
         assert_eq!(p.due(1_004_999), 0);
         assert_eq!(p.due(1_005_000), 1);
+    }
+
+    #[test]
+    fn pacer_bursts_span_the_gap() {
+        // 300k/s: one packet per 3333.3 ns; 100 µs holds 30 of them.
+        let mut p = Pacer::new(300e3, 0, 1024);
+        assert_eq!(p.burst_len(100_000, 64), 30);
+        assert_eq!(p.burst_len(100_000, 16), 16, "capped");
+        assert_eq!(p.burst_len(0, 64), 1, "at least one packet");
+        // 1k/s: one packet already spans the gap.
+        assert_eq!(Pacer::new(1e3, 0, 1).burst_len(100_000, 64), 1);
+        assert_eq!(p.burst_due_ns(1), p.next_due_ns());
+        assert_eq!(p.burst_due_ns(30), 96_667);
+        assert_eq!(p.due(96_666), 29, "one short just before");
+        p.unsend(29);
+        // Waking at that time, the whole burst is due.
+        assert_eq!(p.due(96_667), 30);
+        assert_eq!(p.burst_due_ns(30), 196_667);
+        assert_eq!(p.burst_due_ns(0), p.next_due_ns());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::clock::{Clock, ExitCost};
 use crate::config::{GuestConfig, Mode};
 use crate::device::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
 use crate::frame::{ETH_HDR_LEN, NET_HDR_LEN};
-use crate::load::Load;
+use crate::load::{Load, Pacing};
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;
 use crate::tcp_segment::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
@@ -223,6 +223,7 @@ fn run(features: u64, mode: Mode, load: Load, echo: bool, notify: Notify, ring: 
         notify,
         ring,
         write_ns: 0,
+        pacing: Pacing::Exact,
     };
     run_with(run, vcpus, counters, None)
 }
@@ -237,6 +238,7 @@ fn run_tcp_writer(load: Load, notify: Notify, ring: u16, write_ns: u64) -> Outco
         notify,
         ring,
         write_ns,
+        pacing: Pacing::Exact,
     };
     run_with(
         run,
@@ -256,6 +258,8 @@ struct Run {
     ring: u16,
     /// TCP stream: emulated cost of each write (ns).
     write_ns: u64,
+    /// How a paced stream waits.
+    pacing: Pacing,
 }
 
 /// As [`run`], with the vCPU registry, the counters and the per-period latencies given.
@@ -273,6 +277,7 @@ fn run_with(
         notify,
         ring,
         write_ns,
+        pacing,
     } = run;
     let cfg = GuestConfig {
         ring_size: ring,
@@ -299,6 +304,7 @@ fn run_with(
         dst_mac: cfg.dst_mac,
         mode,
         load,
+        pacing,
         threads: 1,
         pairs: 1,
         exit: ExitCost { ns: 0 },
@@ -452,6 +458,31 @@ fn fixed_rate_never_sends_ahead_of_the_pacer() {
 }
 
 #[test]
+fn burst_pacing_never_sends_ahead_of_the_pacer() {
+    let pps = 300_000.0;
+    let run = Run {
+        features: V1,
+        mode: Mode::Stream,
+        load: Load::Rate { pps },
+        echo: false,
+        notify: Notify::Interrupt,
+        ring: 256,
+        write_ns: 0,
+        pacing: Pacing::Burst,
+    };
+    let o = run_with(
+        run,
+        Arc::new(Vcpus::new()),
+        Arc::new(GuestCounters::new(1)),
+        None,
+    );
+    // 200 ms at 300 kpps: packets 0..=60000 are due by the deadline at most.
+    assert!(o.guest.sent_packets <= 60_001, "{:?}", o.guest);
+    assert!(o.guest.sent_packets > 0);
+    assert_eq!(o.backend.tx_packets, o.guest.sent_packets);
+}
+
+#[test]
 fn a_paused_guest_sends_nothing_until_resumed() {
     let vcpus = Arc::new(Vcpus::new());
     let counters = Arc::new(GuestCounters::new(1));
@@ -481,6 +512,7 @@ fn a_paused_guest_sends_nothing_until_resumed() {
         notify: Notify::Interrupt,
         ring: 256,
         write_ns: 0,
+        pacing: Pacing::Exact,
     };
     let o = run_with(run, Arc::clone(&vcpus), counters, None);
     assert_eq!(controller.join().unwrap(), 0, "a paused vCPU sends nothing");
@@ -500,6 +532,7 @@ fn request_response_records_each_round_trip_for_the_period_too() {
         notify: Notify::Interrupt,
         ring: 256,
         write_ns: 0,
+        pacing: Pacing::Exact,
     };
     let o = run_with(
         run,

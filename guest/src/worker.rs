@@ -27,6 +27,12 @@
 //!   packets (one non-blocking `read`), and whenever it waits (for a TX completion, for the
 //!   pacer, for a reply) it sleeps in `ppoll` on the call eventfds. The delay this adds is at
 //!   most one burst (tens of microseconds at worst).
+//! * **Pacing.** A paced stream sends each frame at its time, sleeping through gaps of
+//!   100 µs or more and spinning through shorter ones ([`Pacing::Exact`], as pktgen); or,
+//!   under [`Pacing::Burst`], sleeps until 100 µs worth of frames (at most a burst of 64)
+//!   are due and sends them together, so the vCPU idles between bursts instead of spinning
+//!   at 100 % — which on a host core shared with another guest keeps that guest off the
+//!   core for up to a scheduler tick.
 //! * **Exit cost.** Every kick and every handled call busy-waits [`ExitCost`] on this thread.
 //! * **Write cost.** In TCP stream each application write busy-waits the emulated cost of a
 //!   `send()` on this thread ([`TcpSender::write_messages`]); in closed loop the thread then
@@ -46,7 +52,7 @@ use crate::clock::{thread_cpu_ns, Clock, ExitCost};
 use crate::config::Mode;
 use crate::device::QueuePair;
 use crate::frame::{self, Stamp};
-use crate::load::{Load, Pacer};
+use crate::load::{Load, Pacer, Pacing};
 use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
 use crate::period_latency::PeriodLatency;
 use crate::queue::{QueueError, RxPacket, TxQueue};
@@ -66,7 +72,8 @@ const MAX_SLEEP_NS: u64 = 10_000_000;
 /// Longest sleep waiting for a reply when other threads share the queue pair (ns).
 const SHARED_PAIR_SLEEP_NS: u64 = 100_000;
 /// Below this much idle time the thread spins instead of sleeping (ns): a sleep costs a
-/// scheduler round trip of tens of microseconds on these machines.
+/// scheduler round trip of tens of microseconds on these machines. Under [`Pacing::Burst`]
+/// a burst spans this much time, so that the thread sleeps instead.
 const SPIN_BELOW_NS: u64 = 100_000;
 /// Longest block at a pause point before the thread checks the stop conditions (ns).
 const PAUSE_SLICE: Duration = Duration::from_millis(10);
@@ -91,6 +98,7 @@ pub(crate) struct Shared {
     pub dst_mac: [u8; 6],
     pub mode: Mode,
     pub load: Load,
+    pub pacing: Pacing,
     pub threads: u32,
     /// Queue pairs in use (fewer than `threads` means pairs are shared).
     pub pairs: u16,
@@ -257,11 +265,17 @@ impl Worker {
 
     // ---- closed loop and rate: one-way stream -------------------------------------------
 
-    /// Raw frames: one message per frame, `want` frames a pass. TCP stream: the messages due
-    /// are written to the send queue, and a pass sends up to a burst of segments from it; in
-    /// closed loop with free writes, every segment is full.
+    /// Raw frames: one message per frame, `want` frames a pass; paced, the frames due go out
+    /// one at a time or, under [`Pacing::Burst`], a burst at a time. TCP stream: the messages
+    /// due are written to the send queue, and a pass sends up to a burst of segments from it;
+    /// in closed loop with free writes, every segment is full.
     fn stream(&mut self, mut pacer: Option<Pacer>) {
         let pair = Arc::clone(&self.pair);
+        // Frames the pacer must have due before a pass sends them (1: each at its time).
+        let pace_burst = match (&pacer, self.shared.pacing) {
+            (Some(p), Pacing::Burst) => p.burst_len(SPIN_BELOW_NS, u64::from(BURST)),
+            _ => 1,
+        };
         while !self.should_stop() {
             if self.paused() {
                 continue;
@@ -278,9 +292,14 @@ impl Worker {
                     BURST
                 }
                 (Some(p), false) => match p.due(self.shared.clock.now_ns()) {
-                    0 => {
-                        let next = p.next_due_ns();
-                        self.idle_until(next);
+                    n if n < pace_burst => {
+                        // Not a whole burst yet: give them back and wait for the rest.
+                        p.unsend(n);
+                        if pace_burst == 1 {
+                            self.idle_until(p.next_due_ns());
+                        } else {
+                            self.sleep_until(p.burst_due_ns(pace_burst));
+                        }
                         continue;
                     }
                     n => {
@@ -730,6 +749,15 @@ impl Worker {
         }
         let mut qp = lock(&pair);
         self.softirq(&mut qp, true);
+    }
+
+    /// Sleeps until `t` (ns), taking RX interrupts meanwhile; never spins, so it may wake a
+    /// scheduler round trip (and the timer slack) late.
+    fn sleep_until(&mut self, t: u64) {
+        let t = t.min(self.shared.deadline_ns);
+        while self.shared.clock.now_ns() < t && !self.should_stop() {
+            self.wait_rx(t);
+        }
     }
 
     /// Idles until `t` (ns), taking RX interrupts meanwhile: sleeps when far, spins when near.

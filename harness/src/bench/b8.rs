@@ -3,6 +3,25 @@
 //! MAC, guest B (one packet per second of its own, so a learning switch
 //! knows where it is) receives and frees its receive buffers.
 //!
+//! Both guests share CPU 0 (the backend has CPU 1 of 2), so the benchmark
+//! measures forwarding only if the receiver gets that CPU whenever packets
+//! wait for it. Two settings see to it, the same for every backend:
+//! - **A paces in bursts** (`--pacing burst`): it sleeps until 100 µs worth
+//!   of frames (30) are due and sends them back to back. With the guest's
+//!   default pacing A spins through the 3.3 µs between frames, never
+//!   sleeps, and the kernel (EEVDF, 250 Hz, no preemption) let it run for
+//!   up to a whole 4 ms tick while B waited runnable: `perf sched timehist`
+//!   showed A's runs of 2.5–4 ms with B waiting as long, 1200 frames
+//!   against B's ring of 256 (0.85 ms at 300k/s), and every backend lost
+//!   28–40 % after A's ring. Bursts leave A idle between them, as a guest's
+//!   vCPU is between timer interrupts; B then waits ~10 µs for the CPU.
+//! - **Rings of 1024** (`--ring-size 1024`, QEMU's `rx_queue_size` /
+//!   `tx_queue_size` maximum, the usual setting for packet workloads), so
+//!   that B rides out what remains: this VM's vCPUs lose time to the host
+//!   (steal) and to other jobs, and 256 entries last only 0.85 ms. With
+//!   bursts and 256 entries testpmd's leg still lost 1–16 % from run to
+//!   run; with 1024, under 0.2 %.
+//!
 //! Backends, taking turns within each round (all stay up; the ones not
 //! being measured are parked: testpmd `stop`ped, OVS's PMD at
 //! `pmd-maxsleep=10000`, vadapt's ports without guests and so without
@@ -30,6 +49,13 @@
 //!   forwarding). vadapt's two workers share the one backend CPU, so each
 //!   busy-poll worker's spinning takes time from the other: this is the cost
 //!   of today's one-worker-per-port design that issue 16 asks to remove.
+//!   Measured (`perf sched timehist` on CPU 1, by hand with B8's guests):
+//!   the two workers alternate in runs of one 4 ms tick each; while A's
+//!   worker runs, 1200 frames meet B's backlog of 1024 and are dropped
+//!   (`backlog_full` on B's port: the 27 % vadapt loses where testpmd and
+//!   OVS lose nearly nothing), and a tick that preempts a worker inside a
+//!   pass that moved packets adds the other worker's 4 ms to that pass's
+//!   busy cycles (TSC read around the pass).
 //!
 //! Issue 16's goal 2 — vadapt's busy cycles per forwarded packet ≤ 0.5× OVS-
 //! DPDK's and ≤ 1.0× testpmd io's — is judged in the report from the
@@ -77,15 +103,27 @@ const DRAIN: Duration = Duration::from_millis(300);
 
 /// Guest A's offered rate. Both guests share CPU 0 (the backend has CPU 1
 /// of 2), so a closed-loop sender starves the receiver and every backend
-/// drops most packets at B's full ring; at this rate B keeps up and the
+/// drops most packets at B's full ring; at this rate, paced in bursts
+/// ([`SENDER_PACING`]) into rings of [`GUEST_RING`], B keeps up and the
 /// backends' costs per delivered packet compare.
 const SENDER_RATE: &str = "300k";
+
+/// Guest A's pacing: bursts of 100 µs worth of frames with sleeps between,
+/// not a spin through every 3.3 µs gap, which keeps CPU 0 busy and makes
+/// the kernel keep B off it for up to a 4 ms tick (the module doc).
+const SENDER_PACING: &str = "burst";
+
+/// Descriptors per virtqueue of both guests: B's receive ring holds 3.4 ms
+/// at [`SENDER_RATE`], longer than a tick lost to the host or another job.
+const GUEST_RING: u16 = 1024;
 
 /// Guest A: paced to B.
 fn sender(window: Duration) -> GuestOpts {
     GuestOpts {
         rate: SENDER_RATE.into(),
         dst_mac: MAC_B.into(),
+        pacing: SENDER_PACING,
+        ring_size: Some(GUEST_RING),
         ..GuestOpts::stream(64, window, vadapt_guest::config::DEFAULT_EXIT_COST_NS)
     }
 }
@@ -96,6 +134,7 @@ fn receiver(window: Duration) -> GuestOpts {
     GuestOpts {
         rate: "1".into(),
         dst_mac: MAC_A.into(),
+        ring_size: Some(GUEST_RING),
         ..GuestOpts::stream(
             64,
             window + LEAD_IN + Duration::from_secs(5),
@@ -337,7 +376,8 @@ pub fn cycle_ratios(f: &ResultFile) -> (Option<Spread>, Option<Spread>) {
 pub fn render(f: &ResultFile) -> String {
     let rows: Vec<&Row> = f.table("vm2vm").collect();
     let mut s = format!(
-        "\nGuest A (64 B at {SENDER_RATE}/s) → guest B, both on CPU 0; backend on CPU 1; {} rounds of {:.1} s. \
+        "\nGuest A (64 B at {SENDER_RATE}/s, `--pacing {SENDER_PACING}`) → guest B, rings of {GUEST_RING}, \
+         both on CPU 0; backend on CPU 1; {} rounds of {:.1} s. \
          Busy cycles are TSC cycles of polls that moved packets, per packet delivered into B's ring: \
          testpmd's `--record-core-cycles`, OVS's PMD \"processing cycles\", \
          vadapt's two workers (both halves of the forwarding).\n\n",
@@ -434,6 +474,16 @@ mod tests {
         let w = Duration::from_secs(1);
         assert_eq!(sender(w).dst_mac, MAC_B);
         assert_eq!(receiver(w).dst_mac, MAC_A);
+        // The same guests for every backend: A paced in bursts, both on big rings.
+        let a = sender(w).argv("vadapt", Path::new("/a.sock"), 0).join(" ");
+        assert!(a.contains("--pacing burst --ring-size 1024"), "{a}");
+        let b = receiver(w)
+            .argv("vadapt", Path::new("/b.sock"), 0)
+            .join(" ");
+        assert!(
+            b.contains("--ring-size 1024") && !b.contains("--pacing"),
+            "{b}"
+        );
         assert!(receiver(w).duration > sender(w).duration + LEAD_IN);
     }
 }

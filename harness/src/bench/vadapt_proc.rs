@@ -240,6 +240,10 @@ pub struct GuestOpts {
     pub write_cost_ns: (u64, u64),
     /// Destination MAC.
     pub dst_mac: String,
+    /// `--pacing` of a paced stream: `exact` (the guest's default, not passed) or `burst`.
+    pub pacing: &'static str,
+    /// `--ring-size`, descriptors per virtqueue; `None` = the guest's default (256).
+    pub ring_size: Option<u16>,
 }
 
 impl GuestOpts {
@@ -254,6 +258,8 @@ impl GuestOpts {
             exit_cost_ns,
             write_cost_ns: (0, 0),
             dst_mac: SINK_MAC.into(),
+            pacing: "exact",
+            ring_size: None,
         }
     }
 
@@ -318,6 +324,12 @@ impl GuestOpts {
                 "--write-cost-ns-per-kib".into(),
                 self.write_cost_ns.1.to_string(),
             ]);
+        }
+        if self.pacing != "exact" {
+            argv.extend(["--pacing".into(), self.pacing.into()]);
+        }
+        if let Some(n) = self.ring_size {
+            argv.extend(["--ring-size".into(), n.to_string()]);
         }
         argv
     }
