@@ -124,6 +124,8 @@ def test_variant_text_sets_the_pair_and_an_absolute_include(tmp_path):
     text = ns.variant_text(base, tmp_path / "scen", 0.05, 0)
     assert 'policy = { kind = "netap", min_change = 0.05, max_rounds = 0 }' in text
     assert f'include = "{(tmp_path / "cal" / "default.toml").resolve()}"' in text
+    off = ns.variant_text(base, tmp_path, 0.2, 300, {"kick_probe": False})
+    assert "max_rounds = 300, kick_probe = false }" in off
     with pytest.raises(ns.SimDeparturesError, match="exactly one"):
         ns.variant_text(base + base, tmp_path, 0.2, 300)
     for name in (ns.STEADY, ns.CHANGING):

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from vadapt_lab.netap_ml.daemon import toml_value
 from vadapt_lab.results import load_results
 
 TEMPLATE = 'policy = { kind = "netap" }'
@@ -53,14 +54,16 @@ class SimDeparturesError(RuntimeError):
     """A scenario template or a simulator run is not what this command expects."""
 
 
-def variant_text(base: str, base_dir: Path, min_change: float, max_rounds: int) -> str:
-    """``base`` scenario text with NetAP at (``min_change``, ``max_rounds``) and an
-    absolute ``include`` (resolved against ``base_dir``)."""
+def variant_text(
+    base: str, base_dir: Path, min_change: float, max_rounds: int, extra: dict | None = None
+) -> str:
+    """``base`` scenario text with NetAP at (``min_change``, ``max_rounds``) and the
+    ``extra`` NetAP parameters, and an absolute ``include`` (resolved against
+    ``base_dir``)."""
     if base.count(TEMPLATE) != 1:
         raise SimDeparturesError(f"the scenario needs exactly one line `{TEMPLATE}`")
-    policy = (
-        f'policy = {{ kind = "netap", min_change = {min_change!r}, max_rounds = {max_rounds} }}'
-    )
+    params = {"kind": "netap", "min_change": min_change, "max_rounds": max_rounds}
+    policy = f"policy = {toml_value(params | (extra or {}))}"
     text = base.replace(TEMPLATE, policy)
 
     def absolute(m: re.Match) -> str:
@@ -160,8 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", type=Path, default=SCENARIOS, help="folder of the templates")
     ap.add_argument("--min-change", type=float, nargs="+", default=list(MIN_CHANGES))
     ap.add_argument("--max-rounds", type=int, nargs="+", default=list(MAX_ROUNDS))
+    ap.add_argument(
+        "--no-kick-probe",
+        action="store_true",
+        help="kick_probe = false in every run: the paper's search without vadapt's check",
+    )
     ap.add_argument("--out", type=Path, required=True, help="folder for runs, CSVs and tables")
     args = ap.parse_args(argv)
+    extra = {"kick_probe": False} if args.no_kick_probe else {}
     if not args.vadapt.is_file():
         ap.error(f"no vadapt binary at {args.vadapt} (cargo build --release)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -172,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, rows in ((STEADY, steady), (CHANGING, changing)):
                 base = args.scenarios / name
                 scen = args.out / f"{base.stem}-mc{mc}-mr{mr}.toml"
-                scen.write_text(variant_text(base.read_text(), base.parent, mc, mr))
+                scen.write_text(variant_text(base.read_text(), base.parent, mc, mr, extra))
                 df = run_sim(args.vadapt, scen, args.out / scen.stem)
                 if name == STEADY:
                     rows.append(label | steady_row(df))
