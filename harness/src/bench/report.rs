@@ -366,39 +366,46 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
 /// Issue 15's goal from B9: NetAP against interrupt on the TCP-stream
 /// workload, every (shape, message size) the daemon measured.
 fn papers_workload(b9: Option<&ResultFile>) -> Goal {
-    const GOAL: &str = "TCP stream with TSO (2 VMs × 3 threads, 6 VMs × 1 thread; 64 B and 1 KiB messages): NetAP ≥ 1.2× interrupt's bandwidth with ≤ 1/20 of its kicks and ≤ 0.5× its host CPU per GB (issue 15)";
-    let Some(f) = b9 else {
-        return unmeasured(GOAL, "B9");
-    };
-    let (parts, met) = super::b9::goal(f);
-    Goal {
-        goal: GOAL,
-        measured: if parts.is_empty() {
-            "not measured (no NetAP and interrupt rows)".into()
-        } else {
-            format!("NetAP ÷ interrupt — {}", parts.join("; "))
-        },
-        met,
-        source: "B9, daemon counters after NetAP's search, per-round ratios",
-    }
+    judged_by(
+        "TCP stream with TSO (2 VMs × 3 threads, 6 VMs × 1 thread; 64 B and 1 KiB messages): NetAP ≥ 1.2× interrupt's bandwidth with ≤ 1/20 of its kicks and ≤ 0.5× its host CPU per GB (issue 15)",
+        ("B9", "B9, daemon counters after NetAP's search, per-round ratios"),
+        b9.map(super::b9::goal),
+        ("NetAP ÷ interrupt —", "no NetAP and interrupt rows"),
+    )
 }
 
 /// Issue 15 item 5 from B2's after-the-search table.
 fn netap_not_below_interrupt(b2: Option<&ResultFile>) -> Goal {
-    const GOAL: &str = "raw 64 B frames at 10–75 % of saturation and closed loop: NetAP after its search carries ≥ interrupt mode's packets (issue 15 item 5)";
-    let Some(f) = b2 else {
-        return unmeasured(GOAL, "B2");
+    judged_by(
+        "raw 64 B frames at 10–75 % of saturation and closed loop: NetAP after its search carries ≥ interrupt mode's packets (issue 15 item 5)",
+        ("B2", "B2 after the search, daemon counters, per-round ratios"),
+        b2.map(super::b2::goal),
+        ("NetAP ÷ interrupt Mpps —", "no after-the-search rows"),
+    )
+}
+
+/// A goal a benchmark judges itself: `judged` is its (parts, met), `None`
+/// when the benchmark did not run; `text` is what goes before the parts and
+/// what to say when it found no rows; `source` names the benchmark and says
+/// where the figures come from.
+fn judged_by(
+    goal: &'static str,
+    source: (&'static str, &'static str),
+    judged: Option<(Vec<String>, Option<bool>)>,
+    text: (&str, &str),
+) -> Goal {
+    let Some((parts, met)) = judged else {
+        return unmeasured(goal, source.0);
     };
-    let (parts, met) = super::b2::goal(f);
     Goal {
-        goal: GOAL,
+        goal,
         measured: if parts.is_empty() {
-            "not measured (no after-the-search rows)".into()
+            format!("not measured ({})", text.1)
         } else {
-            format!("NetAP ÷ interrupt Mpps — {}", parts.join("; "))
+            format!("{} {}", text.0, parts.join("; "))
         },
         met,
-        source: "B2 after the search, daemon counters, per-round ratios",
+        source: source.1,
     }
 }
 
