@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from stats_snapshot import snapshot
 
 from vadapt_lab import netap_departures as nd
 from vadapt_lab import netap_departures_sim as ns
@@ -20,29 +21,10 @@ BENCH_LOCK = Path("/tmp/vadapt-bench.lock")
 
 
 def snap(sink_pkts, frame, kicks, cpu, intervals=(("vm1", 700), ("vm2", 700))):
-    """A stats snapshot shaped like ``vadapt stats --json``, with a sink worker."""
-    ports = [
-        {
-            "name": n,
-            "kind": "vm",
-            "connected": True,
-            "poll_interval_us": iv,
-            "queues": [{"kicks": kicks}, {"kicks": kicks}],
-        }
-        for n, iv in intervals
-    ]
-    ports.append(
-        {
-            "name": dm.SINK,
-            "kind": "sink",
-            "connected": True,
-            "poll_interval_us": 0,
-            "queues": [{"rx_packets": sink_pkts, "rx_bytes": sink_pkts * frame, "kicks": 999}],
-        }
+    """Two VM ports with per-queue kicks and ``PORT/q0`` workers, and a busy sink worker."""
+    return snapshot(
+        sink_pkts, frame, cpu, intervals, kicks=kicks, sink_cpu=100.0, worker_suffix="/q0"
     )
-    workers = [{"name": f"{n}/q0", "cpu_seconds": cpu, "wakeups": {}} for n, _ in intervals]
-    workers.append({"name": dm.SINK, "cpu_seconds": 100.0, "wakeups": {}})
-    return {"ports": ports, "workers": workers}
 
 
 def test_variants_are_the_three_netaps_then_interrupt():

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.ensemble import RandomForestRegressor
+from stats_snapshot import snapshot
 
 from vadapt_lab.netap_ml import FEATURES, compare, grid_real
 from vadapt_lab.netap_ml import daemon as dm
@@ -16,25 +17,8 @@ from vadapt_lab.netap_ml import export as ex
 
 
 def snap(sink_pkts, frame, cpu, timer, intervals=(("vm1", 700),), connected=True):
-    """A stats snapshot shaped like ``vadapt stats --json``."""
-    ports = [
-        {"name": n, "kind": "vm", "connected": connected, "poll_interval_us": iv, "queues": []}
-        for n, iv in intervals
-    ]
-    ports.append(
-        {
-            "name": dm.SINK,
-            "kind": "sink",
-            "connected": True,
-            "poll_interval_us": 0,
-            "queues": [{"rx_packets": sink_pkts, "rx_bytes": sink_pkts * frame}],
-        }
-    )
-    workers = [
-        {"name": n, "cpu_seconds": cpu, "wakeups": {"timer": timer, "kick": 1}}
-        for n, _ in intervals
-    ]
-    return {"ports": ports, "workers": workers}
+    """VM ports without queues, each worker with ``timer`` timer wake-ups."""
+    return snapshot(sink_pkts, frame, cpu, intervals, timer=timer, connected=connected)
 
 
 def test_stats_readers_take_payload_cpu_wakeups_and_intervals():
