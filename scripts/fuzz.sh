@@ -112,12 +112,14 @@ for t in "${targets[@]}"; do
         >"$logf" 2>&1 || rc=$?
     SECS[$t]=$(($(date +%s) - t0))
     # libFuzzer's final stats; after a crash the last status line instead.
+    # (`|| true`: under pipefail a grep that finds nothing, as after a
+    # crash, would otherwise end the script before it reports the crash.)
     execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$logf" | tail -1)"
     if [[ -z "$execs" ]]; then
-        execs="$(grep -oE '^#[0-9]+' "$logf" | tail -1 | tr -d '#')"
+        execs="$(grep -oE '^#[0-9]+' "$logf" | tail -1 | tr -d '#' || true)"
     fi
     EXECS[$t]="${execs:-0}"
-    rate="$(grep -E '^#[0-9]+[[:space:]]+DONE' "$logf" | grep -oE 'exec/s: [0-9]+' | tail -1 | cut -d' ' -f2)"
+    rate="$(grep -E '^#[0-9]+[[:space:]]+DONE' "$logf" | grep -oE 'exec/s: [0-9]+' | tail -1 | cut -d' ' -f2 || true)"
     if [[ -z "$rate" ]]; then
         rate=$((EXECS[$t] / (SECS[$t] > 0 ? SECS[$t] : 1)))
     fi
@@ -135,6 +137,15 @@ for t in "${targets[@]}"; do
         failed+=("$t")
         log "$t: FOUND A PROBLEM (exit $rc); see fuzz/$logf"
         grep -m1 -E '^==[0-9]+==ERROR|panicked at|^SUMMARY' "$logf" | sed 's/^/[fuzz]   /' || true
+        # CI keeps only this output, not fuzz/: the log's end and each
+        # finding's bytes (base64), enough to reproduce it elsewhere.
+        log "$t: the log's last 40 lines:"
+        tail -n 40 "$logf" | sed 's/^/[fuzz]   | /'
+        while read -r a; do
+            [[ -n "$a" ]] || continue
+            log "$t: finding $a, base64 (decode with base64 -d):"
+            head -c 65536 "$artifacts/$a" | base64 -w 100 | sed 's/^/[fuzz]   /'
+        done <<<"$new"
     fi
     log "$t: ${EXECS[$t]} executions in ${SECS[$t]} s (${RATE[$t]}/s), ${CRASHES[$t]} crashes, corpus ${CORPUS[$t]}"
 done
