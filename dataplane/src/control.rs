@@ -48,10 +48,15 @@ pub enum Request {
     /// A P95 latency sample of the latency-critical workload, for vSPACE's
     /// threshold explorer (`vadapt cores report`).
     CoresReport {
-        /// P95 latency, µs.
+        /// P95 latency, µs (at most [`MAX_P95_US`]).
         p95_us: u64,
     },
 }
+
+/// The largest P95 sample `cores-report` takes, µs: an hour. Anything
+/// longer is no latency measurement, and the daemon refuses it rather than
+/// let it drive the threshold explorer.
+pub const MAX_P95_US: u64 = 3_600_000_000;
 
 /// The daemon's answer.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -2,7 +2,7 @@
 //! control socket and the metrics endpoint.
 
 use crate::config::DaemonConfig;
-use crate::control::{self, Handler, Request, Response};
+use crate::control::{self, Handler, Request, Response, MAX_P95_US};
 use crate::cores::config::QueueWorkers;
 use crate::cores::manager_loop::{self, CoreManager};
 use crate::cores::{ApplyMethod, CoresStatus};
@@ -104,6 +104,12 @@ impl Handler for Shared {
                         tracing::info!(%mode, "core manager mode change requested");
                         Response::Ok
                     }
+                    Request::CoresReport { p95_us } if p95_us > MAX_P95_US => Response::Error {
+                        error: format!(
+                            "p95_us {p95_us} is more than an hour ({MAX_P95_US} µs): \
+                             not a latency sample, not used"
+                        ),
+                    },
                     Request::CoresReport { p95_us } => {
                         cores.report_p95(p95_us);
                         Response::Ok

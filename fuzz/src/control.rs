@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig};
-use vadapt_dataplane::control::{Request, Response};
+use vadapt_dataplane::control::{Request, Response, MAX_P95_US};
 use vadapt_dataplane::Daemon;
 
 /// The longest request line the daemon reads (`control::MAX_REQUEST`).
@@ -338,6 +338,10 @@ pub fn run(line: &[u8]) {
             Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. },
             Response::Error { error },
         ) if error.contains("core manager is not running") => {}
+        // A sample past an hour is refused (it once overflowed the core
+        // manager's µs-to-ns conversion and ended its thread).
+        (Request::CoresReport { p95_us }, Response::Error { error })
+            if *p95_us > MAX_P95_US && error.contains("more than an hour") => {}
         (
             Request::SetPolicy { port, .. } | Request::Retune { port, .. },
             Response::Error { error },
@@ -368,6 +372,25 @@ mod tests {
             serde_json::from_slice::<Request>(&line).unwrap();
             run(&line);
         }
+        // A P95 sample too large to be one is refused, and the core manager
+        // lives on through its next periods (fuzzing found the overflow).
+        let periods = || match vadapt_dataplane::control::request(&fixture().control, &Request::Cores)
+        {
+            Ok(Response::Cores { cores }) => Some(cores.periods),
+            _ => None, // a one-CPU machine: no core manager
+        };
+        run(b"{\"cmd\":\"set-cores\",\"mode\":\"p\"}\n");
+        let huge = format!("{{\"cmd\":\"cores-report\",\"p95_us\":{}}}\n", u64::MAX);
+        run(huge.as_bytes());
+        run(format!("{{\"cmd\":\"cores-report\",\"p95_us\":{MAX_P95_US}}}\n").as_bytes());
+        // The input fuzzing found, as it found it.
+        run(&input_line(include_bytes!("../seeds/control/p95-overflow")).unwrap());
+        let before = periods();
+        std::thread::sleep(Duration::from_millis(450));
+        if let (Some(a), Some(b)) = (before, periods()) {
+            assert!(b > a, "the core manager ran no period ({a} then {b})");
+        }
+        run(b"{\"cmd\":\"set-cores\",\"mode\":\"off\"}\n");
         // Built requests, garbage, and a line that is not UTF-8.
         for data in [&b"\x01abcdefgh"[..], b"\x00{not json\n", b"\x00\xff\xfe\n"] {
             run(&input_line(data).unwrap());

@@ -27,17 +27,18 @@ impl Duration {
     pub const fn from_nanos(ns: u64) -> Self {
         Duration(ns)
     }
-    /// From microseconds.
+    /// From microseconds (saturating: a length past `u64::MAX` ns, some
+    /// 584 years, is `u64::MAX` ns, never a wrap to a short one).
     pub const fn from_micros(us: u64) -> Self {
-        Duration(us * 1_000)
+        Duration(us.saturating_mul(1_000))
     }
-    /// From milliseconds.
+    /// From milliseconds (saturating, as [`Duration::from_micros`]).
     pub const fn from_millis(ms: u64) -> Self {
-        Duration(ms * 1_000_000)
+        Duration(ms.saturating_mul(1_000_000))
     }
-    /// From seconds.
+    /// From seconds (saturating, as [`Duration::from_micros`]).
     pub const fn from_secs(s: u64) -> Self {
-        Duration(s * 1_000_000_000)
+        Duration(s.saturating_mul(1_000_000_000))
     }
     /// In nanoseconds.
     pub const fn as_nanos(self) -> u64 {
@@ -84,5 +85,29 @@ impl Add for Duration {
     type Output = Duration;
     fn add(self, d: Duration) -> Duration {
         Duration(self.0.saturating_add(d.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lengths too long for `u64` nanoseconds saturate: a control client's
+    /// absurd P95 sample once overflowed `from_micros` and ended the core
+    /// manager's thread.
+    #[test]
+    fn conversions_saturate_instead_of_wrapping() {
+        assert_eq!(Duration::from_micros(3).as_nanos(), 3_000);
+        assert_eq!(Duration::from_millis(3).as_nanos(), 3_000_000);
+        assert_eq!(Duration::from_secs(3).as_nanos(), 3_000_000_000);
+        for big in [u64::MAX, u64::MAX / 999, u64::MAX / 1_000 + 1] {
+            assert_eq!(Duration::from_micros(big), Duration(u64::MAX));
+            assert_eq!(Duration::from_millis(big), Duration(u64::MAX));
+            assert_eq!(Duration::from_secs(big), Duration(u64::MAX));
+        }
+        assert_eq!(
+            Duration::from_micros(u64::MAX / 1_000).as_nanos(),
+            u64::MAX / 1_000 * 1_000
+        );
     }
 }
