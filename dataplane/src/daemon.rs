@@ -220,6 +220,7 @@ impl Daemon {
         let tsc_per_ns = crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20));
         let mut vm_ports = Vec::new();
         let mut listeners = Vec::new();
+        let mut pinned_policies = Vec::new();
         for (i, vm) in cfg.vm.iter().enumerate() {
             let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
             let freq = Arc::new(match cpu {
@@ -242,6 +243,9 @@ impl Daemon {
                 port: vm.name.clone(),
                 source,
             })?;
+            if let Some(c) = cpu {
+                pinned_policies.push((vm.name.clone(), c, port.policy_config().kind()));
+            }
             let id = switch.add_port(port.clone(), Arc::clone(&port.stats));
             port.set_port_id(id);
             registry.add_port(Arc::clone(&port.stats));
@@ -416,6 +420,17 @@ impl Daemon {
         if let Some(reason) = freq_note {
             tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");
         }
+        for (cpu, ports) in busy_pollers_sharing_a_cpu(&pinned_policies) {
+            tracing::warn!(
+                cpu,
+                ports = %ports.join(", "),
+                "busy-polling ports with a worker each share this CPU: the workers take turns \
+                 in scheduler ticks, and frames queued for one wait out the other's tick \
+                 (benchmark B8: a quarter lost, 4-5x the cycles per packet); give each its own \
+                 CPU in --cpus, or serve them with one worker (--cores-cpus {cpu} \
+                 --queue-workers per-nq-core)"
+            );
+        }
         let threads = started.complete();
         Ok(Daemon {
             shared,
@@ -523,6 +538,20 @@ impl Daemon {
     }
 }
 
+/// The CPUs that `--cpus` gives the workers of two or more busy-polling
+/// ports, with those ports (`pinned`: port, CPU, initial policy).
+fn busy_pollers_sharing_a_cpu(
+    pinned: &[(String, usize, vadapt_policy::PolicyKind)],
+) -> Vec<(usize, Vec<String>)> {
+    let mut by_cpu = std::collections::BTreeMap::<usize, Vec<String>>::new();
+    for (port, cpu, kind) in pinned {
+        if *kind == vadapt_policy::PolicyKind::BusyPoll {
+            by_cpu.entry(*cpu).or_default().push(port.clone());
+        }
+    }
+    by_cpu.into_iter().filter(|(_, p)| p.len() > 1).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,6 +577,22 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn busy_pollers_on_one_cpu_are_found() {
+        use vadapt_policy::PolicyKind::{BusyPoll, Netap};
+        let p = |n: &str, cpu, k| (n.to_string(), cpu, k);
+        let found = busy_pollers_sharing_a_cpu(&[
+            p("a", 1, BusyPoll),
+            p("b", 2, BusyPoll),
+            p("c", 1, BusyPoll),
+            p("d", 2, Netap),
+            p("e", 3, Netap),
+            p("f", 3, Netap),
+        ]);
+        assert_eq!(found, vec![(1, vec!["a".to_string(), "c".to_string()])]);
+        assert!(busy_pollers_sharing_a_cpu(&[p("a", 1, BusyPoll)]).is_empty());
     }
 
     #[test]

@@ -28,6 +28,18 @@ pub struct Daemon {
     pub command: Vec<String>,
 }
 
+/// How the daemon's queue workers serve its VM ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// A worker thread per port, all pinned to the backend CPU (`--cpus`):
+    /// the daemon's default arrangement.
+    PerPort,
+    /// One worker for every port, pinned to the backend CPU: the backend
+    /// CPU as vSPACE's only NQ core (`--cores-cpus` with the core manager
+    /// off, `--queue-workers per-nq-core`).
+    OnePerCore,
+}
+
 /// A VM port of the daemon.
 #[derive(Debug, Clone)]
 pub struct VmPort {
@@ -57,6 +69,16 @@ impl Daemon {
     /// Start a daemon with `vms`, a sink and an echo port, workers on CPU
     /// `ctx.backend_cpu` (the whole process pinned there too).
     pub fn spawn(ctx: &Ctx, name: &str, vms: &[VmPort]) -> Result<Daemon, BenchError> {
+        Daemon::spawn_with(ctx, name, vms, Workers::PerPort)
+    }
+
+    /// [`Daemon::spawn`] with its queue workers arranged as `workers` says.
+    pub fn spawn_with(
+        ctx: &Ctx,
+        name: &str,
+        vms: &[VmPort],
+        workers: Workers,
+    ) -> Result<Daemon, BenchError> {
         let control = ctx.work.join(format!("{name}-control.sock"));
         let mut argv: Vec<String> = vec![
             "taskset".into(),
@@ -66,7 +88,11 @@ impl Daemon {
             "serve".into(),
             "--control".into(),
             control.display().to_string(),
-            "--cpus".into(),
+            match workers {
+                Workers::PerPort => "--cpus",
+                Workers::OnePerCore => "--cores-cpus",
+            }
+            .into(),
             ctx.backend_cpu.to_string(),
             "--sink".into(),
             format!("sink0,mac={SINK_MAC}"),
@@ -84,6 +110,9 @@ impl Daemon {
                 v.queues,
                 v.policy.as_str()
             ));
+        }
+        if workers == Workers::OnePerCore {
+            argv.extend(["--queue-workers".into(), "per-nq-core".into()]);
         }
         let command = argv.clone();
         let mut s = Spawn::new(name, argv, &ctx.work);
