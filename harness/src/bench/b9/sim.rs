@@ -17,11 +17,14 @@
 //! * a VM's sender threads share one queue in the model (its `queues` are
 //!   workers), where the daemon serves their queue pairs with one worker.
 //!
-//! The synthetic guest spends nothing per application message (it counts
-//! them), so `send_msg_ns` and `send_byte_ps` are 0 and every segment costs
-//! the guest [`GUEST_NS_PER_SEGMENT`]: with closed-loop senders the message
-//! size changes what a segment holds (a whole number of messages in the
-//! model) and nothing else.
+//! Each application message costs the model's sender what it costs the
+//! synthetic guest (`send_msg_ns` and `send_byte_ps` from the guest's
+//! `--write-cost-ns` and `--write-cost-ns-per-kib`), and every segment
+//! [`GUEST_NS_PER_SEGMENT`] more. One difference stays, and the notes say
+//! so: the model's sender always fills a segment to the size goal (a whole
+//! number of messages), where the guest posts what was written since the
+//! ring last had room, so that a guest slower than the worker sends one or
+//! two messages a segment.
 //!
 //! Each generated scenario is written to `<out>/b9-sim/` so that `vadapt
 //! sim` reruns it.
@@ -50,6 +53,8 @@ pub struct Case {
     pub threads: u32,
     /// Application message size, bytes.
     pub msg_bytes: u32,
+    /// The guests' write cost: ns per message, and ns per KiB of it.
+    pub write_cost_ns: (u64, u64),
     /// The row variant (the daemon rows' label of the same configuration).
     pub variant: String,
 }
@@ -132,8 +137,8 @@ threads = {threads}
 msg_size = {size}
 segment_bytes = {payload}
 header_bytes = {hdrs}
-send_msg_ns = 0.0
-send_byte_ps = 0.0
+send_msg_ns = {send_msg_ns:?}
+send_byte_ps = {send_byte_ps:?}
 xmit_segment_ns = {xmit}
 
 [[timeline]]
@@ -154,6 +159,9 @@ to_s = {to:?}
         payload = seg.payload,
         hdrs = seg.frame_hdrs,
         xmit = GUEST_NS_PER_SEGMENT,
+        send_msg_ns = case.write_cost_ns.0 as f64,
+        // ns per KiB to ps per byte.
+        send_byte_ps = case.write_cost_ns.1 as f64 * 1000.0 / 1024.0,
     );
     Ok(s)
 }
@@ -237,6 +245,7 @@ mod tests {
             vms: 2,
             threads: 3,
             msg_bytes: 64,
+            write_cost_ns: (585, 464),
             variant: "2×3 64 B".into(),
         }
     }
@@ -267,6 +276,12 @@ mod tests {
         let t = scenario_toml(&case(), SEG, &p, Duration::from_millis(500), 7, &cal).unwrap();
         let sc = Scenario::from_toml_str(&t, "b9.toml").unwrap();
         assert_eq!(sc.vms.len(), 2);
+        // The guests' write cost, per message and per byte.
+        let vadapt_sim::scenario::Workload::Stream(w) = &sc.vms[0].workload else {
+            panic!("not a stream workload");
+        };
+        assert_eq!(w.send_msg_ns, 585.0);
+        assert_eq!(w.send_byte_ps, 464.0 * 1000.0 / 1024.0);
         assert_eq!(sc.seed, 7);
         assert_eq!(sc.calibration, cal);
         assert_eq!(sc.periods[0].from_s, 1.3);
