@@ -225,6 +225,12 @@ impl Daemon {
             let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
             let freq = Arc::new(match cpu {
                 Some(c) => CpuFreq::probe(std::path::Path::new("/sys"), c),
+                // The NQ pool pins its workers, but a port's hints follow
+                // only a CPU given by --cpus.
+                None if cfg.cores.queue_workers == QueueWorkers::PerNqCore => CpuFreq::unavailable(
+                    "queue workers of the NQ pool (--queue-workers per-nq-core) \
+                         move between CPUs; hints need a port pinned by --cpus",
+                ),
                 None => CpuFreq::unavailable("worker not pinned to a CPU (see --cpus)"),
             });
             if i == 0 {
