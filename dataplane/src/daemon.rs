@@ -98,6 +98,15 @@ impl Handler for Shared {
                             .into(),
                     };
                 };
+                if let (Some(why), Request::SetCores { .. } | Request::CoresReport { .. }) =
+                    (cores.failed(), &req)
+                {
+                    return Response::Error {
+                        error: format!(
+                            "the core manager stopped ({why}); restart the daemon to resume"
+                        ),
+                    };
+                }
                 match req {
                     Request::SetCores { mode } => {
                         cores.request_mode(mode);
@@ -641,6 +650,45 @@ mod tests {
         assert_eq!(files(other.path()), Vec::<String>::new());
         first.shutdown();
         assert_eq!(files(t.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_stopped_core_manager_refuses_changes_and_shows_why() {
+        let status = Arc::new(CoresStatus::default());
+        let shared = Shared {
+            registry: Arc::new(Registry::default()),
+            vm_ports: Vec::new(),
+            cores: Some(Arc::clone(&status)),
+        };
+        shared.registry.set_cores(Arc::clone(&status));
+        let failed_metric = || {
+            let text = shared.registry.prometheus_text();
+            text.lines()
+                .find(|l| l.starts_with("vadapt_cores_failed "))
+                .map(str::to_string)
+        };
+        assert_eq!(failed_metric().as_deref(), Some("vadapt_cores_failed 0"));
+        let set = Request::SetCores {
+            mode: vadapt_policy::vspace::VspaceMode::Energy,
+        };
+        assert_eq!(shared.handle(set.clone()), Response::Ok);
+        status.mark_failed("internal error after 3 periods: boom".into());
+        for req in [set, Request::CoresReport { p95_us: 100 }] {
+            match shared.handle(req) {
+                Response::Error { error } => assert!(
+                    error.contains("boom") && error.contains("restart the daemon"),
+                    "{error}"
+                ),
+                r => panic!("{r:?}"),
+            }
+        }
+        match shared.handle(Request::Cores) {
+            Response::Cores { cores } => {
+                assert!(cores.to_table().starts_with("STOPPED: internal error"))
+            }
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(failed_metric().as_deref(), Some("vadapt_cores_failed 1"));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod net;
 pub mod netap_ml_model;
 pub mod nq_workers;
 pub mod offload;
+pub mod panic_message;
 pub mod ports;
 pub mod sigbus_guard;
 pub mod socket_dir;

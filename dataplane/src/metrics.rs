@@ -904,6 +904,13 @@ fn encode_cores(
         MetricType::Gauge,
     )?;
     ConstGauge::new(c.nq_workers.len() as i64).encode(m)?;
+    let m = enc.encode_descriptor(
+        "vadapt_cores_failed",
+        "1 when the core manager stopped on an internal error (see `vadapt cores`), else 0.",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(i64::from(c.failed.is_some())).encode(m)?;
     let mut m = enc.encode_descriptor(
         "vadapt_cores_utilization",
         "CPU time of each group over the last period, in cores.",

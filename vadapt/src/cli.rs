@@ -201,7 +201,8 @@ pub struct RetuneArgs {
     pub control: PathBuf,
 }
 
-/// Set up `tracing` to stderr with `level` unless RUST_LOG says otherwise.
+/// Set up `tracing` to stderr with `level` unless RUST_LOG says otherwise,
+/// and report panics through it (see [`log_panics`]).
 pub fn init_logging(level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
@@ -212,4 +213,73 @@ pub fn init_logging(level: &str) {
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+    log_panics();
+}
+
+/// A panic on any thread becomes one `ERROR` log line naming the thread
+/// (`vadapt-cores`, a queue worker, ...), the message and where, so that it
+/// reaches wherever the logs go with their timestamps; the backtrace follows
+/// when `RUST_BACKTRACE` asks for one. The daemon keeps running where the
+/// panicking part can be stopped alone (a queue worker, the core manager).
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("unnamed");
+        let message = vadapt_dataplane::panic_message::panic_message(info.payload());
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            tracing::error!(thread, at, "panicked: {message}\n{backtrace}");
+        } else {
+            tracing::error!(thread, at, "panicked: {message}");
+        }
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Log lines written to memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_panic_is_one_error_line_naming_the_thread_the_message_and_where() {
+        log_panics();
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let thread = std::thread::Builder::new()
+            .name("vadapt-test-panics".into())
+            .spawn(move || tracing::subscriber::with_default(subscriber, || panic!("on purpose")))
+            .unwrap();
+        assert!(thread.join().is_err());
+        let _ = std::panic::take_hook();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("ERROR")
+                && text.contains("panicked: on purpose")
+                && text.contains("thread=\"vadapt-test-panics\"")
+                && text.contains("cli.rs:"),
+            "{text}"
+        );
+    }
 }

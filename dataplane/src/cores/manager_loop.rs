@@ -37,7 +37,9 @@ use super::config::{ApplyMethod, CoresConfig, VmRole};
 use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
 use super::status::{CoresStatus, VmCores};
 use crate::nq_workers::NqWorkers;
+use crate::panic_message::panic_message;
 use crate::vmport::VmPort;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -254,6 +256,21 @@ impl CoreManager {
         if mode != VspaceMode::Resource {
             self.resume_best_effort();
         }
+    }
+
+    /// Stop managing: best-effort VMs resumed, every managed thread free to
+    /// run on every managed CPU, and `vadapt cores` saying so.
+    fn release(&mut self) {
+        self.set_mode(VspaceMode::Off);
+        let threads = self.threads();
+        self.apply(&threads);
+        let mut s = self
+            .status
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        s.mode = self.mode.to_string();
+        s.sets = self.sets.clone();
     }
 
     /// The log line said once at start-up.
@@ -708,32 +725,54 @@ fn set_frequencies(sets: &CoreSets, freqs: &[CpuFreq]) {
 }
 
 /// Run `m` every period on a thread named `vadapt-cores` until `stop`.
-pub fn spawn(mut m: CoreManager, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
-    let period = Duration::from_millis(m.cfg.period_ms);
+pub fn spawn(m: CoreManager, stop: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("vadapt-cores".into())
-        .spawn(move || {
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                m.step(Instant::now());
-                next += period;
-                let now = Instant::now();
-                if next < now {
-                    next = now; // fell behind: no burst of catch-up periods
-                }
-                while !stop.load(Ordering::Relaxed) {
-                    let left = next.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    std::thread::sleep(left.min(Duration::from_millis(50)));
-                }
+        .spawn(move || run(m, &stop, CoreManager::step))
+}
+
+/// The manager's loop: `step` every period until `stop`. A panic in `step`
+/// stops the manager, never the daemon: it is logged, `vadapt cores` and the
+/// metrics say so, and the VMs' traffic goes on. Either way, at the end
+/// every managed thread may run on every managed CPU again.
+fn run(mut m: CoreManager, stop: &AtomicBool, mut step: impl FnMut(&mut CoreManager, Instant)) {
+    let period = Duration::from_millis(m.cfg.period_ms);
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| step(&mut m, Instant::now()))) {
+            let periods = m.status.snapshot().periods;
+            let why = format!(
+                "internal error after {periods} periods: {}",
+                panic_message(&*payload)
+            );
+            tracing::error!(
+                "core manager stopped ({why}): vSPACE no longer moves threads, pauses VMs or \
+                 takes mode changes until the daemon restarts; the VMs' traffic is not affected"
+            );
+            m.status.mark_failed(why);
+            break;
+        }
+        next += period;
+        let now = Instant::now();
+        if next < now {
+            next = now; // fell behind: no burst of catch-up periods
+        }
+        while !stop.load(Ordering::Relaxed) {
+            let left = next.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            // Leave the threads free to run on every managed CPU.
-            m.set_mode(VspaceMode::Off);
-            let threads = m.threads();
-            m.apply(&threads);
-        })
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+    let released = catch_unwind(AssertUnwindSafe(|| m.release()));
+    if released.is_err() {
+        tracing::error!(
+            cpus = ?m.cfg.cpus,
+            "core manager: could not give the VMs' and queue workers' threads every managed \
+             CPU back; they keep their last placement (`taskset -p` shows it)"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -917,6 +956,65 @@ mod tests {
         );
         assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
         assert_eq!(s.mode, "e");
+    }
+
+    #[test]
+    fn a_panic_in_a_period_stops_the_manager_and_frees_the_threads() {
+        let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+        if own.len() < 2 {
+            eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
+            return;
+        }
+        let cpus = own[..2].to_vec();
+        let t = tempfile::tempdir().unwrap();
+        let qmp = t.path().join("qmp.sock");
+        let (tids, release, hs) = parked(2);
+        let qstop = Arc::new(AtomicBool::new(false));
+        let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
+        let (m, status) = manager(
+            &qmp,
+            CoresConfig {
+                mode: VspaceMode::Performance,
+                cpus: cpus.clone(),
+                period_ms: 1,
+                ..CoresConfig::default()
+            },
+        );
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let mut placed_before = false;
+        // Three good periods, then a fault; `run` must return by itself.
+        run(m, &stop, |m, now| {
+            calls += 1;
+            if calls == 4 {
+                let vcpu = status.snapshot().sets.vcpu;
+                placed_before = vcpu.len() < cpus.len() && tids.iter().all(|&t| allowed(t) == vcpu);
+                panic!("injected fault");
+            }
+            m.step(now);
+        });
+        assert!(
+            placed_before,
+            "the vCPU threads were placed before the fault"
+        );
+        let s = status.snapshot();
+        assert_eq!(s.periods, 3, "{s:?}");
+        let why = s.failed.as_deref().unwrap_or_default();
+        assert!(
+            why.contains("after 3 periods") && why.contains("injected fault"),
+            "{why}"
+        );
+        assert!(s.to_table().starts_with("STOPPED: "), "{}", s.to_table());
+        assert_eq!(s.mode, "off");
+        for &tid in &tids {
+            assert_eq!(allowed(tid), cpus, "thread {tid} free on every managed CPU");
+        }
+        qstop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        drop(release);
+        for h in hs {
+            h.join().unwrap();
+        }
     }
 
     /// A guest agent on `path` for a guest with `n` vCPUs (CPU 0 cannot go

@@ -95,6 +95,10 @@ pub struct CoresSnapshot {
     pub queue_set_moves: u64,
     /// The latest decisions, oldest first.
     pub recent: VecDeque<String>,
+    /// Why the manager stopped, if it stopped on an internal error (it no
+    /// longer runs periods; the threads were left free on every managed CPU).
+    #[serde(default)]
+    pub failed: Option<String>,
 }
 
 impl CoresSnapshot {
@@ -110,6 +114,12 @@ impl CoresSnapshot {
     pub fn to_table(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
+        if let Some(why) = &self.failed {
+            let _ = writeln!(
+                s,
+                "STOPPED: {why}; threads left free on every managed CPU, restart the daemon to resume"
+            );
+        }
         let list = |v: &[usize]| {
             if v.is_empty() {
                 "-".to_string()
@@ -230,6 +240,23 @@ impl CoresStatus {
         self.snapshot
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The manager stopped on an internal error: `why`, for `vadapt cores`
+    /// and the metrics.
+    pub(crate) fn mark_failed(&self, why: String) {
+        let mut s = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        s.note(format!("stopped: {why}"));
+        s.failed = Some(why);
+    }
+
+    /// Why the manager stopped on an internal error, if it did.
+    pub fn failed(&self) -> Option<String> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failed
             .clone()
     }
 
