@@ -575,6 +575,16 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn set_protocol_features(&mut self, features: u64) -> VhostResult<()> {
+        // Refused, not masked: a frontend that acks what it was not offered
+        // is broken or hostile. (The `vhost` crate records the bits anyway;
+        // the requests they would open are refused here one by one.)
+        let offered = offered_protocol_features().bits();
+        if features & !offered != 0 {
+            return Err(VhostError::ReqHandlerError(std::io::Error::other(format!(
+                "frontend acked protocol features {features:#x}, some never offered \
+                 (offered {offered:#x})"
+            ))));
+        }
         self.protocol = features;
         Ok(())
     }
