@@ -27,7 +27,8 @@ use vadapt_virtq::RingFeatures;
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
     VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
-    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVirtioFeatures,
+    VhostUserVringAddrFlags, VhostUserVringState,
 };
 use vhost::vhost_user::{
     Backend, BackendReqHandler, Error as VhostError, GpuBackend, Result as VhostResult,
@@ -791,6 +792,16 @@ fn answer_skipped(m: &Peeked, e: &VhostError) -> bool {
             || (m.code == SET_VRING_ENABLE && m.state_num.is_some_and(|n| n > 1)))
 }
 
+/// Whether refusing `m` with `e` is routine rather than a frontend's
+/// mistake: QEMU sends `SET_VRING_ENABLE` as soon as the backend offers
+/// `VHOST_USER_F_PROTOCOL_FEATURES`, before it acks any features, and the
+/// `vhost` crate refuses it until they are acked.
+fn routine_refusal(m: &Peeked, e: &VhostError) -> bool {
+    const SET_VRING_ENABLE: u32 = 18;
+    m.code == SET_VRING_ENABLE
+        && matches!(e, VhostError::InactiveFeature(f) if *f == VhostUserVirtioFeatures::PROTOCOL_FEATURES)
+}
+
 /// Serve frontends from `socket`, one at a time, until `stop`. The live
 /// connection's socket is published in `live` so that a shutdown can break
 /// a blocking read.
@@ -856,8 +867,11 @@ pub fn serve(
                     | VhostError::InactiveOperation(_)
                     | VhostError::ReqHandlerError(_)),
                 ) => {
-                    if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
-                        tracing::warn!(port = port.name(), error = %e, held_back, "vhost-user request refused");
+                    let request = head.map(|m| m.code);
+                    if head.is_some_and(|m| routine_refusal(&m, &e)) {
+                        tracing::debug!(port = port.name(), "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
+                    } else if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
+                        tracing::warn!(port = port.name(), request, error = %e, held_back, "vhost-user request refused");
                     }
                     if let Some(m) = head.filter(|m| answer_skipped(m, &e)) {
                         tracing::warn!(port = port.name(), request = m.code, "a refused request that owes the frontend an answer; closing the connection and resetting the port");
@@ -918,6 +932,20 @@ mod tests {
             &m(18, 0x9, Some(1)),
             &VhostError::InvalidParam
         ));
+    }
+
+    #[test]
+    fn only_an_early_vring_enable_is_a_routine_refusal() {
+        let m = |code| Peeked {
+            code,
+            flags: 0x1,
+            state_num: Some(0),
+            fds: 0,
+        };
+        let early = VhostError::InactiveFeature(VhostUserVirtioFeatures::PROTOCOL_FEATURES);
+        assert!(routine_refusal(&m(18), &early));
+        assert!(!routine_refusal(&m(18), &VhostError::InvalidParam));
+        assert!(!routine_refusal(&m(2), &early));
     }
 
     #[test]
