@@ -12,9 +12,10 @@
 use crate::calibration::Calibration;
 use crate::cores::{Allocator, CoreEvents, Measured};
 use crate::nic::Nic;
+use crate::producer::Producer;
 use crate::result::{LatHist, Sample, SimResult, WorkerSummary};
 use crate::ring::Ring;
-use crate::scenario::{RrLoad, Scenario, ServiceDist, SimPolicy, StreamLoad, Workload};
+use crate::scenario::{RrLoad, Scenario, ServiceDist, SimPolicy, Workload};
 use crate::sched::Scheduler;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -108,19 +109,6 @@ struct Worker {
     busy_ns: f64,
     settled_at: Option<u64>,
     policy_since: u64,
-}
-
-/// A closed-loop sender group on one queue.
-#[derive(Debug)]
-struct Producer {
-    /// vCPU threads this queue's senders keep runnable.
-    threads: f64,
-    seg_cost: f64,
-    payload: u64,
-    frame: u64,
-    progress: f64,
-    debt: f64,
-    stalled: bool,
 }
 
 /// Request/response state of one queue.
@@ -291,20 +279,6 @@ fn build(p: &SimPolicy) -> Result<Box<dyn Policy>, SimError> {
     }
 }
 
-fn stream_seg_cost(s: &StreamLoad) -> (f64, u64) {
-    // Small messages are coalesced into segments; large ones split into several.
-    let seg = u64::from(s.segment_bytes);
-    let msg = u64::from(s.msg_size);
-    let per_msg = s.send_msg_ns + msg as f64 * s.send_byte_ps / 1000.0;
-    if msg >= seg {
-        let k = msg.div_ceil(seg);
-        (per_msg / k as f64 + s.xmit_segment_ns, seg.min(msg))
-    } else {
-        let msgs = seg / msg;
-        (msgs as f64 * per_msg + s.xmit_segment_ns, msgs * msg)
-    }
-}
-
 fn rate_at(points: &[(f64, f64)], t_s: f64) -> f64 {
     match points.iter().position(|p| p.0 > t_s) {
         None => points.last().map_or(0.0, |p| p.1),
@@ -342,20 +316,8 @@ impl<'s> Engine<'s> {
                     Workload::Stream(s) => {
                         // Spread threads (and the vCPUs that run them) over the queues.
                         let runnable = f64::from(s.threads.min(vm.vcpus)) / f64::from(vm.queues);
-                        let (seg_cost, payload) = stream_seg_cost(s);
                         let _ = qi;
-                        (
-                            Some(Producer {
-                                threads: runnable,
-                                seg_cost,
-                                payload,
-                                frame: (payload + u64::from(s.header_bytes)).max(60),
-                                progress: 0.0,
-                                debt: 0.0,
-                                stalled: false,
-                            }),
-                            None,
-                        )
+                        (Some(Producer::new(s, runnable)), None)
                     }
                     Workload::Rr(r) => {
                         let lam_max = r.rate_qps.iter().map(|p| p.1).fold(0.0, f64::max)
@@ -596,7 +558,7 @@ impl<'s> Engine<'s> {
                 if let Some(u) = q.ring.posts_until_kick() {
                     k = k.min(u);
                 }
-                let need = p.debt + k as f64 * p.seg_cost - p.progress;
+                let need = p.cpu_to_next(k);
                 t = t.min(self.now + ns(need / rate).max(1));
             }
         }
@@ -680,35 +642,85 @@ impl<'s> Engine<'s> {
         self.energy_j += watts * dt / 1e9;
     }
 
-    /// Post the segments a sender has finished; kick or stall as the ring says.
+    /// Post the segments a sender has finished; kick, stop or stall as the
+    /// ring says.
     fn sync_producer(&mut self, q: usize) {
-        let Some(p) = &mut self.qs[q].prod else {
+        let qs = &mut self.qs[q];
+        let Some(p) = &mut qs.prod else {
             return;
         };
         if p.stalled {
             return;
         }
+        if let Some(pile) = p.pile.as_ref().filter(|pile| pile.stopped) {
+            // Stopped: the writes pile up until every send queue is full.
+            let full = pile.cap as f64 * pile.msg_cost;
+            if p.progress + 1e-9 >= full {
+                p.progress = full;
+                p.stalled = true;
+            }
+            return;
+        }
         let ready = (p.progress / p.seg_cost + 1e-9).floor() as u64;
-        let n = ready.min(self.qs[q].ring.free());
+        let n = ready.min(qs.ring.free());
         let mut kicked = false;
         if n > 0 {
             // Post up to the kick point first so a kick lands on its index.
-            kicked = self.qs[q].ring.post(n);
-            let p = self.qs[q].prod.as_mut().expect("producer");
+            kicked = qs.ring.post(n);
+            p.posted(n, p.payload);
             p.progress = (p.progress - n as f64 * p.seg_cost).max(0.0);
         }
-        let ring_full = self.qs[q].ring.free() == 0;
-        let p = self.qs[q].prod.as_mut().expect("producer");
-        if ring_full && p.progress + 1e-9 >= p.seg_cost {
+        let ring_full = qs.ring.free() == 0;
+        if let Some(pile) = p.pile.as_mut() {
+            if ring_full {
+                // The queue stops (Linux `netif_stop_subqueue`) and asks for
+                // a call; the writers go on, piling up.
+                pile.stopped = true;
+                qs.ring.enable_call_delayed();
+            }
+        } else if ring_full && p.progress + 1e-9 >= p.seg_cost {
             // The next segment does not fit: the queue stops, the senders
             // block, the vCPUs halt; the guest asks for a call (virtio-net).
             p.progress = p.seg_cost;
             p.stalled = true;
-            self.qs[q].ring.enable_call_delayed();
+            qs.ring.enable_call_delayed();
         }
         if kicked {
             self.kick(q);
         }
+    }
+
+    /// The TX call restarts a stopped queue: the piled-up writes go out as
+    /// segments (`coalesce = "since-room"`), then the senders run on.
+    fn restart_queue(&mut self, q: usize) {
+        let qs = &mut self.qs[q];
+        let Some(p) = &mut qs.prod else {
+            return;
+        };
+        p.stalled = false;
+        p.debt += self.cal.call_ns;
+        let mut kicked = false;
+        if let Some(pile) = p.pile.as_mut().filter(|pile| pile.stopped) {
+            pile.stopped = false;
+            let msgs = (p.progress / pile.msg_cost + 1e-9).floor() as u64;
+            let (runs, msg_cost, xmit_ns) = (pile.segments(msgs), pile.msg_cost, pile.xmit_ns);
+            p.progress = (p.progress - msgs as f64 * msg_cost).max(0.0);
+            let mut room = qs.ring.free();
+            for (segs, payload) in runs {
+                // The call comes once 3/4 of the ring is used: there is room
+                // for a pile (at most a segment a thread) on any ring larger
+                // than four segments a thread; a smaller one drops the rest.
+                let segs = segs.min(room);
+                room -= segs;
+                kicked |= qs.ring.post(segs);
+                p.posted(segs, payload);
+                p.debt += segs as f64 * xmit_ns;
+            }
+        }
+        if kicked {
+            self.kick(q);
+        }
+        self.sync_producer(q);
     }
 
     /// The guest kicked queue `q`: VM exit on its vCPU, wake the worker.
@@ -767,13 +779,7 @@ impl<'s> Engine<'s> {
                 let (cause, waited) = (w.pass.wake.unwrap_or(WakeCause::Immediate), w.pass.waited);
                 self.start_pass(q, cause, waited, woke);
             }
-            Ev::GuestResume { q } => {
-                if let Some(p) = &mut self.qs[q].prod {
-                    p.stalled = false;
-                    p.debt += self.cal.call_ns;
-                }
-                self.sync_producer(q);
-            }
+            Ev::GuestResume { q } => self.restart_queue(q),
             Ev::RrRx { q, gen } | Ev::RrTx { q, gen } => {
                 let w = &self.qs[q].w;
                 if w.gen != gen || w.state != WState::WaitKick {
@@ -938,16 +944,16 @@ impl<'s> Engine<'s> {
             ..PassInfo::default()
         };
         let mut per_byte_bytes = 0u64;
-        if let Some((frame, payload)) = self.qs[q].prod.as_ref().map(|p| (p.frame, p.payload)) {
-            let by_bytes = (budget.bytes / frame).max(1);
-            let n = self.qs[q]
+        let qs = &mut self.qs[q];
+        if let Some(p) = &mut qs.prod {
+            let by_bytes = p.chains_within(budget.bytes);
+            let n = qs
                 .ring
                 .take(u64::from(budget.packets).min(nic_free).min(by_bytes));
             info.tx = n;
-            info.bytes = n * frame;
-            info.payload = n * payload;
+            (info.bytes, info.payload) = p.take(n);
             per_byte_bytes = info.bytes;
-            info.more_work = self.qs[q].ring.pending() > 0;
+            info.more_work = qs.ring.pending() > 0;
         }
         if let (Some(rr), Some(load)) = (&mut self.qs[q].rr, &self.vms[vm].rr) {
             let queues = f64::from(self.sc.vms[vm].queues);
@@ -985,9 +991,8 @@ impl<'s> Engine<'s> {
         self.qs[q].passes += 1;
         self.qs[q].packets += info.tx + info.rx;
         self.qs[q].payload += info.payload;
-        if let Some(p) = &self.qs[q].prod {
-            let (frame, payload) = (p.frame, p.payload);
-            self.nic.enqueue(vm, info.tx, frame, payload);
+        if self.qs[q].prod.is_some() {
+            self.nic.enqueue(vm, info.tx, info.bytes, info.payload);
             if self.qs[q].ring.complete(info.tx) {
                 self.qs[q].calls += 1;
                 let lat = self.jitter(self.cal.wake_latency_ns);
@@ -1044,7 +1049,9 @@ impl<'s> Engine<'s> {
         }
         let delivered: Vec<u64> = rr.backlog.drain(..info.rx as usize).collect();
         let resp = u64::from(load.response_bytes);
-        let done = self.nic.enqueue(vm, info.tx, resp, resp);
+        let done = self
+            .nic
+            .enqueue(vm, info.tx, info.tx * resp, info.tx * resp);
         let depart = now + ns(done);
         for a in arrivals {
             let lat_us = (depart - a) as f64 / 1000.0;
@@ -1368,29 +1375,6 @@ fn sample_service(rng: &mut SmallRng, load: &RrLoad) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn small_messages_coalesce_into_segments() {
-        let s = StreamLoad {
-            threads: 1,
-            msg_size: 64,
-            segment_bytes: 1448,
-            header_bytes: 54,
-            send_msg_ns: 500.0,
-            send_byte_ps: 0.0,
-            xmit_segment_ns: 1000.0,
-        };
-        let (cost, payload) = stream_seg_cost(&s);
-        assert_eq!(payload, 22 * 64);
-        assert_eq!(cost, 22.0 * 500.0 + 1000.0);
-        let big = StreamLoad {
-            msg_size: 4000,
-            ..s
-        };
-        let (cost, payload) = stream_seg_cost(&big);
-        assert_eq!(payload, 1448);
-        assert!((cost - (500.0 / 3.0 + 1000.0)).abs() < 1e-9);
-    }
 
     #[test]
     fn piecewise_rate() {

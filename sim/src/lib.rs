@@ -41,7 +41,11 @@
 //!   sender threads on at most `vcpus` vCPUs; a thread spends `send_msg_ns +
 //!   msg_size * send_byte_ps` per message and `xmit_segment_ns` per segment;
 //!   small messages coalesce into `segment_bytes` segments (TCP with Nagle /
-//!   autocork), one descriptor chain each. Defaults are chosen so that one
+//!   autocork), one descriptor chain each; with `coalesce = "since-room"`
+//!   a segment carries what was written since the ring last had room, as
+//!   the synthetic guest's `tcp-stream` writers post (one message a segment
+//!   while the queue runs, a pile-up of up to `segment_bytes` a thread
+//!   while it is stopped). Defaults are chosen so that one
 //!   thread on one core sends ~0.85 Gb/s of 64-byte messages, the NetAP
 //!   paper's per-thread rate (~5 Gb/s on ~5.5 guest cores, its Tables 3–4).
 //!   Senders are fluid between events: only ring indices that matter (the
@@ -100,6 +104,7 @@ mod engine;
 pub mod nic;
 mod output;
 pub mod plot;
+mod producer;
 pub mod result;
 mod result_file;
 pub mod ring;

@@ -50,19 +50,20 @@ impl Nic {
         self.capacity.saturating_sub(self.queued_packets)
     }
 
-    /// Enqueue `packets` frames of `frame` bytes carrying `payload` bytes each.
+    /// Enqueue `packets` frames, `frame_bytes` in all, carrying `payload`
+    /// bytes in all.
     /// Returns the time, ns from now, at which the batch's last bit leaves.
-    pub fn enqueue(&mut self, vm: usize, packets: u64, frame: u64, payload: u64) -> f64 {
+    pub fn enqueue(&mut self, vm: usize, packets: u64, frame_bytes: u64, payload: u64) -> f64 {
         if packets == 0 {
             return 0.0;
         }
         // Workers check the room at the start of their pass and enqueue at its
         // end, so concurrent passes may overshoot `capacity` by one batch each.
-        let wire = (packets * (frame + WIRE_OVERHEAD)) as f64;
+        let wire = (frame_bytes + packets * WIRE_OVERHEAD) as f64;
         self.queue.push_back(Batch {
             wire_left: wire,
             wire_total: wire,
-            payload: (packets * payload) as f64,
+            payload: payload as f64,
             packets,
             vm,
         });
@@ -116,7 +117,7 @@ mod tests {
         let mut nic = Nic::new(10e9, 10_000_000, 1);
         let per_s = 10e9 / 8.0 / (1500.0 + 24.0);
         let offered = (2.0 * per_s) as u64;
-        nic.enqueue(0, offered, 1500, 1446);
+        nic.enqueue(0, offered, offered * 1500, offered * 1446);
         nic.advance(1e9);
         let sent_gbps = nic.sent_payload[0] * 8.0 / 1e9;
         let cap = 10.0 * 1446.0 / 1524.0;
@@ -128,7 +129,7 @@ mod tests {
     #[test]
     fn capacity_bounds_queue_and_frees_after_drain() {
         let mut nic = Nic::new(10e9, 100, 2);
-        let t = nic.enqueue(1, 100, 64, 10);
+        let t = nic.enqueue(1, 100, 100 * 64, 100 * 10);
         assert_eq!(nic.free_packets(), 0);
         nic.advance(t + 1.0);
         assert_eq!(nic.free_packets(), 100);

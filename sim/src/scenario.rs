@@ -92,6 +92,27 @@ pub struct StreamLoad {
     pub send_byte_ps: f64,
     /// Guest CPU per segment handed to virtio-net (stack + descriptor), ns.
     pub xmit_segment_ns: f64,
+    /// How messages smaller than `segment_bytes` are cut into segments.
+    pub coalesce: Coalesce,
+}
+
+/// How a stream sender coalesces small messages into segments
+/// (`workload.coalesce`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Coalesce {
+    /// `"full"` (default): every segment carries `segment_bytes` worth of
+    /// messages, as a sender always ahead of the ring (Nagle, or an
+    /// infinitely fast writer) fills them.
+    #[default]
+    Full,
+    /// `"since-room"`: the synthetic guest's `tcp-stream` rule with a write
+    /// cost. Each message is posted as its own segment while the queue
+    /// runs; once the ring is full the queue stops, the writes go on piling
+    /// up until `segment_bytes` per thread are queued (then the threads
+    /// block), and the TX call restarts the queue by posting what piled up.
+    /// A sender slower than the host sends one message per segment, one
+    /// faster sends full segments.
+    SinceRoom,
 }
 
 /// Service-time distribution of a request/response server.
@@ -316,6 +337,7 @@ struct RawWorkload {
     send_msg_ns: Option<Spanned<f64>>,
     send_byte_ps: Option<Spanned<f64>>,
     xmit_segment_ns: Option<Spanned<f64>>,
+    coalesce: Option<Spanned<String>>,
     // rr
     rate_qps: Option<Spanned<Vec<(f64, f64)>>>,
     service_dist: Option<Spanned<String>>,
@@ -817,7 +839,7 @@ fn parse_vm(cx: &Ctx<'_>, i: usize, rv: &RawVm, host: &Host) -> Result<VmSpec, S
     let queues = cx.opt_int(&rv.queues, &k("queues"), 1, 256, 1)? as u32;
     let w = rv.workload.get_ref();
     let wk = |s: &str| format!("vms[{i}].workload.{s}");
-    let stream_keys: [(&str, bool); 7] = [
+    let stream_keys: [(&str, bool); 8] = [
         ("threads", w.threads.is_some()),
         ("msg_size", w.msg_size.is_some()),
         ("segment_bytes", w.segment_bytes.is_some()),
@@ -825,6 +847,7 @@ fn parse_vm(cx: &Ctx<'_>, i: usize, rv: &RawVm, host: &Host) -> Result<VmSpec, S
         ("send_msg_ns", w.send_msg_ns.is_some()),
         ("send_byte_ps", w.send_byte_ps.is_some()),
         ("xmit_segment_ns", w.xmit_segment_ns.is_some()),
+        ("coalesce", w.coalesce.is_some()),
     ];
     let rr_keys: [(&str, bool); 7] = [
         ("rate_qps", w.rate_qps.is_some()),
@@ -852,6 +875,17 @@ fn parse_vm(cx: &Ctx<'_>, i: usize, rv: &RawVm, host: &Host) -> Result<VmSpec, S
             let msg_size = cx.opt_int(&w.msg_size, &wk("msg_size"), 1, 1 << 20, 64)? as u32;
             let segment_bytes =
                 cx.opt_int(&w.segment_bytes, &wk("segment_bytes"), 1, 65536, 1448)? as u32;
+            let coalesce = match w.coalesce.as_ref().map(|s| s.get_ref().as_str()) {
+                None | Some("full") => Coalesce::Full,
+                Some("since-room") => Coalesce::SinceRoom,
+                Some(other) => {
+                    return Err(cx.err(
+                        &w.coalesce.as_ref().map(|s| s.span()).unwrap_or(0..0),
+                        wk("coalesce"),
+                        format!("unknown rule `{other}` (expected full, since-room)"),
+                    ))
+                }
+            };
             Workload::Stream(StreamLoad {
                 threads,
                 msg_size,
@@ -872,6 +906,7 @@ fn parse_vm(cx: &Ctx<'_>, i: usize, rv: &RawVm, host: &Host) -> Result<VmSpec, S
                     false,
                     2000.0,
                 )?,
+                coalesce,
             })
         }
         "rr" => {

@@ -302,3 +302,80 @@ fn policy_timeline_switches_every_worker() {
     let last = r.samples.last().unwrap();
     assert!(first.kicks_per_s > 0.0 && last.kicks_per_s == 0.0);
 }
+
+/// Mean payload per descriptor chain over the run of a 1-VM, 1-thread
+/// TCP-like sender of 64-byte messages costing `write_ns` each, a
+/// 65,160-byte size goal and `coalesce`, served by `timeline` (a
+/// `[[timeline]]` body).
+fn payload_per_chain(coalesce: &str, write_ns: f64, timeline: &str) -> f64 {
+    let text = format!(
+        r#"
+duration_s = 2.0
+[host]
+cores = 2
+[[vms]]
+vcpus = 1
+[vms.workload]
+kind = "stream"
+threads = 1
+msg_size = 64
+segment_bytes = 65160
+header_bytes = 78
+send_msg_ns = {write_ns:?}
+send_byte_ps = 0.0
+xmit_segment_ns = 162.4
+coalesce = "{coalesce}"
+[[timeline]]
+at_s = 0
+{timeline}
+[[periods]]
+name = "all"
+from_s = 0.5
+to_s = 2.0
+"#
+    );
+    let sc = Scenario::from_toml_str(&text, "coalesce.toml").expect("valid");
+    let r = run_scenario(&sc, 1).unwrap();
+    let p = &r.periods[0];
+    let w = &r.workers[0];
+    // Payload bytes of the period over the chains of the whole run, scaled
+    // to the period: the run is steady after its first half second.
+    let bytes = p.gbps / 8.0 * 1e9 * (p.to_s - p.from_s);
+    bytes / (w.packets as f64 * (p.to_s - p.from_s) / r.duration_s)
+}
+
+#[test]
+fn since_room_segments_follow_the_host_full_ones_do_not() {
+    let interrupt = r#"policy = "interrupt""#;
+    let slow_poll = "probe_fixed_interval_us = 2000";
+    // A writer slower than the worker (5 µs a message): one message a
+    // segment.
+    let fast = payload_per_chain("since-room", 5000.0, interrupt);
+    assert!((63.9..=1.5 * 64.0).contains(&fast), "{fast}");
+    // A worker that comes every 2 ms: the ring (256 chains, about 0.2 ms of
+    // writing at 0.9 µs a message and segment) fills, the queue stops and
+    // the writes pile up to a full segment (1,018 messages); the TX call
+    // posts the pile, and single messages fill the ring again. A cycle:
+    // 255 one-message chains and one of 1,018, (255 + 1018) × 64 / 256 =
+    // 318 bytes a chain.
+    let slow = payload_per_chain("since-room", 750.0, slow_poll);
+    assert!((300.0..340.0).contains(&slow), "{slow}");
+    eprintln!("since-room: {fast:.0} B a chain (slow writer), {slow:.0} (slow poller)");
+    // Full segments (1,018 messages) whatever the host does.
+    for (w, t) in [(5000.0, interrupt), (750.0, slow_poll)] {
+        let full = payload_per_chain("full", w, t);
+        assert!((full - 65_152.0).abs() < 2_000.0, "{full}");
+    }
+}
+
+#[test]
+fn an_unknown_coalescing_rule_is_named() {
+    let text = GOOD.replace("threads = 1", "threads = 1\ncoalesce = \"eager\"");
+    let (line, key, msg) = err(&text);
+    assert_eq!(
+        (line, key.as_str()),
+        (9, "vms[0].workload.coalesce"),
+        "{msg}"
+    );
+    assert!(msg.contains("full, since-room"), "{msg}");
+}
