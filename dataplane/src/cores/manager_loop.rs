@@ -880,21 +880,62 @@ mod tests {
         cpus_allowed_list(Path::new("/proc"), task).unwrap()
     }
 
+    /// A VM of two parked vCPU threads behind a fake QMP socket, and the
+    /// first two CPUs of this process to manage; `None` (test skipped) with
+    /// fewer than two.
+    struct TwoVcpuVm {
+        cpus: Vec<usize>,
+        qmp: PathBuf,
+        tids: Vec<u32>,
+        release: mpsc::Sender<()>,
+        threads: Vec<JoinHandle<()>>,
+        qstop: Arc<AtomicBool>,
+        server: JoinHandle<()>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl TwoVcpuVm {
+        fn start() -> Option<TwoVcpuVm> {
+            let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+            if own.len() < 2 {
+                eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let qmp = dir.path().join("qmp.sock");
+            let (tids, release, threads) = parked(2);
+            let qstop = Arc::new(AtomicBool::new(false));
+            let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
+            Some(TwoVcpuVm {
+                cpus: own[..2].to_vec(),
+                qmp,
+                tids,
+                release,
+                threads,
+                qstop,
+                server,
+                _dir: dir,
+            })
+        }
+
+        /// The VM goes away: QMP closes, its socket goes, its threads exit.
+        fn stop(self) {
+            self.qstop.store(true, Ordering::Relaxed);
+            self.server.join().unwrap();
+            std::fs::remove_file(&self.qmp).unwrap();
+            drop(self.release);
+            for h in self.threads {
+                h.join().unwrap();
+            }
+        }
+    }
+
     #[test]
     fn vcpu_threads_found_through_qmp_follow_the_allocation() {
-        let own = vadapt_coremgr::cputime::current_affinity().unwrap();
-        if own.len() < 2 {
-            eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
-            return;
-        }
-        let cpus = own[..2].to_vec();
-        let t = tempfile::tempdir().unwrap();
-        let qmp = t.path().join("qmp.sock");
-        let (tids, release, hs) = parked(2);
-        let qstop = Arc::new(AtomicBool::new(false));
-        let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
+        let Some(vm) = TwoVcpuVm::start() else { return };
+        let (cpus, tids) = (vm.cpus.clone(), vm.tids.clone());
         let (mut m, status) = manager(
-            &qmp,
+            &vm.qmp,
             CoresConfig {
                 mode: VspaceMode::Performance,
                 cpus: cpus.clone(),
@@ -937,13 +978,7 @@ mod tests {
 
         // The VM goes away (QMP closes, its threads exit): counted, no panic,
         // and the lookup is retried.
-        qstop.store(true, Ordering::Relaxed);
-        server.join().unwrap();
-        std::fs::remove_file(&qmp).unwrap();
-        drop(release);
-        for h in hs {
-            h.join().unwrap();
-        }
+        vm.stop();
         status.request_mode(VspaceMode::Energy);
         for i in 5..20 {
             m.step(t0 + Duration::from_millis(100 * i));
@@ -960,19 +995,10 @@ mod tests {
 
     #[test]
     fn a_panic_in_a_period_stops_the_manager_and_frees_the_threads() {
-        let own = vadapt_coremgr::cputime::current_affinity().unwrap();
-        if own.len() < 2 {
-            eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
-            return;
-        }
-        let cpus = own[..2].to_vec();
-        let t = tempfile::tempdir().unwrap();
-        let qmp = t.path().join("qmp.sock");
-        let (tids, release, hs) = parked(2);
-        let qstop = Arc::new(AtomicBool::new(false));
-        let server = fake_qmp(&qmp, tids.clone(), Arc::clone(&qstop));
+        let Some(vm) = TwoVcpuVm::start() else { return };
+        let (cpus, tids) = (vm.cpus.clone(), vm.tids.clone());
         let (m, status) = manager(
-            &qmp,
+            &vm.qmp,
             CoresConfig {
                 mode: VspaceMode::Performance,
                 cpus: cpus.clone(),
@@ -1009,12 +1035,7 @@ mod tests {
         for &tid in &tids {
             assert_eq!(allowed(tid), cpus, "thread {tid} free on every managed CPU");
         }
-        qstop.store(true, Ordering::Relaxed);
-        server.join().unwrap();
-        drop(release);
-        for h in hs {
-            h.join().unwrap();
-        }
+        vm.stop();
     }
 
     /// A guest agent on `path` for a guest with `n` vCPUs (CPU 0 cannot go
