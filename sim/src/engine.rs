@@ -15,8 +15,9 @@ use crate::nic::Nic;
 use crate::producer::Producer;
 use crate::result::{LatHist, Sample, SimResult, WorkerSummary};
 use crate::ring::Ring;
-use crate::scenario::{RrLoad, Scenario, ServiceDist, SimPolicy, Workload};
+use crate::scenario::{RrLoad, Scenario, ServiceDist, SimPolicy, VcpuSched, Workload};
 use crate::sched::Scheduler;
+use crate::vcpu_slices::Slices;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
@@ -72,6 +73,8 @@ enum Ev {
     /// A core-management control period ends (RR loads or a dynamic
     /// allocator only).
     Control,
+    /// A vCPU time slice ends (`host.vcpu_sched = "slices"`).
+    Slice { gen: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -232,6 +235,13 @@ pub(crate) struct Engine<'s> {
     second: u64,
     /// The executor calls of one queue, when tracing (see [`Trace`]).
     trace: Option<Trace>,
+    /// Round-robin vCPU slices among senders (`host.vcpu_sched = "slices"`).
+    slices: Option<Slices>,
+    /// With slices: sender threads of each queue on a core now.
+    on_cpu: Vec<f64>,
+    /// With slices: the part of a core a sender gets while it has one
+    /// (context switches take the rest when the cores are oversubscribed).
+    slice_speed: f64,
 }
 
 /// The executor calls of one simulated queue worker, in order: what each
@@ -399,7 +409,11 @@ impl<'s> Engine<'s> {
             events_in_second: 0,
             second: 0,
             trace: None,
+            slices: (sc.host.vcpu_sched == VcpuSched::Slices).then(Slices::default),
+            on_cpu: Vec::new(),
+            slice_speed: 1.0,
         };
+        e.on_cpu = vec![0.0; e.qs.len()];
         e.snap = e.snapshot();
         for (i, t) in sc.timeline.iter().enumerate().skip(1) {
             e.push(t.at.as_nanos(), Ev::Switch { idx: i });
@@ -469,6 +483,51 @@ impl<'s> Engine<'s> {
         } else {
             self.share_v = self.group_sched(g.vcpu_cores).share(dv);
             self.share_w = self.group_sched(g.nq_cores).share(dw);
+        }
+        self.assign_slices(dw);
+    }
+
+    /// With `host.vcpu_sched = "slices"`: which senders have a core now
+    /// (the cores of the vCPU group not taken by running workers, when the
+    /// groups share cores, nor by request/response servers).
+    fn assign_slices(&mut self, running_workers: f64) {
+        let Some(slices) = self.slices.as_mut() else {
+            return;
+        };
+        let g = self.alloc.groups;
+        let servers: f64 = self.vms.iter().map(|v| v.running(self.now, false)).sum();
+        let taken = servers + if g.shared { running_workers } else { 0.0 };
+        let cores = (f64::from(g.vcpu_cores) - taken).max(0.0);
+        let runnable: Vec<f64> = self
+            .qs
+            .iter()
+            .map(|q| {
+                q.prod
+                    .as_ref()
+                    .filter(|p| !p.stalled)
+                    .map_or(0.0, |p| p.threads)
+            })
+            .collect();
+        let waiting = slices.assign(&runnable, cores, &mut self.on_cpu);
+        self.slice_speed = if waiting {
+            1.0 - (self.sched.context_switch_ns / self.sched.slice_ns).min(1.0)
+        } else {
+            1.0
+        };
+        if waiting {
+            if let Some(gen) = slices.arm() {
+                let at = self.now + self.sched.slice_ns as u64;
+                self.push(at, Ev::Slice { gen });
+            }
+        }
+    }
+
+    /// vCPU time a queue's senders get per ns now.
+    fn sender_rate(&self, q: usize) -> f64 {
+        match (&self.qs[q].prod, &self.slices) {
+            (None, _) => 0.0,
+            (Some(_), Some(_)) => self.on_cpu[q] * self.slice_speed,
+            (Some(p), None) => p.threads * self.share_v,
         }
     }
 
@@ -540,7 +599,7 @@ impl<'s> Engine<'s> {
     /// Earliest pass completion or sender threshold, ns (absolute).
     fn next_internal(&self) -> u64 {
         let mut t = u64::MAX;
-        for q in &self.qs {
+        for (i, q) in self.qs.iter().enumerate() {
             if q.w.state == WState::Running {
                 let rate = self.share_w * self.freq_factor(q.w.freq_idx);
                 t = t.min(self.now + ns(q.w.work_left / rate).max(1));
@@ -549,7 +608,7 @@ impl<'s> Engine<'s> {
                 if p.stalled {
                     continue;
                 }
-                let rate = p.threads * self.share_v;
+                let rate = self.sender_rate(i);
                 if rate <= 0.0 {
                     continue;
                 }
@@ -582,9 +641,10 @@ impl<'s> Engine<'s> {
                     w.busy_ns += self.share_w * dt;
                 }
                 let vm = self.qs[q].vm;
+                let rate = self.sender_rate(q);
                 if let Some(p) = &mut self.qs[q].prod {
                     if !p.stalled {
-                        let mut cpu = p.threads * self.share_v * dt;
+                        let mut cpu = rate * dt;
                         self.vms[vm].guest_busy += cpu;
                         let paid = cpu.min(p.debt);
                         p.debt -= paid;
@@ -815,6 +875,11 @@ impl<'s> Engine<'s> {
             Ev::Sample => {
                 self.sample();
                 self.push(self.now + self.sc.sample.as_nanos(), Ev::Sample);
+            }
+            Ev::Slice { gen } => {
+                if let Some(s) = self.slices.as_mut() {
+                    s.fire(gen);
+                }
             }
             Ev::Control => {
                 self.control();

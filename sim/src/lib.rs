@@ -36,7 +36,10 @@
 //!   E, R with a CPU-bound best-effort VM) or a CoreNap-like time-sharing
 //!   allocator. Every constant and its source is in the [`cores`] docs.
 //!   Stream loads are unaffected (their vCPUs are not preempted in the
-//!   model; only the per-group shares apply).
+//!   model; only the per-group shares apply), unless `host.vcpu_sched =
+//!   "slices"`: then sender groups take the vCPU cores in turns of
+//!   `sched_slice_us`, as CFS runs CPU-bound threads, instead of all at once
+//!   at a fraction of a core.
 //! * **VMs and closed-loop senders** (netperf TCP_STREAM-like): `threads`
 //!   sender threads on at most `vcpus` vCPUs; a thread spends `send_msg_ns +
 //!   msg_size * send_byte_ps` per message and `xmit_segment_ns` per segment;
@@ -112,6 +115,7 @@ mod run;
 pub mod scenario;
 pub mod sched;
 pub mod sweep;
+mod vcpu_slices;
 
 pub use calibration::Calibration;
 pub use cli::{run_cli, SimArgs, SimCommand, SweepArgs};

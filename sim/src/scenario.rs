@@ -59,6 +59,22 @@ pub struct Host {
     /// Core groups and their allocator (`[host.core_alloc]`; default:
     /// every thread time-shares every core).
     pub core_mgmt: CoreMgmtSpec,
+    /// How stream senders share oversubscribed vCPU cores.
+    pub vcpu_sched: VcpuSched,
+}
+
+/// How stream senders' vCPU threads share the vCPU cores when more of them
+/// are runnable than there are cores (`host.vcpu_sched`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VcpuSched {
+    /// `"shares"` (default): processor sharing, every runnable thread at
+    /// `cores / runnable` of a core at once (the fluid limit of CFS).
+    #[default]
+    Shares,
+    /// `"slices"`: round robin, each runnable sender group at full speed
+    /// for `sched_slice_us` while the others wait, as CFS runs CPU-bound
+    /// threads; a blocked group hands its core to the next at once.
+    Slices,
 }
 
 /// Per-core power at each CPU-frequency state. Arrays are indexed alike and
@@ -299,6 +315,7 @@ struct RawHost {
     max_vcpus_per_core: Option<Spanned<i64>>,
     power: Option<Spanned<PowerModel>>,
     core_alloc: Option<Spanned<RawCoreAlloc>>,
+    vcpu_sched: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -725,6 +742,17 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         None => CoreMgmtSpec::default(),
         Some(c) => parse_core_alloc(cx, c, cores)?,
     };
+    let vcpu_sched = match h.vcpu_sched.as_ref().map(|s| s.get_ref().as_str()) {
+        None | Some("shares") => VcpuSched::Shares,
+        Some("slices") => VcpuSched::Slices,
+        Some(other) => {
+            return Err(cx.err(
+                &h.vcpu_sched.as_ref().map(|s| s.span()).unwrap_or(0..0),
+                "host.vcpu_sched",
+                format!("unknown scheduler `{other}` (expected shares, slices)"),
+            ))
+        }
+    };
     Ok(Host {
         cores,
         line_rate_bps: gbps * 1e9,
@@ -733,6 +761,7 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         max_vcpus_per_core: maxv,
         power,
         core_mgmt,
+        vcpu_sched,
     })
 }
 

@@ -152,12 +152,12 @@ const NOTES: [&str; 4] = [
      run every policy, B9 simulates the two the goal compares. Departures: the model charges \
      its per-packet cost once per descriptor chain, so B9 spreads it over each MSS frame's \
      bytes; a VM's threads share one queue in the model, where the daemon serves their queue \
-     pairs with one worker; the model's senders pay the guests' write cost but always fill a \
-     65160-byte segment, where a guest slower than the worker posts what was written since \
-     the ring last had room (one or two messages: the check rows' mean segment), so in the \
-     model a 64-byte writer is the bottleneck and kicks once per 1018 messages; and the \
-     calibration has no software checksum or segmentation cost, so compare \
-     the ratios, not the absolute figures.",
+     pairs with one worker; and the calibration has no software checksum or segmentation \
+     cost, so compare the ratios, not the absolute figures. The model's senders pay the \
+     guests' write cost, coalesce as they do (`coalesce = \"since-room\"`) and take the \
+     guests' core in time slices (`vcpu_sched = \"slices\"`); before both (rev a67b906 and \
+     earlier) the model's writers filled 65160-byte segments and all ran at once at a \
+     fraction of the core, and the model put NetAP and interrupt mode level at 64 B.",
     "Each round runs the policies in the order netap, interrupt, eekbp, busy-poll on the same \
      daemon and guests; NetAP's interval is checked, not assumed, to stay fixed through its \
      window.",

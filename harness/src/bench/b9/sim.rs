@@ -20,11 +20,12 @@
 //! Each application message costs the model's sender what it costs the
 //! synthetic guest (`send_msg_ns` and `send_byte_ps` from the guest's
 //! `--write-cost-ns` and `--write-cost-ns-per-kib`), and every segment
-//! [`GUEST_NS_PER_SEGMENT`] more. One difference stays, and the notes say
-//! so: the model's sender always fills a segment to the size goal (a whole
-//! number of messages), where the guest posts what was written since the
-//! ring last had room, so that a guest slower than the worker sends one or
-//! two messages a segment.
+//! [`GUEST_NS_PER_SEGMENT`] more. The model's senders coalesce as the
+//! guest's writers do (`coalesce = "since-room"`: a message a segment while
+//! the queue runs, the pile-up of writes when the TX call restarts a
+//! stopped queue), and the guests' threads take CPU 0 in time slices
+//! (`vcpu_sched = "slices"`), as the kernel runs them, rather than all at
+//! once at a fraction of its speed.
 //!
 //! Each generated scenario is written to `<out>/b9-sim/` so that `vadapt
 //! sim` reruns it.
@@ -117,6 +118,7 @@ sample_ms = 100
 
 [host]
 cores = 2
+vcpu_sched = "slices"     # CPU-bound guest threads take CPU 0 in turns
 line_rate_gbps = 1000.0   # the sink has no line rate
 nic_queue_packets = 65536
 
@@ -140,6 +142,7 @@ header_bytes = {hdrs}
 send_msg_ns = {send_msg_ns:?}
 send_byte_ps = {send_byte_ps:?}
 xmit_segment_ns = {xmit}
+coalesce = "since-room"
 
 [[timeline]]
 at_s = 0
