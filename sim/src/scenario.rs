@@ -461,6 +461,36 @@ impl Ctx<'_> {
             .map_or(Ok(default), |v| self.int_in(v, key, min, max))
     }
 
+    /// An optional string key that names one of `choices` (the first is
+    /// the default); anything else is refused with the names.
+    fn opt_choice<T: Copy>(
+        &self,
+        v: &Option<Spanned<String>>,
+        key: &str,
+        what: &str,
+        choices: &[(&str, T)],
+    ) -> Result<T, ScenarioError> {
+        let Some(v) = v else {
+            return Ok(choices[0].1);
+        };
+        choices
+            .iter()
+            .find(|(name, _)| *name == v.get_ref())
+            .map(|&(_, c)| c)
+            .ok_or_else(|| {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                self.err(
+                    &v.span(),
+                    key,
+                    format!(
+                        "unknown {what} `{}` (expected {})",
+                        v.get_ref(),
+                        names.join(", ")
+                    ),
+                )
+            })
+    }
+
     fn opt_f64(
         &self,
         v: &Option<Spanned<f64>>,
@@ -742,17 +772,12 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         None => CoreMgmtSpec::default(),
         Some(c) => parse_core_alloc(cx, c, cores)?,
     };
-    let vcpu_sched = match h.vcpu_sched.as_ref().map(|s| s.get_ref().as_str()) {
-        None | Some("shares") => VcpuSched::Shares,
-        Some("slices") => VcpuSched::Slices,
-        Some(other) => {
-            return Err(cx.err(
-                &h.vcpu_sched.as_ref().map(|s| s.span()).unwrap_or(0..0),
-                "host.vcpu_sched",
-                format!("unknown scheduler `{other}` (expected shares, slices)"),
-            ))
-        }
-    };
+    let vcpu_sched = cx.opt_choice(
+        &h.vcpu_sched,
+        "host.vcpu_sched",
+        "scheduler",
+        &[("shares", VcpuSched::Shares), ("slices", VcpuSched::Slices)],
+    )?;
     Ok(Host {
         cores,
         line_rate_bps: gbps * 1e9,
@@ -904,17 +929,15 @@ fn parse_vm(cx: &Ctx<'_>, i: usize, rv: &RawVm, host: &Host) -> Result<VmSpec, S
             let msg_size = cx.opt_int(&w.msg_size, &wk("msg_size"), 1, 1 << 20, 64)? as u32;
             let segment_bytes =
                 cx.opt_int(&w.segment_bytes, &wk("segment_bytes"), 1, 65536, 1448)? as u32;
-            let coalesce = match w.coalesce.as_ref().map(|s| s.get_ref().as_str()) {
-                None | Some("full") => Coalesce::Full,
-                Some("since-room") => Coalesce::SinceRoom,
-                Some(other) => {
-                    return Err(cx.err(
-                        &w.coalesce.as_ref().map(|s| s.span()).unwrap_or(0..0),
-                        wk("coalesce"),
-                        format!("unknown rule `{other}` (expected full, since-room)"),
-                    ))
-                }
-            };
+            let coalesce = cx.opt_choice(
+                &w.coalesce,
+                &wk("coalesce"),
+                "rule",
+                &[
+                    ("full", Coalesce::Full),
+                    ("since-room", Coalesce::SinceRoom),
+                ],
+            )?;
             Workload::Stream(StreamLoad {
                 threads,
                 msg_size,
