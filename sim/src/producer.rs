@@ -169,17 +169,18 @@ impl Producer {
     /// The host takes the `n` oldest chains: (frame bytes, payload bytes).
     pub fn take(&mut self, mut n: u64) -> (u64, u64) {
         let (mut bytes, mut payload) = (0, 0);
-        while n > 0 {
-            let Some((m, p)) = self.on_ring.front_mut() else {
+        while let Some(&(m, p)) = self.on_ring.front() {
+            if n == 0 {
                 break;
-            };
-            let k = n.min(*m);
-            bytes += k * (*p + self.header).max(MIN_FRAME);
-            payload += k * *p;
-            *m -= k;
+            }
+            let k = n.min(m);
+            bytes += k * self.frame(p);
+            payload += k * p;
             n -= k;
-            if *m == 0 {
+            if k == m {
                 self.on_ring.pop_front();
+            } else {
+                self.on_ring[0].0 -= k;
             }
         }
         (bytes, payload)
