@@ -241,6 +241,7 @@ mod tests {
         let task = TaskId {
             pid: std::process::id(),
             tid,
+            start: 0,
         };
         let proc_root = Path::new("/proc");
         let allowed = thread_affinity(tid).unwrap();
@@ -294,6 +295,7 @@ mod tests {
             TaskId {
                 pid: ghost,
                 tid: ghost,
+                start: 0,
             },
         )
         .unwrap_err();

@@ -51,7 +51,7 @@
 
 use crate::cgroup_mount::{mount_of, CgroupVersion};
 use crate::cpu_list::{format_cpu_list, parse_cpu_list, CpuListError};
-use crate::thread_group::ThreadGroup;
+use crate::thread_group::{TaskId, ThreadGroup};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -137,6 +137,12 @@ pub enum CpusetError {
         #[source]
         source: io::Error,
     },
+    /// A thread's cgroup file names no cgroup of this hierarchy.
+    #[error("{path} names no cgroup of the cpuset hierarchy")]
+    NoCgroupLine {
+        /// The file.
+        path: PathBuf,
+    },
     /// A group was given no CPUs. See the module documentation.
     #[error("no CPUs given for the {group} group")]
     EmptySet {
@@ -205,6 +211,9 @@ fn write(path: PathBuf, value: String) -> Result<(), CpusetError> {
 pub struct CpusetGroups {
     version: CgroupVersion,
     parent: PathBuf,
+    /// Where the parent's hierarchy is mounted: a path in
+    /// `/proc/<pid>/task/<tid>/cgroup` is relative to it.
+    mount_point: PathBuf,
 }
 
 impl CpusetGroups {
@@ -226,6 +235,7 @@ impl CpusetGroups {
         let groups = CpusetGroups {
             version: mount.version,
             parent: path,
+            mount_point: mount.mount_point.clone(),
         };
         match groups.version {
             CgroupVersion::V2 => groups.prepare_v2_parent()?,
@@ -331,11 +341,49 @@ impl CpusetGroups {
 
     /// Move thread `tid` (of any process) into `group`.
     pub fn move_thread(&self, group: ThreadGroup, tid: u32) -> Result<(), CpusetError> {
+        self.move_thread_to(&self.dir(group), tid)
+    }
+
+    /// The directory of the cgroup that `task` is in, in this hierarchy,
+    /// from `<proc_root>/<pid>/task/<tid>/cgroup` (v1: the line naming the
+    /// `cpuset` controller; v2: the `0::` line). Read before a thread is
+    /// first moved, so that [`CpusetGroups::move_thread_to`] can put it
+    /// back. The hierarchy is taken to be mounted at its root, as on a
+    /// host; elsewhere the directory may not exist and putting back fails.
+    pub fn cgroup_of(&self, proc_root: &Path, task: TaskId) -> Result<PathBuf, CpusetError> {
+        let path = proc_root
+            .join(task.pid.to_string())
+            .join("task")
+            .join(task.tid.to_string())
+            .join("cgroup");
+        let text = std::fs::read_to_string(&path).map_err(|source| CpusetError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let found = text.lines().find_map(|line| {
+            let mut f = line.splitn(3, ':');
+            let (_, controllers, cgroup) = (f.next()?, f.next()?, f.next()?);
+            let ours = match self.version {
+                CgroupVersion::V2 => controllers.is_empty(),
+                CgroupVersion::V1 => controllers.split(',').any(|c| c == "cpuset"),
+            };
+            ours.then(|| cgroup.trim_start_matches('/').to_string())
+        });
+        match found {
+            // `..` in a path from /proc would be a kernel bug; refuse it anyway.
+            Some(rel) if !rel.split('/').any(|c| c == "..") => Ok(self.mount_point.join(rel)),
+            _ => Err(CpusetError::NoCgroupLine { path }),
+        }
+    }
+
+    /// Move thread `tid` into the cgroup at `dir` (one that
+    /// [`CpusetGroups::cgroup_of`] gave).
+    pub fn move_thread_to(&self, dir: &Path, tid: u32) -> Result<(), CpusetError> {
         let file = match self.version {
             CgroupVersion::V2 => "cgroup.threads",
             CgroupVersion::V1 => "tasks",
         };
-        write(self.dir(group).join(file), tid.to_string())
+        write(dir.join(file), tid.to_string())
     }
 
     /// v2: move process `pid` (all its threads) into the parent, so that its
@@ -552,6 +600,7 @@ mod tests {
         let task = TaskId {
             pid: std::process::id(),
             tid,
+            start: 0,
         };
         let allowed = cpus_allowed_list(Path::new("/proc"), task).unwrap();
         let members = read(g.dir(ThreadGroup::Nq).join("tasks")).unwrap();

@@ -27,12 +27,18 @@
 //! only offlines a vCPU inside the guest: its host thread stays (the core
 //! manager still pins it).
 
+use crate::peer_text::PeerText;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::{self, BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// The most vCPUs a guest's list is taken to have when the VM's own count
+/// is not known (the agent's list is
+/// guest-controlled, so it is capped either way).
+pub const MAX_VCPUS: usize = 1024;
 
 /// Bounds on one guest agent connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,26 +114,35 @@ pub enum QgaError {
     CommandFailed {
         /// The command.
         command: String,
-        /// Error class, e.g. `GenericError`, `CommandNotFound`.
-        class: String,
-        /// The agent's description.
-        desc: String,
+        /// Error class, e.g. `GenericError`, `CommandNotFound` (escaped).
+        class: PeerText,
+        /// The agent's description, escaped.
+        desc: PeerText,
     },
     /// A reply did not have the documented shape.
     #[error("unexpected reply to `{command}`: {line}")]
     BadReply {
         /// The command.
         command: String,
-        /// The reply, cut to 200 bytes.
-        line: String,
+        /// The reply, cut to 200 bytes, escaped.
+        line: PeerText,
     },
     /// A program run by `guest-exec` failed or did not exit in time.
     #[error("`{program}` in the guest {outcome}")]
     Program {
         /// The command line.
         program: String,
-        /// `exited with 1: STDERR` or `did not exit within 5s`.
-        outcome: String,
+        /// `exited with 1: STDERR` or `did not exit within 5s` (escaped:
+        /// the program's output comes from the guest).
+        outcome: PeerText,
+    },
+    /// The guest listed more distinct vCPUs than the VM can have.
+    #[error("the guest agent listed {listed} vCPUs, more than the {cap} this VM may have")]
+    TooManyVcpus {
+        /// Distinct logical ids listed.
+        listed: usize,
+        /// The cap (the VM's vCPU count, or [`MAX_VCPUS`]).
+        cap: usize,
     },
     /// An earlier error may have left the stream out of step; reconnect.
     #[error("the guest agent connection is unusable after an earlier error")]
@@ -155,8 +170,9 @@ pub struct QgaClient {
     usable: bool,
 }
 
-fn excerpt(line: &[u8]) -> String {
-    String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned()
+/// The first 200 bytes of a line, escaped, for error messages.
+fn excerpt(line: &[u8]) -> PeerText {
+    PeerText::from_bytes(&line[..line.len().min(200)])
 }
 
 impl QgaClient {
@@ -253,7 +269,7 @@ impl QgaClient {
                 return Ok(r.clone());
             }
             if let Some(e) = v.get("error") {
-                let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                let s = |k: &str| PeerText::new(e.get(k).and_then(Value::as_str).unwrap_or(""));
                 return Err(QgaError::CommandFailed {
                     command: command.to_string(),
                     class: s("class"),
@@ -375,13 +391,16 @@ impl QgaClient {
                     .unwrap_or_default();
                 return Err(QgaError::Program {
                     program: cmdline,
-                    outcome: format!("exited with {code}{err}"),
+                    outcome: PeerText::new(&format!("exited with {code}{err}")),
                 });
             }
             if Instant::now() >= deadline {
                 return Err(QgaError::Program {
                     program: cmdline,
-                    outcome: format!("did not exit within {:?}", self.limits.exec_timeout),
+                    outcome: PeerText::new(&format!(
+                        "did not exit within {:?}",
+                        self.limits.exec_timeout
+                    )),
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -415,21 +434,41 @@ pub fn vcpu_changes(vcpus: &[GuestVcpu], want: usize) -> Vec<(u32, bool)> {
     out
 }
 
+/// The guest's list with each logical id once (the first entry wins), in
+/// id order; an error if more than `cap` ids remain. The list is the
+/// guest's word: this bounds what a hostile one can make us send back.
+pub fn checked_vcpus(mut vcpus: Vec<GuestVcpu>, cap: usize) -> Result<Vec<GuestVcpu>, QgaError> {
+    vcpus.sort_by_key(|v| v.logical_id); // stable: the first of equal ids stays first
+    vcpus.dedup_by_key(|v| v.logical_id);
+    if vcpus.len() > cap {
+        return Err(QgaError::TooManyVcpus {
+            listed: vcpus.len(),
+            cap,
+        });
+    }
+    Ok(vcpus)
+}
+
 /// Bring `want` vCPUs of the guest behind `path` online (see
-/// [`vcpu_changes`]).
+/// [`vcpu_changes`]); the guest's list is checked against `max_vcpus` (the
+/// VM's vCPU count where known, else [`MAX_VCPUS`]) by [`checked_vcpus`].
 pub fn set_online_vcpus(
     path: &Path,
     want: usize,
+    max_vcpus: usize,
     limits: QgaLimits,
 ) -> Result<VcpuChange, QgaError> {
     let mut c = QgaClient::connect_with(path, limits)?;
-    let vcpus = c.get_vcpus()?;
+    let vcpus = checked_vcpus(c.get_vcpus()?, max_vcpus)?;
     let before = vcpus.iter().filter(|v| v.online).count();
     let changes = vcpu_changes(&vcpus, want);
     if !changes.is_empty() {
         c.set_vcpus(&changes)?;
     }
-    let after = c.get_vcpus()?.iter().filter(|v| v.online).count();
+    let after = checked_vcpus(c.get_vcpus()?, max_vcpus)?
+        .iter()
+        .filter(|v| v.online)
+        .count();
     Ok(VcpuChange { before, after })
 }
 
@@ -573,7 +612,7 @@ mod tests {
         let (_d, path) = sock("vcpus");
         let stale = b"{\"return\": 5}\n\xff{\"return\": 12345}\n";
         let h = fake_agent(&path, stale, agent_like(4));
-        let ch = set_online_vcpus(&path, 2, QgaLimits::default()).unwrap();
+        let ch = set_online_vcpus(&path, 2, MAX_VCPUS, QgaLimits::default()).unwrap();
         assert_eq!(
             ch,
             VcpuChange {
@@ -594,7 +633,7 @@ mod tests {
         let h = fake_agent(&path, b"", agent_like(4));
         // Already 4: nothing to set.
         assert_eq!(
-            set_online_vcpus(&path, 9, QgaLimits::default()).unwrap(),
+            set_online_vcpus(&path, 9, MAX_VCPUS, QgaLimits::default()).unwrap(),
             VcpuChange {
                 before: 4,
                 after: 4
@@ -625,6 +664,32 @@ mod tests {
         assert_eq!(vcpu_changes(&vcpus, 0), vec![(1, false)], "at least one");
         let pinned = [v(0, true, false), v(1, true, false)];
         assert!(vcpu_changes(&pinned, 1).is_empty(), "cannot offline: left");
+    }
+
+    #[test]
+    fn a_hostile_vcpu_list_is_deduplicated_and_capped() {
+        let v = |id, online| GuestVcpu {
+            logical_id: id,
+            online,
+            can_offline: true,
+        };
+        // 5,000 entries naming two ids: two remain, the first of each wins.
+        let dup: Vec<_> = (0..5000).map(|i| v(i % 2, i < 2)).collect();
+        let checked = checked_vcpus(dup, MAX_VCPUS).unwrap();
+        assert_eq!(checked, [v(0, true), v(1, true)]);
+        // 15,000 distinct ids against the VM's 4 or the default cap.
+        let many: Vec<_> = (0..15_000).map(|i| v(i, true)).collect();
+        assert!(matches!(
+            checked_vcpus(many.clone(), 4),
+            Err(QgaError::TooManyVcpus {
+                listed: 15_000,
+                cap: 4
+            })
+        ));
+        assert!(matches!(
+            checked_vcpus(many, MAX_VCPUS),
+            Err(QgaError::TooManyVcpus { cap: MAX_VCPUS, .. })
+        ));
     }
 
     #[test]

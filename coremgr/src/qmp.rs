@@ -41,6 +41,7 @@
 //! # Ok::<(), qmp::QmpError>(())
 //! ```
 
+use crate::peer_text::PeerText;
 use serde::Deserialize;
 use std::io::{self, BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
@@ -116,8 +117,8 @@ pub enum QmpError {
     /// A line was not a JSON object.
     #[error("a QMP message is not a JSON object: {line}")]
     Malformed {
-        /// The line, cut to 200 bytes.
-        line: String,
+        /// The line, cut to 200 bytes, escaped.
+        line: PeerText,
         /// The cause.
         #[source]
         source: serde_json::Error,
@@ -125,16 +126,16 @@ pub enum QmpError {
     /// The first message was not a QMP greeting.
     #[error("expected the QMP greeting, got: {line}")]
     NoGreeting {
-        /// The message, cut to 200 bytes.
-        line: String,
+        /// The message, cut to 200 bytes, escaped.
+        line: PeerText,
     },
     /// A message was neither a reply nor an event.
     #[error("unexpected message while waiting for the reply to `{command}`: {line}")]
     UnexpectedMessage {
         /// The command sent.
         command: String,
-        /// The message, cut to 200 bytes.
-        line: String,
+        /// The message, cut to 200 bytes, escaped.
+        line: PeerText,
     },
     /// QEMU answered with an `error` (e.g. `CommandNotFound`). The connection
     /// stays usable.
@@ -142,10 +143,11 @@ pub enum QmpError {
     CommandFailed {
         /// The command.
         command: String,
-        /// QMP's error class, e.g. `GenericError`, `CommandNotFound`.
-        class: String,
-        /// QEMU's description.
-        desc: String,
+        /// QMP's error class, e.g. `GenericError`, `CommandNotFound`
+        /// (escaped: it comes from the peer).
+        class: PeerText,
+        /// QEMU's description, escaped.
+        desc: PeerText,
     },
     /// A `return` did not have the shape the command documents. The
     /// connection stays usable.
@@ -196,10 +198,9 @@ struct ErrorBody {
     desc: String,
 }
 
-/// The first 200 bytes of a line, for error messages.
-fn excerpt(line: &[u8]) -> String {
-    let cut = &line[..line.len().min(200)];
-    String::from_utf8_lossy(cut).into_owned()
+/// The first 200 bytes of a line, escaped, for error messages.
+fn excerpt(line: &[u8]) -> PeerText {
+    PeerText::from_bytes(&line[..line.len().min(200)])
 }
 
 /// A QMP connection that has negotiated capabilities. See the module
@@ -242,6 +243,11 @@ impl QmpClient {
         }
         client.execute("qmp_capabilities")?;
         Ok(client)
+    }
+
+    /// The pid of the process serving the socket (`SO_PEERCRED`).
+    pub fn peer_pid(&self) -> io::Result<u32> {
+        crate::vm_process::peer_pid(self.reader.get_ref())
     }
 
     /// Run `command` (no arguments) and return its `return` value. Events
@@ -296,8 +302,8 @@ impl QmpClient {
             if let Some(err) = msg.error {
                 return Err(QmpError::CommandFailed {
                     command: command.to_string(),
-                    class: err.class,
-                    desc: err.desc,
+                    class: PeerText::new(&err.class),
+                    desc: PeerText::new(&err.desc),
                 });
             }
             if msg.event.is_none() {
@@ -373,7 +379,9 @@ fn parse(line: &[u8]) -> Result<Message, QmpError> {
 }
 
 /// Connect to the QMP socket at `path`, ask for the vCPU threads and
-/// disconnect. See [`QmpClient::query_cpus_fast`].
+/// disconnect. See [`QmpClient::query_cpus_fast`]. The thread ids are
+/// QEMU's word: tie them to the peer's process
+/// ([`QmpClient::peer_pid`], [`crate::vm_process`]) before acting on them.
 pub fn vcpu_threads(path: &Path) -> Result<Vec<VcpuThread>, QmpError> {
     QmpClient::connect(path)?.query_cpus_fast()
 }

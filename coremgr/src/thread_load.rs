@@ -330,7 +330,7 @@ mod tests {
     fn thread(group: ThreadGroup, pid: u32, tid: u32) -> GroupThread {
         GroupThread {
             group,
-            task: TaskId { pid, tid },
+            task: TaskId { pid, tid, start: 0 },
         }
     }
 
@@ -472,6 +472,7 @@ mod tests {
             let me = TaskId {
                 pid: std::process::id(),
                 tid: current_tid(),
+                start: 0,
             };
             let start = read_schedstat(Path::new("/proc"), me).unwrap().unwrap();
             while read_schedstat(Path::new("/proc"), me)
@@ -502,7 +503,7 @@ mod tests {
         exit_tx.send(()).unwrap();
         worker.join().unwrap();
         // The kernel releases the task shortly after the join returns.
-        let task = TaskId { pid, tid };
+        let task = TaskId { pid, tid, start: 0 };
         let start = Instant::now();
         while read_schedstat(proc_root, task).unwrap().is_some() {
             assert!(

@@ -454,8 +454,9 @@ mod tests {
                     Path::new(&format!("/proc/self/task/{}", t.thread_id)).exists(),
                     "{t:?} is a thread of this process"
                 );
-                let task = TaskId::of_thread(Path::new("/proc"), t.thread_id).unwrap();
-                assert_eq!(task.pid, std::process::id());
+                let me = std::process::id();
+                let task = TaskId::of_process(Path::new("/proc"), me, t.thread_id).unwrap();
+                assert_eq!(task.pid, me);
             }
         }
         fake.join();
