@@ -112,6 +112,13 @@ pub struct VmPortConfig {
     /// the core manager (`[cores]`) finds its vCPU threads.
     #[serde(default)]
     pub qmp: Option<PathBuf>,
+    /// The VM's QEMU pidfile (QEMU `-pidfile PATH`; libvirt's
+    /// `/run/libvirt/qemu/<domain>.pid`). The process serving `qmp` must be
+    /// the one it names. Without it, that process's command line must name
+    /// the `qmp` socket. Either way only that process's threads are moved
+    /// (see `vadapt_coremgr::vm_process`).
+    #[serde(default)]
+    pub qemu_pidfile: Option<PathBuf>,
     /// The VM's guest agent socket (QEMU `-chardev socket,path=PATH,...`
     /// with a `virtserialport` named `org.qemu.guest_agent.0`), through
     /// which the core manager sets its online vCPUs and active queue pairs
@@ -147,6 +154,7 @@ impl VmPortConfig {
             policy: None,
             unsealed_memory: UnsealedMemory::default(),
             qmp: None,
+            qemu_pidfile: None,
             qga: None,
             guest_iface: None,
             role: crate::cores::VmRole::default(),
@@ -468,6 +476,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut unsealed_memory = UnsealedMemory::default();
     let mut mode = SocketMode::default();
     let mut qmp = None;
+    let mut qemu_pidfile = None;
     let mut qga = None;
     let mut guest_iface = None;
     let mut role = crate::cores::VmRole::default();
@@ -502,6 +511,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             }
             "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
             "qmp" => qmp = Some(PathBuf::from(v)),
+            "qemu_pidfile" => qemu_pidfile = Some(PathBuf::from(v)),
             "qga" => qga = Some(PathBuf::from(v)),
             "guest_iface" => guest_iface = Some(v.to_string()),
             "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
@@ -509,7 +519,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qga, guest_iface, role)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role)"
                     ),
                 ))
             }
@@ -532,6 +542,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         policy,
         unsealed_memory,
         qmp,
+        qemu_pidfile,
         qga,
         guest_iface,
         role,

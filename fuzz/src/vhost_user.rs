@@ -469,6 +469,7 @@ fn new_port(queues: u16, policy: PolicyConfig) -> Arc<VmPort> {
         socket: "/nonexistent/vadapt-fuzz.sock".into(),
         mode: Default::default(),
         qmp: None,
+        qemu_pidfile: None,
         qga: None,
         guest_iface: None,
         role: Default::default(),

@@ -9,12 +9,17 @@
 //! IFACE combined N` for the NQ group's size, capped by the port's queue
 //! pairs. A guest's `ethtool -L` reaches vadapt as `SET_VRING_ENABLE`.
 //!
-//! Bounded and quiet: a VM is asked at most once per [`MIN_INTERVAL`], and
-//! only when what it should have differs from what was last applied; after
-//! a failure it is asked again after [`RETRY_AFTER`]; each distinct error is
-//! logged once. Every agent exchange has a short deadline, so an agent that
-//! does not answer costs the manager one period at most.
+//! Bounded, quiet and off the manager's period: a VM is asked at most once
+//! per [`MIN_INTERVAL`], and only when what it should have differs from
+//! what was last applied; after a failure it is asked again after
+//! [`RETRY_AFTER`]; each distinct error is logged once. The exchange runs
+//! on the VM's own [`PeerWorker`] thread: the period hands the target over
+//! and picks up the outcome a later period, so an agent that answers late
+//! or never delays only its own VM's guest side. The guest's vCPU list is
+//! its word: it is deduplicated and capped at the VM's vCPU count
+//! ([`qga::checked_vcpus`]) before anything is sent back.
 
+use super::peer_worker::PeerWorker;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vadapt_coremgr::error_chain::error_chain;
@@ -25,11 +30,11 @@ pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long after a failed request the VM's agent is asked again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// Deadlines of one request: short, since the manager's period waits.
+/// Deadlines of one request, on the worker thread.
 const LIMITS: QgaLimits = QgaLimits {
-    timeout: Duration::from_millis(500),
+    timeout: Duration::from_secs(2),
     max_line: 1 << 20,
-    exec_timeout: Duration::from_secs(2),
+    exec_timeout: Duration::from_secs(5),
 };
 
 /// What one VM's guest should have.
@@ -39,6 +44,26 @@ pub struct GuestTarget {
     pub vcpus: usize,
     /// Active queue pairs (at least 1).
     pub queue_pairs: u16,
+    /// The most vCPUs the guest may list: the VM's vCPU count where known,
+    /// else [`qga::MAX_VCPUS`].
+    pub max_vcpus: usize,
+}
+
+/// One request to the agent's worker: what to change.
+#[derive(Clone, Copy, Debug)]
+struct Request {
+    target: GuestTarget,
+    vcpus: bool,
+    pairs: bool,
+}
+
+/// What the worker did: each part asked for, with its outcome (errors are
+/// log lines, their peer text escaped by the agent client).
+#[derive(Debug)]
+struct Reply {
+    target: GuestTarget,
+    vcpus: Option<Result<(usize, usize), String>>,
+    pairs: Option<Result<(), String>>,
 }
 
 /// One VM's guest side.
@@ -53,12 +78,13 @@ pub struct GuestSide {
     failed: bool,
     /// The last error, logged once.
     pub error: Option<String>,
+    worker: Option<PeerWorker<Request, Reply>>,
 }
 
 /// What [`GuestSide::drive`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuestOutcome {
-    /// No agent, nothing to change, or too soon.
+    /// No agent, nothing to change, too soon, or no reply yet.
     Nothing,
     /// Changed: a line for `vadapt cores`.
     Applied(String),
@@ -78,6 +104,7 @@ impl GuestSide {
             last_try: None,
             failed: false,
             error: None,
+            worker: None,
         }
     }
 
@@ -109,39 +136,72 @@ impl GuestSide {
                 .is_none_or(|t| now.saturating_duration_since(t) >= wait)
     }
 
-    /// Bring the guest to `target` if due (see the module docs). `vm` names
-    /// it in log lines.
+    /// Whether a request is with the agent's worker and not answered yet.
+    pub fn in_flight(&self) -> bool {
+        self.worker.as_ref().is_some_and(|w| !w.idle())
+    }
+
+    /// Take the outcome of the last request if it came, then hand the
+    /// worker a request for `target` if one is due (see the module docs).
+    /// Never waits for the agent. `vm` names it in log lines.
     pub fn drive(&mut self, vm: &str, now: Instant, target: GuestTarget) -> GuestOutcome {
-        if !self.due(now, target) {
-            return GuestOutcome::Nothing;
-        }
-        let Some(path) = self.qga.clone() else {
-            return GuestOutcome::Nothing;
+        let outcome = match self.worker.as_ref().and_then(PeerWorker::take) {
+            Some(reply) => self.settle(vm, reply),
+            None => GuestOutcome::Nothing,
         };
+        if self.due(now, target) && !self.in_flight() {
+            self.submit(vm, now, target);
+        }
+        outcome
+    }
+
+    fn submit(&mut self, vm: &str, now: Instant, target: GuestTarget) {
+        let Some(path) = self.qga.clone() else { return };
         self.last_try = Some(now);
+        if self.worker.is_none() {
+            let iface = self.iface.clone();
+            match PeerWorker::spawn("vadapt-qga", move |req: Request| serve(&path, &iface, req)) {
+                Ok(w) => self.worker = Some(w),
+                Err(e) => {
+                    self.fail(vm, format!("cannot start the guest agent's thread: {e}"));
+                    return;
+                }
+            }
+        }
+        let req = Request {
+            target,
+            vcpus: self.applied_vcpus != Some(target.vcpus),
+            pairs: self.applied_pairs != Some(target.queue_pairs),
+        };
+        if let Some(w) = &self.worker {
+            w.submit(req);
+        }
+    }
+
+    /// Record what the worker did.
+    fn settle(&mut self, vm: &str, reply: Reply) -> GuestOutcome {
         let mut done = Vec::new();
         let mut result = Ok(());
-        if self.applied_vcpus != Some(target.vcpus) {
-            match qga::set_online_vcpus(&path, target.vcpus, LIMITS) {
-                Ok(ch) => {
-                    // A guest with fewer vCPUs, or some it cannot offline,
-                    // ends elsewhere: remember the target, not to ask again.
-                    self.applied_vcpus = Some(target.vcpus);
-                    done.push(format!("vCPUs online {} -> {}", ch.before, ch.after));
-                }
-                Err(e) => result = Err(format!("guest-set-vcpus: {}", error_chain(&e))),
+        match reply.vcpus {
+            Some(Ok((before, after))) => {
+                // A guest with fewer vCPUs, or some it cannot offline,
+                // ends elsewhere: remember the target, not to ask again.
+                self.applied_vcpus = Some(reply.target.vcpus);
+                done.push(format!("vCPUs online {before} -> {after}"));
             }
+            Some(Err(e)) => result = Err(e),
+            None => {}
         }
-        if result.is_ok() && self.applied_pairs != Some(target.queue_pairs) {
-            match qga::set_queue_pairs(&path, &self.iface, target.queue_pairs, LIMITS) {
-                Ok(()) => {
-                    self.applied_pairs = Some(target.queue_pairs);
-                    done.push(format!("queue pairs {}", target.queue_pairs));
-                }
-                Err(e) => result = Err(format!("ethtool -L: {}", error_chain(&e))),
+        match reply.pairs {
+            Some(Ok(())) => {
+                self.applied_pairs = Some(reply.target.queue_pairs);
+                done.push(format!("queue pairs {}", reply.target.queue_pairs));
             }
+            Some(Err(e)) => result = Err(e),
+            None => {}
         }
         match result {
+            Ok(()) if done.is_empty() => GuestOutcome::Nothing,
             Ok(()) => {
                 self.failed = false;
                 self.error = None;
@@ -150,14 +210,37 @@ impl GuestSide {
                 GuestOutcome::Applied(line)
             }
             Err(e) => {
-                self.failed = true;
-                if self.error.as_deref() != Some(&e) {
-                    tracing::warn!(vm, error = %e, "core manager: the guest agent did not apply vSPACE-Guest's change; host side only until it does");
-                }
-                self.error = Some(e);
+                self.fail(vm, e);
                 GuestOutcome::Failed
             }
         }
+    }
+
+    fn fail(&mut self, vm: &str, e: String) {
+        self.failed = true;
+        if self.error.as_deref() != Some(&e) {
+            tracing::warn!(vm, error = %e, "core manager: the guest agent did not apply vSPACE-Guest's change; host side only until it does");
+        }
+        self.error = Some(e);
+    }
+}
+
+/// Serve one request on the worker thread.
+fn serve(path: &std::path::Path, iface: &str, req: Request) -> Reply {
+    let t = req.target;
+    let vcpus = req.vcpus.then(|| {
+        qga::set_online_vcpus(path, t.vcpus, t.max_vcpus, LIMITS)
+            .map(|ch| (ch.before, ch.after))
+            .map_err(|e| format!("guest-set-vcpus: {}", error_chain(&e)))
+    });
+    let pairs = (req.pairs && !matches!(vcpus, Some(Err(_)))).then(|| {
+        qga::set_queue_pairs(path, iface, t.queue_pairs, LIMITS)
+            .map_err(|e| format!("ethtool -L: {}", error_chain(&e)))
+    });
+    Reply {
+        target: t,
+        vcpus,
+        pairs,
     }
 }
 
@@ -166,7 +249,25 @@ mod tests {
     use super::*;
 
     fn t(vcpus: usize, queue_pairs: u16) -> GuestTarget {
-        GuestTarget { vcpus, queue_pairs }
+        GuestTarget {
+            vcpus,
+            queue_pairs,
+            max_vcpus: qga::MAX_VCPUS,
+        }
+    }
+
+    /// Drive until the worker's reply is taken (the drive itself never
+    /// waits; the test does).
+    fn settled(g: &mut GuestSide, now: Instant, target: GuestTarget) -> GuestOutcome {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match g.drive("vm1", now, target) {
+                GuestOutcome::Nothing if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                other => return other,
+            }
+        }
     }
 
     #[test]
@@ -184,7 +285,9 @@ mod tests {
         let mut g = GuestSide::new(Some(dir.join("absent.qga")), None);
         let t0 = Instant::now();
         assert!(g.due(t0, t(1, 1)));
-        assert_eq!(g.drive("vm1", t0, t(1, 1)), GuestOutcome::Failed);
+        assert_eq!(g.drive("vm1", t0, t(1, 1)), GuestOutcome::Nothing);
+        assert!(!g.due(t0, t(1, 1)), "asked: not again at once");
+        assert_eq!(settled(&mut g, t0, t(1, 1)), GuestOutcome::Failed);
         assert!(
             g.error.as_deref().unwrap().starts_with("guest-set-vcpus"),
             "{:?}",

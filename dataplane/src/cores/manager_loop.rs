@@ -32,10 +32,25 @@
 //! garbage, or names threads that have gone is a logged, counted condition:
 //! its vCPUs are left where they are and looked up again later; the other
 //! VMs keep their placement.
+//!
+//! **Peers are untrusted and never waited for.** Each VM's QMP socket and
+//! guest agent is served by its own [`PeerWorker`] thread, with bounded
+//! waits; a period only hands requests over and takes replies, so a slow
+//! or silent peer delays only its own VM's actions and every other VM is
+//! managed every period. The thread ids QMP names are tied to the QMP
+//! peer's own process ([`super::vm_qmp`]); any other is refused with a
+//! rate-limited WARN and counted (`foreign_tids_refused`), never moved.
+//! A refused `stop` is retried with backoff and a failed `cont` until it
+//! succeeds or the VM is gone, in every mode, each distinct error logged
+//! once per VM. When the manager stops (the daemon's stop, or a panic in a
+//! period) every thread it moved gets back its original affinity or
+//! cgroup, and paused VMs are resumed, within [`RELEASE_DEADLINE`].
 
 use super::config::{ApplyMethod, CoresConfig, VmRole};
 use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
+use super::peer_worker::PeerWorker;
 use super::status::{CoresStatus, VmCores};
+use super::vm_qmp::{self, QmpReply, QmpRequest, RunFailure, VmQmp, VmRun};
 use crate::nq_workers::NqWorkers;
 use crate::panic_message::panic_message;
 use crate::vmport::VmPort;
@@ -45,10 +60,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vadapt_coremgr::applier::ThreadOutcome;
+use vadapt_coremgr::applier::{Mechanism, ThreadOutcome};
 use vadapt_coremgr::cpufreq::CpuFreq;
 use vadapt_coremgr::error_chain::error_chain;
-use vadapt_coremgr::qmp::{self, QmpClient};
+use vadapt_coremgr::qga;
+use vadapt_coremgr::qmp::QmpLimits;
 use vadapt_coremgr::thread_load::{LoadSnapshot, ThreadPeriod};
 use vadapt_coremgr::{Applier, GroupThread, TaskId, ThreadGroup};
 use vadapt_policy::vspace::{
@@ -61,6 +77,17 @@ use vadapt_policy::FreqHint;
 const REDISCOVER_EVERY: Duration = Duration::from_secs(10);
 /// How soon a VM whose lookup failed is tried again.
 const RETRY_LOOKUP: Duration = Duration::from_secs(1);
+/// First wait before a failed `stop` or `cont` is tried again; it doubles
+/// up to [`RUN_RETRY_MAX`].
+const RUN_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between two tries of a failed `stop` or `cont`.
+const RUN_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Least time between two WARN lines about one VM's refused thread ids.
+const FOREIGN_TID_WARN_EVERY: Duration = Duration::from_secs(60);
+/// How long the manager's release may wait for paused VMs to resume; with
+/// the rest of the daemon's stop, well within the 2 s an ordinary stop
+/// takes at most.
+pub const RELEASE_DEADLINE: Duration = Duration::from_millis(800);
 
 /// One VM under management.
 #[derive(Debug)]
@@ -68,14 +95,36 @@ struct ManagedVm {
     name: String,
     role: VmRole,
     qmp: Option<PathBuf>,
+    qemu_pidfile: Option<PathBuf>,
+    /// The thread serving its QMP socket, started at the first lookup.
+    qmp_worker: Option<PeerWorker<QmpRequest, QmpReply>>,
+    /// Its QEMU's pid, once identified.
+    qemu_pid: Option<u32>,
     vcpus: Vec<TaskId>,
     looked_up: Option<Instant>,
     error: Option<String>,
+    /// Paused, as QEMU last confirmed.
     paused: bool,
+    /// Whether vSPACE-R wants it paused.
+    want_paused: bool,
+    /// When a failed `stop`/`cont` may be tried again, and the wait after.
+    run_retry: Option<(Instant, Duration)>,
+    /// The last `stop`/`cont` error, logged once.
+    run_error: Option<String>,
+    /// When refused thread ids were last logged.
+    foreign_warned: Option<Instant>,
     /// vSPACE-Guest through its agent, if configured.
     guest: GuestSide,
     /// The port's queue pairs (the most the guest can activate).
     queue_pairs: u16,
+}
+
+impl ManagedVm {
+    /// Whether a `stop` or `cont` is with its QMP worker, not yet answered
+    /// (the VM may be paused by it).
+    fn run_in_flight(&self) -> bool {
+        self.qmp_worker.as_ref().is_some_and(|w| !w.idle())
+    }
 }
 
 /// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
@@ -135,13 +184,13 @@ impl CoreManager {
                 // Our own thread always passes the probe; another process's
                 // refusal (no CAP_SYS_NICE) shows in the first placement,
                 // which then switches to advise-only (see `apply`).
-                Applier::affinity(vadapt_coremgr::cputime::current_tid())
+                Applier::affinity(vadapt_coremgr::cputime::current_tid(), proc_root)
             }
             ApplyMethod::Cpuset => {
                 let mountinfo =
                     std::fs::read_to_string(proc_root.join("self/mountinfo")).unwrap_or_default();
                 let parent = cfg.cgroup.clone().unwrap_or_default();
-                Applier::cpuset(&parent, &mountinfo)
+                Applier::cpuset(&parent, &mountinfo, proc_root)
             }
         };
         let vms = ports
@@ -150,6 +199,9 @@ impl CoreManager {
                 name: p.name().to_string(),
                 role: p.cfg.role,
                 qmp: p.cfg.qmp.clone(),
+                qemu_pidfile: p.cfg.qemu_pidfile.clone(),
+                qmp_worker: None,
+                qemu_pid: None,
                 vcpus: Vec::new(),
                 looked_up: None,
                 error: p
@@ -158,6 +210,10 @@ impl CoreManager {
                     .is_none()
                     .then(|| "no qmp socket configured".to_string()),
                 paused: false,
+                want_paused: false,
+                run_retry: None,
+                run_error: None,
+                foreign_warned: None,
                 guest: GuestSide::new(p.cfg.qga.clone(), p.cfg.guest_iface.clone()),
                 queue_pairs: p.cfg.queues,
             })
@@ -254,16 +310,35 @@ impl CoreManager {
         };
         self.applied = None;
         if mode != VspaceMode::Resource {
-            self.resume_best_effort();
+            self.want_best_effort_paused(false);
         }
     }
 
-    /// Stop managing: best-effort VMs resumed, every managed thread free to
-    /// run on every managed CPU, and `vadapt cores` saying so.
+    /// Stop managing, within [`RELEASE_DEADLINE`] whatever the peers do:
+    /// every thread the manager moved gets back what it had (affinity or
+    /// cgroup), paused best-effort VMs are resumed, and `vadapt cores`
+    /// says so. Called when the manager's loop ends, normally or after a
+    /// panic in a period.
     fn release(&mut self) {
         self.set_mode(VspaceMode::Off);
-        let threads = self.threads();
-        self.apply(&threads);
+        let report = self.applier.restore();
+        for (task, why) in &report.failed {
+            tracing::error!(
+                pid = task.pid,
+                tid = task.tid,
+                error = %why,
+                "core manager: cannot put a thread back as it was before vadapt moved it"
+            );
+        }
+        if report.restored > 0 || !report.failed.is_empty() {
+            tracing::info!(
+                restored = report.restored,
+                gone = report.gone,
+                failed = report.failed.len(),
+                "core manager: threads put back as they were"
+            );
+        }
+        self.resume_all_now();
         let mut s = self
             .status
             .snapshot
@@ -271,6 +346,69 @@ impl CoreManager {
             .unwrap_or_else(|e| e.into_inner());
         s.mode = self.mode.to_string();
         s.sets = self.sets.clone();
+        s.threads_restored += report.restored as u64;
+        for vm in &mut s.vms {
+            vm.paused = self.vms.iter().any(|m| m.name == vm.name && m.paused);
+        }
+    }
+
+    /// Resume every VM that is, or may be, paused by us: each on a fresh
+    /// QMP connection of its own thread with short waits, all within
+    /// [`RELEASE_DEADLINE`]. A VM that does not answer in time is named in
+    /// an ERROR line, with how to resume it by hand.
+    fn resume_all_now(&mut self) {
+        let limits = QmpLimits {
+            timeout: RELEASE_DEADLINE / 4,
+            max_line: 1 << 16,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut waiting = Vec::new();
+        for (i, vm) in self.vms.iter().enumerate() {
+            let Some(socket) = vm.qmp.clone() else {
+                continue;
+            };
+            if !(vm.paused || vm.run_in_flight() && vm.want_paused) {
+                continue;
+            }
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("vadapt-resume".into())
+                .spawn(move || {
+                    let _ = tx.send((i, vm_qmp::run_bounded(&socket, VmRun::Cont, limits)));
+                });
+            if spawned.is_ok() {
+                waiting.push(i);
+            }
+        }
+        drop(tx);
+        let deadline = Instant::now() + RELEASE_DEADLINE;
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok((i, result)) = rx.recv_timeout(left) else {
+                break;
+            };
+            waiting.retain(|&w| w != i);
+            let vm = &mut self.vms[i];
+            match result {
+                Ok(()) | Err(RunFailure::Gone(_)) => {
+                    vm.paused = false;
+                    tracing::info!(vm = vm.name, "core manager: best-effort VM resumed");
+                }
+                Err(RunFailure::Failed(e)) => tracing::error!(
+                    vm = vm.name,
+                    error = %e,
+                    "core manager: cannot resume the best-effort VM; resume it with QMP `cont`"
+                ),
+            }
+        }
+        for i in waiting {
+            tracing::error!(
+                vm = self.vms[i].name,
+                "core manager: the best-effort VM's QMP did not answer `cont` within {} ms; \
+                 resume it with QMP `cont`",
+                RELEASE_DEADLINE.as_millis()
+            );
+        }
     }
 
     /// The log line said once at start-up.
@@ -327,6 +465,7 @@ impl CoreManager {
                 self.set_mode(mode);
             }
         }
+        self.take_qmp_replies(now);
         self.look_up_vcpus(now);
         let threads = self.threads();
         let snap = LoadSnapshot::take(&self.proc_root, &threads, now);
@@ -370,13 +509,10 @@ impl CoreManager {
         }
         if self.mode == VspaceMode::Resource {
             if let Some(o) = &outcome {
-                if o.allocation.pause_be() {
-                    self.pause_best_effort();
-                } else {
-                    self.resume_best_effort();
-                }
+                self.want_best_effort_paused(o.allocation.pause_be());
             }
         }
+        self.run_stop_cont(now);
         self.publish(load.as_ref(), outcome);
     }
 
@@ -391,24 +527,22 @@ impl CoreManager {
             };
             v.extend(vm.vcpus.iter().map(|&task| GroupThread { group, task }));
         }
+        // Our own queue workers; one that just exited is left out.
         let pid = std::process::id();
-        for p in &self.ports {
-            let tid = p.worker_stats.tid.load(Ordering::Acquire);
-            if tid > 0 {
+        let workers = self
+            .ports
+            .iter()
+            .map(|p| p.worker_stats.tid.load(Ordering::Acquire))
+            .filter(|&tid| tid > 0)
+            .map(|tid| tid as u32)
+            .chain(self.pool_tids());
+        for tid in workers {
+            if let Ok(task) = TaskId::of_process(&self.proc_root, pid, tid) {
                 v.push(GroupThread {
                     group: ThreadGroup::Nq,
-                    task: TaskId {
-                        pid,
-                        tid: tid as u32,
-                    },
+                    task,
                 });
             }
-        }
-        for tid in self.pool_tids() {
-            v.push(GroupThread {
-                group: ThreadGroup::Nq,
-                task: TaskId { pid, tid },
-            });
         }
         v.sort();
         v.dedup();
@@ -439,6 +573,11 @@ impl CoreManager {
                     .len()
                     .clamp(1, usize::from(vm.queue_pairs.max(1))))
                     as u16,
+                max_vcpus: if vm.vcpus.is_empty() {
+                    qga::MAX_VCPUS
+                } else {
+                    vm.vcpus.len()
+                },
             };
             match vm.guest.drive(&vm.name, now, target) {
                 GuestOutcome::Nothing => {}
@@ -463,10 +602,13 @@ impl CoreManager {
             .unwrap_or_default()
     }
 
+    /// Hand each VM whose lookup is due a lookup request, if its QMP
+    /// worker is free. The reply is taken by a later period.
     fn look_up_vcpus(&mut self, now: Instant) {
-        let mut notes = Vec::new();
         for vm in &mut self.vms {
-            let Some(path) = vm.qmp.clone() else { continue };
+            let Some(socket) = vm.qmp.clone() else {
+                continue;
+            };
             let due = match vm.looked_up {
                 None => true,
                 Some(t) if vm.vcpus.is_empty() => now.duration_since(t) >= RETRY_LOOKUP,
@@ -475,43 +617,97 @@ impl CoreManager {
             if !due {
                 continue;
             }
-            vm.looked_up = Some(now);
-            let found = qmp::vcpu_threads(&path)
-                .map_err(|e| format!("QMP {}: {}", path.display(), error_chain(&e)))
-                .and_then(|threads| {
-                    threads
-                        .iter()
-                        .map(|t| TaskId::of_thread(&self.proc_root, t.thread_id))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| {
-                            format!("vCPU thread of {}: {}", path.display(), error_chain(&e))
-                        })
-                });
-            match found {
-                Ok(mut tasks) => {
-                    tasks.sort();
-                    tasks.dedup();
-                    if vm.vcpus != tasks {
-                        let tids: Vec<u32> = tasks.iter().map(|t| t.tid).collect();
-                        tracing::info!(vm = vm.name, ?tids, "core manager: vCPU threads found");
-                        notes.push(format!("{}: vCPU threads {tids:?}", vm.name));
+            if vm.qmp_worker.is_none() {
+                let qmp = VmQmp {
+                    socket,
+                    pidfile: vm.qemu_pidfile.clone(),
+                    proc_root: self.proc_root.clone(),
+                };
+                match qmp.spawn() {
+                    Ok(w) => vm.qmp_worker = Some(w),
+                    Err(e) => {
+                        tracing::warn!(vm = vm.name, error = %e, "core manager: cannot start the VM's QMP thread; tried again next period");
+                        continue;
                     }
-                    vm.vcpus = tasks;
-                    vm.error = None;
-                }
-                Err(e) => {
-                    if vm.error.as_deref() != Some(&e) {
-                        tracing::warn!(vm = vm.name, error = %e, "core manager: cannot find the VM's vCPU threads; its vCPUs are left where they are");
-                    }
-                    self.status
-                        .snapshot
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .qmp_errors += 1;
-                    vm.vcpus.clear();
-                    vm.error = Some(e);
                 }
             }
+            if vm
+                .qmp_worker
+                .as_ref()
+                .is_some_and(|w| w.submit(QmpRequest::LookUp))
+            {
+                vm.looked_up = Some(now);
+            }
+        }
+    }
+
+    /// Take the replies the VMs' QMP workers have ready.
+    fn take_qmp_replies(&mut self, now: Instant) {
+        let mut notes = Vec::new();
+        let (mut errors, mut foreign) = (0, 0);
+        for vm in &mut self.vms {
+            while let Some(reply) = vm.qmp_worker.as_ref().and_then(PeerWorker::take) {
+                match reply {
+                    QmpReply::LookedUp(Ok(found)) => {
+                        if !found.refused.is_empty() {
+                            foreign += found.refused.len() as u64;
+                            if vm
+                                .foreign_warned
+                                .is_none_or(|t| now.duration_since(t) >= FOREIGN_TID_WARN_EVERY)
+                            {
+                                vm.foreign_warned = Some(now);
+                                let tids: Vec<u32> =
+                                    found.refused.iter().take(16).copied().collect();
+                                tracing::warn!(
+                                    vm = vm.name,
+                                    qemu_pid = found.process.pid,
+                                    ?tids,
+                                    refused = found.refused.len(),
+                                    "core manager: QMP named thread ids that are not threads of the VM's QEMU; they are never moved"
+                                );
+                            }
+                        }
+                        if vm.vcpus != found.vcpus {
+                            let tids: Vec<u32> = found.vcpus.iter().map(|t| t.tid).collect();
+                            tracing::info!(
+                                vm = vm.name,
+                                qemu_pid = found.process.pid,
+                                ?tids,
+                                "core manager: vCPU threads found"
+                            );
+                            notes.push(format!("{}: vCPU threads {tids:?}", vm.name));
+                        }
+                        vm.qemu_pid = Some(found.process.pid);
+                        vm.vcpus = found.vcpus;
+                        vm.error = None;
+                    }
+                    QmpReply::LookedUp(Err(e)) => {
+                        if vm.error.as_deref() != Some(&e) {
+                            tracing::warn!(vm = vm.name, error = %e, "core manager: cannot find the VM's vCPU threads; its vCPUs are left where they are");
+                        }
+                        errors += 1;
+                        vm.vcpus.clear();
+                        vm.qemu_pid = None;
+                        vm.error = Some(e);
+                    }
+                    QmpReply::Ran(run, result) => {
+                        if let Some(line) = settle_run(vm, run, result, now) {
+                            notes.push(line);
+                        } else {
+                            errors += 1;
+                        }
+                    }
+                }
+            }
+        }
+        {
+            let mut s = self
+                .status
+                .snapshot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            s.qmp_errors += errors;
+            s.foreign_tids_refused += foreign;
         }
         for n in notes {
             self.note(n);
@@ -533,7 +729,7 @@ impl CoreManager {
             .copied()
             .collect();
         let report = self.applier.apply(&self.sets, &placed);
-        if !matches!(self.applier, Applier::AdviseOnly { .. }) {
+        if !self.applier.is_advise_only() {
             set_frequencies(&self.sets, &self.freqs);
         }
         let (moved, refused) = (report.moved(), report.refused());
@@ -546,7 +742,7 @@ impl CoreManager {
             s.threads_moved += moved as u64;
             s.threads_refused += refused as u64;
         }
-        if refused > 0 && moved == 0 && matches!(self.applier, Applier::Affinity) {
+        if refused > 0 && moved == 0 && matches!(self.applier.mechanism(), Mechanism::Affinity) {
             let reason = report
                 .threads
                 .iter()
@@ -556,7 +752,8 @@ impl CoreManager {
                 })
                 .unwrap_or_default();
             tracing::warn!(%reason, "core manager: the kernel refuses to move the managed threads; advise-only from now on");
-            self.applier = Applier::advise_only(format!("thread placement refused: {reason}"));
+            self.applier
+                .fall_back_to_advise_only(format!("thread placement refused: {reason}"));
         }
         for (group, error) in &report.group_errors {
             tracing::warn!(group = group.name(), %error, "core manager: cannot set the group's cpuset");
@@ -564,55 +761,36 @@ impl CoreManager {
         self.applied = Some((self.sets.clone(), threads.to_vec()));
     }
 
-    fn pause_best_effort(&mut self) {
-        self.qmp_all_be(true);
-    }
-
-    fn resume_best_effort(&mut self) {
-        self.qmp_all_be(false);
-    }
-
-    /// `stop` (pause) or `cont` every best-effort VM whose state differs.
-    fn qmp_all_be(&mut self, pause: bool) {
-        let mut notes = Vec::new();
-        let mut errors = 0;
+    /// vSPACE-R wants the best-effort VMs paused (no core left for them)
+    /// or running; [`CoreManager::run_stop_cont`] carries it out.
+    fn want_best_effort_paused(&mut self, pause: bool) {
         for vm in &mut self.vms {
-            if vm.role != VmRole::Be || vm.paused == pause {
-                continue;
-            }
-            let Some(path) = &vm.qmp else { continue };
-            let cmd = if pause { "stop" } else { "cont" };
-            match QmpClient::connect(path).and_then(|mut c| c.execute(cmd)) {
-                Ok(_) => {
-                    vm.paused = pause;
-                    tracing::info!(
-                        vm = vm.name,
-                        "core manager: best-effort VM {}",
-                        if pause {
-                            "paused (no core left for it)"
-                        } else {
-                            "resumed"
-                        }
-                    );
-                    notes.push(format!(
-                        "{}: {}",
-                        vm.name,
-                        if pause { "paused" } else { "resumed" }
-                    ));
-                }
-                Err(e) => {
-                    errors += 1;
-                    tracing::warn!(vm = vm.name, error = %error_chain(&e), "core manager: QMP `{cmd}` failed");
-                }
+            if vm.role == VmRole::Be && vm.want_paused != pause {
+                vm.want_paused = pause;
+                vm.run_retry = None;
             }
         }
-        self.status
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .qmp_errors += errors;
-        for n in notes {
-            self.note(n);
+    }
+
+    /// `stop` or `cont` each VM whose state differs from what is wanted,
+    /// on its QMP worker, in every mode: a failure is retried with backoff
+    /// until it succeeds or the VM is gone.
+    fn run_stop_cont(&mut self, now: Instant) {
+        for vm in &mut self.vms {
+            if vm.paused == vm.want_paused || vm.qmp.is_none() {
+                continue;
+            }
+            if vm.run_retry.is_some_and(|(at, _)| now < at) {
+                continue;
+            }
+            let run = if vm.want_paused {
+                VmRun::Stop
+            } else {
+                VmRun::Cont
+            };
+            if let Some(w) = &vm.qmp_worker {
+                w.submit(QmpRequest::Run(run));
+            }
         }
     }
 
@@ -686,6 +864,7 @@ impl CoreManager {
                 role: vm.role.as_str().to_string(),
                 qmp: vm.qmp.as_ref().map(|p| p.display().to_string()),
                 vcpu_tids: vm.vcpus.iter().map(|t| t.tid).collect(),
+                qemu_pid: vm.qemu_pid,
                 error: vm.error.clone(),
                 paused: vm.paused,
                 guest_vcpus: vm.guest.applied().0,
@@ -706,6 +885,58 @@ impl CoreManager {
             s.queue_set_moves = pool.moves();
         }
     }
+}
+
+/// Record what a `stop` or `cont` did: a line for `vadapt cores` when the
+/// VM is now as wanted, `None` when it failed (retried after a backoff
+/// that doubles up to [`RUN_RETRY_MAX`]; each distinct error logged once).
+fn settle_run(
+    vm: &mut ManagedVm,
+    run: VmRun,
+    result: Result<(), RunFailure>,
+    now: Instant,
+) -> Option<String> {
+    let e = match (run, result) {
+        (_, Ok(())) => {
+            vm.paused = run == VmRun::Stop;
+            vm.run_retry = None;
+            vm.run_error = None;
+            let what = if vm.paused {
+                "paused (no core left for it)"
+            } else {
+                "resumed"
+            };
+            tracing::info!(vm = vm.name, "core manager: best-effort VM {what}");
+            return Some(format!(
+                "{}: {}",
+                vm.name,
+                if vm.paused { "paused" } else { "resumed" }
+            ));
+        }
+        // Nothing to resume: a VM that comes back at that socket is a new one.
+        (VmRun::Cont, Err(RunFailure::Gone(_))) => {
+            vm.paused = false;
+            vm.run_retry = None;
+            vm.run_error = None;
+            return Some(format!("{}: gone while paused", vm.name));
+        }
+        (_, Err(RunFailure::Gone(e) | RunFailure::Failed(e))) => e,
+    };
+    let wait = vm
+        .run_retry
+        .map_or(RUN_RETRY_FIRST, |(_, w)| (w * 2).min(RUN_RETRY_MAX));
+    vm.run_retry = Some((now + wait, wait));
+    if vm.run_error.as_deref() != Some(&e) {
+        tracing::warn!(
+            vm = vm.name,
+            error = %e,
+            "core manager: QMP `{}` failed; tried again with backoff (up to every {} s) until it works or the VM is gone",
+            run.command(),
+            RUN_RETRY_MAX.as_secs()
+        );
+        vm.run_error = Some(e);
+    }
+    None
 }
 
 /// The lowest frequency on idle CPUs, the highest on the others (each
@@ -776,9 +1007,14 @@ fn run(mut m: CoreManager, stop: &AtomicBool, mut step: impl FnMut(&mut CoreMana
 }
 
 #[cfg(test)]
+#[path = "manager_loop_peer_tests.rs"]
+mod peer_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::parse_vm_spec;
+    use crate::cores::CoresSnapshot;
     use crate::switch::Switch;
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
@@ -788,9 +1024,23 @@ mod tests {
     /// A QMP server on `path` answering `query-cpus-fast` with `tids`,
     /// until `stop` (checked between connections).
     fn fake_qmp(path: &Path, tids: Vec<u32>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+        scripted_qmp(path, tids, Vec::new(), stop).1
+    }
+
+    /// As [`fake_qmp`], refusing the first `n` of each `(command, n)` with
+    /// a `GenericError`; every command received is recorded.
+    pub(super) fn scripted_qmp(
+        path: &Path,
+        tids: Vec<u32>,
+        refusals: Vec<(&'static str, usize)>,
+        stop: Arc<AtomicBool>,
+    ) -> (Arc<std::sync::Mutex<Vec<String>>>, JoinHandle<()>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let mut refusals = refusals;
         let l = UnixListener::bind(path).unwrap();
         l.set_nonblocking(true).unwrap();
-        std::thread::spawn(move || {
+        let server = std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let Ok((s, _)) = l.accept() else {
                     std::thread::sleep(Duration::from_millis(5));
@@ -801,7 +1051,19 @@ mod tests {
                 let _ = writeln!(w, r#"{{"QMP": {{"version": {{}}, "capabilities": []}}}}"#);
                 for line in BufReader::new(s).lines() {
                     let Ok(line) = line else { break };
-                    let answer = if line.contains("query-cpus-fast") {
+                    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                    let command = v["execute"].as_str().unwrap_or("").to_string();
+                    log.lock().unwrap().push(command.clone());
+                    let refuse = refusals
+                        .iter_mut()
+                        .find(|(c, n)| *c == command && *n > 0)
+                        .map(|(_, n)| *n -= 1)
+                        .is_some();
+                    let answer = if refuse {
+                        format!(
+                            r#"{{"error": {{"class": "GenericError", "desc": "no {command} today"}}}}"#
+                        )
+                    } else if line.contains("query-cpus-fast") {
                         let cpus: Vec<String> = tids
                             .iter()
                             .enumerate()
@@ -816,11 +1078,12 @@ mod tests {
                     }
                 }
             }
-        })
+        });
+        (seen, server)
     }
 
     /// `n` threads of this process parked until the sender drops.
-    fn parked(n: usize) -> (Vec<u32>, mpsc::Sender<()>, Vec<JoinHandle<()>>) {
+    pub(super) fn parked(n: usize) -> (Vec<u32>, mpsc::Sender<()>, Vec<JoinHandle<()>>) {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let stop_rx = Arc::new(std::sync::Mutex::new(stop_rx));
         let (tid_tx, tid_rx) = mpsc::channel();
@@ -840,7 +1103,7 @@ mod tests {
         )
     }
 
-    fn port(spec: &str) -> Arc<VmPort> {
+    pub(super) fn port(spec: &str) -> Arc<VmPort> {
         let cfg = parse_vm_spec(spec).unwrap();
         let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         VmPort::new(
@@ -856,10 +1119,15 @@ mod tests {
     }
 
     /// A manager of one VM port whose QMP socket is `qmp` (no cpufreq).
-    fn manager(qmp: &Path, cfg: CoresConfig) -> (CoreManager, Arc<CoresStatus>) {
+    /// The fake QMP server is this test process, which a pidfile next to
+    /// the socket names as the VM's QEMU.
+    pub(super) fn manager(qmp: &Path, cfg: CoresConfig) -> (CoreManager, Arc<CoresStatus>) {
+        let pidfile = qmp.with_extension("pid");
+        std::fs::write(&pidfile, format!("{}\n", std::process::id())).unwrap();
         let p = port(&format!(
-            "name=vm1,socket=/nonexistent.sock,qmp={}",
-            qmp.display()
+            "name=vm1,socket=/nonexistent.sock,qmp={},qemu_pidfile={}",
+            qmp.display(),
+            pidfile.display()
         ));
         let status = Arc::new(CoresStatus::default());
         let m = CoreManager::new(
@@ -876,8 +1144,32 @@ mod tests {
         let task = TaskId {
             pid: std::process::id(),
             tid,
+            start: 0,
         };
         cpus_allowed_list(Path::new("/proc"), task).unwrap()
+    }
+
+    /// Step `m` a period at a time (simulated time from `t0`, 100 ms
+    /// apart; a real millisecond between them, for the peers' threads)
+    /// until `done` holds for its status; the status, and the time reached.
+    /// Panics after 2,000 periods: a bound on the test, not a timing.
+    pub(super) fn step_until(
+        m: &mut CoreManager,
+        status: &CoresStatus,
+        t0: Instant,
+        mut done: impl FnMut(&CoresSnapshot) -> bool,
+    ) -> (CoresSnapshot, Instant) {
+        let mut now = t0;
+        for _ in 0..2000 {
+            m.step(now);
+            let s = status.snapshot();
+            if done(&s) {
+                return (s, now);
+            }
+            now += Duration::from_millis(100);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("never reached: {:?}", status.snapshot());
     }
 
     /// A VM of two parked vCPU threads behind a fake QMP socket, and the
@@ -942,20 +1234,15 @@ mod tests {
                 ..CoresConfig::default()
             },
         );
-        let t0 = Instant::now();
-        for i in 0..3 {
-            m.step(t0 + Duration::from_millis(100 * i));
-        }
+        let mut sorted = tids.clone();
+        sorted.sort();
+        let (_, t) = step_until(&mut m, &status, Instant::now(), |s| {
+            s.vms[0].vcpu_tids == sorted
+        });
+        // One more period places them.
+        m.step(t + Duration::from_millis(100));
         let s = status.snapshot();
-        assert_eq!(
-            s.vms[0].vcpu_tids,
-            {
-                let mut v = tids.clone();
-                v.sort();
-                v
-            },
-            "{s:?}"
-        );
+        assert_eq!(s.vms[0].qemu_pid, Some(std::process::id()), "{s:?}");
         assert_eq!(s.apply, "affinity", "{s:?}");
         // vSPACE-P: every CPU in use, one per group here.
         assert_eq!(s.sets.vcpu.len() + s.sets.nq.len(), 2, "{s:?}");
@@ -970,7 +1257,8 @@ mod tests {
 
         // Off: the threads may run on every managed CPU again.
         status.request_mode(VspaceMode::Off);
-        m.step(t0 + Duration::from_millis(400));
+        let t0 = t + Duration::from_millis(200);
+        m.step(t0);
         for &tid in &tids {
             assert_eq!(allowed(tid), cpus);
         }
@@ -980,11 +1268,11 @@ mod tests {
         // and the lookup is retried.
         vm.stop();
         status.request_mode(VspaceMode::Energy);
-        for i in 5..20 {
-            m.step(t0 + Duration::from_millis(100 * i));
-        }
-        let s = status.snapshot();
-        assert!(s.qmp_errors >= 1, "{s:?}");
+        // Rediscovery is due after REDISCOVER_EVERY, or at once if a thread
+        // is seen gone.
+        let (s, _) = step_until(&mut m, &status, t0 + Duration::from_millis(100), |s| {
+            s.qmp_errors >= 1
+        });
         assert!(
             s.vms[0].error.as_deref().unwrap_or("").contains("QMP"),
             "{s:?}"
@@ -997,6 +1285,7 @@ mod tests {
     fn a_panic_in_a_period_stops_the_manager_and_frees_the_threads() {
         let Some(vm) = TwoVcpuVm::start() else { return };
         let (cpus, tids) = (vm.cpus.clone(), vm.tids.clone());
+        let original: Vec<Vec<usize>> = tids.iter().map(|&t| allowed(t)).collect();
         let (m, status) = manager(
             &vm.qmp,
             CoresConfig {
@@ -1007,34 +1296,39 @@ mod tests {
             },
         );
         let stop = AtomicBool::new(false);
-        let mut calls = 0;
-        let mut placed_before = false;
-        // Three good periods, then a fault; `run` must return by itself.
+        let mut placed_at = None;
+        // Good periods until the vCPU threads are placed, then a fault;
+        // `run` must return by itself.
         run(m, &stop, |m, now| {
-            calls += 1;
-            if calls == 4 {
-                let vcpu = status.snapshot().sets.vcpu;
-                placed_before = vcpu.len() < cpus.len() && tids.iter().all(|&t| allowed(t) == vcpu);
-                panic!("injected fault");
+            let s = status.snapshot();
+            if let Some(periods) = placed_at {
+                if s.periods > periods {
+                    panic!("injected fault");
+                }
+            } else if s.vms.first().is_some_and(|vm| vm.vcpu_tids.len() == 2)
+                && s.sets.vcpu.len() < cpus.len()
+                && tids.iter().all(|&t| allowed(t) == s.sets.vcpu)
+            {
+                placed_at = Some(s.periods);
             }
+            assert!(s.periods < 10_000, "never placed: {s:?}");
             m.step(now);
         });
-        assert!(
-            placed_before,
-            "the vCPU threads were placed before the fault"
-        );
+        let placed_at = placed_at.expect("the vCPU threads were placed before the fault");
         let s = status.snapshot();
-        assert_eq!(s.periods, 3, "{s:?}");
+        assert_eq!(s.periods, placed_at + 1, "{s:?}");
         let why = s.failed.as_deref().unwrap_or_default();
         assert!(
-            why.contains("after 3 periods") && why.contains("injected fault"),
+            why.contains(&format!("after {} periods", placed_at + 1))
+                && why.contains("injected fault"),
             "{why}"
         );
         assert!(s.to_table().starts_with("STOPPED: "), "{}", s.to_table());
         assert_eq!(s.mode, "off");
-        for &tid in &tids {
-            assert_eq!(allowed(tid), cpus, "thread {tid} free on every managed CPU");
+        for (&tid, was) in tids.iter().zip(&original) {
+            assert_eq!(&allowed(tid), was, "thread {tid} back to what it had");
         }
+        assert!(s.threads_restored >= 2, "{s:?}");
         vm.stop();
     }
 
@@ -1117,8 +1411,9 @@ mod tests {
         assert!(line.contains("through the guest agent for vm1"), "{line}");
         assert!(line.contains("host side only (no qga) for vm2"), "{line}");
         let t0 = Instant::now();
-        m.step(t0);
-        let s = status.snapshot();
+        let (s, t) = step_until(&mut m, &status, t0, |s| {
+            s.vms[0].guest_queue_pairs.is_some()
+        });
         // vSPACE-P on 2 CPUs: one vCPU core, one NQ core.
         assert_eq!((s.sets.vcpu.len(), s.sets.nq.len()), (1, 1), "{s:?}");
         assert_eq!(s.vms[0].guest_vcpus, Some(1), "{s:?}");
@@ -1145,7 +1440,7 @@ mod tests {
         // Nothing changed: the agent is not asked again.
         let n = requests.len();
         for i in 1..5 {
-            m.step(t0 + Duration::from_millis(100 * i));
+            m.step(t + Duration::from_millis(100 * i));
         }
         assert_eq!(seen.lock().unwrap().len(), n);
         assert_eq!(status.snapshot().qga_errors, 0);
@@ -1171,12 +1466,16 @@ mod tests {
                 ..CoresConfig::default()
             },
         );
-        let t0 = Instant::now();
-        m.step(t0);
-        m.step(t0 + RETRY_LOOKUP);
+        let (s, _) = step_until(&mut m, &status, Instant::now(), |s| s.qmp_errors == 2);
         h.join().unwrap();
-        let s = status.snapshot();
-        assert_eq!(s.qmp_errors, 2, "{s:?}");
+        assert!(
+            s.vms[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("not a JSON object"),
+            "{s:?}"
+        );
         assert_eq!(s.apply, "advise-only");
         assert!(s.advise_reason.unwrap().contains("advise"));
     }

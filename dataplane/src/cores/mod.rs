@@ -6,7 +6,9 @@
 pub mod config;
 pub mod guest_side;
 pub mod manager_loop;
+pub mod peer_worker;
 pub mod status;
+pub mod vm_qmp;
 
 pub use config::{ApplyMethod, CoresConfig, VmRole};
 pub use status::{CoresSnapshot, CoresStatus};

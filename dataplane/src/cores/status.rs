@@ -19,8 +19,13 @@ pub struct VmCores {
     pub role: String,
     /// Its QMP socket, if configured.
     pub qmp: Option<String>,
-    /// Host thread ids of its vCPUs (from `query-cpus-fast`).
+    /// Host thread ids of its vCPUs (from `query-cpus-fast`, each checked to
+    /// be a thread of `qemu_pid`).
     pub vcpu_tids: Vec<u32>,
+    /// The pid of the VM's QEMU (the QMP socket's peer, checked against its
+    /// command line or `qemu_pidfile`), once found.
+    #[serde(default)]
+    pub qemu_pid: Option<u32>,
     /// Why its vCPUs are not known, if they are not.
     pub error: Option<String>,
     /// Paused by vSPACE-R (no core for best-effort VMs).
@@ -80,6 +85,14 @@ pub struct CoresSnapshot {
     /// Failed guest agent requests (vSPACE-Guest).
     #[serde(default)]
     pub qga_errors: u64,
+    /// Thread ids QMP named that were not threads of the VM's QEMU, and so
+    /// were refused (never moved).
+    #[serde(default)]
+    pub foreign_tids_refused: u64,
+    /// Threads put back as they were (affinity, cgroup) when the manager
+    /// stopped.
+    #[serde(default)]
+    pub threads_restored: u64,
     /// P95 samples received (`vadapt cores report`).
     pub p95_reports: u64,
     /// The VMs.
