@@ -63,8 +63,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
-    /// [,policy=POLICY][,unsealed_memory=refuse|accept]`. `mode=client`: QEMU
-    /// listens on PATH and vadapt connects (default `server`: vadapt listens). Repeatable.
+    /// [,policy=POLICY][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
+    /// [,qga=PATH][,guest_iface=IF][,role=lc|be]`. `mode=client`: QEMU listens on PATH
+    /// and vadapt connects (default `server`: vadapt listens). `qmp`: the VM's QMP socket,
+    /// for the core manager; only threads of the process serving it are moved, and that
+    /// process must name the socket on its command line, or be the one `qemu_pidfile`
+    /// names (needed under libvirt, which passes QEMU its monitor as a descriptor). Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
     /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.
