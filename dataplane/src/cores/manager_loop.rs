@@ -1007,7 +1007,6 @@ fn run(mut m: CoreManager, stop: &AtomicBool, mut step: impl FnMut(&mut CoreMana
 }
 
 #[cfg(test)]
-#[path = "manager_loop_peer_tests.rs"]
 mod peer_tests;
 
 #[cfg(test)]
