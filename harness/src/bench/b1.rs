@@ -16,6 +16,7 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
+use super::shared::{pct, per_mpkt};
 use super::table::{label, metric_table, LabelCol};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
@@ -286,24 +287,6 @@ fn guest_sender(
     Ok(())
 }
 
-/// `100 * a / b`, NaN (not stored) when `b` is 0.
-pub fn pct(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        f64::NAN
-    } else {
-        a as f64 * 100.0 / b as f64
-    }
-}
-
-/// `n` per million `pkts`, NaN (not stored) for no packets.
-pub fn per_mpkt(n: u64, pkts: u64) -> f64 {
-    if pkts == 0 {
-        f64::NAN
-    } else {
-        n as f64 * 1e6 / pkts as f64
-    }
-}
-
 /// Per-round ratios to DPDK (same table, variant, frame, round) on each row,
 /// for the plots; the report recomputes them from the raw values.
 fn add_ratios(f: &mut ResultFile) {
@@ -424,13 +407,5 @@ mod tests {
             t.contains("| 64 B | vadapt busy-poll | 7.50 (5.00–10.00)"),
             "{t}"
         );
-    }
-
-    #[test]
-    fn helpers() {
-        assert_eq!(pct(1, 4), 25.0);
-        assert!(pct(1, 0).is_nan());
-        assert_eq!(per_mpkt(2, 1_000_000), 2.0);
-        assert!(per_mpkt(2, 0).is_nan());
     }
 }

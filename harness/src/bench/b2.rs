@@ -11,16 +11,15 @@
 //! measured during the first rounds of its search. A second table ("after
 //! the search", issue 15 item 5: NetAP must not carry less than interrupt
 //! mode at the same offered load) gives NetAP the warm-up B9 gives it (its
-//! search and the kick-driven check, [`b9::Timing`]) and interrupt mode
+//! search and the kick-driven check, [`Timing`]) and interrupt mode
 //! B9's short one, within one guest connection, and reads every figure from
 //! the daemon's counters over the window that follows: carried Mpps, worker
 //! CPU, kicks received and calls sent per packet. Levels as in the main
 //! table, plus the closed loop (saturation).
 
-use super::b1::{pct, per_mpkt};
-use super::b9;
 use super::ctx::Ctx;
 use super::error::BenchError;
+use super::shared::{pct, per_mpkt, Timing, POLICIES};
 use super::table::{label, metric_table};
 use super::testpmd;
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
@@ -31,15 +30,6 @@ use vadapt_results::{ratio, ResultFile, Row, Spread};
 /// Title.
 pub const TITLE: &str =
     "efficiency under partial load: host CPU per packet, kicks and calls per packet";
-
-/// vadapt policies measured, in round order.
-pub const POLICIES: [PolicyKind; 5] = [
-    PolicyKind::BusyPoll,
-    PolicyKind::Netap,
-    PolicyKind::Eekbp,
-    PolicyKind::Growshrink,
-    PolicyKind::Interrupt,
-];
 
 /// Offered load, percent of busy-poll saturation.
 const LEVELS: [u32; 4] = [10, 25, 50, 75];
@@ -149,7 +139,7 @@ fn adapted(
     sat_pps: f64,
     window: std::time::Duration,
 ) -> Result<(), BenchError> {
-    let t = b9::Timing::new(ctx.quick);
+    let t = Timing::new(ctx.quick);
     f.params.insert(
         "adapted_netap_warmup_s".into(),
         t.settle(PolicyKind::Netap).as_secs_f64(),

@@ -5,6 +5,7 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
+use super::shared::POLICIES;
 use super::table::{label, metric_table};
 use super::testpmd;
 use super::vadapt_proc::{GuestOpts, GuestProc, GuestResult, VmPort, ECHO_MAC};
@@ -54,7 +55,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                 f.rows
                     .push(row("dpdk-vhost", "macswap", name, rate, run, &res));
             }
-            for p in super::b2::POLICIES {
+            for p in POLICIES {
                 d.set_policy(&vm.name, p)?;
                 let res =
                     GuestProc::spawn(ctx, &format!("b3-guest-{}", p.as_str()), &vm.socket, &opts)?

@@ -12,6 +12,7 @@
 use super::child::process_cpu_seconds;
 use super::ctx::Ctx;
 use super::error::BenchError;
+use super::shared::POLICIES;
 use super::table::{label, metric_table};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
@@ -74,7 +75,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         be.stop()?;
         be.quit();
     }
-    for p in super::b2::POLICIES {
+    for p in POLICIES {
         ctx.say(p.as_str());
         d.set_policy(&vm.name, p)?;
         let g = GuestProc::spawn(ctx, &format!("b4-guest-{}", p.as_str()), &vm.socket, &opts)?;

@@ -16,6 +16,7 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::ovs::{self, Ovs};
+use super::shared::{pct, per_mpkt};
 use super::table::{label, metric_table};
 use super::vadapt_proc::{GuestOpts, GuestProc};
 use std::time::Instant;
@@ -70,7 +71,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                     .set("mpps", pk as f64 / g.elapsed / 1e6)
                     .set(
                         "loss_pct",
-                        super::b1::pct(g.sent_packets.saturating_sub(pk), g.sent_packets),
+                        pct(g.sent_packets.saturating_sub(pk), g.sent_packets),
                     );
                 if table == "load" {
                     // Per-packet figures of a handful of idle packets mean nothing.
@@ -78,7 +79,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                     r.set("cpu_s_per_mpkt", if pk > 0 { cpu / mpkt } else { f64::NAN })
                         .set(
                             "kicks_per_mpkt",
-                            super::b1::per_mpkt(g.kicks, g.sent_packets),
+                            per_mpkt(g.kicks, g.sent_packets),
                         );
                 }
                 f.rows.push(r);

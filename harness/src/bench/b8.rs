@@ -71,6 +71,7 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::ovs::{self, Ovs, PARKED_MAXSLEEP_US};
+use super::shared::pct;
 use super::table::{label, metric_table};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort, Workers};
@@ -220,7 +221,7 @@ fn dpdk_turn(ctx: &Ctx, leg: &mut DpdkLeg, window: Duration, run: u32) -> Result
     drop(rx);
     let mut r = row("dpdk-vhost", "io", run);
     r.set("mpps", s.tx as f64 / g.elapsed / 1e6)
-        .set("loss_pct", super::b1::pct(s.rx.saturating_sub(s.tx), s.rx))
+        .set("loss_pct", pct(s.rx.saturating_sub(s.tx), s.rx))
         .set_some("cycles_per_pkt", s.busy_cycles.map(|c| per_packet(c, s.tx)));
     Ok(r)
 }
@@ -291,7 +292,7 @@ fn ovs_turn(ctx: &Ctx, leg: &OvsLeg, window: Duration, run: u32) -> Result<Row, 
     r.set("mpps", delivered as f64 / g.elapsed / 1e6)
         .set(
             "loss_pct",
-            super::b1::pct(from_a.saturating_sub(delivered), from_a),
+            pct(from_a.saturating_sub(delivered), from_a),
         )
         .set("cycles_per_pkt", per_packet(pmd.busy_cycles, delivered));
     Ok(r)
@@ -336,7 +337,7 @@ fn vadapt_turn(
     r.set("mpps", delivered as f64 / g.elapsed / 1e6)
         .set(
             "loss_pct",
-            super::b1::pct(da.tx_packets.saturating_sub(delivered), da.tx_packets),
+            pct(da.tx_packets.saturating_sub(delivered), da.tx_packets),
         )
         .set(
             "cycles_per_pkt",

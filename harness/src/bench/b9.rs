@@ -31,13 +31,13 @@ mod sim;
 
 use super::ctx::Ctx;
 use super::error::BenchError;
+use super::shared::Timing;
 use super::table::{metric_table, table};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, PortDelta, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_guest::tcp_segment::{FRAME_HDRS_LEN, MSS, TSO_SIZE_GOAL};
-use vadapt_policy::netap::NetapParams;
-use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_policy::PolicyKind;
 use vadapt_results::{cell, ratio, ResultFile, Row, Spread};
 
 /// Title.
@@ -74,60 +74,6 @@ pub const GOAL_BANDWIDTH: f64 = 1.2;
 pub const GOAL_KICKS: f64 = 0.05;
 /// and at most this fraction of its host CPU per GB.
 pub const GOAL_CPU: f64 = 0.5;
-
-/// How long each step takes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timing {
-    /// NetAP's round, ms (the paper's 1000; shorter in quick runs, so the
-    /// search fits).
-    pub netap_round_ms: u64,
-    /// Time after switching to NetAP before measuring: its search.
-    pub netap_warmup: Duration,
-    /// Time after switching to another policy before measuring.
-    pub warmup: Duration,
-    /// Measurement window.
-    pub window: Duration,
-}
-
-impl Timing {
-    /// Full or quick.
-    pub fn new(quick: bool) -> Timing {
-        let netap_round_ms: u64 = if quick { 100 } else { 1000 };
-        Timing {
-            netap_round_ms,
-            // 11 rounds of search, one for the kick-driven check, two more
-            // to spare.
-            netap_warmup: Duration::from_millis(14 * netap_round_ms),
-            warmup: Duration::from_millis(if quick { 250 } else { 1000 }),
-            window: Duration::from_millis(if quick { 500 } else { 2500 }),
-        }
-    }
-
-    /// One round over every policy.
-    pub fn round(&self) -> Duration {
-        POLICIES.iter().map(|p| self.settle(*p) + self.window).sum()
-    }
-
-    /// Warm-up of `p`.
-    pub fn settle(&self, p: PolicyKind) -> Duration {
-        if p == PolicyKind::Netap {
-            self.netap_warmup
-        } else {
-            self.warmup
-        }
-    }
-
-    /// The policy and its parameters as B9 runs it.
-    pub fn policy(&self, p: PolicyKind) -> PolicyConfig {
-        match p {
-            PolicyKind::Netap => PolicyConfig::Netap(NetapParams {
-                round_ms: self.netap_round_ms,
-                ..NetapParams::default()
-            }),
-            other => PolicyConfig::default_for(other),
-        }
-    }
-}
 
 /// The variant label of a (shape, size): `2×3 64 B`.
 pub fn variant(vms: u32, threads: u32, size: u32) -> String {
@@ -228,7 +174,7 @@ fn shape(
     let tag = format!("b9-{vms}x{threads}-{size}");
     let mut d = Daemon::spawn(ctx, &format!("{tag}-vadapt"), &ports)?;
     // The guests outlive every round; they are stopped (and report) at the end.
-    let total = t.round() * ctx.runs + Duration::from_secs(5);
+    let total = t.round(&POLICIES) * ctx.runs + Duration::from_secs(5);
     let opts = GuestOpts {
         threads,
         ..GuestOpts::tcp_stream(size, total, exit)
@@ -800,22 +746,11 @@ mod tests {
     }
 
     #[test]
-    fn timing_fits_netaps_search_and_the_quick_budget() {
+    fn timing_fits_the_quick_budget() {
         for quick in [true, false] {
             let t = Timing::new(quick);
-            // NetAP's search with the paper's constants: 11 rounds.
-            // and the kick-driven check after it: one more.
-            assert!(t.netap_warmup >= Duration::from_millis(12 * t.netap_round_ms));
-            let PolicyConfig::Netap(p) = t.policy(PolicyKind::Netap) else {
-                panic!("netap");
-            };
-            assert_eq!(p.round_ms, t.netap_round_ms);
-            assert_eq!(
-                t.policy(PolicyKind::Eekbp),
-                PolicyConfig::default_for(PolicyKind::Eekbp)
-            );
             // Three rounds over every configuration: ≤ 60 s quick, ≤ 6 min full.
-            let all = t.round() * 3 * (SHAPES.len() * SIZES.len()) as u32;
+            let all = t.round(&POLICIES) * 3 * (SHAPES.len() * SIZES.len()) as u32;
             assert!(
                 all <= Duration::from_secs(if quick { 60 } else { 360 }),
                 "{all:?}"

@@ -34,6 +34,7 @@ pub mod child;
 pub mod ctx;
 pub mod error;
 mod ovs;
+mod shared;
 pub mod report;
 mod suite;
 pub mod table;
