@@ -4,14 +4,13 @@
 //! method the module docs of `calibrate` give for it.
 
 use super::args::CalibrateArgs;
-use super::provenance::{machine, source};
 use super::error::{CalibrateError, Result};
 use super::micro::nanosleep_overshoot;
 use super::plan::{Cpus, Plan, WAKE_GAPS_US, WAKE_GAP_US};
 use super::points::{
-    daemon_points, mpps, per_pass_cycles, per_wake_cpu_ns, representative, Point, PointResult,
-    Role,
+    daemon_points, mpps, per_pass_cycles, per_wake_cpu_ns, representative, Point, PointResult, Role,
 };
+use super::provenance::{machine, source};
 use super::rounds::{over_rounds, run_rounds, MicroRound, Rounds};
 use super::stats::{least_squares, median};
 use std::collections::BTreeMap;

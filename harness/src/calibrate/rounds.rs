@@ -112,7 +112,10 @@ pub(super) fn run_rounds(
 }
 
 /// Median of `f` over the micro rounds, with its range.
-pub(super) fn over_rounds(rounds: &[MicroRound], f: impl Fn(&MicroRound) -> f64) -> (f64, f64, f64) {
+pub(super) fn over_rounds(
+    rounds: &[MicroRound],
+    f: impl Fn(&MicroRound) -> f64,
+) -> (f64, f64, f64) {
     let mut v: Vec<f64> = rounds.iter().map(f).collect();
     let m = median(&mut v);
     (m, v[0], v[v.len() - 1])
