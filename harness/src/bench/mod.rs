@@ -1,6 +1,6 @@
 //! `vadapt bench`: the benchmark suite that regenerates BENCHMARKS.md.
 //!
-//! Each benchmark (`b1`..`b9`, `timer`) runs vadapt and its anchors (DPDK's
+//! Each benchmark runs vadapt and its anchors (DPDK's
 //! vhost PMD, OVS-DPDK) side by side on this machine, interleaved A/B/A/B
 //! over `--runs` rounds, backend worker on CPU 1 and sender on CPU 0 (as
 //! DESIGN.md pins them), and stores flat per-run rows in `<out>/<name>.json`
@@ -14,33 +14,54 @@
 //! A benchmark that fails keeps the rows it finished and names the failure;
 //! the suite goes on with the next one (unless interrupted).
 //!
+//! A benchmark's file is named by the question it answers; its id — what
+//! `--only` takes, the results file's name, the heading in BENCHMARKS.md —
+//! stays the short one it was recorded under (`b1` is B1 in the report), so
+//! that recorded results stay comparable:
+//!
+//! | id | file | question |
+//! |---|---|---|
+//! | `b1` | `saturation.rs` | how many packets a backend takes when the sender never waits |
+//! | `b2` | `partial_load.rs` | what each packet costs at 10–75 % of saturation |
+//! | `b3` | `latency.rs` | round-trip latency through an echo |
+//! | `b4` | `idle.rs` | the backend's CPU with a connected, nearly silent guest |
+//! | `b5` | `adaptation.rs` | how NetAP adapts when switched in at run time |
+//! | `b6` | `ovs_pmd_sleep.rs` | what OVS-DPDK's PMD costs busy polling and with `pmd-maxsleep` |
+//! | `b7` | `memory_per_port.rs` | the daemon's memory per VM port |
+//! | `b8` | `vm_to_vm.rs` | forwarding between two VMs on one backend |
+//! | `b9` | `papers_workload/` | the NetAP paper's TCP workload, on the daemon and in the simulator |
+//! | `timer` | `timer.rs` | how late NetAP's timed sleeps wake |
+//!
+//! What several benchmarks use lives in `shared.rs`: no benchmark imports
+//! another.
+//!
 //! Imports go one way, down: this file runs the suite (`suite.rs` lists the
 //! benchmarks); the report imports the benchmarks for their `render`; a
-//! benchmark imports only what is below it — [`ctx::Ctx`], [`table`] (the
+//! benchmark imports only what is below it — [`ctx::Ctx`], `shared.rs`, [`table`] (the
 //! markdown tables), the process wrappers ([`vadapt_proc`],
 //! [`testpmd`], `ovs.rs`, [`child`]) — and never this file, the suite or the
 //! report (`scripts/check-imports.py` checks it).
 
-mod b1;
-mod b2;
-mod b3;
-mod b4;
-mod b5;
-mod b6;
-mod b7;
-mod b8;
-mod b9;
+mod adaptation;
 pub mod child;
 pub mod ctx;
 pub mod error;
+mod idle;
+mod latency;
+mod memory_per_port;
 mod ovs;
-mod shared;
+mod ovs_pmd_sleep;
+mod papers_workload;
+mod partial_load;
 pub mod report;
+mod saturation;
+mod shared;
 mod suite;
 pub mod table;
 pub mod testpmd;
 mod timer;
 pub mod vadapt_proc;
+mod vm_to_vm;
 
 use crate::cli_util::chain;
 use crate::machine;

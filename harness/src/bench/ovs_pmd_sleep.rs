@@ -77,10 +77,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
                     // Per-packet figures of a handful of idle packets mean nothing.
                     let mpkt = pk as f64 / 1e6;
                     r.set("cpu_s_per_mpkt", if pk > 0 { cpu / mpkt } else { f64::NAN })
-                        .set(
-                            "kicks_per_mpkt",
-                            per_mpkt(g.kicks, g.sent_packets),
-                        );
+                        .set("kicks_per_mpkt", per_mpkt(g.kicks, g.sent_packets));
                 }
                 f.rows.push(r);
             }

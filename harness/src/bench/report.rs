@@ -156,16 +156,16 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             );
         }
         let body = match f.bench.as_str() {
-            "b1" => super::b1::render(f),
-            "b2" => super::b2::render(f),
-            "b3" => super::b3::render(f),
-            "b4" => super::b4::render(f),
-            "b5" => super::b5::render(f),
+            "b1" => super::saturation::render(f),
+            "b2" => super::partial_load::render(f),
+            "b3" => super::latency::render(f),
+            "b4" => super::idle::render(f),
+            "b5" => super::adaptation::render(f),
             "timer" => super::timer::render(f),
-            "b6" => super::b6::render(f),
-            "b7" => super::b7::render(f),
-            "b8" => super::b8::render(f),
-            "b9" => super::b9::render(f),
+            "b6" => super::ovs_pmd_sleep::render(f),
+            "b7" => super::memory_per_port::render(f),
+            "b8" => super::vm_to_vm::render(f),
+            "b9" => super::papers_workload::render::render(f),
             _ => String::new(),
         };
         s.push_str(&body);
@@ -346,13 +346,14 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
         None => unmeasured(goal5, "B3"),
     });
     // 6. (issue 16) at most 2 MiB of the daemon's own memory per idle port.
-    let six = find(files, "b7").and_then(|f| spread(&super::b7::per_port(f), "mib_per_port"));
+    let six = find(files, "b7")
+        .and_then(|f| spread(&super::memory_per_port::per_port(f), "mib_per_port"));
     let goal6 = "daemon memory ≤ 2 MiB per idle VM port beyond guest memory (issue 16)";
     g.push(match six {
         Some(s) => Goal {
             goal: goal6,
             measured: format!("{} MiB per port", s.show(3)),
-            met: Some(s.median <= super::b7::GOAL_MIB_PER_PORT),
+            met: Some(s.median <= super::memory_per_port::GOAL_MIB_PER_PORT),
             source: "B7, slope of RssAnon + RssFile from the fewest to the most ports",
         },
         None => unmeasured(goal6, "B7"),
@@ -369,7 +370,7 @@ fn papers_workload(b9: Option<&ResultFile>) -> Goal {
     judged_by(
         "TCP stream with TSO (2 VMs × 3 threads, 6 VMs × 1 thread; 64 B and 1 KiB messages): NetAP ≥ 1.2× interrupt's bandwidth with ≤ 1/20 of its kicks and ≤ 0.5× its host CPU per GB (issue 15)",
         ("B9", "B9, daemon counters after NetAP's search, per-round ratios"),
-        b9.map(super::b9::goal),
+        b9.map(super::papers_workload::render::goal),
         ("NetAP ÷ interrupt —", "no NetAP and interrupt rows"),
     )
 }
@@ -379,7 +380,7 @@ fn netap_not_below_interrupt(b2: Option<&ResultFile>) -> Goal {
     judged_by(
         "raw 64 B frames at 10–75 % of saturation and closed loop: NetAP after its search carries ≥ interrupt mode's packets (issue 15 item 5)",
         ("B2", "B2 after the search, daemon counters, per-round ratios"),
-        b2.map(super::b2::goal),
+        b2.map(super::partial_load::goal),
         ("NetAP ÷ interrupt Mpps —", "no after-the-search rows"),
     )
 }
@@ -413,7 +414,7 @@ fn judged_by(
 /// met when both are measured and within bounds, else not judged (the
 /// missing leg named).
 fn vm_to_vm(b8: Option<&ResultFile>) -> Goal {
-    use super::b8::{cycle_ratios, GOAL_VS_DPDK, GOAL_VS_OVS};
+    use super::vm_to_vm::{cycle_ratios, GOAL_VS_DPDK, GOAL_VS_OVS};
     const GOAL: &str = "VM-to-VM busy cycles per forwarded packet ≤ 0.5× OVS-DPDK's and ≤ 1.0× testpmd io's (issue 16; vadapt with one worker serving both ports)";
     let Some(f) = b8 else {
         return unmeasured(GOAL, "B8");
@@ -556,7 +557,7 @@ mod tests {
             for run in 0..3 {
                 for (backend, cycles) in legs {
                     let policy = match *backend {
-                        "vadapt" => super::super::b8::ONE_WORKER_LEG,
+                        "vadapt" => super::super::vm_to_vm::ONE_WORKER_LEG,
                         _ => "x",
                     };
                     f.rows.push(row(

@@ -3,7 +3,10 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::{b1, b2, b3, b4, b5, b6, b7, b8, b9, timer};
+use super::{
+    adaptation, idle, latency, memory_per_port, ovs_pmd_sleep, papers_workload, partial_load,
+    saturation, timer, vm_to_vm,
+};
 use vadapt_results::ResultFile;
 
 /// One benchmark of the suite.
@@ -21,43 +24,43 @@ pub(super) struct Bench {
 pub(super) const SUITE: [Bench; 10] = [
     Bench {
         name: "b1",
-        title: b1::TITLE,
-        run: b1::run,
+        title: saturation::TITLE,
+        run: saturation::run,
     },
     Bench {
         name: "b2",
-        title: b2::TITLE,
-        run: b2::run,
+        title: partial_load::TITLE,
+        run: partial_load::run,
     },
     Bench {
         name: "b3",
-        title: b3::TITLE,
-        run: b3::run,
+        title: latency::TITLE,
+        run: latency::run,
     },
     Bench {
         name: "b4",
-        title: b4::TITLE,
-        run: b4::run,
+        title: idle::TITLE,
+        run: idle::run,
     },
     Bench {
         name: "b5",
-        title: b5::TITLE,
-        run: b5::run,
+        title: adaptation::TITLE,
+        run: adaptation::run,
     },
     Bench {
         name: "b7",
-        title: b7::TITLE,
-        run: b7::run,
+        title: memory_per_port::TITLE,
+        run: memory_per_port::run,
     },
     Bench {
         name: "b8",
-        title: b8::TITLE,
-        run: b8::run,
+        title: vm_to_vm::TITLE,
+        run: vm_to_vm::run,
     },
     Bench {
         name: "b9",
-        title: b9::TITLE,
-        run: b9::run,
+        title: papers_workload::TITLE,
+        run: papers_workload::run,
     },
     Bench {
         name: "timer",
@@ -66,8 +69,8 @@ pub(super) const SUITE: [Bench; 10] = [
     },
     Bench {
         name: "b6",
-        title: b6::TITLE,
-        run: b6::run,
+        title: ovs_pmd_sleep::TITLE,
+        run: ovs_pmd_sleep::run,
     },
 ];
 

@@ -290,10 +290,7 @@ fn ovs_turn(ctx: &Ctx, leg: &OvsLeg, window: Duration, run: u32) -> Result<Row, 
     let from_a = pmd.packets.saturating_sub(b.sent_packets);
     let mut r = row("ovs-dpdk", "pmd", run);
     r.set("mpps", delivered as f64 / g.elapsed / 1e6)
-        .set(
-            "loss_pct",
-            pct(from_a.saturating_sub(delivered), from_a),
-        )
+        .set("loss_pct", pct(from_a.saturating_sub(delivered), from_a))
         .set("cycles_per_pkt", per_packet(pmd.busy_cycles, delivered));
     Ok(r)
 }
