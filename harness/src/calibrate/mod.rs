@@ -5,7 +5,7 @@
 //!
 //! # What is measured, and how
 //!
-//! Everything runs in this process: the real daemon ([`Daemon::start`]) with a
+//! Everything runs in this process: the real daemon ([`Daemon::start`](vadapt_dataplane::Daemon::start)) with a
 //! sink port, one synthetic guest ([`vadapt_guest::Guest`]) with one sender
 //! thread, and a few micro-benchmarks of the kernel paths the data plane
 //! uses. With two or more CPUs the queue worker is pinned to CPU 1 and the
