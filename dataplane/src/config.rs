@@ -116,7 +116,7 @@ pub struct VmPortConfig {
     /// `/run/libvirt/qemu/<domain>.pid`). The process serving `qmp` must be
     /// the one it names. Without it, that process's command line must name
     /// the `qmp` socket. Either way only that process's threads are moved
-    /// (see `vadapt_coremgr::vm_process`).
+    /// (see `vadapt_host::vm_process`).
     #[serde(default)]
     pub qemu_pidfile: Option<PathBuf>,
     /// The VM's guest agent socket (QEMU `-chardev socket,path=PATH,...`
@@ -386,7 +386,7 @@ impl DaemonConfig {
         if !self.cpus.is_empty() {
             // The daemon's own affinity: CPUs the machine lacks, or that a
             // cpuset or `taskset` excluded, would fail later in the worker.
-            let allowed = vadapt_coremgr::cputime::current_affinity().map_err(|e| {
+            let allowed = vadapt_host::cputime::current_affinity().map_err(|e| {
                 field(
                     "cpus",
                     format!("cannot read this process's CPU affinity: {e}"),
@@ -402,7 +402,7 @@ impl DaemonConfig {
             ));
         }
         if self.cores.mode != vadapt_policy::vspace::VspaceMode::Off {
-            let allowed = vadapt_coremgr::cputime::current_affinity().map_err(|e| {
+            let allowed = vadapt_host::cputime::current_affinity().map_err(|e| {
                 field(
                     "cores.cpus",
                     format!("cannot read this process's CPU affinity: {e}"),

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vadapt_coremgr::cpufreq::CpuFreq;
+use vadapt_host::cpufreq::CpuFreq;
 use vadapt_policy::{PolicyConfig, Retune};
 
 /// Why the daemon could not start.

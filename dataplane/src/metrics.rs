@@ -257,7 +257,7 @@ pub fn new_overshoot_histogram() -> Histogram<u64> {
 pub fn thread_cpu_ns(tid: i32) -> u64 {
     u32::try_from(tid)
         .ok()
-        .and_then(|t| vadapt_coremgr::cputime::schedstat_cpu_time(t).ok())
+        .and_then(|t| vadapt_host::cputime::schedstat_cpu_time(t).ok())
         .map_or(0, |d| d.as_nanos() as u64)
 }
 

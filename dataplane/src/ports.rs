@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use vadapt_coremgr::error_chain::error_chain;
+use vadapt_host::error_chain::error_chain;
 
 /// Counts and drops every frame. The frames were already copied out of guest
 /// memory into a host buffer by the sending worker, as DPDK's vhost PMD copies

@@ -273,7 +273,7 @@ pub fn fixture() -> &'static Fixture {
         cfg.control = dir.join("control.sock");
         // The core manager runs (advise-only: the fuzzer moves no thread),
         // so `cores`, `set-cores` and `cores-report` reach it.
-        let cpus: Vec<usize> = vadapt_coremgr::cputime::current_affinity()
+        let cpus: Vec<usize> = vadapt_host::cputime::current_affinity()
             .expect("this process's affinity")
             .into_iter()
             .take(2)

@@ -26,7 +26,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use vadapt_coremgr::cpufreq::CpuFreq;
+use vadapt_host::cpufreq::CpuFreq;
 use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::metrics::PortStats;

@@ -73,5 +73,5 @@ pub fn spin_ns(ns: u64) {
 
 /// CPU time consumed by the calling thread (ns); 0 if the clock is unavailable.
 pub fn thread_cpu_ns() -> u64 {
-    vadapt_coremgr::cputime::current_thread_cpu_time().map_or(0, |d| d.as_nanos() as u64)
+    vadapt_host::cputime::current_thread_cpu_time().map_or(0, |d| d.as_nanos() as u64)
 }

@@ -101,7 +101,7 @@ pub struct GuestConfig {
     /// pause them), so that the core manager finds this guest as it finds a QEMU VM.
     pub qmp: Option<PathBuf>,
     /// Serve a QEMU guest agent socket here (`guest-get-vcpus`, `guest-set-vcpus`,
-    /// `guest-exec` of `ethtool -L`; see [`crate::qga_session`]).
+    /// `guest-exec` of `ethtool -L`; see [`vadapt_qemu::server::qga_session`]).
     pub qga: Option<PathBuf>,
     /// Request/response: send each period's P95 round trip to this daemon control socket
     /// (`cores-report`, for vSPACE's threshold explorer).

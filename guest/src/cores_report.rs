@@ -190,7 +190,7 @@ pub fn run_reporter(
                 }
                 Err(e) => {
                     stats.failed += 1;
-                    let msg = vadapt_coremgr::error_chain::error_chain(&e);
+                    let msg = vadapt_host::error_chain::error_chain(&e);
                     if let Some(line) = log.failure(Instant::now(), &msg) {
                         tracing::warn!("{line}");
                     }

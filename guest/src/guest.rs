@@ -15,10 +15,10 @@ use crate::metrics::{
     CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
 };
 use crate::period_latency::PeriodLatency;
-use crate::qmp_server::{QmpServer, QmpServerError};
 use crate::tcp_stream;
-use crate::vcpus::Vcpus;
 use crate::worker::{Shared, TcpStreamShared, Worker, WorkerResult};
+use vadapt_qemu::server::qmp_server::{QmpServer, QmpServerError};
+use vadapt_qemu::server::vcpus::Vcpus;
 
 /// Why a guest could not connect or run.
 #[derive(Debug, thiserror::Error)]

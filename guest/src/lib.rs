@@ -66,7 +66,7 @@
 //!
 //! # Seen from the core manager
 //!
-//! `--qmp PATH` ([`qmp_server`]) makes the guest discoverable as a QEMU VM is: its QMP socket
+//! `--qmp PATH` ([`vadapt_qemu::server::qmp_server`]) makes the guest discoverable as a QEMU VM is: its QMP socket
 //! lists the sending threads as vCPUs (`query-cpus-fast`) and pauses them (`stop` / `cont`),
 //! so the daemon's core manager (`--vm ...,qmp=PATH`) has one discovery path for both.
 //! `--cores-control PATH` ([`cores_report`]) with `--mode rr` sends each period's P95 round
@@ -89,13 +89,9 @@ pub mod guest;
 pub mod load;
 pub mod metrics;
 pub mod period_latency;
-pub mod qga_session;
-pub mod qmp_server;
-pub mod qmp_session;
 pub mod queue;
 pub mod tcp_segment;
 pub mod tcp_stream;
-pub mod vcpus;
 pub mod worker;
 
 #[cfg(test)]

@@ -28,8 +28,8 @@ use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;
 use crate::tcp_segment::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use crate::tcp_stream::payload_pattern;
-use crate::vcpus::Vcpus;
 use crate::worker::{Shared, TcpStreamShared, Worker};
+use vadapt_qemu::server::vcpus::Vcpus;
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 

@@ -58,7 +58,7 @@ use crate::period_latency::PeriodLatency;
 use crate::queue::{QueueError, RxPacket, TxQueue};
 use crate::tcp_segment::{TcpFlow, TxOffloads};
 use crate::tcp_stream::{SegmentAdd, TcpSender};
-use crate::vcpus::Vcpus;
+use vadapt_qemu::server::vcpus::Vcpus;
 
 /// Packets sent per lock hold / interrupt check in closed loop.
 const BURST: u32 = 64;
@@ -226,7 +226,7 @@ impl Worker {
         // This thread plays vCPU `id`: make it visible to `query-cpus-fast`.
         self.shared
             .vcpus
-            .register(self.id, vadapt_coremgr::cputime::current_tid());
+            .register(self.id, vadapt_host::cputime::current_tid());
         let cpu_start = thread_cpu_ns();
         let tcp_writes_cost = self.tcp.as_ref().is_some_and(TcpSender::writes_cost);
         match (self.shared.mode, self.shared.load) {

@@ -22,8 +22,8 @@
 use super::peer_worker::PeerWorker;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vadapt_coremgr::error_chain::error_chain;
-use vadapt_coremgr::qga::{self, QgaLimits};
+use vadapt_host::error_chain::error_chain;
+use vadapt_qemu::qga::{self, QgaLimits};
 
 /// Least time between two requests to one VM's agent.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);

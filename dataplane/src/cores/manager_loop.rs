@@ -60,17 +60,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vadapt_coremgr::applier::{Mechanism, ThreadOutcome};
-use vadapt_coremgr::cpufreq::CpuFreq;
-use vadapt_coremgr::error_chain::error_chain;
-use vadapt_coremgr::qga;
-use vadapt_coremgr::qmp::QmpLimits;
-use vadapt_coremgr::thread_load::{LoadSnapshot, ThreadPeriod};
-use vadapt_coremgr::{Applier, GroupThread, TaskId, ThreadGroup};
+use vadapt_host::applier::{Mechanism, ThreadOutcome};
+use vadapt_host::cpufreq::CpuFreq;
+use vadapt_host::error_chain::error_chain;
+use vadapt_host::thread_load::{LoadSnapshot, ThreadPeriod};
+use vadapt_host::{Applier, GroupThread, TaskId, ThreadGroup};
 use vadapt_policy::vspace::{
     CoreSets, PeriodMeasurement, SampleOutcome, VspaceManager, VspaceMode,
 };
 use vadapt_policy::FreqHint;
+use vadapt_qemu::qga;
+use vadapt_qemu::qmp::QmpLimits;
 
 /// How often a VM's vCPU threads are looked up again even when nothing
 /// suggests they changed (vCPU hot-plug).
@@ -184,7 +184,7 @@ impl CoreManager {
                 // Our own thread always passes the probe; another process's
                 // refusal (no CAP_SYS_NICE) shows in the first placement,
                 // which then switches to advise-only (see `apply`).
-                Applier::affinity(vadapt_coremgr::cputime::current_tid(), proc_root)
+                Applier::affinity(vadapt_host::cputime::current_tid(), proc_root)
             }
             ApplyMethod::Cpuset => {
                 let mountinfo =
@@ -414,10 +414,10 @@ impl CoreManager {
     /// The log line said once at start-up.
     pub fn describe(&self) -> String {
         let how = match self.applier.availability() {
-            vadapt_coremgr::Availability::Available => {
+            vadapt_host::Availability::Available => {
                 format!("placing threads by {}", self.applier.name())
             }
-            vadapt_coremgr::Availability::Unavailable { reason } => {
+            vadapt_host::Availability::Unavailable { reason } => {
                 format!("advise-only (threads are not moved): {reason}")
             }
         };
@@ -804,7 +804,7 @@ impl CoreManager {
 
     fn publish(
         &self,
-        load: Option<&vadapt_coremgr::thread_load::PeriodLoad>,
+        load: Option<&vadapt_host::thread_load::PeriodLoad>,
         outcome: Option<vadapt_policy::vspace::PeriodOutcome>,
     ) {
         let mut s = self
@@ -816,7 +816,7 @@ impl CoreManager {
         s.cpus = self.cfg.cpus.clone();
         s.apply = self.applier.name().to_string();
         s.advise_reason = match self.applier.availability() {
-            vadapt_coremgr::Availability::Unavailable { reason } => Some(reason),
+            vadapt_host::Availability::Unavailable { reason } => Some(reason),
             _ => None,
         };
         s.sets = self.sets.clone();
@@ -1018,7 +1018,7 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixListener;
     use std::sync::mpsc;
-    use vadapt_coremgr::affinity::cpus_allowed_list;
+    use vadapt_host::affinity::cpus_allowed_list;
 
     /// A QMP server on `path` answering `query-cpus-fast` with `tids`,
     /// until `stop` (checked between connections).
@@ -1090,7 +1090,7 @@ mod tests {
             .map(|_| {
                 let (rx, tx) = (Arc::clone(&stop_rx), tid_tx.clone());
                 std::thread::spawn(move || {
-                    tx.send(vadapt_coremgr::cputime::current_tid()).unwrap();
+                    tx.send(vadapt_host::cputime::current_tid()).unwrap();
                     let _ = rx.lock().unwrap().recv();
                 })
             })
@@ -1187,7 +1187,7 @@ mod tests {
 
     impl TwoVcpuVm {
         fn start() -> Option<TwoVcpuVm> {
-            let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+            let own = vadapt_host::cputime::current_affinity().unwrap();
             if own.len() < 2 {
                 eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
                 return None;

@@ -1,7 +1,7 @@
 //! The daemon's vSPACE core manager: every period it measures the VMs'
 //! vCPU threads and the queue workers, asks the policy crate's
 //! [`VspaceManager`](vadapt_policy::vspace::VspaceManager) for the next
-//! split of the managed CPUs, and moves the threads (`coremgr`).
+//! split of the managed CPUs, and moves the threads (`vadapt_host`).
 
 pub mod config;
 pub mod guest_side;

@@ -10,10 +10,10 @@ use super::peer_worker::PeerWorker;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vadapt_coremgr::error_chain::error_chain;
-use vadapt_coremgr::qmp::{QmpClient, QmpError, QmpLimits};
-use vadapt_coremgr::vm_process::VmProcess;
-use vadapt_coremgr::TaskId;
+use vadapt_host::error_chain::error_chain;
+use vadapt_host::vm_process::VmProcess;
+use vadapt_host::TaskId;
+use vadapt_qemu::qmp::{QmpClient, QmpError, QmpLimits};
 
 /// Bounds of one exchange on the worker thread: as long as a slow QEMU
 /// needs (the thread waits, not the manager).

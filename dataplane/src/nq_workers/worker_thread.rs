@@ -106,8 +106,8 @@ pub(crate) fn epoll_for(inbox: &Inbox) -> std::io::Result<Epoll> {
 /// Runs worker `index` until [`Command::Exit`]; publishes its thread id in
 /// `tid`.
 pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<AtomicU32>) {
-    tid.store(vadapt_coremgr::cputime::current_tid(), Ordering::Release);
-    if let Err(e) = vadapt_coremgr::cputime::set_timer_slack(1) {
+    tid.store(vadapt_host::cputime::current_tid(), Ordering::Release);
+    if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
         tracing::warn!(worker = index, error = %e, "timer slack stays at the default");
     }
     let mut sets: Vec<Box<QueueSet>> = Vec::new();
@@ -135,7 +135,7 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
                     let _ = reply.send(held);
                 }
                 Command::Pin(Some(cpu)) => {
-                    if let Err(e) = vadapt_coremgr::cputime::pin_current_thread(cpu) {
+                    if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
                         tracing::warn!(worker = index, cpu, error = %e, "cannot pin queue worker");
                     }
                 }

@@ -333,15 +333,15 @@ fn set_nonblocking(f: &File) {
 /// Body of a worker thread.
 fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
     if let Some(cpu) = port.cpu {
-        if let Err(e) = vadapt_coremgr::cputime::pin_current_thread(cpu) {
+        if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
             tracing::warn!(port = port.name(), cpu, error = %e, "cannot pin worker");
         }
     }
     // Timer slack of 1 ns: a 100 µs interval must not become 150 µs.
-    if let Err(e) = vadapt_coremgr::cputime::set_timer_slack(1) {
+    if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
         tracing::warn!(port = port.name(), error = %e, "timer slack stays at the default");
     }
-    let tid = vadapt_coremgr::cputime::current_tid() as i32;
+    let tid = vadapt_host::cputime::current_tid() as i32;
     port.worker_stats.tid.store(tid, Ordering::Release);
     let (policy, view) = port.policy.take(port.name());
     queues.policy_view = Some(view);

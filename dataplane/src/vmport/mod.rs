@@ -93,7 +93,7 @@ pub struct VmPort {
     /// CPU to pin the worker to.
     pub(crate) cpu: Option<usize>,
     /// CPU-frequency control of the worker's core.
-    pub(crate) freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
+    pub(crate) freq: Arc<vadapt_host::cpufreq::CpuFreq>,
     /// TSC cycles per ns for the worker's pass clock (`None`: no invariant TSC).
     pub(crate) tsc_per_ns: Option<f64>,
 }
@@ -106,7 +106,7 @@ impl VmPort {
         switch: Arc<Switch>,
         backlog: usize,
         cpu: Option<usize>,
-        freq: Arc<vadapt_coremgr::cpufreq::CpuFreq>,
+        freq: Arc<vadapt_host::cpufreq::CpuFreq>,
         tsc_per_ns: Option<f64>,
     ) -> std::io::Result<Arc<Self>> {
         let pairs = usize::from(cfg.queues);

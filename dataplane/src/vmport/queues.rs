@@ -176,7 +176,7 @@ impl PortQueues {
             self.rate_limited_warn(p, dir, "frame longer than vadapt forwards");
         }
         if let Some(e) = &pass.drops.first_bad_vnet_hdr {
-            let what = vadapt_coremgr::error_chain::error_chain(e);
+            let what = vadapt_host::error_chain::error_chain(e);
             self.rate_limited_warn(p, dir, &what);
         }
     }

@@ -54,7 +54,7 @@ pub(super) struct PingPong {
 
 pub(super) fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
-        if let Err(e) = vadapt_coremgr::cputime::pin_current_thread(c) {
+        if let Err(e) = vadapt_host::cputime::pin_current_thread(c) {
             tracing::warn!(cpu = c, error = %e, "cannot pin a calibration thread");
         }
     }

@@ -7,7 +7,7 @@ use super::*;
 use crate::cores::CoresSnapshot;
 use std::os::unix::net::UnixListener;
 use std::process::{Child, Command};
-use vadapt_coremgr::affinity::thread_affinity;
+use vadapt_host::affinity::thread_affinity;
 
 /// A `sleep` process: a thread on this host that is no VM's.
 struct Bystander(Child);
@@ -31,7 +31,7 @@ impl Drop for Bystander {
 
 /// The id of a thread of this process that has exited.
 fn exited_tid() -> u32 {
-    std::thread::spawn(vadapt_coremgr::cputime::current_tid)
+    std::thread::spawn(vadapt_host::cputime::current_tid)
         .join()
         .unwrap()
 }
@@ -87,7 +87,7 @@ fn fake_proc_and_cgroups(dir: &Path, cpus: &[usize], pids: &[u32], own_cgroup: &
 
 #[test]
 fn thread_ids_that_are_not_the_vms_are_refused_and_moved_ones_put_back() {
-    let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+    let own = vadapt_host::cputime::current_affinity().unwrap();
     if own.len() < 2 {
         eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
         return;
@@ -195,7 +195,7 @@ fn thread_ids_that_are_not_the_vms_are_refused_and_moved_ones_put_back() {
 
 #[test]
 fn a_silent_qmp_peer_delays_only_its_own_vm() {
-    let own = vadapt_coremgr::cputime::current_affinity().unwrap();
+    let own = vadapt_host::cputime::current_affinity().unwrap();
     if own.len() < 2 {
         eprintln!("skipped: needs 2 CPUs in this process's affinity, has {own:?}");
         return;

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::vcpus::Vcpus;
+use crate::server::vcpus::Vcpus;
 
 /// QMP's greeting, the first line the server sends on each connection.
 pub fn greeting() -> Value {

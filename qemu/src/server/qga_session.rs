@@ -1,6 +1,6 @@
 //! One guest agent conversation, without the socket: a request line in, the bytes to
 //! answer out. What the core manager's vSPACE-Guest asks a QEMU guest agent
-//! (`vadapt_coremgr::qga`), answered the way `qemu-ga` answers it:
+//! (`vadapt_qemu::qga`), answered the way `qemu-ga` answers it:
 //!
 //! | command | answer |
 //! |---|---|
@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::qmp_session::error;
-use crate::vcpus::Vcpus;
+use crate::server::qmp_session::error;
+use crate::server::vcpus::Vcpus;
 
 /// Programs run so far: pid → (exit code, stderr).
 #[derive(Debug, Default)]

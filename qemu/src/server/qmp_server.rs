@@ -1,7 +1,7 @@
 //! `--qmp PATH`: a QMP socket, so that the core manager finds this guest's vCPU threads, and
-//! pauses it, exactly as it does a QEMU VM's (`vadapt_coremgr::qmp`).
+//! pauses it, exactly as it does a QEMU VM's (`vadapt_qemu::qmp`).
 //!
-//! What is said on a connection is [`crate::qmp_session`]; this module owns the socket:
+//! What is said on a connection is [`crate::server::qmp_session`]; this module owns the socket:
 //!
 //! * **One client at a time**, as a QEMU `-qmp unix:PATH,server=on` chardev: later clients
 //!   wait in the listen backlog until the current one leaves.
@@ -18,7 +18,7 @@
 //! The same server speaks the guest agent's dialect ([`QmpServer::bind_agent`], `--qga
 //! PATH`): no greeting, and each line is answered by a [`QgaSession`].
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -30,9 +30,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use crate::qga_session::QgaSession;
-use crate::qmp_session::{self, QmpSession};
-use crate::vcpus::Vcpus;
+use crate::json_lines::{JsonLines, LineError};
+use crate::server::qga_session::QgaSession;
+use crate::server::qmp_session::{self, QmpSession};
+use crate::server::vcpus::Vcpus;
 
 /// Longest the server thread waits before it looks at its stop flag (accepting, reading).
 pub const POLL_SLICE: Duration = Duration::from_millis(50);
@@ -228,6 +229,7 @@ fn serve(
 }
 
 /// Waits until `listener` has a connection to accept, or `timeout`.
+#[allow(unsafe_code)] // one poll(2), explained below
 fn wait_readable(listener: &UnixListener, timeout: Duration) {
     let mut p = libc::pollfd {
         fd: listener.as_raw_fd(),
@@ -261,7 +263,6 @@ fn serve_client(
 ) -> Result<(), ClientEnd> {
     // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux, but say so.
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(POLL_SLICE))?;
     stream.set_write_timeout(Some(limits.idle_timeout.max(POLL_SLICE)))?;
     let mut session = match dialect {
         Dialect::Qmp => {
@@ -270,46 +271,39 @@ fn serve_client(
         }
         Dialect::Agent { pairs } => Session::Agent(QgaSession::new(pairs)),
     };
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = [0u8; 4096];
+    let mut lines = JsonLines::new(stream, limits.max_line);
     let mut idle_since = Instant::now();
     loop {
-        // Every complete line in the buffer first (clients may pipeline commands).
-        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=end).collect();
-            idle_since = Instant::now();
-            let line = line[..end].trim_ascii();
-            if line.is_empty() {
-                continue;
-            }
-            let now_unix = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default();
-            match &mut session {
-                Session::Qmp(q) => send(&mut stream, &q.handle(line, vcpus, now_unix))?,
-                Session::Agent(a) => stream.write_all(&a.handle(line, vcpus))?,
-            }
-        }
-        if buf.len() > limits.max_line {
-            let refusal = qmp_session::error("GenericError", "JSON message too long");
-            let _ = send(&mut stream, &[refusal]);
-            return Err(ClientEnd::LineTooLong(limits.max_line));
-        }
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if idle_since.elapsed() >= limits.idle_timeout {
-            return Err(ClientEnd::Idle(limits.idle_timeout));
+        // Short slices, to notice the server's stop; a line cut short by
+        // one is completed by the next (clients may pipeline commands).
+        let line = match lines.read_line(Instant::now() + POLL_SLICE) {
+            Ok(line) => line,
+            Err(LineError::Timeout) if idle_since.elapsed() >= limits.idle_timeout => {
+                return Err(ClientEnd::Idle(limits.idle_timeout));
+            }
+            Err(LineError::Timeout) => continue,
+            Err(LineError::Closed) => return Ok(()),
+            Err(LineError::TooLong { limit }) => {
+                let refusal = qmp_session::error("GenericError", "JSON message too long");
+                let _ = send(lines.stream_mut(), &[refusal]);
+                return Err(ClientEnd::LineTooLong(limit));
+            }
+            Err(LineError::Read(e) | LineError::SetTimeout(e)) => return Err(e.into()),
+        };
+        idle_since = Instant::now();
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
         }
-        // Read no more than one byte past the limit, so an endless line is not buffered.
-        let room = (limits.max_line + 1).saturating_sub(buf.len()).max(1);
-        let want = room.min(chunk.len());
-        match stream.read(&mut chunk[..want]) {
-            Ok(0) => return Ok(()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+        let now_unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        match &mut session {
+            Session::Qmp(q) => send(lines.stream_mut(), &q.handle(line, vcpus, now_unix))?,
+            Session::Agent(a) => lines.stream_mut().write_all(&a.handle(line, vcpus))?,
         }
     }
 }
@@ -327,9 +321,9 @@ fn send(stream: &mut UnixStream, messages: &[Value]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qmp::{self, QmpClient, QmpError, QmpLimits};
     use std::io::{BufRead, BufReader};
-    use vadapt_coremgr::qmp::{self, QmpClient, QmpError, QmpLimits};
-    use vadapt_coremgr::TaskId;
+    use vadapt_host::TaskId;
 
     fn quick() -> QmpServerLimits {
         QmpServerLimits {
@@ -399,7 +393,7 @@ mod tests {
                     let (vcpus, passes, stop) =
                         (Arc::clone(&vcpus), Arc::clone(&passes), Arc::clone(&stop));
                     std::thread::spawn(move || {
-                        vcpus.register(i, vadapt_coremgr::cputime::current_tid());
+                        vcpus.register(i, vadapt_host::cputime::current_tid());
                         while !stop.load(Ordering::Relaxed) {
                             if vcpus.wait_while_paused(Duration::from_millis(10)) {
                                 continue;

@@ -1,4 +1,6 @@
-//! vadapt's core manager: what the host's cores are doing and what they may do.
+//! Host mechanisms: what the host's cores are doing and what they may do.
+//! The one crate that touches `/proc`, `/sys`, cgroups and the scheduler.
+//! (QEMU's control protocols are `vadapt_qemu`'s.)
 //!
 //! - [`cputime`]: CPU time of threads (queue workers, QEMU vCPU threads) and of
 //!   the process, and pinning the calling thread to a core.
@@ -11,7 +13,7 @@
 //! [`vadapt_policy::vspace`]), in the order the daemon loop uses it:
 //!
 //! ```text
-//!   qmp::vcpu_threads(socket) → VmProcess::thread   the VM's vCPU threads,
+//!   VmProcess::identify(QMP peer) → .thread(tid)   the VM's vCPU threads,
 //!                                                  only its QEMU's own
 //!   applier = Applier::cpuset(..) | Applier::affinity(..)   probed once
 //!   every period:
@@ -21,15 +23,9 @@
 //!       report = applier.apply(&sets, &threads)      moved / gone / refused
 //! ```
 //!
-//! - [`qmp`]: which host thread runs each vCPU of a QEMU VM, from its QMP
-//!   socket (`query-cpus-fast`), with every wait bounded.
-//! - [`peer_text`]: [`PeerText`](peer_text::PeerText), text from an
-//!   untrusted peer escaped and capped before it reaches a log line.
-//! - [`qga`]: the QEMU guest agent: online vCPUs (`guest-set-vcpus`) and
-//!   queue pairs (`ethtool -L` through `guest-exec`), for vSPACE-Guest.
-//! - [`vm_process`]: which process is the VM's QEMU (the QMP peer's
-//!   `SO_PEERCRED`, checked against its command line or a pidfile), and
-//!   which thread ids are its own.
+//! - [`vm_process`]: which process is the VM's QEMU (the QMP peer's pid,
+//!   checked against its command line or a pidfile), and which thread ids
+//!   are its own.
 //! - [`thread_group`]: the threads vSPACE manages ([`TaskId`]) and their
 //!   group ([`ThreadGroup`]: vCPU, NQ, best-effort).
 //! - [`thread_load`]: per-period CPU time (in cores) and run-queue delay of
@@ -55,9 +51,8 @@
 
 #![deny(missing_docs)]
 // Only `cputime` (clock_gettime, pthread_getcpuclockid, sched_setaffinity of
-// the calling thread), `affinity` (sched_setaffinity of any thread) and
-// `vm_process` (getsockopt SO_PEERCRED) call libc; they opt out of this with
-// every block explained.
+// the calling thread) and `affinity` (sched_setaffinity of any thread) call
+// libc; they opt out of this with every block explained.
 #![deny(unsafe_code)]
 
 pub mod affinity;
@@ -69,10 +64,7 @@ pub mod cpufreq;
 pub mod cpuset;
 pub mod cputime;
 pub mod error_chain;
-pub mod peer_text;
 pub mod power;
-pub mod qga;
-pub mod qmp;
 #[cfg(test)]
 mod test_dir;
 pub mod thread_group;

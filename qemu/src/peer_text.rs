@@ -16,7 +16,7 @@
 //!   many bytes were left out.
 //!
 //! ```
-//! use vadapt_coremgr::peer_text::PeerText;
+//! use vadapt_qemu::peer_text::PeerText;
 //!
 //! let t = PeerText::new("refused\n2099-01-01T00:00:00Z ERROR forged");
 //! assert_eq!(t.to_string(), r"refused\n2099-01-01T00:00:00Z ERROR forged");

@@ -555,7 +555,7 @@ mod tests {
     /// A real cgroup v1 cpuset: creates `<mount>/vadapt-test-<pid>`, moves
     /// a thread of this process in and back out, and removes it. Needs root
     /// and a v1 cpuset mount; ignored by default because it changes the
-    /// host's cgroup tree (`cargo test -p vadapt-coremgr -- --ignored real_cgroup`).
+    /// host's cgroup tree (`cargo test -p vadapt-host -- --ignored real_cgroup`).
     #[test]
     #[ignore = "writes to the host's cgroup v1 cpuset hierarchy"]
     fn real_cgroup_v1_cpuset() {

@@ -27,10 +27,11 @@
 //! only offlines a vCPU inside the guest: its host thread stays (the core
 //! manager still pins it).
 
+use crate::json_lines::{JsonLines, LineError};
 use crate::peer_text::PeerText;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::io::{self, BufRead, BufReader, ErrorKind, Write};
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -165,7 +166,7 @@ pub struct GuestVcpu {
 /// A connected, synchronised guest agent client.
 #[derive(Debug)]
 pub struct QgaClient {
-    reader: BufReader<UnixStream>,
+    lines: JsonLines,
     limits: QgaLimits,
     usable: bool,
 }
@@ -187,9 +188,14 @@ impl QgaClient {
             path: path.to_owned(),
             source,
         })?;
+        QgaClient::from_stream(stream, limits)
+    }
+
+    /// As [`QgaClient::connect_with`], on a stream already connected.
+    pub fn from_stream(stream: UnixStream, limits: QgaLimits) -> Result<QgaClient, QgaError> {
         let _ = stream.set_write_timeout(Some(limits.timeout));
         let mut c = QgaClient {
-            reader: BufReader::new(stream),
+            lines: JsonLines::new(stream, limits.max_line),
             limits,
             usable: true,
         };
@@ -230,7 +236,7 @@ impl QgaClient {
 
     fn send(&mut self, command: &str, mut line: Vec<u8>) -> Result<(), QgaError> {
         line.push(b'\n');
-        let r = self.reader.get_mut().write_all(&line);
+        let r = self.lines.stream_mut().write_all(&line);
         r.map_err(|source| {
             self.usable = false;
             QgaError::Send {
@@ -290,47 +296,17 @@ impl QgaClient {
     }
 
     fn read_line_inner(&mut self, command: &str, deadline: Instant) -> Result<Vec<u8>, QgaError> {
-        let mut line = Vec::new();
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(QgaError::Timeout {
-                    command: command.to_string(),
-                    timeout: self.limits.timeout,
-                });
-            }
-            let _ = self.reader.get_ref().set_read_timeout(Some(remaining));
-            let buf = match self.reader.fill_buf() {
-                Ok(buf) => buf,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Err(QgaError::Timeout {
-                        command: command.to_string(),
-                        timeout: self.limits.timeout,
-                    });
-                }
-                Err(e) => return Err(QgaError::Read(e)),
-            };
-            if buf.is_empty() {
-                return Err(QgaError::Closed {
-                    command: command.to_string(),
-                });
-            }
-            let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (buf.len(), false),
-            };
-            if line.len() + take > self.limits.max_line {
-                return Err(QgaError::LineTooLong {
-                    limit: self.limits.max_line,
-                });
-            }
-            line.extend_from_slice(&buf[..take]);
-            self.reader.consume(if complete { take + 1 } else { take });
-            if complete {
-                return Ok(line);
-            }
-        }
+        self.lines.read_line(deadline).map_err(|e| match e {
+            LineError::SetTimeout(e) | LineError::Read(e) => QgaError::Read(e),
+            LineError::Timeout => QgaError::Timeout {
+                command: command.to_string(),
+                timeout: self.limits.timeout,
+            },
+            LineError::Closed => QgaError::Closed {
+                command: command.to_string(),
+            },
+            LineError::TooLong { limit } => QgaError::LineTooLong { limit },
+        })
     }
 
     /// The guest's vCPUs (`guest-get-vcpus`).
@@ -508,10 +484,10 @@ fn decode_base64_lossy(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
     use std::io::Read;
     use std::os::unix::net::UnixListener;
     use std::thread::JoinHandle;
+    use tempfile::TempDir as TestDir;
 
     /// A fake agent: answers each request line with `answer(request)`
     /// (`None`: stay silent), after writing `preamble` (stale bytes).
@@ -602,8 +578,8 @@ mod tests {
     }
 
     fn sock(tag: &str) -> (TestDir, PathBuf) {
-        let d = TestDir::new("qga");
-        let p = d.0.join(format!("{tag}.qga"));
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(format!("{tag}.qga"));
         (d, p)
     }
 

@@ -22,7 +22,7 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use vadapt_coremgr::{Availability, CpuFreq};
+//! use vadapt_host::{Availability, CpuFreq};
 //! use vadapt_policy::FreqHint;
 //!
 //! let f = CpuFreq::probe(Path::new("/sys"), 2);

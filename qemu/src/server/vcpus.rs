@@ -1,8 +1,8 @@
 //! The guest's "vCPUs" as a VMM sees them: which host thread plays each one, and whether
 //! the VM runs or is paused.
 //!
-//! Each sending thread ([`crate::worker`]) plays one vCPU: it registers its thread id when it
-//! starts and leaves when it ends. [`crate::qmp_server`] lists them for `query-cpus-fast` and
+//! Each sending thread (the synthetic guest's `worker`) plays one vCPU: it registers its thread id when it
+//! starts and leaves when it ends. [`super::qmp_server`] lists them for `query-cpus-fast` and
 //! pauses and resumes them for `stop` and `cont`, so the core manager finds and controls this
 //! guest exactly as it does a QEMU VM.
 //!
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use vadapt_coremgr::qmp::VcpuThread;
+use crate::qmp::VcpuThread;
 
 /// The vCPU threads of one guest and its run state. Shared by the sending threads, the QMP
 /// server and the library user.

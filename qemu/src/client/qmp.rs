@@ -33,7 +33,7 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use vadapt_coremgr::qmp;
+//! use vadapt_qemu::qmp;
 //!
 //! for t in qmp::vcpu_threads(Path::new("/run/vm0.qmp"))? {
 //!     println!("vCPU {} runs on host thread {}", t.cpu_index, t.thread_id);
@@ -41,9 +41,10 @@
 //! # Ok::<(), qmp::QmpError>(())
 //! ```
 
+use crate::json_lines::{JsonLines, LineError};
 use crate::peer_text::PeerText;
 use serde::Deserialize;
-use std::io::{self, BufRead, BufReader, ErrorKind, Write};
+use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -207,7 +208,7 @@ fn excerpt(line: &[u8]) -> PeerText {
 /// documentation.
 #[derive(Debug)]
 pub struct QmpClient {
-    reader: BufReader<UnixStream>,
+    lines: JsonLines,
     limits: QmpLimits,
     usable: bool,
 }
@@ -225,11 +226,16 @@ impl QmpClient {
             path: path.to_path_buf(),
             source,
         })?;
+        QmpClient::from_stream(stream, limits)
+    }
+
+    /// As [`QmpClient::connect_with`], on a stream already connected.
+    pub fn from_stream(stream: UnixStream, limits: QmpLimits) -> Result<QmpClient, QmpError> {
         stream
             .set_write_timeout(Some(limits.timeout.max(Duration::from_millis(1))))
             .map_err(QmpError::SetTimeout)?;
         let mut client = QmpClient {
-            reader: BufReader::new(stream),
+            lines: JsonLines::new(stream, limits.max_line),
             limits,
             usable: true,
         };
@@ -247,7 +253,7 @@ impl QmpClient {
 
     /// The pid of the process serving the socket (`SO_PEERCRED`).
     pub fn peer_pid(&self) -> io::Result<u32> {
-        crate::vm_process::peer_pid(self.reader.get_ref())
+        crate::peer_cred::peer_pid(self.lines.stream())
     }
 
     /// Run `command` (no arguments) and return its `return` value. Events
@@ -284,8 +290,8 @@ impl QmpClient {
     fn exchange(&mut self, command: &str) -> Result<serde_json::Value, QmpError> {
         let mut request = serde_json::json!({ "execute": command }).to_string();
         request.push('\n');
-        self.reader
-            .get_mut()
+        self.lines
+            .stream_mut()
             .write_all(request.as_bytes())
             .map_err(|source| QmpError::Send {
                 command: command.to_string(),
@@ -317,57 +323,18 @@ impl QmpClient {
 
     /// The next non-blank line, without its line end, read before `deadline`.
     fn read_message(&mut self, waiting_for: &str, deadline: Instant) -> Result<Vec<u8>, QmpError> {
-        loop {
-            let line = self.read_line(waiting_for, deadline)?;
-            if !line.trim_ascii().is_empty() {
-                return Ok(line);
-            }
-        }
-    }
-
-    fn read_line(&mut self, waiting_for: &str, deadline: Instant) -> Result<Vec<u8>, QmpError> {
-        let timeout = || QmpError::Timeout {
-            waiting_for: waiting_for.to_string(),
-            timeout: self.limits.timeout,
-        };
-        let mut line = Vec::new();
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(timeout());
-            }
-            self.reader
-                .get_ref()
-                .set_read_timeout(Some(remaining))
-                .map_err(QmpError::SetTimeout)?;
-            let buf = match self.reader.fill_buf() {
-                Ok(buf) => buf,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Err(timeout());
-                }
-                Err(e) => return Err(QmpError::Read(e)),
-            };
-            if buf.is_empty() {
-                return Err(QmpError::Closed {
-                    waiting_for: waiting_for.to_string(),
-                });
-            }
-            let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (buf.len(), false),
-            };
-            if line.len() + take > self.limits.max_line {
-                return Err(QmpError::LineTooLong {
-                    limit: self.limits.max_line,
-                });
-            }
-            line.extend_from_slice(&buf[..take]);
-            self.reader.consume(if complete { take + 1 } else { take });
-            if complete {
-                return Ok(line);
-            }
-        }
+        self.lines.read_message(deadline).map_err(|e| match e {
+            LineError::SetTimeout(e) => QmpError::SetTimeout(e),
+            LineError::Read(e) => QmpError::Read(e),
+            LineError::Timeout => QmpError::Timeout {
+                waiting_for: waiting_for.to_string(),
+                timeout: self.limits.timeout,
+            },
+            LineError::Closed => QmpError::Closed {
+                waiting_for: waiting_for.to_string(),
+            },
+            LineError::TooLong { limit } => QmpError::LineTooLong { limit },
+        })
     }
 }
 
@@ -381,7 +348,7 @@ fn parse(line: &[u8]) -> Result<Message, QmpError> {
 /// Connect to the QMP socket at `path`, ask for the vCPU threads and
 /// disconnect. See [`QmpClient::query_cpus_fast`]. The thread ids are
 /// QEMU's word: tie them to the peer's process
-/// ([`QmpClient::peer_pid`], [`crate::vm_process`]) before acting on them.
+/// ([`QmpClient::peer_pid`], `vadapt_host::vm_process`) before acting on them.
 pub fn vcpu_threads(path: &Path) -> Result<Vec<VcpuThread>, QmpError> {
     QmpClient::connect(path)?.query_cpus_fast()
 }
@@ -389,9 +356,10 @@ pub fn vcpu_threads(path: &Path) -> Result<Vec<VcpuThread>, QmpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_dir::TestDir;
+    use std::io::{BufRead, BufReader};
     use std::os::unix::net::UnixListener;
     use std::thread::JoinHandle;
+    use tempfile::TempDir as TestDir;
 
     const GREETING: &str = r#"{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": "Debian 1:7.2+dfsg-7"}, "capabilities": ["oob"]}}"#;
     /// QEMU 7.2's reply for a two-vCPU q35 VM.
@@ -433,7 +401,7 @@ mod tests {
         dir: &TestDir,
         script: impl FnOnce(&mut Peer) + Send + 'static,
     ) -> (PathBuf, JoinHandle<()>) {
-        let path = dir.0.join("qmp.sock");
+        let path = dir.path().join("qmp.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
@@ -452,7 +420,7 @@ mod tests {
 
     #[test]
     fn reads_vcpu_threads_skipping_events() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.send(GREETING);
             p.expect("qmp_capabilities");
@@ -486,7 +454,7 @@ mod tests {
 
     #[test]
     fn vcpu_threads_connects_queries_and_hangs_up() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -499,7 +467,7 @@ mod tests {
 
     #[test]
     fn garbage_is_malformed_not_a_panic() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.send("Welcome to the fridge");
             p.drain();
@@ -508,7 +476,7 @@ mod tests {
         assert!(matches!(&e, QmpError::Malformed { line, .. } if line.contains("fridge")));
         server.join().unwrap();
 
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.send(r#"{"return": {}}"#);
             p.drain();
@@ -517,7 +485,7 @@ mod tests {
         assert!(matches!(e, QmpError::NoGreeting { .. }), "{e:?}");
         server.join().unwrap();
 
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -535,7 +503,7 @@ mod tests {
 
     #[test]
     fn a_reply_of_the_wrong_shape_is_a_parse_error() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -557,7 +525,7 @@ mod tests {
     #[test]
     fn silence_times_out() {
         // No greeting at all.
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| p.drain());
         let start = Instant::now();
         let e = QmpClient::connect_with(&path, quick()).unwrap_err();
@@ -569,7 +537,7 @@ mod tests {
         server.join().unwrap();
 
         // A greeting, then no reply.
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.send(GREETING);
             p.drain();
@@ -584,7 +552,7 @@ mod tests {
 
     #[test]
     fn an_endless_stream_of_events_still_times_out() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -605,7 +573,7 @@ mod tests {
 
     #[test]
     fn an_error_reply_is_typed_and_the_connection_survives() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -636,7 +604,7 @@ mod tests {
 
     #[test]
     fn close_mid_exchange_is_closed() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");
@@ -657,18 +625,18 @@ mod tests {
             "{e:?}"
         );
 
-        let dir = TestDir::new("qmp");
-        let e = QmpClient::connect(&dir.0.join("absent.sock")).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let e = QmpClient::connect(&dir.path().join("absent.sock")).unwrap_err();
         assert!(matches!(e, QmpError::Connect { .. }), "{e:?}");
     }
 
-    /// Against a real QEMU, paused (`-S`): `cargo test -p vadapt-coremgr --
+    /// Against a real QEMU, paused (`-S`): `cargo test -p vadapt-host --
     /// --ignored real_qemu`. Ignored by default because it starts a QEMU.
     #[test]
     #[ignore = "starts qemu-system-x86_64"]
     fn real_qemu_reports_its_vcpu_threads() {
-        let dir = TestDir::new("qmp");
-        let path = dir.0.join("qemu.qmp");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qemu.qmp");
         let mut qemu = std::process::Command::new("qemu-system-x86_64")
             .args([
                 "-S",
@@ -712,7 +680,7 @@ mod tests {
 
     #[test]
     fn a_huge_line_is_refused_unread() {
-        let dir = TestDir::new("qmp");
+        let dir = tempfile::tempdir().unwrap();
         let (path, server) = serve(&dir, |p| {
             p.handshake();
             p.expect("query-cpus-fast");

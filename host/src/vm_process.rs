@@ -10,6 +10,7 @@
 //! ```text
 //!   connect to the QMP socket
 //!   pid = SO_PEERCRED of the connection           the kernel's word, not QEMU's
+//!                                                 (vadapt_qemu's QmpClient::peer_pid)
 //!   VmProcess::identify(pid):
 //!       qemu_pidfile configured → it must hold pid
 //!       else never vadapt itself, and /proc/<pid>/cmdline must name the socket (-qmp unix:PATH,...,
@@ -22,20 +23,13 @@
 //! is not on QEMU's command line; give the VM's pidfile
 //! (`/run/libvirt/qemu/<domain>.pid`) as `qemu_pidfile` there.
 
-#![allow(unsafe_code)] // one getsockopt(SO_PEERCRED), explained below
-
 use crate::thread_group::{TaskId, TaskIdError};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 /// The VM's QEMU could not be identified.
 #[derive(Debug, thiserror::Error)]
 pub enum VmProcessError {
-    /// `getsockopt(SO_PEERCRED)` failed.
-    #[error("failed to read the QMP peer's credentials")]
-    PeerCred(#[source] io::Error),
     /// The peer is vadapt itself.
     #[error("the QMP peer (pid {pid}) is vadapt itself, not QEMU")]
     OwnProcess {
@@ -83,36 +77,6 @@ pub enum VmProcessError {
         /// The QMP socket.
         socket: PathBuf,
     },
-}
-
-/// The pid of the process at the other end of `stream`, as the kernel
-/// recorded it when the connection was made (`SO_PEERCRED`).
-pub fn peer_pid(stream: &UnixStream) -> io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is a live unix socket owned by `stream`; `cred` is a
-    // writable ucred and `len` its size, so the kernel writes at most that
-    // many bytes into it.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(cred.pid)
-        .ok()
-        .filter(|&p| p > 0)
-        .ok_or_else(|| io::Error::other("the peer's pid is unknown (another pid namespace?)"))
 }
 
 /// A process checked to be a VM's QEMU. See the module documentation.
@@ -217,12 +181,6 @@ mod tests {
     use super::*;
     use crate::test_dir::TestDir;
     use std::os::unix::net::UnixListener;
-
-    #[test]
-    fn the_peer_pid_is_the_kernels_word() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(peer_pid(&a).unwrap(), std::process::id());
-    }
 
     #[test]
     fn a_command_line_names_the_socket_in_any_of_qemus_forms() {
