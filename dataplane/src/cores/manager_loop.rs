@@ -49,7 +49,7 @@
 use super::config::{ApplyMethod, CoresConfig, VmRole};
 use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
 use super::peer_worker::PeerWorker;
-use super::status::{CoresStatus, VmCores};
+use super::status::{CoresStatus, Placement, VmCores};
 use super::vm_qmp::{self, QmpReply, QmpRequest, RunFailure, VmQmp, VmRun};
 use crate::nq_workers::NqWorkers;
 use crate::panic_message::panic_message;
@@ -344,7 +344,7 @@ impl CoreManager {
             .snapshot
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        s.mode = self.mode.to_string();
+        s.mode = self.mode;
         s.sets = self.sets.clone();
         s.threads_restored += report.restored as u64;
         for vm in &mut s.vms {
@@ -812,9 +812,13 @@ impl CoreManager {
             .snapshot
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        s.mode = self.mode.to_string();
+        s.mode = self.mode;
         s.cpus = self.cfg.cpus.clone();
-        s.apply = self.applier.name().to_string();
+        s.apply = match self.applier.mechanism() {
+            Mechanism::Affinity => Placement::Affinity,
+            Mechanism::Cpuset(_) => Placement::Cpuset,
+            Mechanism::AdviseOnly { .. } => Placement::AdviseOnly,
+        };
         s.advise_reason = match self.applier.availability() {
             vadapt_host::Availability::Unavailable { reason } => Some(reason),
             _ => None,
@@ -861,7 +865,7 @@ impl CoreManager {
             .iter()
             .map(|vm| VmCores {
                 name: vm.name.clone(),
-                role: vm.role.as_str().to_string(),
+                role: vm.role,
                 qmp: vm.qmp.as_ref().map(|p| p.display().to_string()),
                 vcpu_tids: vm.vcpus.iter().map(|t| t.tid).collect(),
                 qemu_pid: vm.qemu_pid,
@@ -1242,7 +1246,7 @@ mod tests {
         m.step(t + Duration::from_millis(100));
         let s = status.snapshot();
         assert_eq!(s.vms[0].qemu_pid, Some(std::process::id()), "{s:?}");
-        assert_eq!(s.apply, "affinity", "{s:?}");
+        assert_eq!(s.apply, Placement::Affinity, "{s:?}");
         // vSPACE-P: every CPU in use, one per group here.
         assert_eq!(s.sets.vcpu.len() + s.sets.nq.len(), 2, "{s:?}");
         for &tid in &tids {
@@ -1261,7 +1265,7 @@ mod tests {
         for &tid in &tids {
             assert_eq!(allowed(tid), cpus);
         }
-        assert_eq!(status.snapshot().mode, "off");
+        assert_eq!(status.snapshot().mode, VspaceMode::Off);
 
         // The VM goes away (QMP closes, its threads exit): counted, no panic,
         // and the lookup is retried.
@@ -1277,7 +1281,7 @@ mod tests {
             "{s:?}"
         );
         assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
-        assert_eq!(s.mode, "e");
+        assert_eq!(s.mode, VspaceMode::Energy);
     }
 
     #[test]
@@ -1323,7 +1327,7 @@ mod tests {
             "{why}"
         );
         assert!(s.to_table().starts_with("STOPPED: "), "{}", s.to_table());
-        assert_eq!(s.mode, "off");
+        assert_eq!(s.mode, VspaceMode::Off);
         for (&tid, was) in tids.iter().zip(&original) {
             assert_eq!(&allowed(tid), was, "thread {tid} back to what it had");
         }
@@ -1475,7 +1479,7 @@ mod tests {
                 .contains("not a JSON object"),
             "{s:?}"
         );
-        assert_eq!(s.apply, "advise-only");
+        assert_eq!(s.apply, Placement::AdviseOnly);
         assert!(s.advise_reason.unwrap().contains("advise"));
     }
 

@@ -11,4 +11,4 @@ pub mod status;
 pub mod vm_qmp;
 
 pub use config::{ApplyMethod, CoresConfig, VmRole};
-pub use status::{CoresSnapshot, CoresStatus};
+pub use status::{CoresSnapshot, CoresStatus, Placement};

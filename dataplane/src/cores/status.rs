@@ -2,10 +2,43 @@
 //! metrics, and the requests it takes at run time (a mode change, P95
 //! samples for the threshold explorer).
 
+use super::config::VmRole;
+use crate::nq_workers::status::NqWorkerStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use vadapt_policy::vspace::{CoreSets, VspaceMode};
+
+/// How the manager places threads now: the host mechanism in use, which is
+/// advise-only where the configured one cannot work (see `advise_reason`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// `sched_setaffinity` on each thread.
+    Affinity,
+    /// A cgroup cpuset per group.
+    Cpuset,
+    /// Nothing is moved.
+    #[default]
+    AdviseOnly,
+}
+
+impl Placement {
+    /// The name `vadapt cores` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Affinity => "affinity",
+            Placement::Cpuset => "cpuset",
+            Placement::AdviseOnly => "advise-only",
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Decisions kept for `vadapt cores`.
 pub const RECENT_DECISIONS: usize = 16;
@@ -15,8 +48,8 @@ pub const RECENT_DECISIONS: usize = 16;
 pub struct VmCores {
     /// Port name.
     pub name: String,
-    /// `lc` or `be`.
-    pub role: String,
+    /// Latency-critical (`lc`) or best-effort (`be`).
+    pub role: VmRole,
     /// Its QMP socket, if configured.
     pub qmp: Option<String>,
     /// Host thread ids of its vCPUs (from `query-cpus-fast`, each checked to
@@ -45,11 +78,11 @@ pub struct VmCores {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CoresSnapshot {
     /// `off`, `p`, `e` or `r`.
-    pub mode: String,
+    pub mode: VspaceMode,
     /// The managed CPUs.
     pub cpus: Vec<usize>,
-    /// `affinity`, `cpuset` or `advise-only`.
-    pub apply: String,
+    /// How threads are placed: `affinity`, `cpuset` or `advise-only`.
+    pub apply: Placement,
     /// Why threads are not moved, in advise-only mode.
     pub advise_reason: Option<String>,
     /// Each group's CPUs.
@@ -185,7 +218,7 @@ impl CoresSnapshot {
                 s,
                 "vm {:<12} {:<3} vcpu threads {:?}{}{}",
                 vm.name,
-                vm.role,
+                vm.role.as_str(),
                 vm.vcpu_tids,
                 if vm.paused { " PAUSED" } else { "" },
                 vm.error
@@ -295,19 +328,6 @@ impl CoresStatus {
     }
 }
 
-/// One worker as `vadapt cores` shows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NqWorkerStatus {
-    /// Index in the pool (worker `i` runs on the NQ group's `i`-th CPU).
-    pub index: usize,
-    /// Thread id (0 until the thread has started).
-    pub tid: u32,
-    /// The CPU it is pinned to (`None`: not pinned, e.g. `apply = "advise"`).
-    pub cpu: Option<usize>,
-    /// The ports whose queues it serves.
-    pub ports: Vec<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,7 +364,7 @@ mod tests {
             queue_set_moves: 3,
             vms: vec![VmCores {
                 name: "vm1".into(),
-                role: "lc".into(),
+                role: VmRole::Lc,
                 guest_vcpus: Some(1),
                 guest_error: Some("ethtool -L: refused".into()),
                 ..VmCores::default()

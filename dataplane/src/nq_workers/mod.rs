@@ -22,11 +22,12 @@
 //! policy must see all the port's traffic.
 
 mod queue_set;
+pub mod status;
 mod worker_thread;
 
 pub use queue_set::QueueSet;
+pub use status::NqWorkerStatus;
 
-pub use crate::cores::status::NqWorkerStatus;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

@@ -145,12 +145,12 @@ fn thread_ids_that_are_not_the_vms_are_refused_and_moved_ones_put_back() {
         let (s, _) = step_until(&mut m, &status, Instant::now(), |s: &CoresSnapshot| {
             s.threads_moved >= 1
         });
-        let name = if method == ApplyMethod::Affinity {
-            "affinity"
+        let placed = if method == ApplyMethod::Affinity {
+            Placement::Affinity
         } else {
-            "cpuset"
+            Placement::Cpuset
         };
-        assert_eq!(s.apply, name, "{s:?}");
+        assert_eq!(s.apply, placed, "{s:?}");
         assert_eq!(s.vms[0].vcpu_tids, [legit], "{s:?}");
         assert_eq!(s.foreign_tids_refused, 2, "{s:?}");
         assert_eq!(thread_affinity(sleeper.pid()).unwrap(), sleeper_before);
