@@ -8,11 +8,11 @@
 
 use crate::frames::FrameBatch;
 use crate::metrics::PortStats;
-use crate::net::Mac;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use vadapt_wire::Mac;
 
 /// Index of a port on the switch.
 pub type PortId = usize;

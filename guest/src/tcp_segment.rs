@@ -32,7 +32,7 @@
 //! and sink has a stable, distinct address without configuration. Ports: the sender thread
 //! `t` uses source port `40000 + t` and destination port 5201 (iperf3's), one flow per thread.
 
-use vadapt_virtq::inet_checksum::{checksum, fold, sum_words};
+use vadapt_wire::checksum::{checksum, fold, sum_words};
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, VIRTIO_NET_HDR_GSO_TCPV4,
 };

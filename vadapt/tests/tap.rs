@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, TapPortConfig};
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::Daemon;
+use vadapt_wire::Mac;
 
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x07]);
 const HOST: Mac = Mac([0x02, 0, 0, 0, 0x0a, 0x07]);
