@@ -21,9 +21,9 @@ use vadapt_dataplane::net::MAX_FRAME;
 use vadapt_dataplane::offload::Cutter;
 use vadapt_dataplane::switch::{Egress, Switch};
 use vadapt_dataplane::Daemon;
-use vadapt_guest::tcp_segment::{ip_for_mac, MSS};
 use vadapt_guest::{Guest, GuestConfig, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::tcp_build::{ip_for_mac, MSS};
 use vadapt_wire::test_frames::verify_segment;
 use vadapt_wire::{Mac, Offload};
 

@@ -13,9 +13,14 @@
 //! * [`checksum`] — the Internet checksum (RFC 1071) and the completion of
 //!   a partial checksum a guest left.
 //! * [`tcp`] — TCP's protocol number, flag bits and checksum field.
+//! * [`tcp_build`] — building the headers of one TCP-stream segment as
+//!   Linux's TCP and virtio-net driver hand it to the device
+//!   ([`tcp_build::TcpFlow`]): the synthetic guest's TSO sender.
 //! * [`tcp_cut`] — cutting one TCP segment of up to 64 KiB into MSS-sized
 //!   frames with their headers fixed ([`TcpSegmenter`]): the host's
 //!   software TSO.
+//! * [`stamped_frame`] — the synthetic guest's own frames: Ethernet with a
+//!   [`stamped_frame::Stamp`] that times a reply against its request.
 //! * `test_frames` (feature `test-utils`) — sample TCP frames as a Linux
 //!   guest hands them to virtio-net, and a check of segments with
 //!   `etherparse`'s own parser and checksum code, for other crates' tests
@@ -31,7 +36,9 @@
 pub mod checksum;
 pub mod ethernet;
 pub mod mac;
+pub mod stamped_frame;
 pub mod tcp;
+pub mod tcp_build;
 pub mod tcp_cut;
 #[cfg(test)]
 mod tcp_cut_tests;

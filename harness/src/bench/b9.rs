@@ -35,10 +35,10 @@ use super::table::{metric_table, table};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, PortDelta, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::metrics::StatsSnapshot;
-use vadapt_guest::tcp_segment::{FRAME_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use vadapt_policy::netap::NetapParams;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_results::{cell, ratio, ResultFile, Row, Spread};
+use vadapt_wire::tcp_build::{FRAME_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 
 /// Title.
 pub const TITLE: &str =
