@@ -20,6 +20,9 @@ pub const ETHERTYPE_IPV6: u16 = 0x86dd;
 pub const ETHERTYPE_VLAN: u16 = 0x8100;
 /// EtherType of an 802.1ad (QinQ) service tag.
 pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// IEEE 802 local experimental EtherType 1: no protocol's, so never
+/// mistaken for IP (the synthetic guest's frames, and test frames).
+pub const ETHERTYPE_EXPERIMENTAL: u16 = 0x88b5;
 
 /// The EtherType at `at` in `frame`, if the frame is long enough.
 pub fn ethertype_at(frame: &[u8], at: usize) -> Option<u16> {

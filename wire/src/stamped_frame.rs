@@ -9,12 +9,12 @@
 //! The frame carries the IEEE "local experimental" EtherType 0x88B5, so that it is never
 //! mistaken for IP traffic if it reaches a TAP port.
 
-use crate::ethernet::{ethertype_at, ETHERTYPE_OFFSET, ETH_HDR_LEN};
+use crate::ethernet::{ethertype_at, ETHERTYPE_EXPERIMENTAL, ETHERTYPE_OFFSET, ETH_HDR_LEN};
 use crate::mac::Mac;
 use crate::vnet_hdr::HDR_LEN_MRG;
 
 /// EtherType of the guest's frames: IEEE 802 local experimental EtherType 1.
-pub const ETHERTYPE: u16 = 0x88B5;
+pub const ETHERTYPE: u16 = ETHERTYPE_EXPERIMENTAL;
 /// Bytes of payload taken by the [`Stamp`]: sequence (8), send time (8), thread (4).
 pub const STAMP_LEN: usize = 20;
 /// Smallest message size the guest accepts (bytes of L2 payload): room for the stamp.

@@ -3,6 +3,7 @@
 //! virtio-net, with the virtio-net header it writes, and a check of
 //! segments with `etherparse`'s own parser and checksum code (not ours).
 //!
+//! * [`ethernet_frame`] builds a plain Ethernet frame around a payload.
 //! * [`tso_frame`] builds a frame of a [`Shape`] (IPv4 or IPv6, a VLAN tag
 //!   or not, TCP options and flags) around a payload; [`linux_tso4`] is
 //!   the header in front of a [`LINUX_V4`] one.
@@ -13,10 +14,22 @@
 
 use crate::checksum::{fold, sum_words};
 use crate::ethernet::{ETH_HDR_LEN, ETH_VLAN_HDR_LEN};
+use crate::mac::Mac;
 use crate::tcp_cut::TcpSegmenter;
 use crate::vnet_hdr::{TcpGso, VnetHdr, F_NEEDS_CSUM, GSO_TCPV4};
 use etherparse::checksum::Sum16BitWords;
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TcpSlice, TransportSlice};
+
+/// An Ethernet frame from `src` to `dst` of EtherType `ethertype`
+/// carrying `payload` (no padding to 60 bytes: runts are frames too).
+pub fn ethernet_frame(dst: Mac, src: Mac, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(ETH_HDR_LEN + payload.len());
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
 
 /// IPv4 source address of the test frames.
 pub const SRC4: [u8; 4] = [10, 0, 0, 1];
