@@ -14,7 +14,7 @@ use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::RingFeatures;
 use vadapt_wire::ethernet::ETH_HDR_LEN;
 use vadapt_wire::tcp_build::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
-use vadapt_wire::vnet_hdr::HDR_LEN_MRG;
+use vadapt_wire::vnet_hdr::{VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, HDR_LEN_MRG};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_MRG_RXBUF,
@@ -84,8 +84,9 @@ fn check_segment(chain: &Chain, next_seq: &mut Option<u32>, st: &mut BackendStat
         st.seq_breaks += 1;
     }
     *next_seq = Some(seq.wrapping_add(payload));
-    let gso = h[1] == 1 && u16::from_le_bytes([h[4], h[5]]) == MSS as u16;
-    if h[0] != 1 || gso != (payload > MSS) {
+    let vnet = VnetHdr::read(&h).expect("BUF_HDRS_LEN > VnetHdr::LEN");
+    let gso = vnet.gso_type == GSO_TCPV4 && u32::from(vnet.gso_size) == MSS;
+    if vnet.flags != F_NEEDS_CSUM || gso != (payload > MSS) {
         st.bad_headers += 1;
     }
 }

@@ -273,8 +273,11 @@ mod tests {
     /// a receiver does: pseudo-header + segment sums to 0xffff.
     fn complete_and_verify(frame: &mut [u8], src: [u8; 4], dst: [u8; 4]) {
         let l4 = usize::from(CSUM_START);
-        let sum = checksum(&frame[l4..], 0);
-        frame[l4 + 16..l4 + 18].copy_from_slice(&sum.to_be_bytes());
+        let at = crate::ChecksumAt {
+            start: CSUM_START,
+            offset: CSUM_OFFSET,
+        };
+        assert!(crate::complete_partial_checksum(frame, at));
         let tcp_len = (frame.len() - l4) as u32;
         assert_eq!(
             fold(sum_words(
