@@ -53,12 +53,12 @@ KNOWN_CYCLES: list[tuple[str, ...]] = []
 
 # Circles between the rooms of a folder still to be broken: (folder relative
 # to the repository root, the rooms in the circle). Issue 25 gives the daemon
-# crate rooms without them; until it has, these two are listed so that no
-# new circle can join them unseen. The list only shrinks: a listed circle
+# crate rooms without them; until it has, this one is listed so that no new
+# circle can join it unseen (frames, net and offload left theirs when the
+# wire format became its own crate). The list only shrinks: a listed circle
 # that changed or is gone fails.
 KNOWN_ROOM_CYCLES: list[tuple[str, tuple[str, ...]]] = [
     ("dataplane/src", ("config", "cores", "metrics", "nq_workers", "switch", "vmport")),
-    ("dataplane/src", ("frames", "net", "offload")),
 ]
 
 KEYWORD_STARTS = {"crate", "super", "self"}

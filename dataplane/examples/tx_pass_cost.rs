@@ -24,7 +24,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::ports::Sink;
 use vadapt_dataplane::switch::{FdbCache, Switch};
 use vadapt_dataplane::vmport::ring::Ring;
@@ -33,6 +32,7 @@ use vadapt_policy::busypoll::BURST;
 use vadapt_policy::Budget;
 use vadapt_virtq::mock::{buf, readable, MockQueue};
 use vadapt_virtq::RingFeatures;
+use vadapt_wire::Mac;
 
 /// Ring entries.
 const SIZE: u16 = 256;

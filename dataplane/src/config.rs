@@ -28,7 +28,6 @@
 //! name = "echo0"
 //! ```
 
-use crate::net::Mac;
 use crate::vmport::frontend_socket::SocketMode;
 use crate::vmport::memory_file::UnsealedMemory;
 use serde::{Deserialize, Serialize};
@@ -36,6 +35,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
+use vadapt_wire::Mac;
 
 /// Most queue pairs per VM port. Matches DPDK's `VHOST_MAX_QUEUE_PAIRS`-scale
 /// limits and keeps per-port memory bounded.
@@ -495,7 +495,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             "mac" => {
                 mac = Some(
                     v.parse()
-                        .map_err(|e: crate::net::MacParseError| field("--vm mac", e.to_string()))?,
+                        .map_err(|e: vadapt_wire::MacParseError| field("--vm mac", e.to_string()))?,
                 )
             }
             "policy" => {
@@ -560,7 +560,7 @@ pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, Confi
     for kv in it {
         match kv.split_once('=') {
             Some(("mac", v)) => {
-                mac = Some(v.parse().map_err(|e: crate::net::MacParseError| {
+                mac = Some(v.parse().map_err(|e: vadapt_wire::MacParseError| {
                     field(format!("{flag} mac"), e.to_string())
                 })?)
             }

@@ -7,7 +7,6 @@ use crate::cores::config::QueueWorkers;
 use crate::cores::manager_loop::{self, CoreManager};
 use crate::cores::{ApplyMethod, CoresStatus};
 use crate::metrics::{PortStats, Registry};
-use crate::net::Mac;
 use crate::nq_workers::NqWorkers;
 use crate::ports::{Echo, Sink, Tap, TapError};
 use crate::switch::Switch;
@@ -23,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vadapt_host::cpufreq::CpuFreq;
 use vadapt_policy::{PolicyConfig, Retune};
+use vadapt_wire::Mac;
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]

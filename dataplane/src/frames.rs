@@ -13,9 +13,9 @@
 //! lookup, which is why the side store is not per frame: issue #16 needs
 //! the small-frame path as it was.
 
-use crate::offload::vnet_hdr::{Offload, VnetHdr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use vadapt_wire::{Offload, VnetHdr};
 
 /// Bytes per frame slot; every frame vadapt forwards fits (see [`crate::net::MAX_FRAME`]).
 pub const SLOT: usize = 2048;

@@ -1,9 +1,11 @@
-//! virtio-net facts the data plane needs: feature bits, the header, the
-//! config space, and MAC addresses.
+//! virtio-net facts the data plane needs: feature bits, the offloads
+//! negotiated, the frame sizes vadapt forwards, the control queue and the
+//! config space. The bytes on the wire (MAC addresses, the virtio-net
+//! header, Ethernet) are `vadapt_wire`'s.
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use vadapt_wire::ethernet::ETH_HDR_LEN;
+use vadapt_wire::vnet_hdr::{Offload, HDR_LEN_LEGACY, HDR_LEN_MRG};
+use vadapt_wire::Mac;
 
 /// `VIRTIO_NET_F_CSUM`: the device takes frames with partial checksums
 /// (`VIRTIO_NET_HDR_F_NEEDS_CSUM`).
@@ -75,14 +77,6 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
 /// `VIRTIO_NET_S_LINK_UP` in the config space's status field.
 pub const VIRTIO_NET_S_LINK_UP: u16 = 1;
 
-/// Length of `struct virtio_net_hdr_mrg_rxbuf` (with `num_buffers`), used when
-/// VERSION_1 or MRG_RXBUF is negotiated.
-pub const HDR_LEN_MRG: usize = 12;
-/// Length of the legacy `struct virtio_net_hdr` without `num_buffers`.
-pub const HDR_LEN_LEGACY: usize = 10;
-/// Offset of `num_buffers` in the header.
-pub const HDR_NUM_BUFFERS_OFFSET: usize = 10;
-
 /// Largest Ethernet frame (without virtio-net header) vadapt forwards: a
 /// 1500-byte MTU plus Ethernet and VLAN headers. We do not offer
 /// `VIRTIO_NET_F_MTU`, so a well-behaved guest sends no more but in GSO
@@ -92,7 +86,7 @@ pub const MAX_FRAME: usize = 1518;
 /// datagram behind Ethernet and a VLAN tag.
 pub const MAX_GSO_FRAME: usize = 65_535 + 18;
 /// Smallest frame: an Ethernet header.
-pub const MIN_FRAME: usize = 14;
+pub const MIN_FRAME: usize = ETH_HDR_LEN;
 
 /// Control queue classes and commands (virtio 1.2 §5.1.6.5).
 pub mod ctrl {
@@ -189,8 +183,7 @@ impl GuestOffloads {
     /// True if the receiver takes a frame that asks `offload` as it is.
     /// A GSO frame also needs `csum` (Linux's driver turns GSO off without
     /// it, and the segments' checksums are partial).
-    pub fn takes(&self, offload: &crate::offload::vnet_hdr::Offload) -> bool {
-        use crate::offload::vnet_hdr::Offload;
+    pub fn takes(&self, offload: &Offload) -> bool {
         match offload {
             Offload::None => true,
             Offload::Checksum(_) => self.csum,
@@ -198,98 +191,6 @@ impl GuestOffloads {
                 self.csum && if gso.ipv6 { self.tso6 } else { self.tso4 } && (!gso.ecn || self.ecn)
             }
         }
-    }
-}
-
-/// A MAC address.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
-pub struct Mac(pub [u8; 6]);
-
-/// Error parsing a MAC address.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid MAC address `{0}` (expected six hex bytes like 52:54:00:12:34:56)")]
-pub struct MacParseError(String);
-
-impl Mac {
-    /// The broadcast address.
-    pub const BROADCAST: Mac = Mac([0xff; 6]);
-
-    /// True for group (broadcast or multicast) addresses.
-    pub fn is_multicast(&self) -> bool {
-        self.0[0] & 1 != 0
-    }
-
-    /// A stable, locally administered unicast MAC derived from a port name.
-    pub fn from_name(name: &str) -> Mac {
-        // FNV-1a: stable across runs and platforms, unlike `DefaultHasher`.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in name.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        let b = h.to_be_bytes();
-        Mac([0x52, 0x54, 0x00, b[5], b[6], b[7]])
-    }
-
-    /// Destination MAC of an Ethernet frame (`None` if shorter than 6 bytes).
-    pub fn dst_of(frame: &[u8]) -> Option<Mac> {
-        frame.get(0..6).map(|s| Mac(s.try_into().expect("6 bytes")))
-    }
-
-    /// Source MAC of an Ethernet frame (`None` if shorter than 12 bytes).
-    pub fn src_of(frame: &[u8]) -> Option<Mac> {
-        frame
-            .get(6..12)
-            .map(|s| Mac(s.try_into().expect("6 bytes")))
-    }
-}
-
-impl fmt::Display for Mac {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
-    }
-}
-
-impl fmt::Debug for Mac {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for Mac {
-    type Err = MacParseError;
-    fn from_str(s: &str) -> Result<Self, MacParseError> {
-        let mut out = [0u8; 6];
-        let mut parts = s.split([':', '-']);
-        for b in out.iter_mut() {
-            let p = parts.next().ok_or_else(|| MacParseError(s.into()))?;
-            if p.len() != 2 {
-                return Err(MacParseError(s.into()));
-            }
-            *b = u8::from_str_radix(p, 16).map_err(|_| MacParseError(s.into()))?;
-        }
-        if parts.next().is_some() {
-            return Err(MacParseError(s.into()));
-        }
-        Ok(Mac(out))
-    }
-}
-
-impl Serialize for Mac {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Mac {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -306,25 +207,6 @@ pub fn config_space(mac: Mac, max_pairs: u16) -> [u8; 10] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mac_parse_and_print_roundtrip() {
-        let m: Mac = "52:54:00:AB:cd:01".parse().unwrap();
-        assert_eq!(m.to_string(), "52:54:00:ab:cd:01");
-        assert!("52:54:00:ab:cd".parse::<Mac>().is_err());
-        assert!("52:54:00:ab:cd:01:02".parse::<Mac>().is_err());
-        assert!("52:54:00:ab:cd:zz".parse::<Mac>().is_err());
-        assert!(!m.is_multicast());
-        assert!(Mac::BROADCAST.is_multicast());
-    }
-
-    #[test]
-    fn name_macs_are_stable_unicast_and_distinct() {
-        let a = Mac::from_name("vm1");
-        assert_eq!(a, Mac::from_name("vm1"));
-        assert_ne!(a, Mac::from_name("vm2"));
-        assert!(!a.is_multicast());
-    }
 
     #[test]
     fn config_space_layout() {

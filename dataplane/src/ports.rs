@@ -5,7 +5,7 @@ use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{push_frame, Cutter, Pushed, VnetHdr};
+use crate::offload::{push_frame, Cutter, Pushed};
 use crate::switch::{Egress, FdbCache, PortId, Switch};
 use std::cell::RefCell;
 use std::fs::File;
@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use vadapt_host::error_chain::error_chain;
+use vadapt_wire::VnetHdr;
 
 /// Counts and drops every frame. The frames were already copied out of guest
 /// memory into a host buffer by the sending worker, as DPDK's vhost PMD copies
@@ -381,7 +382,7 @@ impl Egress for Tap {
                     let ok = file
                         .write_vectored(&iov)
                         .is_ok_and(|w| w == VnetHdr::LEN + f.len());
-                    if ok && k.hdr.gso_type != crate::offload::vnet_hdr::GSO_NONE {
+                    if ok && k.hdr.gso_type != vadapt_wire::vnet_hdr::GSO_NONE {
                         q.gso_whole.fetch_add(1, Ordering::Relaxed);
                     }
                     ok
@@ -401,9 +402,9 @@ impl Egress for Tap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::Mac;
     use crate::switch::test_utils::Recorder;
     use std::time::Duration;
+    use vadapt_wire::Mac;
 
     /// A real TAP device (root and /dev/net/tun needed: these machines have
     /// both; elsewhere the test says why it did nothing). The kernel
@@ -492,8 +493,8 @@ mod tests {
 
     #[test]
     fn a_sink_cuts_a_gso_frame_and_counts_its_segments() {
-        use crate::offload::test_frames::{tso_frame, LINUX_V4};
-        use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
+        use vadapt_wire::test_frames::{tso_frame, LINUX_V4};
+        use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
         let f = tso_frame(LINUX_V4, &[5; 10 * 1448]);
         let hdr = VnetHdr {
             flags: F_NEEDS_CSUM,

@@ -8,11 +8,11 @@
 
 use crate::frames::FrameBatch;
 use crate::metrics::PortStats;
-use crate::net::Mac;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use vadapt_wire::Mac;
 
 /// Index of a port on the switch.
 pub type PortId = usize;
@@ -292,13 +292,11 @@ mod tests {
     use super::test_utils::Recorder;
     use super::*;
     use crate::metrics::PortStats;
+    use vadapt_wire::ethernet::ETHERTYPE_EXPERIMENTAL;
+    use vadapt_wire::test_frames::ethernet_frame;
 
     fn frame(dst: Mac, src: Mac, tag: u8) -> Vec<u8> {
-        let mut f = Vec::new();
-        f.extend_from_slice(&dst.0);
-        f.extend_from_slice(&src.0);
-        f.extend_from_slice(&[0x88, 0xb5, tag]);
-        f
+        ethernet_frame(dst, src, ETHERTYPE_EXPERIMENTAL, &[tag])
     }
 
     fn setup(n: usize) -> (Switch, Vec<Arc<Recorder>>) {

@@ -30,7 +30,7 @@ use vadapt_host::cpufreq::CpuFreq;
 use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::net::{Mac, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
+use vadapt_dataplane::net::{OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use vadapt_dataplane::ports::Echo;
 use vadapt_dataplane::switch::{Egress, Switch};
 use vadapt_dataplane::vmport::handler::{offered_protocol_features, Connection};
@@ -39,6 +39,7 @@ use vadapt_dataplane::vmport::VmPort;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_virtq::mem::{MappedRegion, MmapRegion};
 use vadapt_virtq::{DriverQueue, GuestMemory, QueueLayout, RingFeatures, Seg};
+use vadapt_wire::Mac;
 use vhost::vhost_user::{BackendReqHandler, Error as VhostError};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 

@@ -1,6 +1,7 @@
 //! A guest's virtio-net header and the frame behind it into the offload
-//! code a transmit path runs (`vadapt_dataplane::offload`): the header is
-//! checked against the frame, then a partial checksum is completed or the
+//! code a transmit path runs (`vadapt_wire`'s header check, checksum and
+//! segmenter, and `vadapt_dataplane::offload`): the header is checked
+//! against the frame, then a partial checksum is completed or the
 //! TCP segment is cut into segments, as the data plane does before handing
 //! a frame to an egress that cannot take the offload.
 //!
@@ -19,18 +20,17 @@
 //! Checked beyond "no panic, nothing read or written out of bounds": a
 //! header that passes its check has its checksum field inside the frame; a
 //! frame the segmenter accepts gives segments that each fit the limit,
-//! parse (with `etherparse`, not our parser) as IP/TCP with a verifying TCP
-//! checksum (and IPv4 header checksum), carry at most an MSS of payload,
-//! and whose payloads put together are the original's.
+//! pass `vadapt_wire::test_frames::verify_segment` (they parse, with
+//! `etherparse`, not our parser, as IP/TCP with a verifying TCP checksum
+//! and IPv4 header checksum, and carry at most an MSS of payload), and
+//! whose payloads put together are the original's.
 
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
-use vadapt_dataplane::offload::{
-    complete_partial_checksum, push_frame, tx_offload, Cutter, Offload, Pushed, TcpSegmenter,
-    VnetHdr,
-};
+use vadapt_dataplane::offload::{push_frame, tx_offload, Cutter, Pushed};
 use vadapt_dataplane::vmport::guest_offloads::GuestOffloadState;
+use vadapt_wire::test_frames::verify_segment;
+use vadapt_wire::{complete_partial_checksum, Offload, TcpSegmenter, VnetHdr};
 
 /// Frame limits the mode byte picks from: Ethernet with a VLAN tag, jumbo.
 pub const FRAME_LIMITS: [usize; 2] = [1518, 9018];
@@ -167,32 +167,8 @@ fn check_segments(frame: &[u8], seg: &TcpSegmenter<'_>, mss: usize, max_frame: u
         let len = seg.write_segment(i, &mut out);
         assert_eq!(len, seg.segment_len(i));
         assert!(len <= max_frame, "segment {i}: {len} > {max_frame}");
-        let s = &out[..len];
-        let p = SlicedPacket::from_ethernet(s)
-            .unwrap_or_else(|e| panic!("segment {i} does not parse: {e}"));
-        let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
-            panic!("segment {i} is not TCP: {:?}", p.transport);
-        };
-        let want = match &p.net {
-            Some(NetSlice::Ipv4(ip)) => {
-                let h = ip.header();
-                // Over the raw header: `to_header()` would drop the reserved
-                // flag bit, which a guest may set and we must carry.
-                assert_eq!(
-                    ones_sum(h.slice()),
-                    0xffff,
-                    "segment {i}: IPv4 header checksum"
-                );
-                tcp.calc_checksum_ipv4(h.source(), h.destination())
-            }
-            Some(NetSlice::Ipv6(ip)) => {
-                let h = ip.header();
-                tcp.calc_checksum_ipv6(h.source(), h.destination())
-            }
-            other => panic!("segment {i} is not IP: {other:?}"),
-        };
-        assert_eq!(Ok(tcp.checksum()), want, "segment {i}: TCP checksum");
-        assert!(!tcp.payload().is_empty() && tcp.payload().len() <= mss);
+        let (_, tcp) =
+            verify_segment(&out[..len], mss).unwrap_or_else(|e| panic!("segment {i}: {e}"));
         payload.extend_from_slice(tcp.payload());
     }
     let start = seg.header_len();
@@ -203,24 +179,10 @@ fn check_segments(frame: &[u8], seg: &TcpSegmenter<'_>, mss: usize, max_frame: u
     );
 }
 
-/// The folded ones'-complement sum of `data` (RFC 1071), written here
-/// rather than taken from `vadapt_dataplane::offload::checksum`, which is
-/// under test.
-fn ones_sum(data: &[u8]) -> u16 {
-    let mut acc: u32 = data
-        .chunks(2)
-        .map(|w| u32::from(w[0]) << 8 | u32::from(*w.get(1).unwrap_or(&0)))
-        .sum();
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vadapt_dataplane::offload::vnet_hdr::MAX_SEGMENTS;
+    use vadapt_wire::vnet_hdr::MAX_SEGMENTS;
 
     fn seed(name: &str) -> Vec<u8> {
         let p = format!("{}/seeds/vnet_hdr/{name}", env!("CARGO_MANIFEST_DIR"));

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vadapt_wire::Mac;
 
 use crate::config::{
     ConfigError, GuestConfig, Mode, DEFAULT_EXIT_COST_NS, DEFAULT_WRITE_COST_NS,
@@ -163,21 +164,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is out of range"))
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
+/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`), as [`Mac`]'s `FromStr` does.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    let bad = || format!("`{s}` is not a MAC address: use e.g. 02:00:00:00:00:01");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut m = [0u8; 6];
-    for (b, p) in m.iter_mut().zip(parts) {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(m)
+    s.parse::<Mac>().map(|m| m.0).map_err(|e| e.to_string())
 }
 
 impl GuestArgs {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::frame::MIN_SIZE;
 use crate::load::{Load, Pacing};
+use vadapt_wire::stamped_frame::MIN_SIZE;
 
 /// Default emulated cost of a kick or a handled call (ns); see the crate documentation.
 pub const DEFAULT_EXIT_COST_NS: u64 = 2000;

@@ -34,10 +34,10 @@ use virtio_bindings::virtio_net::{
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
 use crate::config::{GuestConfig, Mode, MTU};
-use crate::frame::{self, Stamp};
 use crate::queue::{Notifiers, QueueError, RxQueue, TxQueue, RX_BUF_LEN, SEGMENT_SLOT_LEN};
-use crate::tcp_segment::{TxOffloads, TSO_SIZE_GOAL};
 use crate::tcp_stream;
+use vadapt_wire::stamped_frame::{self as frame, Stamp};
+use vadapt_wire::tcp_build::{TxOffloads, TSO_SIZE_GOAL};
 
 /// `VHOST_USER_F_PROTOCOL_FEATURES`: the backend speaks protocol-feature negotiation.
 const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;

@@ -10,7 +10,6 @@ use crate::clock::{Clock, ExitCost};
 use crate::config::{ConfigError, GuestConfig, Mode};
 use crate::cores_report;
 use crate::device::{tx_offloads, Device, DeviceError};
-use crate::frame;
 use crate::metrics::{
     CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
 };
@@ -19,6 +18,7 @@ use crate::tcp_stream;
 use crate::worker::{Shared, TcpStreamShared, Worker, WorkerResult};
 use vadapt_qemu::server::qmp_server::{QmpServer, QmpServerError};
 use vadapt_qemu::server::vcpus::Vcpus;
+use vadapt_wire::ethernet::ETH_HDR_LEN;
 
 /// Why a guest could not connect or run.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +180,7 @@ impl Guest {
             napi_budget: self.cfg.napi_budget,
             tx_batch: self.cfg.tx_batch,
             rr_timeout_ns: self.cfg.rr_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-            frame_len: (frame::ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
+            frame_len: (ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
             size: self.cfg.size,
             tcp: (self.cfg.mode == Mode::TcpStream).then(|| TcpStreamShared {
                 offloads: tx_offloads(self.device.features),

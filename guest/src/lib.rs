@@ -32,7 +32,7 @@
 //!   gaps, as pktgen, or sleeps between bursts, as `fq`). The stream is raw Ethernet frames, one per message (packet-rate
 //!   benchmarks), or a TCP stream as Linux's TCP with TSO hands it to the driver: messages
 //!   coalesced into segments of up to 64 KiB whose checksum and segmentation the backend does
-//!   ([`tcp_stream`], [`tcp_segment`]; `VIRTIO_NET_F_CSUM` and `HOST_TSO4` acknowledged in
+//!   ([`tcp_stream`], `vadapt_wire::tcp_build`; `VIRTIO_NET_F_CSUM` and `HOST_TSO4` acknowledged in
 //!   that mode only).
 //!
 //! # Emulated VM-exit cost (`--exit-cost-ns`, default 2000 ns)
@@ -84,13 +84,11 @@ pub mod clock;
 pub mod config;
 pub mod cores_report;
 pub mod device;
-pub mod frame;
 pub mod guest;
 pub mod load;
 pub mod metrics;
 pub mod period_latency;
 pub mod queue;
-pub mod tcp_segment;
 pub mod tcp_stream;
 pub mod worker;
 

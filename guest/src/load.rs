@@ -95,7 +95,7 @@ impl RateSpec {
 
 /// Bytes of one Ethernet frame for a message of `size` payload bytes.
 fn frame_bits_base(size: u32) -> f64 {
-    (crate::frame::ETH_HDR_LEN as f64) + f64::from(size)
+    (vadapt_wire::ethernet::ETH_HDR_LEN as f64) + f64::from(size)
 }
 
 /// How a paced thread spends the time until its next packets are due.

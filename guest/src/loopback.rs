@@ -12,6 +12,9 @@ use vadapt_virtq::chain::Chain;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::RingFeatures;
+use vadapt_wire::ethernet::ETH_HDR_LEN;
+use vadapt_wire::tcp_build::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
+use vadapt_wire::vnet_hdr::{VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, HDR_LEN_MRG};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_MRG_RXBUF,
@@ -22,11 +25,9 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::clock::{Clock, ExitCost};
 use crate::config::{GuestConfig, Mode};
 use crate::device::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
-use crate::frame::{ETH_HDR_LEN, NET_HDR_LEN};
 use crate::load::{Load, Pacing};
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;
-use crate::tcp_segment::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use crate::tcp_stream::payload_pattern;
 use crate::worker::{Shared, TcpStreamShared, Worker};
 use vadapt_qemu::server::vcpus::Vcpus;
@@ -77,14 +78,15 @@ fn check_segment(chain: &Chain, next_seq: &mut Option<u32>, st: &mut BackendStat
     let mut h = [0u8; BUF_HDRS_LEN];
     chain.read_into(0, &mut h);
     let payload = chain.readable_len() - BUF_HDRS_LEN as u32;
-    let seq_at = NET_HDR_LEN + ETH_HDR_LEN + 20 + 4;
+    let seq_at = HDR_LEN_MRG + ETH_HDR_LEN + 20 + 4;
     let seq = u32::from_be_bytes(h[seq_at..seq_at + 4].try_into().unwrap());
     if next_seq.is_some_and(|n| n != seq) {
         st.seq_breaks += 1;
     }
     *next_seq = Some(seq.wrapping_add(payload));
-    let gso = h[1] == 1 && u16::from_le_bytes([h[4], h[5]]) == MSS as u16;
-    if h[0] != 1 || gso != (payload > MSS) {
+    let vnet = VnetHdr::read(&h).expect("BUF_HDRS_LEN > VnetHdr::LEN");
+    let gso = vnet.gso_type == GSO_TCPV4 && u32::from(vnet.gso_size) == MSS;
+    if vnet.flags != F_NEEDS_CSUM || gso != (payload > MSS) {
         st.bad_headers += 1;
     }
 }
@@ -153,9 +155,9 @@ impl Backend {
                     break;
                 };
                 let mut out = pkt.clone();
-                out[..NET_HDR_LEN].fill(0);
+                out[..HDR_LEN_MRG].fill(0);
                 out[10] = 1; // num_buffers
-                let f = NET_HDR_LEN;
+                let f = HDR_LEN_MRG;
                 let (dst, src) = (out[f..f + 6].to_vec(), out[f + 6..f + 12].to_vec());
                 out[f..f + 6].copy_from_slice(&src);
                 out[f + 6..f + 12].copy_from_slice(&dst);
@@ -573,7 +575,7 @@ fn tcp_stream_closed_loop_sends_full_tso_segments_in_sequence() {
             g.sent_payload_bytes + g.sent_packets * BUF_HDRS_LEN as u64
         );
         assert_eq!(
-            g.sent_bytes + g.sent_packets * NET_HDR_LEN as u64,
+            g.sent_bytes + g.sent_packets * HDR_LEN_MRG as u64,
             o.backend.tx_buffer_bytes
         );
         assert_eq!(g.sent_messages, g.sent_payload_bytes / 64);

@@ -17,7 +17,9 @@ use vadapt_virtq::driver::{DriverQueue, Seg};
 use vadapt_virtq::mem::GuestMemory;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::frame::{self, Stamp, ETH_HDR_LEN, NET_HDR_LEN};
+use vadapt_wire::ethernet::ETH_HDR_LEN;
+use vadapt_wire::stamped_frame::{self as frame, Stamp};
+use vadapt_wire::vnet_hdr::{num_buffers, HDR_LEN_MRG};
 
 /// Why a queue could not be set up or driven.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +145,7 @@ pub const SEGMENT_SLOT_LEN: u32 = 128;
 pub const SEGMENT_HDRS_MAX: u32 = 96;
 
 // The headers of a TCP-stream segment fit in front of the indirect table.
-const _: () = assert!(crate::tcp_segment::BUF_HDRS_LEN as u32 <= SEGMENT_HDRS_MAX);
+const _: () = assert!(vadapt_wire::tcp_build::BUF_HDRS_LEN as u32 <= SEGMENT_HDRS_MAX);
 
 /// The one payload area of a segmented TX queue.
 #[derive(Debug, Clone, Copy)]
@@ -271,10 +273,10 @@ impl TxQueue {
             return Ok(false);
         };
         if let Some(dst) = dst {
-            self.bufs.write(slot, NET_HDR_LEN, &dst);
+            self.bufs.write(slot, HDR_LEN_MRG, &dst);
         }
         self.bufs
-            .write(slot, NET_HDR_LEN + ETH_HDR_LEN, &frame::stamp_bytes(stamp));
+            .write(slot, HDR_LEN_MRG + ETH_HDR_LEN, &frame::stamp_bytes(stamp));
         let seg = Seg {
             gpa: self.bufs.gpa(slot),
             len: self.packet_len,
@@ -467,25 +469,25 @@ impl RxQueue {
             };
             let slot = self.slot_of_head[usize::from(head)];
             self.free.push(slot);
-            if (len as usize) < NET_HDR_LEN || len > RX_BUF_LEN {
+            if (len as usize) < HDR_LEN_MRG || len > RX_BUF_LEN {
                 res.errors += 1;
                 continue;
             }
-            let mut hdr = [0u8; NET_HDR_LEN];
+            let mut hdr = [0u8; HDR_LEN_MRG];
             self.bufs.read(slot, 0, &mut hdr);
             let nbufs = if self.mergeable {
-                frame::num_buffers(&hdr).unwrap_or(1)
+                num_buffers(&hdr).unwrap_or(1)
             } else {
                 1
             };
             let mut pkt = RxPacket {
-                frame_len: len - NET_HDR_LEN as u32,
+                frame_len: len - HDR_LEN_MRG as u32,
                 head: [0; 64],
                 head_len: 0,
             };
             pkt.head_len = (pkt.frame_len as usize).min(pkt.head.len());
             self.bufs
-                .read(slot, NET_HDR_LEN, &mut pkt.head[..pkt.head_len]);
+                .read(slot, HDR_LEN_MRG, &mut pkt.head[..pkt.head_len]);
             // The rest of a mergeable packet: the backend publishes all its buffers with one
             // used-index update, so they are all visible now.
             let mut ok = true;

@@ -2,7 +2,7 @@
 //! put on the virtio ring. The application writes messages of `--size` bytes; TCP coalesces
 //! the byte stream into TSO segments of up to 64 KiB; the driver posts each segment as one
 //! buffer with a virtio-net header asking the device to checksum and segment it. The headers
-//! are [`crate::tcp_segment`]'s; this file is the sender: how many bytes go into each segment.
+//! are [`vadapt_wire::tcp_build`]'s; this file is the sender: how many bytes go into each segment.
 //!
 //! # The segment size rule
 //!
@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use crate::clock::spin_ns;
 use crate::queue::{QueueError, TxQueue};
-use crate::tcp_segment::{TcpFlow, TxOffloads, BUF_HDRS_LEN, FRAME_HDRS_LEN, TSO_SIZE_GOAL};
+use vadapt_wire::tcp_build::{TcpFlow, TxOffloads, BUF_HDRS_LEN, FRAME_HDRS_LEN, TSO_SIZE_GOAL};
 
 /// The payload bytes every segment carries (its first `len` bytes for a segment of `len`):
 /// a fixed, non-repeating-per-word pattern, so that a backend copying at a wrong offset

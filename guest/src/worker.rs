@@ -51,14 +51,14 @@ use std::time::Duration;
 use crate::clock::{thread_cpu_ns, Clock, ExitCost};
 use crate::config::Mode;
 use crate::device::QueuePair;
-use crate::frame::{self, Stamp};
 use crate::load::{Load, Pacer, Pacing};
 use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
 use crate::period_latency::PeriodLatency;
 use crate::queue::{QueueError, RxPacket, TxQueue};
-use crate::tcp_segment::{TcpFlow, TxOffloads};
 use crate::tcp_stream::{SegmentAdd, TcpSender};
 use vadapt_qemu::server::vcpus::Vcpus;
+use vadapt_wire::stamped_frame::{self as frame, Stamp};
+use vadapt_wire::tcp_build::{TcpFlow, TxOffloads};
 
 /// Packets sent per lock hold / interrupt check in closed loop.
 const BURST: u32 = 64;

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::daemon::Daemon;
 use vadapt_dataplane::metrics::StatsSnapshot;
-use vadapt_dataplane::net::Mac;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load};
 use vadapt_policy::netap_ml::NetapMlParams;
 use vadapt_policy::PolicyConfig;
+use vadapt_wire::Mac;
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x07]);
 const BOUND: Duration = Duration::from_secs(30);

@@ -20,10 +20,10 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::cores::config::QueueWorkers;
 use vadapt_dataplane::cores::{ApplyMethod, CoresConfig};
 use vadapt_dataplane::daemon::Daemon;
-use vadapt_dataplane::net::Mac;
 use vadapt_guest::config::Mode;
 use vadapt_guest::{Guest, GuestConfig, GuestReport};
 use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::Mac;
 
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x02]);
 /// How long a port may go without receiving before it counts as unserved.

@@ -13,9 +13,9 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::control::{self, Request, Response};
 use vadapt_dataplane::cores::{ApplyMethod, CoresConfig};
 use vadapt_dataplane::daemon::Daemon;
-use vadapt_dataplane::net::Mac;
 use vadapt_guest::{Guest, GuestConfig};
 use vadapt_policy::vspace::VspaceMode;
+use vadapt_wire::Mac;
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x03]);
 

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::metrics::StatsSnapshot;
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::Mac;
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x01]);

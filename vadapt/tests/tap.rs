@@ -6,8 +6,10 @@
 
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, TapPortConfig};
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::Daemon;
+use vadapt_wire::ethernet::ETHERTYPE_EXPERIMENTAL;
+use vadapt_wire::test_frames::ethernet_frame;
+use vadapt_wire::Mac;
 
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x07]);
 const HOST: Mac = Mac([0x02, 0, 0, 0, 0x0a, 0x07]);
@@ -107,11 +109,12 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     };
     let d = Daemon::start(cfg).expect("daemon with a TAP port starts");
     let sock = RawSocket::bind(&ifname).expect("raw socket on the TAP interface");
-    let mut frame = Vec::new();
-    frame.extend_from_slice(&ECHO.0);
-    frame.extend_from_slice(&HOST.0);
-    frame.extend_from_slice(&[0x88, 0xb5]); // local experimental ethertype
-    frame.extend_from_slice(b"vadapt tap test payload.......................");
+    let frame = ethernet_frame(
+        ECHO,
+        HOST,
+        ETHERTYPE_EXPERIMENTAL,
+        b"vadapt tap test payload.......................",
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = [0u8; 2048];
     let mut back = None;

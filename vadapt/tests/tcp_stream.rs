@@ -2,8 +2,8 @@
 //! TSO segments of up to 64 KiB with partial checksums, the daemon's transmit path checks them
 //! and hands them to the switch whole, and a port attached to the switch that takes no offload
 //! cuts them into MSS frames as every such egress does (`offload::Cutter`) and checks every
-//! frame with `etherparse`'s own parser and checksum code (not the guest's nor the daemon's):
-//! IPv4 and TCP checksums verify, no frame carries more than one MSS, each flow's sequence
+//! frame with `etherparse`'s own parser and checksum code (not the guest's nor the daemon's,
+//! through `vadapt_wire::test_frames::verify_segment`): IPv4 and TCP checksums verify, no frame carries more than one MSS, each flow's sequence
 //! numbers follow on, and the payload bytes add up to what the guest reports.
 //!
 //! No timing assertions: counts and contents only.
@@ -13,17 +13,19 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::NetSlice;
 use vadapt_dataplane::config::{DaemonConfig, VmPortConfig};
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::metrics::{PortStats, QueueSnapshot, StatsSnapshot};
-use vadapt_dataplane::net::{Mac, MAX_FRAME};
-use vadapt_dataplane::offload::{Cutter, Offload};
+use vadapt_dataplane::net::MAX_FRAME;
+use vadapt_dataplane::offload::Cutter;
 use vadapt_dataplane::switch::{Egress, Switch};
 use vadapt_dataplane::Daemon;
-use vadapt_guest::tcp_segment::{ip_for_mac, MSS};
 use vadapt_guest::{Guest, GuestConfig, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::tcp_build::{ip_for_mac, MSS};
+use vadapt_wire::test_frames::verify_segment;
+use vadapt_wire::{Mac, Offload};
 
 const RECEIVER: Mac = Mac([0x02, 0, 0, 0, 0x7c, 0x01]);
 const GUEST: Mac = Mac([0x52, 0x54, 0, 0, 0, 1]);
@@ -53,31 +55,16 @@ struct Checker {
 
 impl Checker {
     fn check(&self, frame: &[u8]) -> Result<(u16, u32, usize), String> {
-        let p = SlicedPacket::from_ethernet(frame).map_err(|e| format!("parse: {e}"))?;
+        let (p, tcp) = verify_segment(frame, MSS as usize)?;
         let Some(NetSlice::Ipv4(ip)) = &p.net else {
             return Err("not IPv4".into());
         };
         let h = ip.header();
-        if h.to_header().calc_header_checksum() != h.header_checksum() {
-            return Err("IPv4 header checksum".into());
-        }
         if h.source() != ip_for_mac(GUEST.0) || h.destination() != ip_for_mac(RECEIVER.0) {
             return Err("addresses".into());
         }
-        let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
-            return Err("not TCP".into());
-        };
-        let want = tcp
-            .calc_checksum_ipv4(h.source(), h.destination())
-            .map_err(|e| format!("checksum: {e}"))?;
-        if tcp.checksum() != want {
-            return Err(format!(
-                "TCP checksum {:#x}, want {want:#x}",
-                tcp.checksum()
-            ));
-        }
         let len = tcp.payload().len();
-        if len == 0 || len > MSS as usize || frame.len() > 1514 {
+        if frame.len() > 1514 {
             return Err(format!(
                 "{len}-byte payload in a {}-byte frame",
                 frame.len()

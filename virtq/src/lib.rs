@@ -7,9 +7,10 @@
 //!   synthetic guest, tests, fuzzers and benchmarks;
 //! * [`raw::RawRing`] — unchecked field access for tests and fuzzers;
 //! * `mock::MockQueue` (feature `test-utils`) — a driver and a device over
-//!   one ring in anonymous memory, for tests of code that serves rings;
-//! * [`inet_checksum`] — the Internet checksum, which the virtio-net
-//!   checksum offload needs on both sides of the ring.
+//!   one ring in anonymous memory, for tests of code that serves rings.
+//!
+//! What travels in the buffers (the virtio-net header, frames, checksums)
+//! is `vadapt_wire`'s, not this crate's.
 //!
 //! # Why not `virtio-queue`
 //!
@@ -84,7 +85,6 @@ pub mod device;
 pub mod driver;
 mod event_idx;
 pub mod features;
-pub mod inet_checksum;
 pub mod layout;
 pub mod mem;
 #[cfg(any(test, feature = "test-utils"))]

@@ -12,11 +12,12 @@
 //! egress decides for itself and the switch and the small-frame path stay
 //! as they were.
 
-use super::checksum::complete_partial_checksum;
-use super::tcp_segment::{SegmentError, TcpSegmenter};
-use super::vnet_hdr::{Offload, VnetHdr, F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6};
 use crate::frames::Offloaded;
 use crate::net::MAX_FRAME;
+use vadapt_wire::vnet_hdr::{
+    Offload, VnetHdr, F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6,
+};
+use vadapt_wire::{complete_partial_checksum, SegmentError, TcpSegmenter};
 
 /// Checks that `frame` can be cut as `offload` asks (a GSO frame must be
 /// the TCP segment it claims to be, each segment at most [`MAX_FRAME`]
@@ -135,4 +136,27 @@ impl<'a> Cutter<'a> {
             Cutter::Segments(s) => s.write_segment(i, out),
         }
     }
+}
+
+/// Tests: the frames of `b` as an egress without offloads gets them: marked
+/// frames cut ([`Cutter`]), plain ones as they are.
+#[cfg(test)]
+pub(crate) fn cut_all(b: &crate::frames::FrameBatch) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        let f = b.get(i);
+        let Some(k) = b.offloaded(i) else {
+            out.push(f.to_vec());
+            continue;
+        };
+        let c = Cutter::new(f, k.offload).expect("a kept frame cuts");
+        for s in 0..c.count() {
+            let mut buf = vec![0u8; MAX_FRAME];
+            let n = c.write(s, &mut buf);
+            assert_eq!(n, c.len(s));
+            buf.truncate(n);
+            out.push(buf);
+        }
+    }
+    out
 }

@@ -5,9 +5,9 @@
 
 use super::egress::keep;
 use super::tx_request::{tx_offload, OffloadRefused};
-use super::vnet_hdr::{Offload, VnetHdr};
 use crate::frames::FrameBatch;
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
+use vadapt_wire::{Offload, VnetHdr};
 
 /// What became of one frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,10 +99,11 @@ pub fn push_frame(
 
 #[cfg(test)]
 mod tests {
-    use super::super::vnet_hdr::VnetHdrError;
     use super::*;
-    use crate::offload::test_frames::{check_segments, cut_all, tso_frame, Shape, LINUX_V4};
-    use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
+    use crate::offload::egress::cut_all;
+    use vadapt_wire::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+    use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
+    use vadapt_wire::VnetHdrError;
 
     const ALL: HostOffloads = HostOffloads {
         csum: true,

@@ -2,9 +2,8 @@
 //! host-side offloads its frontend negotiated: the header's own check
 //! ([`VnetHdr::check`]) plus "was this offload negotiated at all".
 
-use super::tcp_segment::SegmentError;
-use super::vnet_hdr::{Offload, VnetHdr, VnetHdrError};
 use crate::net::HostOffloads;
+use vadapt_wire::{Offload, SegmentError, VnetHdr, VnetHdrError};
 
 /// Why a transmitted frame's offload request was refused; the frame is
 /// dropped and counted as `reason="bad_vnet_hdr"`.
@@ -54,7 +53,7 @@ pub fn tx_offload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4, GSO_TCPV6};
+    use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4, GSO_TCPV6};
 
     const ALL: HostOffloads = HostOffloads {
         csum: true,

@@ -12,17 +12,17 @@ use super::tx::{TxService, TX_BATCH};
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::PortStats;
 use crate::net::{
-    GuestOffloads, HostOffloads, Mac, HDR_LEN_MRG, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN,
+    GuestOffloads, HostOffloads, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_ECN,
     VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
 };
-use crate::offload::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
-use crate::offload::vnet_hdr::{linux_tso4, F_NEEDS_CSUM, GSO_NONE};
-use crate::offload::VnetHdr;
 use crate::switch::{Egress, FdbCache, Switch};
 use std::sync::Arc;
 use std::time::Duration;
 use vadapt_virtq::mock::{buf, readable, writable};
 use vadapt_virtq::RingFeatures;
+use vadapt_wire::test_frames::{check_segments, linux_tso4, tso_frame, Shape, LINUX_V4};
+use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, HDR_LEN_MRG};
+use vadapt_wire::{Mac, VnetHdr};
 
 /// The receiving port's side of [`Egress`], as `VmPort::deliver` does it:
 /// into one backlog.

@@ -48,13 +48,13 @@ pub mod waiting;
 use crate::config::VmPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats, WorkerStats};
-use crate::net::Mac;
 use crate::switch::{Egress, PortId, Switch};
 use policy_slot::{PolicyRequestError, PolicySlot};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use vadapt_policy::{PolicyConfig, Retune};
+use vadapt_wire::Mac;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Everything about a VM port that outlives a frontend connection.

@@ -17,11 +17,13 @@
 use super::ring::Ring;
 use super::ring_pass::RingPass;
 use crate::frames::{Backlog, FrameBatch};
-use crate::net::{GuestOffloads, HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET, MAX_FRAME};
-use crate::offload::{Cutter, Offload, OffloadRefused, VnetHdr};
+use crate::net::{GuestOffloads, MAX_FRAME};
+use crate::offload::{Cutter, OffloadRefused};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_wire::vnet_hdr::{HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET};
+use vadapt_wire::{Offload, VnetHdr};
 
 /// Most buffers one received frame may be merged over (MRG_RXBUF): a
 /// 64 KiB GSO frame in Linux's smallest mergeable buffers (1518 bytes and
@@ -407,11 +409,11 @@ impl RxService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::HDR_LEN_LEGACY;
     use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
     use vadapt_virtq::device::ChainErrorKind;
     use vadapt_virtq::mock::{buf, readable, writable};
     use vadapt_virtq::RingFeatures;
+    use vadapt_wire::vnet_hdr::HDR_LEN_LEGACY;
 
     /// A guest that takes no offload.
     const NO_OFFLOADS: GuestOffloads = GuestOffloads {

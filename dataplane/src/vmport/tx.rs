@@ -11,10 +11,11 @@ use super::ring::Ring;
 use super::ring_pass::RingPass;
 use crate::frames::FrameBatch;
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{keep, tx_offload, Offload, OffloadRefused, VnetHdr};
+use crate::offload::{keep, tx_offload, OffloadRefused};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_wire::{Offload, VnetHdr};
 
 /// Frames per transmit batch handed to the switch.
 pub const TX_BATCH: usize = 64;
@@ -284,15 +285,15 @@ fn refuse(pass: &mut RingPass, e: OffloadRefused) {
 mod tests {
     use super::*;
     use crate::metrics::{Dir, DropReason, QueueStats};
-    use crate::net::HDR_LEN_MRG;
-    use crate::offload::test_frames::{check_segments, cut_all, tso_frame, Shape, LINUX_V4};
-    use crate::offload::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, GSO_TCPV6};
+    use crate::offload::egress::cut_all;
     use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
     use crate::vmport::ring_pass::test_utils::dropped;
     use std::sync::atomic::Ordering;
     use vadapt_virtq::device::ChainErrorKind;
     use vadapt_virtq::mock::{buf, readable, writable, MEM_SIZE};
     use vadapt_virtq::RingFeatures;
+    use vadapt_wire::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
+    use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, GSO_TCPV6, HDR_LEN_MRG};
 
     /// The guest transmits `frame` behind a zero header, header and frame in
     /// two descriptors as Linux virtio-net sends them, from buffer slot `slot`.
@@ -477,7 +478,7 @@ mod tests {
         assert!(matches!(
             pass.drops.first_bad_vnet_hdr,
             Some(OffloadRefused::Header(
-                crate::offload::VnetHdrError::ChecksumBeyondFrame { .. }
+                vadapt_wire::VnetHdrError::ChecksumBeyondFrame { .. }
             ))
         ));
         let st = QueueStats::default();

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use vadapt_dataplane::metrics::{StatsSnapshot, WorkerSnapshot};
-use vadapt_dataplane::net::Mac;
 use vadapt_guest::{Guest, GuestConfig, GuestReport};
+use vadapt_wire::Mac;
 
 /// The sink port's MAC: where the synthetic guests send.
 pub(super) const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);

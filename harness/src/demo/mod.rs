@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig, MAX_QUEUE_PAIRS};
 use vadapt_dataplane::metrics::StatsSnapshot;
-use vadapt_dataplane::net::Mac;
 use vadapt_dataplane::Daemon;
-use vadapt_guest::tcp_segment::{MSS, TSO_SIZE_GOAL};
 use vadapt_guest::{Guest, GuestConfig, GuestCounters, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::tcp_build::{MSS, TSO_SIZE_GOAL};
+use vadapt_wire::Mac;
 
 mod args;
 mod output;

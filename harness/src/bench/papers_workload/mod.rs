@@ -39,9 +39,9 @@ use super::shared::Timing;
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, PortDelta, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_dataplane::metrics::StatsSnapshot;
-use vadapt_guest::tcp_segment::{FRAME_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use vadapt_policy::PolicyKind;
 use vadapt_results::{ResultFile, Row};
+use vadapt_wire::tcp_build::{FRAME_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 
 /// Title.
 pub const TITLE: &str =

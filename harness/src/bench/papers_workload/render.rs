@@ -6,8 +6,8 @@
 use super::super::table::{metric_table, table};
 use super::FRAME_HDRS;
 use super::{GOAL_BANDWIDTH, GOAL_CPU, GOAL_KICKS};
-use vadapt_guest::tcp_segment::MSS;
 use vadapt_results::{cell, ratio, ResultFile, Row, Spread};
+use vadapt_wire::tcp_build::MSS;
 
 /// Rows of `table` for `policy` and `variant`.
 fn rows<'a>(f: &'a ResultFile, table: &str, policy: &str, variant: &str) -> Vec<&'a Row> {

@@ -1,9 +1,9 @@
-//! Tests of [`super::tcp_segment`], apart from it because they share
-//! [`super::test_frames`], which itself uses the segmenter.
+//! Tests of [`crate::tcp_cut`], apart from it because they share
+//! [`crate::test_frames`], which itself uses the segmenter.
 
-use super::tcp_segment::*;
-use super::test_frames::{check_segments, gso, segment_all, tso_frame, Shape, LINUX_V4};
-use super::vnet_hdr::TcpGso;
+use crate::tcp_cut::*;
+use crate::test_frames::{check_segments, gso, segment_all, tso_frame, Shape, LINUX_V4};
+use crate::vnet_hdr::TcpGso;
 use proptest::prelude::*;
 
 #[test]

@@ -19,19 +19,15 @@
 //! data offset); the cutting and fixing is ours. Writing segment `i` needs
 //! only the original frame and an output slot: no allocation, any order.
 
-use super::checksum::{checksum, sum_words};
-use super::vnet_hdr::{TcpGso, MAX_SEGMENTS};
+use crate::checksum::{checksum, sum_words};
+use crate::ethernet::{
+    ethertype_at, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_OFFSET, ETHERTYPE_QINQ, ETHERTYPE_VLAN,
+    ETH_HDR_LEN, ETH_VLAN_HDR_LEN,
+};
+use crate::tcp::{TCP_CSUM_OFFSET, TCP_CWR, TCP_FIN, TCP_FLAGS_OFFSET, TCP_PSH};
+use crate::vnet_hdr::{TcpGso, MAX_SEGMENTS};
 use etherparse::err;
 use etherparse::{IpNumber, Ipv4Slice, Ipv6Slice, TcpHeaderSlice};
-
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
 
 /// Why a frame cannot be segmented as its header asked (dropped as
 /// `bad_vnet_hdr`).
@@ -112,17 +108,12 @@ impl<'a> TcpSegmenter<'a> {
     /// Parses `frame` as Ethernet / IPv4 or IPv6 / TCP, checks it against
     /// `gso`, and that every segment fits in `max_frame` bytes.
     pub fn new(frame: &'a [u8], gso: TcpGso, max_frame: usize) -> Result<Self, SegmentError> {
-        let ether_type = |at: usize| {
-            frame
-                .get(at..at + 2)
-                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-                .ok_or(SegmentError::TruncatedLink)
-        };
-        let mut l3 = 14;
-        let mut et = ether_type(12)?;
+        let ether_type = |at: usize| ethertype_at(frame, at).ok_or(SegmentError::TruncatedLink);
+        let mut l3 = ETH_HDR_LEN;
+        let mut et = ether_type(ETHERTYPE_OFFSET)?;
         if et == ETHERTYPE_VLAN || et == ETHERTYPE_QINQ {
-            et = ether_type(16)?;
-            l3 = 18;
+            et = ether_type(ETH_VLAN_HDR_LEN - 2)?;
+            l3 = ETH_VLAN_HDR_LEN;
         }
         let ip = &frame[l3..];
         let (l4, tcp_and_payload) = match (et, gso.ipv6) {
@@ -247,15 +238,16 @@ impl<'a> TcpSegmenter<'a> {
         let seq = u32::from_be_bytes(out[l4 + 4..l4 + 8].try_into().expect("4 bytes"))
             .wrapping_add((i * self.mss) as u32);
         out[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        let (flags, csum) = (l4 + TCP_FLAGS_OFFSET, l4 + TCP_CSUM_OFFSET);
         if i + 1 < self.segments {
-            out[l4 + 13] &= !(TCP_FIN | TCP_PSH);
+            out[flags] &= !(TCP_FIN | TCP_PSH);
         }
         if i > 0 {
-            out[l4 + 13] &= !TCP_CWR;
+            out[flags] &= !TCP_CWR;
         }
-        out[l4 + 16..l4 + 18].fill(0);
+        out[csum..csum + 2].fill(0);
         let tcp_sum = checksum(&out[l4..len], pseudo);
-        out[l4 + 16..l4 + 18].copy_from_slice(&tcp_sum.to_be_bytes());
+        out[csum..csum + 2].copy_from_slice(&tcp_sum.to_be_bytes());
         len
     }
 }

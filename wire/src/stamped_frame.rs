@@ -1,27 +1,24 @@
-//! Frames the synthetic guest puts on the wire, and the virtio-net header in front of them.
+//! The synthetic guest's own frames (its packet-rate traffic), and the virtio-net header in
+//! front of them.
 //!
-//! A transmitted buffer is `virtio_net_hdr_v1` (12 bytes, as with `VIRTIO_F_VERSION_1`) followed
-//! by an Ethernet frame: 14-byte header (destination, source, EtherType) and `size` payload
+//! A transmitted buffer is `virtio_net_hdr_v1` ([`HDR_LEN_MRG`] bytes, as with
+//! `VIRTIO_F_VERSION_1`) followed by an Ethernet frame: 14-byte header (destination, source, EtherType) and `size` payload
 //! bytes. The payload starts with a [`Stamp`] so that a reply (from an echo port or a second
 //! guest) can be matched to its request and timed; the rest is a fixed filler.
 //!
 //! The frame carries the IEEE "local experimental" EtherType 0x88B5, so that it is never
 //! mistaken for IP traffic if it reaches a TAP port.
 
-/// Length of `virtio_net_hdr_v1` (bytes): flags, gso_type, hdr_len, gso_size, csum_start,
-/// csum_offset, num_buffers. With `VIRTIO_F_VERSION_1` the header always has the
-/// `num_buffers` field, whether or not `VIRTIO_NET_F_MRG_RXBUF` was negotiated.
-pub const NET_HDR_LEN: usize = 12;
-/// Length of an Ethernet header without VLAN tag (bytes).
-pub const ETH_HDR_LEN: usize = 14;
+use crate::ethernet::{ethertype_at, ETHERTYPE_EXPERIMENTAL, ETHERTYPE_OFFSET, ETH_HDR_LEN};
+use crate::mac::Mac;
+use crate::vnet_hdr::HDR_LEN_MRG;
+
 /// EtherType of the guest's frames: IEEE 802 local experimental EtherType 1.
-pub const ETHERTYPE: u16 = 0x88B5;
+pub const ETHERTYPE: u16 = ETHERTYPE_EXPERIMENTAL;
 /// Bytes of payload taken by the [`Stamp`]: sequence (8), send time (8), thread (4).
 pub const STAMP_LEN: usize = 20;
 /// Smallest message size the guest accepts (bytes of L2 payload): room for the stamp.
 pub const MIN_SIZE: u32 = STAMP_LEN as u32;
-/// Offset of `num_buffers` (little-endian u16) inside the virtio-net header (bytes).
-const NUM_BUFFERS_OFFSET: usize = 10;
 
 /// What the guest writes at the start of every payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +34,7 @@ pub struct Stamp {
 /// Length of the buffer [`write_packet`] fills for a message of `size` payload bytes
 /// (bytes: virtio-net header + Ethernet header + payload).
 pub const fn packet_len(size: u32) -> usize {
-    NET_HDR_LEN + ETH_HDR_LEN + size as usize
+    HDR_LEN_MRG + ETH_HDR_LEN + size as usize
 }
 
 /// Writes the virtio-net header (all zero: no checksum offload, no GSO; `num_buffers` 0 as the
@@ -49,11 +46,11 @@ pub fn write_packet(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], size: u32, stamp
     assert!(size >= MIN_SIZE, "message size below the stamp length");
     let len = packet_len(size);
     let buf = &mut buf[..len];
-    buf[..NET_HDR_LEN].fill(0);
-    let frame = &mut buf[NET_HDR_LEN..];
-    frame[0..6].copy_from_slice(&dst);
-    frame[6..12].copy_from_slice(&src);
-    frame[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+    buf[..HDR_LEN_MRG].fill(0);
+    let frame = &mut buf[HDR_LEN_MRG..];
+    frame[..6].copy_from_slice(&dst);
+    frame[6..ETHERTYPE_OFFSET].copy_from_slice(&src);
+    frame[ETHERTYPE_OFFSET..ETH_HDR_LEN].copy_from_slice(&ETHERTYPE.to_be_bytes());
     let payload = &mut frame[ETH_HDR_LEN..];
     write_stamp(payload, stamp);
     // A fixed, non-zero filler: a backend that copies the payload touches real data.
@@ -67,7 +64,7 @@ pub fn write_packet(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], size: u32, stamp
 /// # Panics
 /// If `buf` is shorter than the headers and the stamp.
 pub fn restamp_packet(buf: &mut [u8], stamp: Stamp) {
-    write_stamp(&mut buf[NET_HDR_LEN + ETH_HDR_LEN..], stamp);
+    write_stamp(&mut buf[HDR_LEN_MRG + ETH_HDR_LEN..], stamp);
 }
 
 fn write_stamp(payload: &mut [u8], stamp: Stamp) {
@@ -83,13 +80,6 @@ pub fn stamp_bytes(stamp: Stamp) -> [u8; STAMP_LEN] {
     b
 }
 
-/// `num_buffers` of a received virtio-net header: how many RX buffers the packet spans
-/// (1 when `VIRTIO_NET_F_MRG_RXBUF` is off; a backend may leave it 0, read as 1).
-pub fn num_buffers(hdr: &[u8]) -> Option<u16> {
-    let b = hdr.get(NUM_BUFFERS_OFFSET..NUM_BUFFERS_OFFSET + 2)?;
-    Some(u16::from_le_bytes([b[0], b[1]]).max(1))
-}
-
 /// What the guest understands of a received frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxFrame {
@@ -103,14 +93,8 @@ pub struct RxFrame {
 
 /// Parses an Ethernet frame (without the virtio-net header); `None` if shorter than a header.
 pub fn parse_frame(frame: &[u8]) -> Option<RxFrame> {
-    if frame.len() < ETH_HDR_LEN {
-        return None;
-    }
-    let mut dst = [0; 6];
-    let mut src = [0; 6];
-    dst.copy_from_slice(&frame[0..6]);
-    src.copy_from_slice(&frame[6..12]);
-    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+    let ethertype = ethertype_at(frame, ETHERTYPE_OFFSET)?;
+    let (dst, src) = (Mac::dst_of(frame)?.0, Mac::src_of(frame)?.0);
     let payload = &frame[ETH_HDR_LEN..];
     let stamp = (ethertype == ETHERTYPE && payload.len() >= STAMP_LEN).then(|| Stamp {
         seq: u64::from_le_bytes(payload[0..8].try_into().expect("8 bytes")),
@@ -137,13 +121,13 @@ mod tests {
         };
         let n = write_packet(&mut buf, B, A, 64, stamp);
         assert_eq!(n, 12 + 14 + 64);
-        assert!(buf[..NET_HDR_LEN].iter().all(|&b| b == 0));
+        assert!(buf[..HDR_LEN_MRG].iter().all(|&b| b == 0));
         assert_eq!(&buf[12..18], &B);
         assert_eq!(&buf[18..24], &A);
         assert_eq!(&buf[24..26], &[0x88, 0xB5]);
         assert_eq!(buf[n - 1], 0xA5);
         assert_eq!(buf[n], 0xFF, "nothing written past the packet");
-        let f = parse_frame(&buf[NET_HDR_LEN..n]).unwrap();
+        let f = parse_frame(&buf[HDR_LEN_MRG..n]).unwrap();
         assert_eq!(
             f,
             RxFrame {
@@ -175,10 +159,10 @@ mod tests {
             thread: 1,
         };
         restamp_packet(&mut buf, s);
-        assert_eq!(parse_frame(&buf[NET_HDR_LEN..n]).unwrap().stamp, Some(s));
+        assert_eq!(parse_frame(&buf[HDR_LEN_MRG..n]).unwrap().stamp, Some(s));
         assert_eq!(
-            &buf[..NET_HDR_LEN + ETH_HDR_LEN],
-            &before[..NET_HDR_LEN + ETH_HDR_LEN]
+            &buf[..HDR_LEN_MRG + ETH_HDR_LEN],
+            &before[..HDR_LEN_MRG + ETH_HDR_LEN]
         );
     }
 
@@ -196,16 +180,5 @@ mod tests {
                 .stamp,
             None
         );
-    }
-
-    #[test]
-    fn num_buffers_reads_le_and_treats_zero_as_one() {
-        let mut h = [0u8; NET_HDR_LEN];
-        assert_eq!(num_buffers(&h), Some(1));
-        h[10] = 3;
-        assert_eq!(num_buffers(&h), Some(3));
-        h[11] = 1;
-        assert_eq!(num_buffers(&h), Some(259));
-        assert_eq!(num_buffers(&h[..11]), None);
     }
 }

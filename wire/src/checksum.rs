@@ -1,12 +1,13 @@
 //! The Internet checksum (RFC 1071), for the virtio-net checksum offload on
-//! both sides of the ring.
+//! both sides of the ring, and the completion of a partial checksum.
 //!
-//! It lives here, beside the rings, because both sides need it and this is
-//! the one crate both depend on: the device side (the daemon's offloads)
-//! completes the partial checksums a guest leaves and recomputes them when it
-//! cuts a TCP segment; the driver side (the synthetic guest) writes the
-//! pseudo-header sum into the frames it hands over with
-//! `VIRTIO_NET_HDR_F_NEEDS_CSUM`, and the IPv4 header checksum.
+//! The device side (the daemon's offloads) completes the partial checksums
+//! a guest leaves ([`complete_partial_checksum`]) and recomputes them when
+//! it cuts a TCP segment ([`crate::tcp_cut`]); the driver side (the
+//! synthetic guest) writes the pseudo-header sum into the frames it hands
+//! over with `VIRTIO_NET_HDR_F_NEEDS_CSUM`, and the IPv4 header checksum.
+
+use crate::vnet_hdr::ChecksumAt;
 
 /// Adds `data` to the running ones'-complement sum `acc` as big-endian
 /// 16-bit words, an odd last byte padded with zero. `acc` is not folded,
@@ -42,6 +43,28 @@ pub fn fold(mut acc: u64) -> u16 {
 /// (a pseudo-header): the complement of the folded sum.
 pub fn checksum(data: &[u8], acc: u64) -> u16 {
     !fold(sum_words(data, acc))
+}
+
+/// Completes the checksum a guest left partial (`VIRTIO_NET_HDR_F_NEEDS_CSUM`):
+/// the 16-bit field at `at.start + at.offset` holds the folded sum of the
+/// pseudo-header, and the checksum covers the frame from `at.start` to its
+/// end — what Linux's `skb_checksum_help` does. A result of 0 is written as
+/// `0xffff`, the same value in ones' complement, because 0 means "no
+/// checksum" in UDP.
+///
+/// `at` must have been checked against this frame's length
+/// ([`crate::VnetHdr::check`]); returns `false` and writes nothing if the
+/// field does not fit, so an unchecked `at` cannot index out of bounds.
+pub fn complete_partial_checksum(frame: &mut [u8], at: ChecksumAt) -> bool {
+    let start = usize::from(at.start);
+    let field = start + usize::from(at.offset);
+    if field + 2 > frame.len() {
+        return false;
+    }
+    let sum = checksum(&frame[start..], 0);
+    let value = if sum == 0 { 0xffff } else { sum };
+    frame[field..field + 2].copy_from_slice(&value.to_be_bytes());
+    true
 }
 
 #[cfg(test)]
@@ -89,5 +112,43 @@ mod tests {
     #[test]
     fn an_odd_last_byte_is_padded_with_zero() {
         assert_eq!(sum_words(&[0x12, 0x34, 0x56], 0), 0x1234 + 0x5600);
+    }
+
+    #[test]
+    fn a_completed_checksum_verifies_and_zero_becomes_ffff() {
+        // A fake L4 segment: 4 bytes, then the checksum field, then data,
+        // with the pseudo-header sum 0x1234 in the field as a guest leaves it.
+        let mut f = vec![0u8; 14];
+        f.extend_from_slice(&[1, 2, 3, 4, 0x12, 0x34, 9, 8, 7]);
+        let at = ChecksumAt {
+            start: 14,
+            offset: 4,
+        };
+        assert!(complete_partial_checksum(&mut f, at));
+        // Verifying: the sum over the segment plus the pseudo-header is all ones.
+        let seg = &f[14..];
+        assert_eq!(fold(sum_words(seg, 0x1234)), 0xffff);
+
+        // A segment whose sum is 0xffff would give 0: written as 0xffff.
+        let mut z = vec![0xff, 0xff, 0, 0];
+        assert!(complete_partial_checksum(
+            &mut z,
+            ChecksumAt {
+                start: 0,
+                offset: 2
+            }
+        ));
+        assert_eq!(&z[2..], &[0xff, 0xff]);
+    }
+
+    #[test]
+    fn a_field_past_the_end_is_refused() {
+        let mut f = vec![0u8; 10];
+        let at = ChecksumAt {
+            start: 8,
+            offset: 1,
+        };
+        assert!(!complete_partial_checksum(&mut f, at));
+        assert_eq!(f, vec![0u8; 10]);
     }
 }

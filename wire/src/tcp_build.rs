@@ -32,12 +32,10 @@
 //! and sink has a stable, distinct address without configuration. Ports: the sender thread
 //! `t` uses source port `40000 + t` and destination port 5201 (iperf3's), one flow per thread.
 
-use vadapt_virtq::inet_checksum::{checksum, fold, sum_words};
-use virtio_bindings::virtio_net::{
-    VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, VIRTIO_NET_HDR_GSO_TCPV4,
-};
-
-use crate::frame::{ETH_HDR_LEN, NET_HDR_LEN};
+use crate::checksum::{checksum, fold, sum_words};
+use crate::ethernet::{ETHERTYPE_IPV4, ETH_HDR_LEN};
+use crate::tcp::{IPPROTO_TCP, TCP_ACK, TCP_CSUM_OFFSET, TCP_PSH};
+use crate::vnet_hdr::{VnetHdr, F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4, HDR_LEN_MRG};
 
 /// IPv4 header without options (bytes).
 pub const IPV4_HDR_LEN: usize = 20;
@@ -46,11 +44,11 @@ pub const TCP_HDR_LEN: usize = 32;
 /// Ethernet + IPv4 + TCP headers: the virtio-net header's `hdr_len` for a GSO segment (bytes).
 pub const FRAME_HDRS_LEN: usize = ETH_HDR_LEN + IPV4_HDR_LEN + TCP_HDR_LEN;
 /// Everything in front of the payload in a TX buffer: virtio-net header + frame headers.
-pub const BUF_HDRS_LEN: usize = NET_HDR_LEN + FRAME_HDRS_LEN;
+pub const BUF_HDRS_LEN: usize = HDR_LEN_MRG + FRAME_HDRS_LEN;
 /// Offset of the TCP header in the frame (`csum_start`).
 pub const CSUM_START: u16 = (ETH_HDR_LEN + IPV4_HDR_LEN) as u16;
 /// Offset of the checksum field in the TCP header (`csum_offset`).
-pub const CSUM_OFFSET: u16 = 16;
+pub const CSUM_OFFSET: u16 = TCP_CSUM_OFFSET as u16;
 /// Payload bytes per wire frame: a 1500-byte MTU minus IPv4 and TCP-with-timestamps headers.
 pub const MSS: u32 = 1500 - (IPV4_HDR_LEN + TCP_HDR_LEN) as u32;
 /// Largest payload of one TSO segment: Linux's `tcp_xmit_size_goal`, the largest multiple of
@@ -63,10 +61,6 @@ pub const SRC_PORT_BASE: u16 = 40000;
 /// Receive window advertised, as the field holds it (scaled by the receiver's shift).
 pub const WINDOW: u16 = 502;
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const IPPROTO_TCP: u8 = 6;
-const TCP_ACK: u8 = 0x10;
-const TCP_PSH: u8 = 0x08;
 const IP_DF: u16 = 0x4000;
 const TTL: u8 = 64;
 
@@ -164,22 +158,23 @@ impl TcpFlow {
         let ip_total = IPV4_HDR_LEN as u32 + tcp_len;
         let gso = offloads.csum && offloads.tso4 && payload_len > MSS;
 
-        // virtio_net_hdr_v1: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset,
-        // num_buffers (0 on transmit).
-        let (net, frame) = out.split_at_mut(NET_HDR_LEN);
-        net.fill(0);
+        // virtio_net_hdr_v1: the ten bytes of `VnetHdr`, then num_buffers (0 on transmit).
+        let (net, frame) = out.split_at_mut(HDR_LEN_MRG);
+        let mut hdr = VnetHdr::default();
         if offloads.csum {
-            net[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM as u8;
-            net[6..8].copy_from_slice(&CSUM_START.to_le_bytes());
-            net[8..10].copy_from_slice(&CSUM_OFFSET.to_le_bytes());
+            hdr.flags = F_NEEDS_CSUM;
+            hdr.csum_start = CSUM_START;
+            hdr.csum_offset = CSUM_OFFSET;
         }
-        net[1] = if gso {
-            net[2..4].copy_from_slice(&(FRAME_HDRS_LEN as u16).to_le_bytes());
-            net[4..6].copy_from_slice(&(MSS as u16).to_le_bytes());
-            VIRTIO_NET_HDR_GSO_TCPV4 as u8
+        hdr.gso_type = if gso {
+            hdr.hdr_len = FRAME_HDRS_LEN as u16;
+            hdr.gso_size = MSS as u16;
+            GSO_TCPV4
         } else {
-            VIRTIO_NET_HDR_GSO_NONE as u8
+            GSO_NONE
         };
+        net[..VnetHdr::LEN].copy_from_slice(&hdr.to_bytes());
+        net[VnetHdr::LEN..].fill(0);
 
         let (eth, rest) = frame.split_at_mut(ETH_HDR_LEN);
         eth[0..6].copy_from_slice(&self.dst_mac);
@@ -278,8 +273,11 @@ mod tests {
     /// a receiver does: pseudo-header + segment sums to 0xffff.
     fn complete_and_verify(frame: &mut [u8], src: [u8; 4], dst: [u8; 4]) {
         let l4 = usize::from(CSUM_START);
-        let sum = checksum(&frame[l4..], 0);
-        frame[l4 + 16..l4 + 18].copy_from_slice(&sum.to_be_bytes());
+        let at = crate::ChecksumAt {
+            start: CSUM_START,
+            offset: CSUM_OFFSET,
+        };
+        assert!(crate::complete_partial_checksum(frame, at));
         let tcp_len = (frame.len() - l4) as u32;
         assert_eq!(
             fold(sum_words(
@@ -305,7 +303,7 @@ mod tests {
         assert_eq!(le16(&b, 6), 34, "csum_start");
         assert_eq!(le16(&b, 8), 16, "csum_offset");
         assert_eq!(le16(&b, 10), 0, "num_buffers");
-        let f = &b[NET_HDR_LEN..];
+        let f = &b[HDR_LEN_MRG..];
         // Ethernet.
         assert_eq!(&f[0..6], &SINK);
         assert_eq!(&f[6..12], &A);
@@ -352,7 +350,7 @@ mod tests {
             assert_eq!(b[1], 0, "GSO_NONE");
             assert_eq!((le16(&b, 2), le16(&b, 4)), (0, 0), "hdr_len, gso_size");
             assert_eq!((le16(&b, 6), le16(&b, 8)), (34, 16));
-            let mut frame = b[NET_HDR_LEN..].to_vec();
+            let mut frame = b[HDR_LEN_MRG..].to_vec();
             assert_eq!(be16(&frame, 16) as u32, 52 + len, "IPv4 total length");
             complete_and_verify(&mut frame, flow.src_ip, flow.dst_ip);
         }
@@ -368,7 +366,7 @@ mod tests {
         let mut expect = start;
         for len in [64u32, 1448, 65160, 7] {
             let b = buffer(&mut flow, &vec![0; len as usize], OFFLOADED);
-            assert_eq!(be32(&b, NET_HDR_LEN + 34 + 4), expect);
+            assert_eq!(be32(&b, HDR_LEN_MRG + 34 + 4), expect);
             expect = expect.wrapping_add(len);
         }
         assert_eq!(flow.seq, expect);
@@ -385,8 +383,8 @@ mod tests {
         let mut flow = TcpFlow::new(3, A, SINK);
         let payload: Vec<u8> = (0..MSS).map(|i| (i * 13 + 5) as u8).collect();
         let b = buffer(&mut flow, &payload, off);
-        assert!(b[..NET_HDR_LEN].iter().all(|&x| x == 0), "plain header");
-        let f = &b[NET_HDR_LEN..];
+        assert!(b[..HDR_LEN_MRG].iter().all(|&x| x == 0), "plain header");
+        let f = &b[HDR_LEN_MRG..];
         let tcp_len = (f.len() - 34) as u32;
         assert_eq!(
             fold(sum_words(

@@ -5,6 +5,26 @@
 //! into an [`Offload`] only if each offset it names lies inside the frame
 //! and the segmentation it asks for is bounded; the offload code then
 //! indexes the frame with checked values only.
+//!
+//! With `VIRTIO_F_VERSION_1` or `VIRTIO_NET_F_MRG_RXBUF` the header is
+//! [`HDR_LEN_MRG`] bytes, the ten of [`VnetHdr`] followed by `num_buffers`
+//! ([`num_buffers`]); a legacy device without either uses the ten alone.
+
+/// Length of `struct virtio_net_hdr_mrg_rxbuf` (with `num_buffers`), used when
+/// VERSION_1 or MRG_RXBUF is negotiated, bytes.
+pub const HDR_LEN_MRG: usize = 12;
+/// Length of the legacy `struct virtio_net_hdr` without `num_buffers`, bytes.
+pub const HDR_LEN_LEGACY: usize = VnetHdr::LEN;
+/// Offset of `num_buffers` (little-endian u16) in the header, bytes.
+pub const HDR_NUM_BUFFERS_OFFSET: usize = VnetHdr::LEN;
+
+/// `num_buffers` of a received [`HDR_LEN_MRG`]-byte header: how many receive
+/// buffers the packet spans (1 when `VIRTIO_NET_F_MRG_RXBUF` is off; a
+/// device may leave it 0, read as 1). `None` if `hdr` is shorter.
+pub fn num_buffers(hdr: &[u8]) -> Option<u16> {
+    let b = hdr.get(HDR_NUM_BUFFERS_OFFSET..HDR_NUM_BUFFERS_OFFSET + 2)?;
+    Some(u16::from_le_bytes([b[0], b[1]]).max(1))
+}
 
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum at `csum_start + csum_offset`
 /// is partial and must be completed.
@@ -165,7 +185,7 @@ impl VnetHdr {
     /// Refuses: an unknown or unoffered `gso_type`, `gso_size` 0 with GSO,
     /// `hdr_len` beyond the frame, a partial checksum's field beyond the
     /// frame, more than [`MAX_SEGMENTS`] segments. Whether the frame really
-    /// is TCP over IP is for [`super::TcpSegmenter::new`] to find out.
+    /// is TCP over IP is for [`crate::TcpSegmenter::new`] to find out.
     pub fn check(&self, frame_len: usize) -> Result<Offload, VnetHdrError> {
         let csum = if self.flags & F_NEEDS_CSUM != 0 {
             let field = usize::from(self.csum_start) + usize::from(self.csum_offset);
@@ -214,161 +234,5 @@ impl VnetHdr {
             },
             csum,
         ))
-    }
-}
-
-/// Tests: the header Linux's virtio-net driver writes for a 1448-MSS TCPv4
-/// segment (`test_frames::LINUX_V4`): Ethernet (14) + IPv4 (20) + TCP with
-/// timestamps (32).
-#[cfg(test)]
-pub(crate) fn linux_tso4() -> VnetHdr {
-    VnetHdr {
-        flags: F_NEEDS_CSUM,
-        gso_type: GSO_TCPV4,
-        hdr_len: 66,
-        gso_size: 1448,
-        csum_start: 34,
-        csum_offset: 16,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bytes_round_trip_little_endian() {
-        let h = linux_tso4();
-        let b = h.to_bytes();
-        assert_eq!(b, [1, 1, 66, 0, 0xa8, 0x05, 34, 0, 16, 0]);
-        assert_eq!(VnetHdr::read(&b), Some(h));
-        assert_eq!(VnetHdr::read(&b[..9]), None);
-        assert!(VnetHdr::default().is_plain());
-        assert!(!h.is_plain());
-    }
-
-    #[test]
-    fn good_headers_say_what_they_ask() {
-        assert_eq!(VnetHdr::default().check(60), Ok(Offload::None));
-        let csum = ChecksumAt {
-            start: 34,
-            offset: 16,
-        };
-        let h = linux_tso4();
-        assert_eq!(
-            h.check(66 + 64_000),
-            Ok(Offload::Tcp(
-                TcpGso {
-                    ipv6: false,
-                    ecn: false,
-                    mss: 1448
-                },
-                Some(csum)
-            ))
-        );
-        let only_csum = VnetHdr {
-            gso_type: GSO_NONE,
-            gso_size: 0,
-            ..h
-        };
-        assert_eq!(only_csum.check(100), Ok(Offload::Checksum(csum)));
-        let v6_ecn = VnetHdr {
-            gso_type: GSO_TCPV6 | GSO_ECN,
-            ..h
-        };
-        assert!(matches!(
-            v6_ecn.check(3000),
-            Ok(Offload::Tcp(
-                TcpGso {
-                    ipv6: true,
-                    ecn: true,
-                    ..
-                },
-                _
-            ))
-        ));
-        // Driver-to-device frames may carry stray device-only flags: ignored.
-        let stray = VnetHdr {
-            flags: F_DATA_VALID | F_RSC_INFO,
-            ..VnetHdr::default()
-        };
-        assert_eq!(stray.check(60), Ok(Offload::None));
-    }
-
-    #[test]
-    fn each_bad_field_has_its_error() {
-        let h = linux_tso4();
-        let cases = [
-            (
-                VnetHdr { gso_type: 2, ..h },
-                VnetHdrError::UnknownGsoType(2),
-            ),
-            (
-                VnetHdr {
-                    gso_type: GSO_ECN,
-                    ..h
-                },
-                VnetHdrError::UnknownGsoType(GSO_ECN),
-            ),
-            (
-                VnetHdr {
-                    gso_type: GSO_UDP_L4,
-                    ..h
-                },
-                VnetHdrError::GsoTypeNotOffered(GSO_UDP_L4),
-            ),
-            (VnetHdr { gso_size: 0, ..h }, VnetHdrError::ZeroGsoSize),
-            (
-                VnetHdr { hdr_len: 2000, ..h },
-                VnetHdrError::HdrLenBeyondFrame {
-                    hdr_len: 2000,
-                    frame_len: 1514,
-                },
-            ),
-            (
-                VnetHdr {
-                    csum_start: 1500,
-                    csum_offset: 13,
-                    ..h
-                },
-                VnetHdrError::ChecksumBeyondFrame {
-                    csum_start: 1500,
-                    csum_offset: 13,
-                    frame_len: 1514,
-                },
-            ),
-            (
-                VnetHdr {
-                    csum_start: u16::MAX,
-                    csum_offset: u16::MAX,
-                    ..h
-                },
-                VnetHdrError::ChecksumBeyondFrame {
-                    csum_start: u16::MAX,
-                    csum_offset: u16::MAX,
-                    frame_len: 1514,
-                },
-            ),
-        ];
-        for (hdr, want) in cases {
-            assert_eq!(hdr.check(1514), Err(want), "{hdr:?}");
-        }
-        // The last byte of a checksum field may be the frame's last byte.
-        let edge = VnetHdr {
-            csum_start: 1500,
-            csum_offset: 12,
-            ..h
-        };
-        assert!(edge.check(1514).is_ok());
-        let many = VnetHdr {
-            gso_size: 1,
-            hdr_len: 0,
-            ..h
-        };
-        assert_eq!(
-            many.check(65_536),
-            Err(VnetHdrError::TooManySegments { segments: 65_536 })
-        );
-        assert!(many.check(65_535).is_ok());
     }
 }
