@@ -1,69 +1,30 @@
 //! The running daemon: ports on a switch, their listener threads, the
 //! control socket and the metrics endpoint.
 
+mod error;
+mod ports;
+mod services;
+mod started;
+
+pub use error::DaemonError;
+use started::Started;
+
 use crate::config::DaemonConfig;
 use crate::control::{self, Handler, Request, Response, MAX_P95_US};
-use crate::cores::config::QueueWorkers;
-use crate::cores::manager_loop::{self, CoreManager};
-use crate::cores::{ApplyMethod, CoresStatus};
-use crate::metrics::{PortStats, Registry};
+use crate::cores::CoresStatus;
+use crate::metrics::Registry;
 use crate::nq_workers::NqWorkers;
-use crate::ports::{Echo, Sink, Tap, TapError};
 use crate::switch::Switch;
-use crate::vmport::frontend_socket::{self, Connector, FrontendSocket, ListenError, SocketMode};
-use crate::vmport::handler;
+use crate::vmport::frontend_socket::SocketMode;
 use crate::vmport::VmPort;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-use vadapt_host::cpufreq::CpuFreq;
+use std::time::Duration;
 use vadapt_policy::{PolicyConfig, Retune};
-use vadapt_wire::Mac;
-
-/// Why the daemon could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// Bad configuration.
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// A vhost-user socket could not be created.
-    #[error(transparent)]
-    Listen(#[from] ListenError),
-    /// A TAP port could not be created.
-    #[error(transparent)]
-    Tap(#[from] TapError),
-    /// The control socket could not be created.
-    #[error(transparent)]
-    Control(#[from] control::ControlError),
-    /// The metrics endpoint could not be bound.
-    #[error("cannot listen for metrics on {addr}")]
-    Metrics {
-        /// Address.
-        addr: SocketAddr,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The NetAP-ML model is unusable.
-    #[error(transparent)]
-    Model(#[from] crate::netap_ml_model::ModelError),
-    /// The pool of queue workers could not start.
-    #[error(transparent)]
-    NqWorkers(#[from] crate::nq_workers::NqWorkersError),
-    /// A system resource (eventfd, thread) could not be created.
-    #[error("cannot create port `{port}`")]
-    Port {
-        /// Port name.
-        port: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 struct Shared {
     registry: Arc<Registry>,
@@ -155,37 +116,15 @@ fn set_policy(ports: &[Arc<VmPort>], name: &str, policy: PolicyConfig) -> Result
     Ok(())
 }
 
-/// What `Daemon::start` has started so far. Dropped before
-/// [`Started::complete`] (start-up failed), it stops those threads and
-/// removes the socket files created, so a failed start leaves nothing behind.
-#[derive(Default)]
-struct Started {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-    files: Vec<PathBuf>,
-}
-
-impl Started {
-    /// Start-up succeeded: hand the threads over.
-    fn complete(mut self) -> Vec<JoinHandle<()>> {
-        self.files.clear();
-        std::mem::take(&mut self.threads)
-    }
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        if self.threads.is_empty() && self.files.is_empty() {
-            return;
-        }
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
+/// The configuration step: `cfg` is valid, and the NetAP-ML model its
+/// policies need is loaded.
+fn prepare(cfg: &DaemonConfig) -> Result<(), DaemonError> {
+    cfg.validate()?;
+    crate::netap_ml_model::prepare(
+        cfg.netap_ml_model.as_deref(),
+        std::iter::once(&cfg.policy).chain(cfg.vm.iter().filter_map(|v| v.policy.as_ref())),
+    )?;
+    Ok(())
 }
 
 /// A running daemon. Dropping it without [`Daemon::shutdown`] leaves the
@@ -211,170 +150,26 @@ impl std::fmt::Debug for Daemon {
 }
 
 impl Daemon {
-    /// Validate `cfg`, create every port and socket, and start serving.
+    /// Validate `cfg`, create every port and socket, and start serving:
+    /// the configuration, then the ports, then the services over them.
     pub fn start(cfg: DaemonConfig) -> Result<Daemon, DaemonError> {
-        cfg.validate()?;
-        crate::netap_ml_model::prepare(
-            cfg.netap_ml_model.as_deref(),
-            std::iter::once(&cfg.policy).chain(cfg.vm.iter().filter_map(|v| v.policy.as_ref())),
-        )?;
+        prepare(&cfg)?;
         let registry = Arc::new(Registry::default());
         let switch = Arc::new(Switch::new(Duration::from_secs(cfg.mac_ageing_s)));
         // Until start-up is complete, a failure stops what was started and
         // removes the sockets already created.
         let mut started = Started::default();
         let stop = Arc::clone(&started.stop);
-        let mut freq_note = None;
-
-        let tsc_per_ns = crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20));
-        let mut vm_ports = Vec::new();
-        let mut listeners = Vec::new();
-        let mut pinned_policies = Vec::new();
-        for (i, vm) in cfg.vm.iter().enumerate() {
-            let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
-            let freq = Arc::new(match cpu {
-                Some(c) => CpuFreq::probe(std::path::Path::new("/sys"), c),
-                // The NQ pool pins its workers, but a port's hints follow
-                // only a CPU given by --cpus.
-                None if cfg.cores.queue_workers == QueueWorkers::PerNqCore => CpuFreq::unavailable(
-                    "queue workers of the NQ pool (--queue-workers per-nq-core) \
-                         move between CPUs; hints need a port pinned by --cpus",
-                ),
-                None => CpuFreq::unavailable("worker not pinned to a CPU (see --cpus)"),
-            });
-            if i == 0 {
-                freq_note = freq.unavailable_reason().map(str::to_owned);
-            }
-            let port = VmPort::new(
-                vm.clone(),
-                cfg.policy,
-                Arc::clone(&switch),
-                cfg.backlog,
-                cpu,
-                freq,
-                tsc_per_ns,
-            )
-            .map_err(|source| DaemonError::Port {
-                port: vm.name.clone(),
-                source,
-            })?;
-            if let Some(c) = cpu {
-                pinned_policies.push((vm.name.clone(), c, port.policy_config().kind()));
-            }
-            let id = switch.add_port(port.clone(), Arc::clone(&port.stats));
-            port.set_port_id(id);
-            registry.add_port(Arc::clone(&port.stats));
-            registry.add_worker(Arc::clone(&port.worker_stats));
-            listeners.push(match vm.mode {
-                SocketMode::Server => {
-                    let l = frontend_socket::listen(&vm.socket, cfg.socket_group.as_deref())?;
-                    started.files.push(vm.socket.clone());
-                    FrontendSocket::Listen(l)
-                }
-                SocketMode::Client => FrontendSocket::Connect(Connector::new(vm.socket.clone())),
-            });
-            vm_ports.push(port);
-        }
-        for s in &cfg.sink {
-            let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
-            let id = switch.add_port(Arc::new(Sink::new(Arc::clone(&stats))), Arc::clone(&stats));
-            switch.add_static(s.mac.unwrap_or_else(|| Mac::from_name(&s.name)), id);
-            registry.add_port(stats);
-        }
-        for e in &cfg.echo {
-            let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
-            let echo = Arc::new(Echo::new(Arc::clone(&stats)));
-            let id = switch.add_port(echo.clone(), Arc::clone(&stats));
-            echo.set_port_id(id);
-            switch.add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
-            registry.add_port(stats);
-        }
-        for t in &cfg.tap {
-            let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
-            let tap = Arc::new(Tap::open(&t.name, Arc::clone(&stats))?);
-            tracing::info!(
-                port = t.name.as_str(),
-                offloads = ?tap.offloads(),
-                "TAP port opened (IFF_VNET_HDR; offloads the host may send: checksum, TSO4/6, ECN, or none if TUNSETOFFLOAD was refused)"
-            );
-            let id = switch.add_port(tap.clone(), Arc::clone(&stats));
-            registry.add_port(stats);
-            let (sw, st) = (Arc::clone(&switch), Arc::clone(&stop));
-            started.threads.push(
-                std::thread::Builder::new()
-                    .name(format!("vadapt-tap-{}", t.name))
-                    .spawn(move || tap.run_reader(&sw, id, &st))
-                    .expect("spawning a thread"),
-            );
-        }
-
-        // One queue worker per NQ core: one worker until the core manager's
-        // first placement resizes the pool (below).
-        let nq_workers =
-            if !cfg.cores.cpus.is_empty() && cfg.cores.queue_workers == QueueWorkers::PerNqCore {
-                let pin = cfg.cores.apply != ApplyMethod::Advise;
-                Some(NqWorkers::new(&cfg.cores.cpus[..1], pin)?)
-            } else {
-                None
-            };
-
-        let mut live = Vec::new();
-        for (port, listener) in vm_ports.iter().zip(listeners) {
-            let l = Arc::clone(&port.live);
-            live.push(Arc::clone(&l));
-            let (p, st) = (Arc::clone(port), Arc::clone(&stop));
-            let pool = nq_workers.clone();
-            started.threads.push(
-                std::thread::Builder::new()
-                    .name(format!("vadapt-vu-{}", port.name()))
-                    .spawn(move || handler::serve(p, listener, st, l, pool))
-                    .expect("spawning a thread"),
-            );
-        }
-
-        let mut cores_line = None;
-        let cores = if cfg.cores.cpus.is_empty() {
-            None
-        } else {
-            let status = Arc::new(CoresStatus::default());
-            let m = CoreManager::new(
-                cfg.cores.clone(),
-                vm_ports.clone(),
-                Arc::clone(&status),
-                std::path::Path::new("/proc"),
-                std::path::Path::new("/sys"),
-            );
-            let m = match &nq_workers {
-                Some(pool) => m.with_nq_workers(Arc::clone(pool)),
-                None => m,
-            };
-            cores_line = Some(m.describe());
-            started
-                .threads
-                .push(manager_loop::spawn(m, Arc::clone(&stop)).map_err(|source| {
-                    DaemonError::Port {
-                        port: "core manager".into(),
-                        source,
-                    }
-                })?);
-            registry.set_cores(Arc::clone(&status));
-            Some(status)
-        };
-        // NetAP-ML's features estimated from the counters (idle unless a
-        // port runs netap-ml).
-        let workload =
-            crate::workload_loop::WorkloadLoop::new(Arc::clone(&registry), vm_ports.clone());
-        started.threads.push(
-            crate::workload_loop::spawn(workload, Arc::clone(&stop)).map_err(|source| {
-                DaemonError::Port {
-                    port: "workload estimate".into(),
-                    source,
-                }
-            })?,
-        );
+        let vms = ports::vm_ports(&cfg, &switch, &registry, &mut started)?;
+        ports::host_ports(&cfg, &switch, &registry, &mut started)?;
+        let nq_workers = ports::nq_pool(&cfg)?;
+        let live = ports::serve_frontends(&vms.ports, vms.listeners, &nq_workers, &mut started);
+        let (cores, cores_line) =
+            services::core_manager(&cfg, &vms.ports, &nq_workers, &registry, &mut started)?;
+        services::workload_estimate(&registry, &vms.ports, &mut started)?;
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
-            vm_ports,
+            vm_ports: vms.ports,
             cores,
         });
         started.threads.push(control::serve(
@@ -383,69 +178,17 @@ impl Daemon {
             Arc::clone(&stop),
         )?);
         started.files.push(cfg.control.clone());
-
-        let metrics_addr = match cfg.metrics {
-            Some(addr) => {
-                let l = TcpListener::bind(addr)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?;
-                let bound = l.local_addr().unwrap_or(addr);
-                l.set_nonblocking(true)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?;
-                let (reg, st) = (Arc::clone(&registry), Arc::clone(&stop));
-                started.threads.push(
-                    std::thread::Builder::new()
-                        .name("vadapt-metrics".into())
-                        .spawn(move || crate::metrics_http::serve(l, reg, st))
-                        .expect("spawning a thread"),
-                );
-                Some(bound)
-            }
-            None => None,
-        };
-
-        let (sw, st) = (Arc::clone(&switch), Arc::clone(&stop));
-        started.threads.push(
-            std::thread::Builder::new()
-                .name("vadapt-ageing".into())
-                .spawn(move || {
-                    while !st.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(200));
-                        sw.age(Instant::now());
-                    }
-                })
-                .expect("spawning a thread"),
-        );
-
+        let metrics_addr = services::metrics_endpoint(&cfg, &registry, &mut started)?;
+        services::mac_ageing(&switch, &mut started);
         // Said once start-up can no longer fail: a failed start is one line.
-        for port in &shared.vm_ports {
-            let what = match port.cfg.mode {
-                SocketMode::Server => "VM port listening",
-                SocketMode::Client => "VM port connecting to the frontend's socket",
-            };
-            tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
-                mac = %port.mac, policy = %port.policy_config().kind(), "{what}");
-        }
-        tracing::info!(path = %cfg.control.display(), "control socket ready");
-        if let Some(bound) = metrics_addr {
-            tracing::info!(%bound, "Prometheus metrics at http://{bound}/metrics");
-        }
-        if let Some(line) = cores_line {
-            tracing::info!("{line}");
-        }
-        if let Some(reason) = freq_note {
-            tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");
-        }
-        for (cpu, ports) in busy_pollers_sharing_a_cpu(&pinned_policies) {
-            tracing::warn!(
-                cpu,
-                ports = %ports.join(", "),
-                "busy-polling ports with a worker each share this CPU: the workers take turns \
-                 in scheduler ticks, and frames queued for one wait out the other's tick \
-                 (benchmark B8: a quarter lost, 4-5x the cycles per packet); give each its own \
-                 CPU in --cpus, or serve them with one worker (--cores-cpus {cpu} \
-                 --queue-workers per-nq-core)"
-            );
-        }
+        services::log_ready(
+            &cfg,
+            &shared.vm_ports,
+            metrics_addr,
+            cores_line,
+            vms.freq_note,
+            &vms.pinned,
+        );
         let threads = started.complete();
         Ok(Daemon {
             shared,
@@ -553,24 +296,11 @@ impl Daemon {
     }
 }
 
-/// The CPUs that `--cpus` gives the workers of two or more busy-polling
-/// ports, with those ports (`pinned`: port, CPU, initial policy).
-fn busy_pollers_sharing_a_cpu(
-    pinned: &[(String, usize, vadapt_policy::PolicyKind)],
-) -> Vec<(usize, Vec<String>)> {
-    let mut by_cpu = std::collections::BTreeMap::<usize, Vec<String>>::new();
-    for (port, cpu, kind) in pinned {
-        if *kind == vadapt_policy::PolicyKind::BusyPoll {
-            by_cpu.entry(*cpu).or_default().push(port.clone());
-        }
-    }
-    by_cpu.into_iter().filter(|(_, p)| p.len() > 1).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::parse_vm_spec;
+    use std::net::TcpListener;
 
     fn cfg(dir: &std::path::Path) -> DaemonConfig {
         let mut c = DaemonConfig::default();
@@ -598,7 +328,7 @@ mod tests {
     fn busy_pollers_on_one_cpu_are_found() {
         use vadapt_policy::PolicyKind::{BusyPoll, Netap};
         let p = |n: &str, cpu, k| (n.to_string(), cpu, k);
-        let found = busy_pollers_sharing_a_cpu(&[
+        let found = services::busy_pollers_sharing_a_cpu(&[
             p("a", 1, BusyPoll),
             p("b", 2, BusyPoll),
             p("c", 1, BusyPoll),
@@ -607,7 +337,7 @@ mod tests {
             p("f", 3, Netap),
         ]);
         assert_eq!(found, vec![(1, vec!["a".to_string(), "c".to_string()])]);
-        assert!(busy_pollers_sharing_a_cpu(&[p("a", 1, BusyPoll)]).is_empty());
+        assert!(services::busy_pollers_sharing_a_cpu(&[p("a", 1, BusyPoll)]).is_empty());
     }
 
     #[test]

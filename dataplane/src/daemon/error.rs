@@ -1,0 +1,47 @@
+//! Why the daemon could not start.
+
+use crate::control;
+use crate::ports::TapError;
+use crate::vmport::frontend_socket::ListenError;
+use std::net::SocketAddr;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A vhost-user socket could not be created.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// A TAP port could not be created.
+    #[error(transparent)]
+    Tap(#[from] TapError),
+    /// The control socket could not be created.
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
+    /// The metrics endpoint could not be bound.
+    #[error("cannot listen for metrics on {addr}")]
+    Metrics {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The NetAP-ML model is unusable.
+    #[error(transparent)]
+    Model(#[from] crate::netap_ml_model::ModelError),
+    /// The pool of queue workers could not start.
+    #[error(transparent)]
+    NqWorkers(#[from] crate::nq_workers::NqWorkersError),
+    /// A system resource (eventfd, thread) could not be created.
+    #[error("cannot create port `{port}`")]
+    Port {
+        /// Port name.
+        port: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
