@@ -89,7 +89,9 @@ struct VcpuSlicing {
 
 /// One run of a scenario.
 pub(crate) struct Engine<'s> {
+    /// What to simulate.
     scenario: &'s Scenario,
+    /// The costs of the model (the scenario's).
     calibration: &'s Calibration,
     /// Simulated time, ns.
     now: u64,
@@ -105,9 +107,11 @@ pub(crate) struct Engine<'s> {
     slicing: Option<VcpuSlicing>,
     /// Core groups, their allocator and the preemption model.
     cores: CoreControl,
+    /// The VMs, in scenario order.
     vms: Vec<SimulatedVm>,
     /// Every VM's queues, VM after VM.
     queues: Vec<SimulatedQueue>,
+    /// The host NIC's transmit queue, shared by every worker.
     nic: Nic,
     /// Draws of timer and wake-up jitter.
     jitter_rng: SmallRng,

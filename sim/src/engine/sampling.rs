@@ -19,9 +19,13 @@ pub(super) struct Totals {
     host: f64,
     /// vCPU time, ns.
     guest: f64,
+    /// Guest kicks.
     kicks: u64,
+    /// Calls into the guest.
     calls: u64,
+    /// Worker wake-ups.
     wakeups: u64,
+    /// Service passes.
     passes: u64,
     /// Energy, J.
     energy: f64,

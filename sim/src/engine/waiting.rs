@@ -204,6 +204,8 @@ impl Engine<'_> {
         }
     }
 
+    /// Whether queue `q`'s worker is still in wait `generation`, waiting
+    /// for a kick: an event scheduled for an older wait is stale.
     fn still_waiting_for_kick(&self, q: usize, generation: u64) -> bool {
         let w = &self.queues[q].worker;
         w.generation == generation && w.state == WorkerState::WaitingForKick
