@@ -11,6 +11,10 @@
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
 //! * [`workload_estimate`] — NetAP-ML's workload features from the counters;
 //!   [`workload_loop`] sends them to the `netap-ml` ports.
+//! * [`cores`] — vSPACE's core manager (its step in `cores/manager_loop/`,
+//!   one peer thread per QMP socket and guest agent).
+//! * [`migration`], [`uplink`] — named homes, empty until the live-migration
+//!   and AF_XDP issues fill them.
 
 #![deny(missing_docs)]
 
@@ -26,6 +30,7 @@ pub mod local_server;
 pub mod log_limit;
 pub mod metrics;
 pub mod metrics_http;
+pub mod migration;
 pub mod net;
 pub mod netap_ml_model;
 pub mod nq_workers;
@@ -35,6 +40,7 @@ pub mod ports;
 pub mod sigbus_guard;
 pub mod socket_dir;
 pub mod switch;
+pub mod uplink;
 pub mod vmport;
 pub mod worker;
 pub mod workload_estimate;

@@ -7,7 +7,8 @@
 //!   synthetic guest, tests, fuzzers and benchmarks;
 //! * [`raw::RawRing`] — unchecked field access for tests and fuzzers;
 //! * `mock::MockQueue` (feature `test-utils`) — a driver and a device over
-//!   one ring in anonymous memory, for tests of code that serves rings.
+//!   one ring in anonymous memory, for tests of code that serves rings;
+//! * [`packed`] — the named home of the packed ring, empty until its issue.
 //!
 //! What travels in the buffers (the virtio-net header, frames, checksums)
 //! is `vadapt_wire`'s, not this crate's.
@@ -89,6 +90,7 @@ pub mod layout;
 pub mod mem;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod mock;
+pub mod packed;
 pub mod raw;
 mod ring;
 pub mod spec;
