@@ -86,6 +86,17 @@ def short_tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+def poll(cond, timeout: float, step: float = 0.05) -> bool:
+    """Whether `cond()` came true within `timeout` seconds, asked every `step`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cond():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+
+
 def wait_path(path: Path, timeout: float, proc: Proc | None = None) -> None:
     """Wait until `path` exists; fail early if `proc` died meanwhile."""
     deadline = time.monotonic() + timeout

@@ -127,7 +127,7 @@ class Rig:
             lines = self.daemon.proc.lines[self.mark :]
             return sum(all(p in x for p in parts) for x in lines)
 
-        _poll(lambda: count() >= n, timeout)
+        harness.poll(lambda: count() >= n, timeout)
         return count()
 
     def vm2_tx(self) -> int:
@@ -197,16 +197,6 @@ def rig(vadapt_bin, request):
             print(f"\nlogs kept in {workdir}")
 
 
-def _poll(cond, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-
-
 @pytest.fixture(autouse=True)
 def invariants(rig):
     """The daemon before and after every case (see the module docs)."""
@@ -221,11 +211,11 @@ def invariants(rig):
         pytest.fail(f"the daemon died: rc={proc.popen.returncode}\n{proc.tail()}", pytrace=False)
     tx0 = rig.vm2_tx()  # stats answer
     assert rig.guest.alive(), "the synthetic guest on vm2 exited\n" + rig.guest.tail()
-    assert _poll(lambda: rig.vm2_tx() > tx0, MOVE_TIMEOUT, 0.1), (
+    assert harness.poll(lambda: rig.vm2_tx() > tx0, MOVE_TIMEOUT, 0.1), (
         f"vm2 stopped forwarding (tx stuck at {tx0})\n" + proc.tail()
     )
     limit = rig.fd0 + FD_TOLERANCE
-    if not _poll(lambda: rig.fds() <= limit, 5.0):
+    if not harness.poll(lambda: rig.fds() <= limit, 5.0):
         now = rig.fd_targets()
         extra = [t for t in now if t not in rig.fd_log or now.count(t) > rig.fd_log.count(t)]
         pytest.fail(
@@ -452,7 +442,7 @@ def test_reset_owner_releases_everything(rig):
         assert t.ring.wait_used(0)
         t.fe.ok(vr.RESET_OWNER)
         # Only the connection (and its clone for shutdown) remain.
-        assert _poll(lambda: rig.fds() <= rig.fd0 + 2, 5.0), rig.fd_targets()
+        assert harness.poll(lambda: rig.fds() <= rig.fd0 + 2, 5.0), rig.fd_targets()
         still_in_sync(t.fe)
         fd, buf = memory_table(t.fe)
         buf.close()
@@ -859,7 +849,7 @@ def test_idle_connection_holds_only_its_port(rig):
     is served as soon as the first goes."""
     idle = rig.connect("vm1")
     try:
-        assert _poll(lambda: rig.port_stats("vm1")["connected"], 5.0)
+        assert harness.poll(lambda: rig.port_stats("vm1")["connected"], 5.0)
         second = rig.connect("vm1")
         try:
             second.send(vr.GET_FEATURES)

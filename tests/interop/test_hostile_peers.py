@@ -96,16 +96,6 @@ def allowed(tid: int) -> list[int] | None:
     return out
 
 
-def poll(cond, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-
-
 class Checks:
     """Failed expectations of one test, reported together at the end."""
 
@@ -152,7 +142,7 @@ class Peer:
             argv += ["--socket-from-env"]
             env = {"HOSTILE_SOCKET": str(socket)}
         self.proc = group.add(harness.Proc(f"{kind}-peer", argv, group.workdir, env=env))
-        assert poll(lambda: self.event("ready") is not None, 10), self.proc.tail()
+        assert harness.poll(lambda: self.event("ready") is not None, 10), self.proc.tail()
         ready = self.event("ready")
         self.pid: int = ready["pid"]
         self.own_tids: list[int] = ready["own_tids"]
@@ -329,7 +319,7 @@ class Rig:
         try:
             self.cores()
             rx0 = self.sink_rx()
-            moved = poll(lambda: self.sink_rx() > rx0, 5.0, step=0.25)
+            moved = harness.poll(lambda: self.sink_rx() > rx0, 5.0, step=0.25)
             c.check(moved, f"vm2 stopped forwarding: the sink's rx_packets stayed at {rx0}")
         except (harness.HarnessError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             c.failures.append(f"the daemon does not answer stats/cores: {e}")
@@ -491,7 +481,7 @@ def test_qmp_naming_foreign_threads_moves_none_of_them(vadapt_bin, procs, reques
     peer = rig.peer("qmp", "foreign", qmp, ["--tids", ",".join(map(str, foreign))])
     # Positive control: the VM's own vCPU thread is placed.
     c.check(
-        poll(lambda: rig.placed(peer.own_tids), 8, step=0.1),
+        harness.poll(lambda: rig.placed(peer.own_tids), 8, step=0.1),
         f"the QMP peer's own vCPU thread {peer.own_tids} was never placed "
         f"(commands seen: {[e['execute'] for e in peer.commands()]}); the test proves nothing",
     )
@@ -525,7 +515,9 @@ def test_qmp_peer_that_is_not_the_vms_qemu_is_refused(vadapt_bin, procs):
     peer = rig.peer("qmp", "own", qmp, socket_on_cmdline=False)
     own = peer.own_before
     rig.start(f"socket={rig.dir / 'evil.sock'},qmp={qmp}")
-    c.check(poll(lambda: peer.connects() > 0, 5), "the daemon never connected to the QMP socket")
+    c.check(
+        harness.poll(lambda: peer.connects() > 0, 5), "the daemon never connected to the QMP socket"
+    )
     time.sleep(1.5)
     moved = {t: s for t, s in states(own).items() if s != own[t]}
     c.check(
@@ -557,7 +549,7 @@ def test_qmp_peer_named_by_qemu_pidfile_is_accepted(vadapt_bin, procs):
     pidfile.write_text(f"{peer.pid}\n")
     rig.start(f"socket={rig.dir / 'evil.sock'},qmp={qmp},qemu_pidfile={pidfile}")
     c.check(
-        poll(lambda: rig.placed(peer.own_tids), 6, step=0.1),
+        harness.poll(lambda: rig.placed(peer.own_tids), 6, step=0.1),
         f"the pidfile's QEMU thread {peer.own_tids} was never placed",
     )
     time.sleep(0.3)
@@ -584,9 +576,9 @@ def test_peer_text_cannot_forge_log_lines(vadapt_bin, procs, kind, behaviour):
     sock = rig.dir / f"evil.{kind}"
     peer = rig.peer(kind, behaviour, sock)
     rig.start(f"socket={rig.dir / 'evil.sock'},{kind}={sock}")
-    c.check(poll(lambda: peer.connects() > 0, 5), f"the daemon never connected to {kind}")
+    c.check(harness.poll(lambda: peer.connects() > 0, 5), f"the daemon never connected to {kind}")
     # The refusal is logged (one WARN) within a period or two of the reply.
-    poll(lambda: any(FORGED_TEXT in x for x in rig.log()), 4, step=0.1)
+    harness.poll(lambda: any(FORGED_TEXT in x for x in rig.log()), 4, step=0.1)
     time.sleep(0.2)
     rig.no_forged_lines(c, require=True)
     rig.bystanders_unchanged(c, "during the attack")
@@ -608,7 +600,9 @@ def test_frontend_and_control_text_cannot_forge_log_lines(vadapt_bin, procs):
     sock = rig.dir / "evil.sock"
     peer = rig.peer("frontend", "forge", sock)
     rig.start(f"socket={sock},mode=client")
-    c.check(poll(lambda: peer.connects() > 0, 5), "the daemon never connected to the frontend")
+    c.check(
+        harness.poll(lambda: peer.connects() > 0, 5), "the daemon never connected to the frontend"
+    )
     forged = "\x1b[1A\r\n2099-01-01T00:00:00.000000Z ERROR forged-by-guest: pwned\n"
     requests = [
         json.dumps({"cmd": "set-policy", "port": "vm2" + forged, "policy": "interrupt"}),
@@ -696,14 +690,14 @@ def test_sigterm_while_a_peer_does_not_answer(vadapt_bin, procs, kind, behaviour
         rig.start(f"socket={rig.dir / 'evil.sock'},{kind}={sock}")
         rig.alive_and_forwarding(c)
         peer = rig.peer(kind, behaviour, sock, args)
-        waiting = poll(lambda: peer.connects() > 0, 5, step=0.01)
+        waiting = harness.poll(lambda: peer.connects() > 0, 5, step=0.01)
     else:
         # The agent is asked in the first period; its seven slow answers
         # (two connections) take about 3 s.
         peer = rig.peer(kind, behaviour, sock, args)
         rig.start(f"socket={rig.dir / 'evil.sock'},{kind}={sock}")
         rig.alive_and_forwarding(c)
-        waiting = poll(lambda: len(peer.commands()) > len(peer.replies_all()), 5, step=0.01)
+        waiting = harness.poll(lambda: len(peer.commands()) > len(peer.replies_all()), 5, step=0.01)
     c.check(waiting, f"the daemon was not waiting on the {kind} peer: {peer.events()[-3:]}")
     time.sleep(0.05)
     rig.bystanders_unchanged(c, "during the attack")
@@ -724,7 +718,7 @@ def test_refused_stop_is_retried_with_backoff_and_logged_once(vadapt_bin, procs)
     qmp = rig.dir / "evil.qmp"
     peer = rig.peer("qmp", "refuse-stop", qmp)
     rig.start(f"socket={rig.dir / 'evil.sock'},qmp={qmp},role=be", mode="r")
-    c.check(poll(lambda: peer.commands("stop"), 5), "mode R never sent `stop` to the BE VM")
+    c.check(harness.poll(lambda: peer.commands("stop"), 5), "mode R never sent `stop` to the BE VM")
     time.sleep(5)
     stops = len(peer.commands("stop"))
     logged = [x for x in rig.log() if STOP_REFUSED in x]
@@ -752,7 +746,7 @@ def test_cont_refused_once_is_retried_until_it_succeeds(vadapt_bin, procs):
     qmp = rig.dir / "evil.qmp"
     peer = rig.peer("qmp", "refuse-cont", qmp)
     rig.start(f"socket={rig.dir / 'evil.sock'},qmp={qmp},role=be", mode="r")
-    paused = poll(lambda: rig.evil().get("paused"), 6, step=0.1)
+    paused = harness.poll(lambda: rig.evil().get("paused"), 6, step=0.1)
     if not paused:
         pytest.fail(
             f"mode R never paused the BE VM (commands: {[e['execute'] for e in peer.commands()]})"
@@ -765,7 +759,7 @@ def test_cont_refused_once_is_retried_until_it_succeeds(vadapt_bin, procs):
         capture_output=True,
         timeout=10,
     )
-    resumed = poll(lambda: any(r["ok"] for r in peer.replies("cont")), 5, step=0.1)
+    resumed = harness.poll(lambda: any(r["ok"] for r in peer.replies("cont")), 5, step=0.1)
     conts = peer.replies("cont")
     c.check(
         resumed,
@@ -774,7 +768,7 @@ def test_cont_refused_once_is_retried_until_it_succeeds(vadapt_bin, procs):
     )
     if resumed:
         c.check(
-            poll(lambda: rig.evil().get("paused") is False, 2, step=0.1),
+            harness.poll(lambda: rig.evil().get("paused") is False, 2, step=0.1),
             f"`vadapt cores` still says paused: {rig.evil()}",
         )
     rig.bystanders_unchanged(c, "during the attack")
@@ -801,10 +795,10 @@ def test_guest_vcpu_list_is_capped_and_deduplicated(vadapt_bin, procs, behaviour
     qga = rig.dir / "evil.qga"
     peer = rig.peer("qga", behaviour, qga, ["--vcpus", str(entries)])
     rig.start(f"socket={rig.dir / 'evil.sock'},qga={qga}")
-    asked = poll(lambda: peer.commands("guest-get-vcpus"), 5)
+    asked = harness.poll(lambda: peer.commands("guest-get-vcpus"), 5)
     c.check(asked, "the daemon never asked the agent for its vCPUs: the attack was not exercised")
     # Its answer is read and any guest-set-vcpus follows at once.
-    poll(lambda: peer.commands("guest-set-vcpus"), 1.5)
+    harness.poll(lambda: peer.commands("guest-set-vcpus"), 1.5)
     for req in peer.commands("guest-set-vcpus"):
         c.check(
             req["entries"] <= 1024 and req["duplicates"] == 0,
