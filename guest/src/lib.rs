@@ -17,7 +17,7 @@
 //!
 //! # What it emulates
 //!
-//! * **The device, as QEMU sets it up** ([`device`]): one memfd of guest memory shared with
+//! * **The device, as QEMU sets it up** ([`frontend`]): one memfd of guest memory shared with
 //!   `SET_MEM_TABLE`, feature negotiation as a Linux guest (`VERSION_1`, `MAC`, `MRG_RXBUF`,
 //!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered, and
 //!   `CSUM` + `HOST_TSO4` in TCP-stream mode;
@@ -83,7 +83,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cores_report;
-pub mod device;
+pub mod frontend;
 pub mod guest;
 pub mod load;
 pub mod metrics;

@@ -24,7 +24,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::clock::{Clock, ExitCost};
 use crate::config::{GuestConfig, Mode};
-use crate::device::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
+use crate::frontend::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
 use crate::load::{Load, Pacing};
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;

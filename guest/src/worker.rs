@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use crate::clock::{thread_cpu_ns, Clock, ExitCost};
 use crate::config::Mode;
-use crate::device::QueuePair;
+use crate::frontend::QueuePair;
 use crate::load::{Load, Pacer, Pacing};
 use crate::metrics::{GuestCounters, LatencyHistogram, ThreadCounters};
 use crate::period_latency::PeriodLatency;

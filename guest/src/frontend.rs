@@ -1,5 +1,6 @@
-//! The vhost-user side of the guest: connect as the frontend, negotiate like QEMU with a Linux
-//! virtio-net driver behind it, share one memfd of guest memory, and hand out queue pairs.
+//! The guest's vhost-user **frontend** (QEMU's role): connect to the backend, negotiate like
+//! QEMU with a Linux virtio-net driver behind it, share one memfd of guest memory, and hand
+//! out queue pairs. (The device side of a virtqueue, the backend's, is `vadapt_virtq::device`.)
 //!
 //! Order of messages (as QEMU sends them): `SET_OWNER`, `GET_FEATURES`,
 //! `GET_PROTOCOL_FEATURES` / `SET_PROTOCOL_FEATURES`, `GET_QUEUE_NUM`, `GET_CONFIG`,
@@ -101,9 +102,9 @@ pub fn has_feature(features: u64, bit: u32) -> bool {
     features & (1u64 << bit) != 0
 }
 
-/// Why the guest could not set up its device.
+/// Why the guest could not set up its device over vhost-user.
 #[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
+pub enum FrontendError {
     /// The socket could not be reached.
     #[error("--socket {path}: cannot connect")]
     Connect {
@@ -158,8 +159,8 @@ pub enum DeviceError {
     },
 }
 
-fn proto(op: &'static str) -> impl FnOnce(vhost::Error) -> DeviceError {
-    move |source| DeviceError::Protocol { op, source }
+fn proto(op: &'static str) -> impl FnOnce(vhost::Error) -> FrontendError {
+    move |source| FrontendError::Protocol { op, source }
 }
 
 /// Bounds a series of vhost-user exchanges in time. The `vhost` crate retries a receive that
@@ -320,7 +321,7 @@ pub fn plan_memory(pairs: u16, ring_size: u16, tx: TxBufs) -> MemoryPlan {
 /// Creates queue pair `index` in `mem` as planned: rings zeroed, TX buffers pre-filled with
 /// the packet template, RX buffers posted, RX callbacks on (NAPI), TX callbacks off (Linux's
 /// non-NAPI TX path: no interrupt until the queue stops on a full ring). Nothing is said to a
-/// backend: [`Device::connect`] does that, tests drive the rings directly.
+/// backend: [`Connection::connect`] does that, tests drive the rings directly.
 pub fn build_pair(
     mem: &GuestMemory,
     index: u16,
@@ -328,17 +329,17 @@ pub fn build_pair(
     cfg: &GuestConfig,
     features: u64,
     mac: [u8; 6],
-) -> Result<QueuePair, DeviceError> {
+) -> Result<QueuePair, FrontendError> {
     let ring_features = RingFeatures::from_bits(features);
     let ring = |i: usize, l: QueueLayout| {
-        DriverQueue::new(mem, l, ring_features).map_err(|e| DeviceError::Ring {
+        DriverQueue::new(mem, l, ring_features).map_err(|e| FrontendError::Ring {
             index: i,
             reason: e.to_string(),
         })
     };
     let rxq = ring(2 * usize::from(index), p.rx)?;
     let txq = ring(2 * usize::from(index) + 1, p.tx)?;
-    let qerr = |source| DeviceError::Queue {
+    let qerr = |source| FrontendError::Queue {
         pair: index,
         source,
     };
@@ -391,8 +392,9 @@ pub struct QueuePair {
     pub tx: TxQueue,
 }
 
-/// A connected, configured device.
-pub struct Device {
+/// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
+/// rings started.
+pub struct Connection {
     frontend: Frontend,
     /// The frontend's socket (a clone), for the watchdog.
     sock: UnixStream,
@@ -465,10 +467,10 @@ impl NetConfig {
     }
 }
 
-impl std::fmt::Debug for Device {
+impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // `Frontend` has no Debug; show what identifies the device.
-        f.debug_struct("Device")
+        // vhost's `Frontend` has no Debug; show what identifies the connection.
+        f.debug_struct("Connection")
             .field("features", &format_args!("{:#x}", self.features))
             .field("mac", &self.mac)
             .field("max_pairs", &self.max_pairs)
@@ -477,11 +479,11 @@ impl std::fmt::Debug for Device {
     }
 }
 
-impl Device {
+impl Connection {
     /// Connects, negotiates, shares memory and starts `pairs` queue pairs (returned apart
-    /// from the device so that threads can own them).
-    pub fn connect(cfg: &GuestConfig) -> Result<(Device, Vec<QueuePair>), DeviceError> {
-        let connect_err = |source| DeviceError::Connect {
+    /// from the connection so that threads can own them).
+    pub fn connect(cfg: &GuestConfig) -> Result<(Connection, Vec<QueuePair>), FrontendError> {
+        let connect_err = |source| FrontendError::Connect {
             path: cfg.socket.clone(),
             source,
         };
@@ -489,7 +491,7 @@ impl Device {
         let watchdog = Watchdog::arm(&sock, cfg.vhost_timeout).map_err(connect_err)?;
         let res = Self::handshake(cfg, sock);
         match (res, watchdog.disarm()) {
-            (Err(DeviceError::Protocol { op, .. }), true) => Err(DeviceError::Timeout {
+            (Err(FrontendError::Protocol { op, .. }), true) => Err(FrontendError::Timeout {
                 op,
                 after: cfg.vhost_timeout,
             }),
@@ -500,8 +502,8 @@ impl Device {
     fn handshake(
         cfg: &GuestConfig,
         sock: UnixStream,
-    ) -> Result<(Device, Vec<QueuePair>), DeviceError> {
-        let keep = sock.try_clone().map_err(|source| DeviceError::Connect {
+    ) -> Result<(Connection, Vec<QueuePair>), FrontendError> {
+        let keep = sock.try_clone().map_err(|source| FrontendError::Connect {
             path: cfg.socket.clone(),
             source,
         })?;
@@ -510,7 +512,7 @@ impl Device {
         fe.set_owner().map_err(proto("SET_OWNER"))?;
         let offered = fe.get_features().map_err(proto("GET_FEATURES"))?;
         if !has_feature(offered, VIRTIO_F_VERSION_1) {
-            return Err(DeviceError::NoVersion1);
+            return Err(FrontendError::NoVersion1);
         }
         let features = negotiate_features(offered, cfg.mode);
         if cfg.mode == Mode::TcpStream {
@@ -562,7 +564,7 @@ impl Device {
             && cfg.size > MTU
             && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF)
         {
-            return Err(DeviceError::SizeOverMtu(cfg.size));
+            return Err(FrontendError::SizeOverMtu(cfg.size));
         }
         let mac = cfg
             .mac
@@ -586,7 +588,7 @@ impl Device {
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
         let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
-        let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(DeviceError::Memory)?;
+        let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(FrontendError::Memory)?;
         let regions: Vec<VhostUserMemoryRegionInfo> = mem
             .regions()
             .iter()
@@ -601,7 +603,7 @@ impl Device {
         fe.set_mem_table(&regions).map_err(proto("SET_MEM_TABLE"))?;
 
         let ring_features = RingFeatures::from_bits(features);
-        let mut dev = Device {
+        let mut dev = Connection {
             frontend: fe,
             sock: keep,
             vhost_timeout: cfg.vhost_timeout,
@@ -647,8 +649,8 @@ impl Device {
         index: usize,
         layout: QueueLayout,
         features: RingFeatures,
-    ) -> Result<DriverQueue, DeviceError> {
-        DriverQueue::new(&self.mem, layout, features).map_err(|e| DeviceError::Ring {
+    ) -> Result<DriverQueue, FrontendError> {
+        DriverQueue::new(&self.mem, layout, features).map_err(|e| FrontendError::Ring {
             index,
             reason: format!("{e:?}"),
         })
@@ -660,7 +662,7 @@ impl Device {
         l: QueueLayout,
         kick: &vmm_sys_util::eventfd::EventFd,
         call: &vmm_sys_util::eventfd::EventFd,
-    ) -> Result<(), DeviceError> {
+    ) -> Result<(), FrontendError> {
         let uva = |gpa: u64| -> u64 {
             // The memfd region has uva == host address; rings are inside it by construction.
             self.mem.translate(gpa, 1).map(|p| p as u64).unwrap_or(0)
@@ -698,9 +700,9 @@ impl Device {
         plan: CtrlPlan,
         features: RingFeatures,
         pairs: u16,
-    ) -> Result<CtrlMq, DeviceError> {
+    ) -> Result<CtrlMq, FrontendError> {
         let mut vq = self.new_ring(index, plan.ring, features)?;
-        let notify = Notifiers::new().map_err(|source| DeviceError::Queue {
+        let notify = Notifiers::new().map_err(|source| FrontendError::Queue {
             pair: u16::MAX,
             source,
         })?;
@@ -718,7 +720,7 @@ impl Device {
         ];
         let ack_gpa = plan.buf + 16;
         let ack_init = [0xFFu8];
-        let write = |gpa: u64, b: &[u8]| self.mem.write(gpa, b).map_err(DeviceError::Memory);
+        let write = |gpa: u64, b: &[u8]| self.mem.write(gpa, b).map_err(FrontendError::Memory);
         write(plan.buf, &hdr)?;
         write(plan.buf + 8, &pairs.to_le_bytes())?;
         write(ack_gpa, &ack_init)?;
@@ -739,7 +741,7 @@ impl Device {
                 writable: true,
             },
         ];
-        vq.add(&segs).map_err(|e| DeviceError::Ring {
+        vq.add(&segs).map_err(|e| FrontendError::Ring {
             index,
             reason: e.to_string(),
         })?;
@@ -753,7 +755,7 @@ impl Device {
                 let mut ack = [0u8];
                 self.mem
                     .read(ack_gpa, &mut ack)
-                    .map_err(DeviceError::Memory)?;
+                    .map_err(FrontendError::Memory)?;
                 break if u32::from(ack[0]) == VIRTIO_NET_OK {
                     CtrlMq::Acked
                 } else {
@@ -779,16 +781,16 @@ impl Device {
 
     /// Stops every ring (`GET_VRING_BASE`, after which the backend no longer touches guest
     /// memory) and returns the first error, if any. Bounded by the socket timeout.
-    pub fn stop_rings(&self) -> Result<(), DeviceError> {
+    pub fn stop_rings(&self) -> Result<(), FrontendError> {
         let watchdog = Watchdog::arm(&self.sock, self.vhost_timeout).map_err(|source| {
-            DeviceError::Connect {
+            FrontendError::Connect {
                 path: PathBuf::from("(vhost-user socket)"),
                 source,
             }
         })?;
         let res = self.stop_rings_inner();
         match (res, watchdog.disarm()) {
-            (Err(DeviceError::Protocol { op, .. }), true) => Err(DeviceError::Timeout {
+            (Err(FrontendError::Protocol { op, .. }), true) => Err(FrontendError::Timeout {
                 op,
                 after: self.vhost_timeout,
             }),
@@ -796,12 +798,12 @@ impl Device {
         }
     }
 
-    fn stop_rings_inner(&self) -> Result<(), DeviceError> {
+    fn stop_rings_inner(&self) -> Result<(), FrontendError> {
         let mut first = Ok(());
         for &ring in &self.rings {
             if let Err(e) = self.frontend.get_vring_base(ring) {
                 if first.is_ok() {
-                    first = Err(DeviceError::Protocol {
+                    first = Err(FrontendError::Protocol {
                         op: "GET_VRING_BASE",
                         source: e,
                     });
