@@ -35,7 +35,9 @@ use virtio_bindings::virtio_net::{
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
 use crate::config::{GuestConfig, Mode, MTU};
-use crate::queue::{Notifiers, QueueError, RxQueue, TxQueue, RX_BUF_LEN, SEGMENT_SLOT_LEN};
+use crate::driver::queue::{
+    Notifiers, QueueError, QueuePair, RxQueue, TxQueue, RX_BUF_LEN, SEGMENT_SLOT_LEN,
+};
 use crate::tcp_stream;
 use vadapt_wire::stamped_frame::{self as frame, Stamp};
 use vadapt_wire::tcp_build::{TxOffloads, TSO_SIZE_GOAL};
@@ -379,17 +381,6 @@ pub fn build_pair(
     let _ = rx.vq.enable_cb();
     tx.vq.disable_cb();
     Ok(QueuePair { index, rx, tx })
-}
-
-/// One queue pair: RX queue `2*index`, TX queue `2*index+1`.
-#[derive(Debug)]
-pub struct QueuePair {
-    /// Pair number.
-    pub index: u16,
-    /// Receive queue.
-    pub rx: RxQueue,
-    /// Transmit queue.
-    pub tx: TxQueue,
 }
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::app::{Worker, WorkerResult};
 use crate::clock::{Clock, ExitCost};
 use crate::config::{ConfigError, GuestConfig, Mode};
 use crate::cores_report;
@@ -14,8 +15,8 @@ use crate::metrics::{
     CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
 };
 use crate::period_latency::PeriodLatency;
+use crate::shared::{Shared, TcpStreamShared};
 use crate::tcp_stream;
-use crate::worker::{Shared, TcpStreamShared, Worker, WorkerResult};
 use vadapt_qemu::server::qmp_server::{QmpServer, QmpServerError};
 use vadapt_qemu::server::vcpus::Vcpus;
 use vadapt_wire::ethernet::ETH_HDR_LEN;
@@ -54,7 +55,7 @@ const WATCH_PERIOD_MS: i32 = 50;
 pub struct Guest {
     cfg: GuestConfig,
     frontend: Connection,
-    pairs: Vec<Arc<Mutex<crate::frontend::QueuePair>>>,
+    pairs: Vec<Arc<Mutex<crate::driver::queue::QueuePair>>>,
     counters: Arc<GuestCounters>,
     vcpus: Arc<Vcpus>,
     /// Serves `--qmp` from connect until the guest is dropped (the end of [`Guest::run`]).
