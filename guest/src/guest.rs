@@ -6,16 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::app::{Worker, WorkerResult};
 use crate::clock::{Clock, ExitCost};
 use crate::config::{ConfigError, GuestConfig, Mode};
 use crate::cores_report;
-use crate::device::{tx_offloads, Device, DeviceError};
+use crate::frontend::{tx_offloads, Connection, FrontendError};
 use crate::metrics::{
     CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
 };
 use crate::period_latency::PeriodLatency;
+use crate::shared::{Shared, TcpStreamShared};
 use crate::tcp_stream;
-use crate::worker::{Shared, TcpStreamShared, Worker, WorkerResult};
 use vadapt_qemu::server::qmp_server::{QmpServer, QmpServerError};
 use vadapt_qemu::server::vcpus::Vcpus;
 use vadapt_wire::ethernet::ETH_HDR_LEN;
@@ -28,7 +29,7 @@ pub enum GuestError {
     Config(#[from] ConfigError),
     /// Connecting to or negotiating with the backend failed.
     #[error(transparent)]
-    Device(#[from] DeviceError),
+    Frontend(#[from] FrontendError),
     /// The QMP socket (`--qmp`) could not be set up.
     #[error(transparent)]
     Qmp(#[from] QmpServerError),
@@ -53,8 +54,8 @@ const WATCH_PERIOD_MS: i32 = 50;
 #[derive(Debug)]
 pub struct Guest {
     cfg: GuestConfig,
-    device: Device,
-    pairs: Vec<Arc<Mutex<crate::device::QueuePair>>>,
+    frontend: Connection,
+    pairs: Vec<Arc<Mutex<crate::driver::queue::QueuePair>>>,
     counters: Arc<GuestCounters>,
     vcpus: Arc<Vcpus>,
     /// Serves `--qmp` from connect until the guest is dropped (the end of [`Guest::run`]).
@@ -77,7 +78,7 @@ impl Guest {
             Some(path) => Some(QmpServer::bind(path, Arc::clone(&vcpus))?),
             None => None,
         };
-        let (device, pairs) = Device::connect(&cfg)?;
+        let (frontend, pairs) = Connection::connect(&cfg)?;
         vcpus.set_count(cfg.threads);
         let qga = match &cfg.qga {
             Some(path) => Some(QmpServer::bind_agent(
@@ -96,7 +97,7 @@ impl Guest {
         let pairs = pairs.into_iter().map(|p| Arc::new(Mutex::new(p))).collect();
         Ok(Guest {
             cfg,
-            device,
+            frontend,
             pairs,
             counters,
             vcpus,
@@ -133,23 +134,23 @@ impl Guest {
 
     /// Queue pairs the backend offers.
     pub fn max_queue_pairs(&self) -> u16 {
-        self.device.max_pairs
+        self.frontend.max_pairs
     }
 
     /// The guest's MAC address (from `--mac`, else the device, else the fallback).
     pub fn mac(&self) -> [u8; 6] {
-        self.device.mac
+        self.frontend.mac
     }
 
     /// Feature bits acknowledged to the backend.
     pub fn features(&self) -> u64 {
-        self.device.features
+        self.frontend.features
     }
 
     /// What became of `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` (sent only with several pairs and a
     /// backend control queue).
-    pub fn ctrl_mq(&self) -> crate::device::CtrlMq {
-        self.device.ctrl_mq
+    pub fn ctrl_mq(&self) -> crate::frontend::CtrlMq {
+        self.frontend.ctrl_mq
     }
 
     /// Runs the configured workload until the duration passes or `stop` becomes true, then
@@ -167,7 +168,7 @@ impl Guest {
             deadline_ns: self.cfg.duration.as_nanos().min(u128::from(u64::MAX)) as u64,
             answered: (0..threads).map(|_| AtomicU64::new(0)).collect(),
             counters: Arc::clone(&self.counters),
-            mac: self.device.mac,
+            mac: self.frontend.mac,
             dst_mac: self.cfg.dst_mac,
             mode: self.cfg.mode,
             load: self.cfg.load,
@@ -183,7 +184,7 @@ impl Guest {
             frame_len: (ETH_HDR_LEN as u64) + u64::from(self.cfg.size),
             size: self.cfg.size,
             tcp: (self.cfg.mode == Mode::TcpStream).then(|| TcpStreamShared {
-                offloads: tx_offloads(self.device.features),
+                offloads: tx_offloads(self.frontend.features),
                 pattern: tcp_stream::payload_pattern().into(),
                 write_ns: self.cfg.write_cost_per_message_ns(),
             }),
@@ -237,7 +238,7 @@ impl Guest {
 
         let mut error = None;
         while !handles.iter().all(|h| h.is_finished()) {
-            if error.is_none() && socket_hung_up(self.device.socket_fd(), WATCH_PERIOD_MS) {
+            if error.is_none() && socket_hung_up(self.frontend.socket_fd(), WATCH_PERIOD_MS) {
                 error = Some("the backend closed the vhost-user connection".to_string());
                 shared.abort.store(true, Ordering::Relaxed);
             } else if error.is_some() {
@@ -268,7 +269,7 @@ impl Guest {
             error = results.iter().find_map(|r| r.error.clone());
         }
         if error.is_none() {
-            if let Err(e) = self.device.stop_rings() {
+            if let Err(e) = self.frontend.stop_rings() {
                 error = Some(error_chain(&e));
             }
         }
@@ -303,8 +304,8 @@ impl Guest {
             elapsed: Duration::from_nanos(end_ns),
             cpu_seconds: results.iter().map(|r| r.cpu_ns as f64 / 1e9).sum(),
             queue_pairs: self.queue_pairs(),
-            features: self.device.features,
-            mac: format_mac(self.device.mac),
+            features: self.frontend.features,
+            mac: format_mac(self.frontend.mac),
             threads,
             cores_reports,
             error,

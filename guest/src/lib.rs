@@ -17,17 +17,17 @@
 //!
 //! # What it emulates
 //!
-//! * **The device, as QEMU sets it up** ([`device`]): one memfd of guest memory shared with
+//! * **The device, as QEMU sets it up** ([`frontend`]): one memfd of guest memory shared with
 //!   `SET_MEM_TABLE`, feature negotiation as a Linux guest (`VERSION_1`, `MAC`, `MRG_RXBUF`,
 //!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered, and
 //!   `CSUM` + `HOST_TSO4` in TCP-stream mode;
 //!   protocol features `MQ`, `CONFIG`, `REPLY_ACK`), one queue pair per thread as far as the
 //!   backend offers pairs, rings enabled with `SET_VRING_ENABLE`.
-//! * **The driver** ([`worker`]): TX like `start_xmit` (one descriptor per packet, kicks only
+//! * **The driver** ([`driver`]): TX like `start_xmit` (one descriptor per packet, kicks only
 //!   when the backend's `NO_NOTIFY` flag or EVENT_IDX `avail_event` ask for one, queue stopped
 //!   with `enable_cb_delayed` when the ring runs low), RX like NAPI (budget 64, re-enable and
 //!   re-check). The notification rules themselves are `vadapt_virtq`'s `DriverQueue`.
-//! * **The application**: netperf-like threads, stream or request/response, closed loop or a
+//! * **The application** ([`app`]): netperf-like threads, stream or request/response, closed loop or a
 //!   fixed rate ([`load`]; [`load::Pacing`] says whether a paced sender spins through short
 //!   gaps, as pktgen, or sleeps between bursts, as `fq`). The stream is raw Ethernet frames, one per message (packet-rate
 //!   benchmarks), or a TCP stream as Linux's TCP with TSO hands it to the driver: messages
@@ -79,18 +79,19 @@
 
 #![deny(missing_docs)]
 
+pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod cores_report;
-pub mod device;
+pub mod driver;
+pub mod frontend;
 pub mod guest;
 pub mod load;
 pub mod metrics;
 pub mod period_latency;
-pub mod queue;
+mod shared;
 pub mod tcp_stream;
-pub mod worker;
 
 #[cfg(test)]
 mod loopback;

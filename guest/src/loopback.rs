@@ -1,4 +1,4 @@
-//! Tests of the driver logic ([`crate::worker`]) against an in-process backend built on
+//! Tests of the driver logic ([`crate::driver`]) and the loads ([`crate::app`]) against an in-process backend built on
 //! `vadapt_virtq`'s device side: no vhost-user socket, no DPDK, so they run everywhere and
 //! fast. The backend either busy-polls with notifications suppressed (like DPDK's PMD) or
 //! sleeps on the kick eventfd (like kernel vhost-net), and either sinks or echoes frames.
@@ -22,14 +22,16 @@ use virtio_bindings::virtio_net::{
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::app::Worker;
 use crate::clock::{Clock, ExitCost};
 use crate::config::{GuestConfig, Mode};
-use crate::device::{build_pair, plan_memory, tx_offloads, QueuePair, TxBufs};
+use crate::driver::queue::QueuePair;
+use crate::frontend::{build_pair, plan_memory, tx_offloads, TxBufs};
 use crate::load::{Load, Pacing};
 use crate::metrics::{Counts, GuestCounters, LatencyHistogram};
 use crate::period_latency::PeriodLatency;
+use crate::shared::{Shared, TcpStreamShared};
 use crate::tcp_stream::payload_pattern;
-use crate::worker::{Shared, TcpStreamShared, Worker};
 use vadapt_qemu::server::vcpus::Vcpus;
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];

@@ -44,7 +44,7 @@
 use std::sync::Arc;
 
 use crate::clock::spin_ns;
-use crate::queue::{QueueError, TxQueue};
+use crate::driver::queue::{QueueError, TxQueue};
 use vadapt_wire::tcp_build::{TcpFlow, TxOffloads, BUF_HDRS_LEN, FRAME_HDRS_LEN, TSO_SIZE_GOAL};
 
 /// The payload bytes every segment carries (its first `len` bytes for a segment of `len`):

@@ -2,7 +2,7 @@
 //! queue kept full of writable buffers, each with its kick and call eventfds.
 //!
 //! These types only move buffers; the decisions a driver takes around them (when to stop the
-//! TX queue, when to run NAPI, what to count) live in [`crate::worker`]. Every buffer has a
+//! TX queue, when to run NAPI, what to count) live in [`crate::driver`]. Every buffer has a
 //! fixed slot in guest memory, chosen at setup, as the Linux driver keeps pre-allocated pages.
 //!
 //! Two TX layouts: a raw-frame queue posts one descriptor per packet, the whole packet in its
@@ -516,4 +516,15 @@ impl RxQueue {
         }
         res
     }
+}
+
+/// One queue pair: RX queue `2*index`, TX queue `2*index+1`.
+#[derive(Debug)]
+pub struct QueuePair {
+    /// Pair number.
+    pub index: u16,
+    /// Receive queue.
+    pub rx: RxQueue,
+    /// Transmit queue.
+    pub tx: TxQueue,
 }

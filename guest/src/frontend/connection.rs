@@ -1,0 +1,354 @@
+//! The vhost-user conversation itself, in the order QEMU holds it: `SET_OWNER`,
+//! `GET_FEATURES`, `GET_PROTOCOL_FEATURES` / `SET_PROTOCOL_FEATURES`, `GET_QUEUE_NUM`,
+//! `GET_CONFIG`, `SET_FEATURES`, `SET_MEM_TABLE`, then per ring `SET_VRING_NUM`,
+//! `SET_VRING_BASE`, `SET_VRING_ADDR`, `SET_VRING_CALL`, `SET_VRING_KICK`, and
+//! `SET_VRING_ENABLE` for the rings of the pairs in use; at the end `GET_VRING_BASE` for
+//! every ring.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vadapt_virtq::driver::DriverQueue;
+use vadapt_virtq::layout::QueueLayout;
+use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::RingFeatures;
+use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
+use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+};
+
+use super::ctrl_queue::{send_vq_pairs_set, CtrlMq};
+use super::error::{proto, FrontendError};
+use super::features::{
+    has_feature, negotiate_features, tx_offloads, VHOST_USER_F_PROTOCOL_FEATURES,
+};
+use super::memory_plan::{plan_memory, CtrlPlan, TxBufs};
+use super::net_config::NetConfig;
+use super::queue_pair::build_pair;
+use super::watchdog::Watchdog;
+use crate::config::{GuestConfig, Mode, MTU};
+use crate::driver::queue::{Notifiers, QueuePair};
+
+/// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
+/// rings started.
+pub struct Connection {
+    frontend: Frontend,
+    /// The frontend's socket (a clone), for the watchdog.
+    sock: UnixStream,
+    /// Longest wait for a vhost-user exchange.
+    vhost_timeout: Duration,
+    /// Guest memory (one memfd region at guest-physical 0).
+    pub mem: GuestMemory,
+    _memfd: File,
+    /// Feature bits acknowledged.
+    pub features: u64,
+    /// The guest's MAC address.
+    pub mac: [u8; 6],
+    /// Pairs the backend offers.
+    pub max_pairs: u16,
+    /// vhost-user queue indexes configured (for teardown).
+    rings: Vec<usize>,
+    /// What the control queue said to `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
+    pub ctrl_mq: CtrlMq,
+    /// The control queue, when set up (kept so its eventfds outlive the backend's use).
+    ctrl: Option<(DriverQueue, Notifiers)>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // vhost's `Frontend` has no Debug; show what identifies the connection.
+        f.debug_struct("Connection")
+            .field("features", &format_args!("{:#x}", self.features))
+            .field("mac", &self.mac)
+            .field("max_pairs", &self.max_pairs)
+            .field("rings", &self.rings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Connects, negotiates, shares memory and starts `pairs` queue pairs (returned apart
+    /// from the connection so that threads can own them).
+    pub fn connect(cfg: &GuestConfig) -> Result<(Connection, Vec<QueuePair>), FrontendError> {
+        let connect_err = |source| FrontendError::Connect {
+            path: cfg.socket.clone(),
+            source,
+        };
+        let sock = UnixStream::connect(&cfg.socket).map_err(connect_err)?;
+        let watchdog = Watchdog::arm(&sock, cfg.vhost_timeout).map_err(connect_err)?;
+        let res = Self::handshake(cfg, sock);
+        match (res, watchdog.disarm()) {
+            (Err(FrontendError::Protocol { op, .. }), true) => Err(FrontendError::Timeout {
+                op,
+                after: cfg.vhost_timeout,
+            }),
+            (res, _) => res,
+        }
+    }
+
+    fn handshake(
+        cfg: &GuestConfig,
+        sock: UnixStream,
+    ) -> Result<(Connection, Vec<QueuePair>), FrontendError> {
+        let keep = sock.try_clone().map_err(|source| FrontendError::Connect {
+            path: cfg.socket.clone(),
+            source,
+        })?;
+        let mut fe = Frontend::from_stream(sock, 2);
+
+        fe.set_owner().map_err(proto("SET_OWNER"))?;
+        let offered = fe.get_features().map_err(proto("GET_FEATURES"))?;
+        if !has_feature(offered, VIRTIO_F_VERSION_1) {
+            return Err(FrontendError::NoVersion1);
+        }
+        let features = negotiate_features(offered, cfg.mode);
+        if cfg.mode == Mode::TcpStream {
+            let off = tx_offloads(features);
+            if !(off.csum && off.tso4) {
+                tracing::warn!(
+                    csum = off.csum,
+                    tso4 = off.tso4,
+                    "--mode tcp-stream: the backend does not offer VIRTIO_NET_F_CSUM and \
+                     VIRTIO_NET_F_HOST_TSO4; sending MSS-sized frames{} instead, as Linux \
+                     without device offloads",
+                    if off.csum { "" } else { " with full checksums" }
+                );
+            }
+        }
+
+        let mut queue_num = 2u64;
+        let mut net_cfg = None;
+        if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            let offered_p = fe
+                .get_protocol_features()
+                .map_err(proto("GET_PROTOCOL_FEATURES"))?;
+            let acked_p = offered_p
+                & (VhostUserProtocolFeatures::MQ
+                    | VhostUserProtocolFeatures::CONFIG
+                    | VhostUserProtocolFeatures::REPLY_ACK);
+            fe.set_protocol_features(acked_p)
+                .map_err(proto("SET_PROTOCOL_FEATURES"))?;
+            if acked_p.contains(VhostUserProtocolFeatures::REPLY_ACK) {
+                // Ask for an ack on every request without a reply, so that a refused
+                // SET_MEM_TABLE or SET_VRING_ADDR is an error here rather than a silent stall.
+                fe.set_hdr_flags(VhostUserHeaderFlag::NEED_REPLY);
+            }
+            if acked_p.contains(VhostUserProtocolFeatures::MQ) {
+                queue_num = fe.get_queue_num().map_err(proto("GET_QUEUE_NUM"))?;
+            }
+            if acked_p.contains(VhostUserProtocolFeatures::CONFIG) {
+                // A backend may refuse GET_CONFIG; the guest then falls back to defaults.
+                let len = 10u32;
+                match fe.get_config(0, len, VhostUserConfigFlags::WRITABLE, &[0u8; 10]) {
+                    Ok((_, payload)) => net_cfg = NetConfig::parse(&payload),
+                    Err(e) => tracing::warn!("GET_CONFIG refused ({e}); using defaults"),
+                }
+            }
+        }
+
+        // In TCP stream a message is application data, not a frame: frames stay within one MSS.
+        if cfg.mode != Mode::TcpStream
+            && cfg.size > MTU
+            && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF)
+        {
+            return Err(FrontendError::SizeOverMtu(cfg.size));
+        }
+        let mac = cfg
+            .mac
+            .or_else(|| {
+                net_cfg
+                    .filter(|_| has_feature(features, VIRTIO_NET_F_MAC))
+                    .map(|c| c.mac)
+            })
+            .unwrap_or(GuestConfig::FALLBACK_MAC);
+        let max_pairs = match net_cfg {
+            Some(c) if has_feature(features, VIRTIO_NET_F_MQ) && c.max_virtqueue_pairs > 0 => {
+                c.max_virtqueue_pairs
+            }
+            _ => (queue_num / 2).clamp(1, u64::from(u16::MAX)) as u16,
+        };
+        let pairs = cfg
+            .queues
+            .unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16)
+            .min(max_pairs);
+
+        fe.set_features(features).map_err(proto("SET_FEATURES"))?;
+
+        let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
+        let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(FrontendError::Memory)?;
+        let regions: Vec<VhostUserMemoryRegionInfo> = mem
+            .regions()
+            .iter()
+            .map(|r| VhostUserMemoryRegionInfo {
+                guest_phys_addr: r.gpa,
+                memory_size: r.size,
+                userspace_addr: r.uva,
+                mmap_offset: 0,
+                mmap_handle: memfd.as_raw_fd(),
+            })
+            .collect();
+        fe.set_mem_table(&regions).map_err(proto("SET_MEM_TABLE"))?;
+
+        let ring_features = RingFeatures::from_bits(features);
+        let mut dev = Connection {
+            frontend: fe,
+            sock: keep,
+            vhost_timeout: cfg.vhost_timeout,
+            mem,
+            _memfd: memfd,
+            features,
+            mac,
+            max_pairs,
+            rings: vec![],
+            ctrl_mq: CtrlMq::NotNeeded,
+            ctrl: None,
+        };
+        let mut out = Vec::with_capacity(usize::from(pairs));
+        for (i, p) in plan.pairs.iter().enumerate() {
+            let pair = build_pair(&dev.mem, i as u16, p, cfg, features, mac)?;
+            dev.start_ring(2 * i, p.rx, &pair.rx.notify.kick, &pair.rx.notify.call)?;
+            dev.start_ring(2 * i + 1, p.tx, &pair.tx.notify.kick, &pair.tx.notify.call)?;
+            out.push(pair);
+        }
+        if has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            for &ring in &dev.rings {
+                dev.frontend
+                    .set_vring_enable(ring, true)
+                    .map_err(proto("SET_VRING_ENABLE"))?;
+            }
+        }
+        let mq =
+            has_feature(features, VIRTIO_NET_F_MQ) && has_feature(features, VIRTIO_NET_F_CTRL_VQ);
+        if mq && pairs > 1 {
+            let ctrl_index = 2 * usize::from(max_pairs);
+            dev.ctrl_mq = if (ctrl_index as u64) < queue_num {
+                dev.set_queue_pairs(ctrl_index, plan.ctrl, ring_features, pairs)?
+            } else {
+                CtrlMq::NoControlQueue
+            };
+            tracing::debug!(outcome = ?dev.ctrl_mq, pairs, "VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET");
+        }
+        Ok((dev, out))
+    }
+
+    fn new_ring(
+        &self,
+        index: usize,
+        layout: QueueLayout,
+        features: RingFeatures,
+    ) -> Result<DriverQueue, FrontendError> {
+        DriverQueue::new(&self.mem, layout, features).map_err(|e| FrontendError::Ring {
+            index,
+            reason: format!("{e:?}"),
+        })
+    }
+
+    fn start_ring(
+        &mut self,
+        index: usize,
+        l: QueueLayout,
+        kick: &vmm_sys_util::eventfd::EventFd,
+        call: &vmm_sys_util::eventfd::EventFd,
+    ) -> Result<(), FrontendError> {
+        let uva = |gpa: u64| -> u64 {
+            // The memfd region has uva == host address; rings are inside it by construction.
+            self.mem.translate(gpa, 1).map(|p| p as u64).unwrap_or(0)
+        };
+        let fe = &self.frontend;
+        fe.set_vring_num(index, l.size)
+            .map_err(proto("SET_VRING_NUM"))?;
+        fe.set_vring_base(index, 0)
+            .map_err(proto("SET_VRING_BASE"))?;
+        let addr = VringConfigData {
+            queue_max_size: l.size,
+            queue_size: l.size,
+            flags: 0,
+            desc_table_addr: uva(l.desc),
+            used_ring_addr: uva(l.used),
+            avail_ring_addr: uva(l.avail),
+            log_addr: None,
+        };
+        fe.set_vring_addr(index, &addr)
+            .map_err(proto("SET_VRING_ADDR"))?;
+        fe.set_vring_call(index, call)
+            .map_err(proto("SET_VRING_CALL"))?;
+        fe.set_vring_kick(index, kick)
+            .map_err(proto("SET_VRING_KICK"))?;
+        self.rings.push(index);
+        Ok(())
+    }
+
+    /// Sets up the control queue at `index` and sends `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`
+    /// (`pairs`), as Linux does after probing a multiqueue device; waits (bounded) for the
+    /// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
+    fn set_queue_pairs(
+        &mut self,
+        index: usize,
+        plan: CtrlPlan,
+        features: RingFeatures,
+        pairs: u16,
+    ) -> Result<CtrlMq, FrontendError> {
+        let mut vq = self.new_ring(index, plan.ring, features)?;
+        let notify = Notifiers::new().map_err(|source| FrontendError::Queue {
+            pair: u16::MAX,
+            source,
+        })?;
+        vq.disable_cb();
+        self.start_ring(index, plan.ring, &notify.kick, &notify.call)?;
+        if has_feature(self.features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            self.frontend
+                .set_vring_enable(index, true)
+                .map_err(proto("SET_VRING_ENABLE"))?;
+        }
+        let outcome = send_vq_pairs_set(&self.mem, &mut vq, &notify, plan, index, pairs)?;
+        self.ctrl = Some((vq, notify));
+        Ok(outcome)
+    }
+
+    /// The vhost-user socket, to watch for the backend hanging up.
+    pub fn socket_fd(&self) -> RawFd {
+        self.frontend.as_raw_fd()
+    }
+
+    /// Stops every ring (`GET_VRING_BASE`, after which the backend no longer touches guest
+    /// memory) and returns the first error, if any. Bounded by the socket timeout.
+    pub fn stop_rings(&self) -> Result<(), FrontendError> {
+        let watchdog = Watchdog::arm(&self.sock, self.vhost_timeout).map_err(|source| {
+            FrontendError::Connect {
+                path: PathBuf::from("(vhost-user socket)"),
+                source,
+            }
+        })?;
+        let res = self.stop_rings_inner();
+        match (res, watchdog.disarm()) {
+            (Err(FrontendError::Protocol { op, .. }), true) => Err(FrontendError::Timeout {
+                op,
+                after: self.vhost_timeout,
+            }),
+            (res, _) => res,
+        }
+    }
+
+    fn stop_rings_inner(&self) -> Result<(), FrontendError> {
+        let mut first = Ok(());
+        for &ring in &self.rings {
+            if let Err(e) = self.frontend.get_vring_base(ring) {
+                if first.is_ok() {
+                    first = Err(FrontendError::Protocol {
+                        op: "GET_VRING_BASE",
+                        source: e,
+                    });
+                }
+                // A broken socket fails every following request the same way.
+                break;
+            }
+        }
+        first
+    }
+}

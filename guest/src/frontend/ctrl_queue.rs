@@ -1,0 +1,104 @@
+//! The control queue's one command: `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`, which tells a
+//! multiqueue device how many queue pairs the driver uses.
+
+use std::time::Duration;
+
+use vadapt_virtq::driver::{DriverQueue, Seg};
+use vadapt_virtq::mem::GuestMemory;
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_OK,
+};
+
+use super::error::FrontendError;
+use super::memory_plan::CtrlPlan;
+use crate::driver::queue::Notifiers;
+
+/// Outcome of announcing the number of queue pairs on the control queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtrlMq {
+    /// Not sent: one pair, or `MQ`/`CTRL_VQ` not negotiated.
+    NotNeeded,
+    /// Not sent: the backend's queue count leaves no index for the control queue (QEMU
+    /// handles the control queue itself and never gives it to a vhost-user backend, so many
+    /// backends, DPDK's among them, have none). The pairs are enabled with
+    /// `SET_VRING_ENABLE` either way.
+    NoControlQueue,
+    /// Sent and acknowledged with `VIRTIO_NET_OK`.
+    Acked,
+    /// Sent and refused (status byte other than `VIRTIO_NET_OK`).
+    Refused(u8),
+    /// Sent, and no answer within the timeout.
+    NoAnswer,
+}
+
+/// How long the guest waits for the control queue's answer (ms). Linux spins on it without
+/// limit; a synthetic guest must not hang on a backend that ignores the queue.
+const CTRL_TIMEOUT_MS: u64 = 1000;
+
+/// Sends `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` (`pairs`) on the started control queue `vq`
+/// (vhost-user index `index`), its command in `plan`'s buffer page; waits (bounded) for the
+/// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
+pub(super) fn send_vq_pairs_set(
+    mem: &GuestMemory,
+    vq: &mut DriverQueue,
+    notify: &Notifiers,
+    plan: CtrlPlan,
+    index: usize,
+    pairs: u16,
+) -> Result<CtrlMq, FrontendError> {
+    // virtio_net_ctrl_hdr {class, cmd}, virtio_net_ctrl_mq {virtqueue_pairs: le16}, ack.
+    let hdr = [
+        VIRTIO_NET_CTRL_MQ as u8,
+        VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
+    ];
+    let ack_gpa = plan.buf + 16;
+    let ack_init = [0xFFu8];
+    let write = |gpa: u64, b: &[u8]| mem.write(gpa, b).map_err(FrontendError::Memory);
+    write(plan.buf, &hdr)?;
+    write(plan.buf + 8, &pairs.to_le_bytes())?;
+    write(ack_gpa, &ack_init)?;
+    let segs = [
+        Seg {
+            gpa: plan.buf,
+            len: 2,
+            writable: false,
+        },
+        Seg {
+            gpa: plan.buf + 8,
+            len: 2,
+            writable: false,
+        },
+        Seg {
+            gpa: ack_gpa,
+            len: 1,
+            writable: true,
+        },
+    ];
+    vq.add(&segs).map_err(|e| FrontendError::Ring {
+        index,
+        reason: e.to_string(),
+    })?;
+    vq.publish();
+    if vq.kick_prepare() {
+        notify.kick();
+    }
+    let start = std::time::Instant::now();
+    let outcome = loop {
+        if vq.pop_used().is_some() {
+            let mut ack = [0u8];
+            mem.read(ack_gpa, &mut ack).map_err(FrontendError::Memory)?;
+            break if u32::from(ack[0]) == VIRTIO_NET_OK {
+                CtrlMq::Acked
+            } else {
+                CtrlMq::Refused(ack[0])
+            };
+        }
+        if start.elapsed() >= Duration::from_millis(CTRL_TIMEOUT_MS) {
+            tracing::warn!("control queue: no answer to VQ_PAIRS_SET within {CTRL_TIMEOUT_MS} ms");
+            break CtrlMq::NoAnswer;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    Ok(outcome)
+}
