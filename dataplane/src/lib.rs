@@ -25,7 +25,6 @@ pub mod frames;
 pub mod local_server;
 pub mod log_limit;
 pub mod metrics;
-pub mod metrics_http;
 pub mod net;
 pub mod netap_ml_model;
 pub mod nq_workers;
