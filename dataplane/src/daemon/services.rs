@@ -50,7 +50,7 @@ pub(super) fn core_manager(
             source,
         })?,
     );
-    registry.set_cores(Arc::clone(&status));
+    registry.add_exporter(Arc::clone(&status) as _);
     Ok((Some(status), Some(line)))
 }
 

@@ -1,9 +1,13 @@
 //! The Prometheus export: every counter as OpenMetrics text (what
-//! `prometheus-client` writes) or the text format 0.0.4.
+//! `prometheus-client` writes) or the text format 0.0.4, each family
+//! written through its one declaration in `families.rs`.
 
-use super::counters::{DropReason, PortStats, WAKE_CAUSES};
+use super::counters::{DropReason, PortStats, WorkerStats, WAKE_CAUSES};
+use super::families as f;
 use super::registry::Registry;
 use super::text004::openmetrics_to_prometheus;
+use prometheus_client::encoding::DescriptorEncoder;
+use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -31,380 +35,147 @@ impl Registry {
 struct Collector(Arc<Registry>);
 
 impl prometheus_client::collector::Collector for Collector {
-    fn encode(
-        &self,
-        mut enc: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::counter::ConstCounter;
-        use prometheus_client::metrics::gauge::ConstGauge;
-        use prometheus_client::metrics::MetricType;
-
-        let ports = self.0.ports.read().expect("poisoned").clone();
-        let workers = self.0.workers.read().expect("poisoned").clone();
-        type Labels = Vec<(&'static str, String)>;
-        let qlabels = |p: &PortStats, q: usize| -> Labels {
-            vec![("port", p.name.clone()), ("queue", q.to_string())]
-        };
-
-        // Counters: prometheus-client appends `_total` to counter names.
-        for (name, help, dirfield) in [
-            ("vadapt_queue_packets", "Packets moved per queue.", true),
-            ("vadapt_queue_bytes", "Frame bytes moved per queue.", false),
-        ] {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for p in &ports {
-                for (qi, q) in p.queues.iter().enumerate() {
-                    for (d, dir) in ["tx", "rx"].iter().enumerate() {
-                        let mut l = qlabels(p, qi);
-                        l.push(("dir", dir.to_string()));
-                        let v = if dirfield { &q.packets[d] } else { &q.bytes[d] };
-                        ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&l)?)?;
-                    }
-                }
-            }
-        }
-        for (name, help, kicks) in [
-            (
-                "vadapt_queue_kicks",
-                "Guest kicks received per queue pair.",
-                true,
-            ),
-            (
-                "vadapt_queue_calls",
-                "Calls (interrupts) sent per queue pair.",
-                false,
-            ),
-        ] {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for p in &ports {
-                for (qi, q) in p.queues.iter().enumerate() {
-                    let v = if kicks { &q.kicks } else { &q.calls };
-                    ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&qlabels(p, qi))?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_queue_offloads",
-                "Offloads at a port's egress, by kind: done in software, or passed whole.",
-                None,
-                MetricType::Counter,
-            )?;
-            for p in &ports {
-                for (qi, q) in p.queues.iter().enumerate() {
-                    for (kind, c) in [
-                        ("segmented", &q.gso_frames),
-                        ("checksum", &q.csum_completed),
-                        ("gso_whole", &q.gso_whole),
-                    ] {
-                        let mut l = qlabels(p, qi);
-                        l.push(("kind", kind.to_string()));
-                        ConstCounter::new(c.load(Relaxed)).encode(m.encode_family(&l)?)?;
-                    }
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_queue_dropped",
-                "Packets or descriptor chains dropped, by reason.",
-                None,
-                MetricType::Counter,
-            )?;
-            for p in &ports {
-                for (qi, q) in p.queues.iter().enumerate() {
-                    for (r, c) in DropReason::ALL.iter().zip(&q.drops) {
-                        let mut l = qlabels(p, qi);
-                        l.push(("reason", r.as_str().to_string()));
-                        ConstCounter::new(c.load(Relaxed)).encode(m.encode_family(&l)?)?;
-                    }
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_queue_poll_interval_seconds",
-                "Current polling interval (NetAP) or poll window (grow/shrink), seconds; 0 if none.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for p in ports.iter().filter(|p| p.kind == "vm") {
-                for qi in 0..p.queues.len() {
-                    // Prometheus base units: seconds (the gauge is kept in µs).
-                    let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
-                    ConstGauge::new(v).encode(m.encode_family(&qlabels(p, qi))?)?;
-                }
-            }
-        }
-        {
-            // NetAP-ML ports only (those with a prediction).
-            let ml: Vec<_> = ports
-                .iter()
-                .filter(|p| p.kind == "vm" && p.predicted_us.load(Relaxed) > 0)
-                .collect();
-            let port = |p: &PortStats| -> Labels { vec![("port", p.name.clone())] };
-            let mut m = enc.encode_descriptor(
-                "vadapt_netap_ml_predicted_interval_seconds",
-                "NetAP-ML's predicted best polling interval, seconds.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for p in &ml {
-                let v = p.predicted_us.load(Relaxed) as f64 / 1e6;
-                ConstGauge::new(v).encode(m.encode_family(&port(p))?)?;
-            }
-            let mut m = enc.encode_descriptor(
-                "vadapt_netap_ml_search_range_seconds",
-                "Ends of NetAP-ML's golden-section search range, seconds.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for p in &ml {
-                for (end, v) in [("lo", &p.search_lo_us), ("hi", &p.search_hi_us)] {
-                    let mut l = port(p);
-                    l.push(("end", end.to_string()));
-                    let v = v.load(Relaxed) as f64 / 1e6;
-                    ConstGauge::new(v).encode(m.encode_family(&l)?)?;
-                }
-            }
-            for (i, name, help) in [
-                (
-                    0,
-                    "vadapt_netap_ml_vms",
-                    "VMs NetAP-ML predicts for; 0 = unknown.",
-                ),
-                (
-                    1,
-                    "vadapt_netap_ml_threads",
-                    "Sender threads per VM NetAP-ML predicts for; 0 = unknown.",
-                ),
-                (
-                    2,
-                    "vadapt_netap_ml_message_size_bytes",
-                    "Message size NetAP-ML predicts for, bytes; 0 = unknown.",
-                ),
-            ] {
-                let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-                for p in &ml {
-                    let v = p.workload[i].load(Relaxed) as i64;
-                    ConstGauge::new(v).encode(m.encode_family(&port(p))?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_port_connected",
-                "1 while a frontend is connected to the port.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for p in &ports {
-                let l: Labels = vec![("port", p.name.clone())];
-                ConstGauge::new(i64::from(p.connected.load(Relaxed)))
-                    .encode(m.encode_family(&l)?)?;
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_worker_cpu_seconds",
-                "CPU time used by the queue worker thread.",
-                None,
-                MetricType::Counter,
-            )?;
-            for w in &workers {
-                let l: Labels = vec![("worker", w.name.clone())];
-                ConstCounter::new(w.cpu_ns() as f64 / 1e9).encode(m.encode_family(&l)?)?;
-            }
-        }
-        for (name, help, which) in [
-            (
-                "vadapt_worker_busy_cycles",
-                "TSC cycles spent in service passes that moved packets.",
-                0,
-            ),
-            ("vadapt_worker_passes", "Service passes.", 1),
-        ] {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for w in &workers {
-                let l: Labels = vec![("worker", w.name.clone())];
-                let v = if which == 0 {
-                    &w.busy_cycles
-                } else {
-                    &w.passes
-                };
-                ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&l)?)?;
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_worker_wakeups",
-                "Waits that ended, by cause.",
-                None,
-                MetricType::Counter,
-            )?;
-            for w in &workers {
-                for (c, v) in WAKE_CAUSES.iter().zip(&w.wakeups) {
-                    let l: Labels = vec![("worker", w.name.clone()), ("cause", c.to_string())];
-                    ConstCounter::new(v.load(Relaxed)).encode(m.encode_family(&l)?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "vadapt_worker_sleep_overshoot_seconds",
-                "How late timed sleeps woke up.",
-                None,
-                MetricType::Histogram,
-            )?;
-            const BOUNDS_NS: [u64; 10] = [
-                1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
-            ];
-            for w in &workers {
-                let h = w.overshoot_ns.lock().expect("poisoned");
-                // prometheus-client takes per-bucket counts and accumulates
-                // them itself; it writes `le="+Inf"` for f64::MAX (and `inf`,
-                // valid in neither text format, for f64::INFINITY).
-                let mut below = 0;
-                let mut buckets: Vec<(f64, u64)> = BOUNDS_NS
-                    .iter()
-                    .map(|&b| {
-                        let upto = h.count_between(0, b);
-                        let n = upto - below;
-                        below = upto;
-                        (b as f64 / 1e9, n)
-                    })
-                    .collect();
-                buckets.push((f64::MAX, h.len() - below));
-                let sum = h.mean() * h.len() as f64 / 1e9;
-                let l: Labels = vec![("worker", w.name.clone())];
-                m.encode_family(&l)?
-                    .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                        sum,
-                        h.len(),
-                        &buckets,
-                        None,
-                    )?;
-            }
-        }
-        let cores = self.0.cores.read().expect("poisoned").clone();
-        if let Some(c) = cores {
-            encode_cores(&c.snapshot(), &mut enc)?;
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let ports = self.0.ports();
+        let workers = self.0.workers();
+        encode_queues(&ports, &mut enc)?;
+        encode_ports(&ports, &mut enc)?;
+        encode_workers(&workers, &mut enc)?;
+        for e in self.0.exporters() {
+            e.encode(&mut enc)?;
         }
         Ok(())
     }
 }
 
-/// The core manager's `vadapt_cores_*` families.
-fn encode_cores(
-    c: &crate::cores::CoresSnapshot,
-    enc: &mut prometheus_client::encoding::DescriptorEncoder,
-) -> Result<(), std::fmt::Error> {
-    use prometheus_client::encoding::EncodeMetric;
-    use prometheus_client::metrics::counter::ConstCounter;
-    use prometheus_client::metrics::gauge::ConstGauge;
-    use prometheus_client::metrics::MetricType;
-    type Labels = Vec<(&'static str, String)>;
-    let group = |g: &str| -> Labels { vec![("group", g.to_string())] };
-    let mut m = enc.encode_descriptor(
-        "vadapt_cores_group_cpus",
-        "CPUs of each vSPACE group (vcpu, nq, be, idle).",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (g, v) in [
-        ("vcpu", &c.sets.vcpu),
-        ("nq", &c.sets.nq),
-        ("be", &c.sets.be),
-        ("idle", &c.sets.idle),
-    ] {
-        ConstGauge::new(v.len() as i64).encode(m.encode_family(&group(g))?)?;
+/// The `vadapt_queue_*` families: a sample per queue pair of every port.
+fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
+    // Each port's queue pairs, with the `queue` label's value.
+    let queues = || {
+        ports.iter().flat_map(|p| {
+            p.queues
+                .iter()
+                .enumerate()
+                .map(move |(i, q)| (p.name.as_str(), i.to_string(), q))
+        })
+    };
+    for (family, bytes) in [(&f::QUEUE_PACKETS, false), (&f::QUEUE_BYTES, true)] {
+        let mut m = family.encode(enc)?;
+        for (port, qi, q) in queues() {
+            for (d, dir) in ["tx", "rx"].into_iter().enumerate() {
+                let v = if bytes { &q.bytes[d] } else { &q.packets[d] };
+                m.counter(&[port, &qi, dir], v.load(Relaxed))?;
+            }
+        }
     }
-    let m = enc.encode_descriptor(
-        "vadapt_cores_nq_workers",
-        "Queue workers of the per-NQ-core pool (0 with a worker per port).",
-        None,
-        MetricType::Gauge,
-    )?;
-    ConstGauge::new(c.nq_workers.len() as i64).encode(m)?;
-    let m = enc.encode_descriptor(
-        "vadapt_cores_failed",
-        "1 when the core manager stopped on an internal error (see `vadapt cores`), else 0.",
-        None,
-        MetricType::Gauge,
-    )?;
-    ConstGauge::new(i64::from(c.failed.is_some())).encode(m)?;
-    let mut m = enc.encode_descriptor(
-        "vadapt_cores_utilization",
-        "CPU time of each group over the last period, in cores.",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (g, v) in [("vcpu", c.util_vcpu), ("nq", c.util_nq), ("be", c.util_be)] {
-        ConstGauge::new(v).encode(m.encode_family(&group(g))?)?;
+    for (family, calls) in [(&f::QUEUE_KICKS, false), (&f::QUEUE_CALLS, true)] {
+        let mut m = family.encode(enc)?;
+        for (port, qi, q) in queues() {
+            let v = if calls { &q.calls } else { &q.kicks };
+            m.counter(&[port, &qi], v.load(Relaxed))?;
+        }
     }
-    let mut m = enc.encode_descriptor(
-        "vadapt_cores_threshold",
-        "Utilisation threshold per core of each group (Th_vCPU, Th_NQ).",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (g, v) in [("vcpu", c.threshold_vcpu), ("nq", c.threshold_nq)] {
-        ConstGauge::new(v).encode(m.encode_family(&group(g))?)?;
+    let mut m = f::QUEUE_OFFLOADS.encode(enc)?;
+    for (port, qi, q) in queues() {
+        for (kind, c) in [
+            ("segmented", &q.gso_frames),
+            ("checksum", &q.csum_completed),
+            ("gso_whole", &q.gso_whole),
+        ] {
+            m.counter(&[port, &qi, kind], c.load(Relaxed))?;
+        }
     }
-    let mut m = enc.encode_descriptor(
-        "vadapt_cores_run_delay_seconds",
-        "Time the group's threads waited for a CPU while runnable (schedstat).",
-        None,
-        MetricType::Counter,
-    )?;
-    for (g, v) in [("vcpu", c.run_delay_vcpu_s), ("nq", c.run_delay_nq_s)] {
-        ConstCounter::new(v).encode(m.encode_family(&group(g))?)?;
+    let mut m = f::QUEUE_DROPPED.encode(enc)?;
+    for (port, qi, q) in queues() {
+        for (r, c) in DropReason::ALL.iter().zip(&q.drops) {
+            m.counter(&[port, &qi, r.as_str()], c.load(Relaxed))?;
+        }
     }
-    for (name, help, v) in [
-        (
-            "vadapt_cores_periods",
-            "Core manager periods run.",
-            c.periods,
-        ),
-        (
-            "vadapt_cores_reallocations",
-            "Periods whose core allocation changed.",
-            c.reallocations,
-        ),
-        (
-            "vadapt_cores_explorations",
-            "Threshold exploration rounds (vSPACE Algorithm 3).",
-            c.explorations,
-        ),
-        (
-            "vadapt_cores_threads_moved",
-            "Thread placements carried out.",
-            c.threads_moved,
-        ),
-        (
-            "vadapt_cores_threads_refused",
-            "Thread placements the kernel refused.",
-            c.threads_refused,
-        ),
-        (
-            "vadapt_cores_qmp_errors",
-            "Failed QMP exchanges with VMs.",
-            c.qmp_errors,
-        ),
-        (
-            "vadapt_cores_qga_errors",
-            "Failed guest agent requests (vSPACE-Guest).",
-            c.qga_errors,
-        ),
-        (
-            "vadapt_cores_queue_set_moves",
-            "Ports' queue sets moved between NQ workers (queue_workers = per-nq-core).",
-            c.queue_set_moves,
-        ),
-    ] {
-        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-        ConstCounter::new(v).encode(m)?;
+    let mut m = f::QUEUE_POLL_INTERVAL.encode(enc)?;
+    for p in ports.iter().filter(|p| p.kind == "vm") {
+        // Prometheus base units: seconds (the gauge is kept in µs).
+        let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
+        for qi in 0..p.queues.len() {
+            m.gauge(&[&p.name, &qi.to_string()], v)?;
+        }
+    }
+    Ok(())
+}
+
+/// The per-port families: NetAP-ML's state (NetAP-ML ports only, those
+/// with a prediction) and whether a frontend is connected.
+fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
+    let ml: Vec<_> = ports
+        .iter()
+        .filter(|p| p.kind == "vm" && p.predicted_us.load(Relaxed) > 0)
+        .collect();
+    let secs = |us: &std::sync::atomic::AtomicU64| us.load(Relaxed) as f64 / 1e6;
+    let mut m = f::NETAP_ML_PREDICTED_INTERVAL.encode(enc)?;
+    for p in &ml {
+        m.gauge(&[&p.name], secs(&p.predicted_us))?;
+    }
+    let mut m = f::NETAP_ML_SEARCH_RANGE.encode(enc)?;
+    for p in &ml {
+        for (end, v) in [("lo", &p.search_lo_us), ("hi", &p.search_hi_us)] {
+            m.gauge(&[&p.name, end], secs(v))?;
+        }
+    }
+    for (family, v) in f::NETAP_ML_WORKLOAD.into_iter().zip(0..) {
+        let mut m = family.encode(enc)?;
+        for p in &ml {
+            m.gauge(&[&p.name], p.workload[v].load(Relaxed) as i64)?;
+        }
+    }
+    let mut m = f::PORT_CONNECTED.encode(enc)?;
+    for p in ports {
+        m.gauge(&[&p.name], i64::from(p.connected.load(Relaxed)))?;
+    }
+    Ok(())
+}
+
+/// Upper bounds of the sleep overshoot histogram's buckets, ns.
+const OVERSHOOT_BOUNDS_NS: [u64; 10] = [
+    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+];
+
+/// The `vadapt_worker_*` families.
+fn encode_workers(workers: &[Arc<WorkerStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
+    let mut m = f::WORKER_CPU.encode(enc)?;
+    for w in workers {
+        m.counter(&[&w.name], w.cpu_ns() as f64 / 1e9)?;
+    }
+    for (family, passes) in [(&f::WORKER_BUSY_CYCLES, false), (&f::WORKER_PASSES, true)] {
+        let mut m = family.encode(enc)?;
+        for w in workers {
+            let v = if passes { &w.passes } else { &w.busy_cycles };
+            m.counter(&[&w.name], v.load(Relaxed))?;
+        }
+    }
+    let mut m = f::WORKER_WAKEUPS.encode(enc)?;
+    for w in workers {
+        for (cause, v) in WAKE_CAUSES.iter().zip(&w.wakeups) {
+            m.counter(&[&w.name, cause], v.load(Relaxed))?;
+        }
+    }
+    let mut m = f::WORKER_SLEEP_OVERSHOOT.encode(enc)?;
+    for w in workers {
+        let h = w.overshoot_ns.lock().expect("poisoned");
+        // prometheus-client takes per-bucket counts and accumulates them
+        // itself; it writes `le="+Inf"` for f64::MAX (and `inf`, valid in
+        // neither text format, for f64::INFINITY).
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = OVERSHOOT_BOUNDS_NS
+            .iter()
+            .map(|&b| {
+                let upto = h.count_between(0, b);
+                let n = upto - below;
+                below = upto;
+                (b as f64 / 1e9, n)
+            })
+            .collect();
+        buckets.push((f64::MAX, h.len() - below));
+        let sum = h.mean() * h.len() as f64 / 1e9;
+        m.histogram(&[&w.name], sum, h.len(), &buckets)?;
     }
     Ok(())
 }
@@ -412,8 +183,38 @@ fn encode_cores(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::counters::{Dir, PortStats, WorkerStats};
+    use crate::metrics::counters::Dir;
     use std::collections::BTreeMap;
+
+    /// The families written are the declared ones, in order, each with the
+    /// name, type and help text of its declaration.
+    #[test]
+    fn every_family_is_written_from_its_declaration() {
+        let reg = Arc::new(Registry::default());
+        let p = Arc::new(PortStats::new("vm1", "vm", 1));
+        p.predicted_us.store(1000, Relaxed);
+        reg.add_port(p);
+        reg.add_worker(Arc::new(WorkerStats::new("vm1")));
+        let t = reg.openmetrics_text();
+        let meta: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("# HELP ") || l.starts_with("# TYPE "))
+            .collect();
+        let want: Vec<String> = f::ALL
+            .iter()
+            .flat_map(|fam| {
+                [
+                    format!("# HELP {} {}", fam.name, fam.help),
+                    format!("# TYPE {} {}", fam.name, fam.kind.as_str()),
+                ]
+            })
+            .collect();
+        assert_eq!(meta, want);
+        for fam in f::ALL {
+            let sample = format!("\n{}", fam.sample_name());
+            assert!(t.contains(&sample), "no sample of {}:\n{t}", fam.name);
+        }
+    }
 
     #[test]
     fn prometheus_text_has_the_documented_names_and_values() {

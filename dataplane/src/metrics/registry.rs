@@ -1,17 +1,17 @@
 //! The registry: every port's and worker's counters, and a copy of them
 //! for `vadapt stats`.
 
-use super::counters::{DropReason, PortStats, WorkerStats, WAKE_CAUSES};
-use super::snapshot::{PortSnapshot, QueueSnapshot, StatsSnapshot, WorkerSnapshot};
-use std::sync::atomic::Ordering::Relaxed;
+use super::counters::{PortStats, WorkerStats};
+use super::family::Exporter;
+use super::snapshot::{PortSnapshot, StatsSnapshot, WorkerSnapshot};
 use std::sync::{Arc, RwLock};
 
 /// All the daemon's counters.
 #[derive(Debug, Default)]
 pub struct Registry {
-    pub(super) ports: RwLock<Vec<Arc<PortStats>>>,
-    pub(super) workers: RwLock<Vec<Arc<WorkerStats>>>,
-    pub(super) cores: RwLock<Option<Arc<crate::cores::CoresStatus>>>,
+    ports: RwLock<Vec<Arc<PortStats>>>,
+    workers: RwLock<Vec<Arc<WorkerStats>>>,
+    exporters: RwLock<Vec<Arc<dyn Exporter>>>,
 }
 
 impl Registry {
@@ -25,84 +25,45 @@ impl Registry {
         self.workers.write().expect("poisoned").push(w);
     }
 
-    /// Export the core manager's state (`vadapt_cores_*`).
-    pub fn set_cores(&self, c: Arc<crate::cores::CoresStatus>) {
-        *self.cores.write().expect("poisoned") = Some(c);
+    /// Export `e`'s families too (the core manager's `vadapt_cores_*`),
+    /// after the counters'.
+    pub fn add_exporter(&self, e: Arc<dyn Exporter>) {
+        self.exporters.write().expect("poisoned").push(e);
+    }
+
+    /// The ports' counters registered so far.
+    pub fn ports(&self) -> Vec<Arc<PortStats>> {
+        self.ports.read().expect("poisoned").clone()
+    }
+
+    /// The workers' counters registered so far.
+    pub fn workers(&self) -> Vec<Arc<WorkerStats>> {
+        self.workers.read().expect("poisoned").clone()
+    }
+
+    /// The exporters added so far.
+    pub fn exporters(&self) -> Vec<Arc<dyn Exporter>> {
+        self.exporters.read().expect("poisoned").clone()
     }
 
     /// A consistent-enough copy of every counter, for `vadapt stats`.
     pub fn snapshot(&self) -> StatsSnapshot {
-        let ports = self
-            .ports
-            .read()
-            .expect("poisoned")
-            .iter()
-            .map(|p| PortSnapshot {
-                name: p.name.clone(),
-                kind: p.kind.to_string(),
-                connected: p.connected.load(Relaxed),
-                policy: p.policy.lock().map(|s| s.clone()).unwrap_or_default(),
-                poll_interval_us: p.poll_interval_us.load(Relaxed),
-                predicted_us: p.predicted_us.load(Relaxed),
-                search_range_us: (p.search_lo_us.load(Relaxed), p.search_hi_us.load(Relaxed)),
-                workload: [0, 1, 2].map(|i| p.workload[i].load(Relaxed)),
-                queues: p
-                    .queues
-                    .iter()
-                    .enumerate()
-                    .map(|(i, q)| QueueSnapshot {
-                        queue: i as u16,
-                        tx_packets: q.packets[0].load(Relaxed),
-                        tx_bytes: q.bytes[0].load(Relaxed),
-                        rx_packets: q.packets[1].load(Relaxed),
-                        rx_bytes: q.bytes[1].load(Relaxed),
-                        kicks: q.kicks.load(Relaxed),
-                        calls: q.calls.load(Relaxed),
-                        gso_frames: q.gso_frames.load(Relaxed),
-                        csum_completed: q.csum_completed.load(Relaxed),
-                        gso_whole: q.gso_whole.load(Relaxed),
-                        dropped: DropReason::ALL
-                            .iter()
-                            .zip(&q.drops)
-                            .filter(|(_, c)| c.load(Relaxed) != 0)
-                            .map(|(r, c)| (r.as_str().to_string(), c.load(Relaxed)))
-                            .collect(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        let workers = self
-            .workers
-            .read()
-            .expect("poisoned")
-            .iter()
-            .map(|w| {
-                let h = w.overshoot_ns.lock().expect("poisoned");
-                WorkerSnapshot {
-                    name: w.name.clone(),
-                    cpu_seconds: w.cpu_ns() as f64 / 1e9,
-                    busy_cycles: w.busy_cycles.load(Relaxed),
-                    busy_packets: w.busy_packets.load(Relaxed),
-                    passes: w.passes.load(Relaxed),
-                    wakeups: WAKE_CAUSES
-                        .iter()
-                        .zip(&w.wakeups)
-                        .map(|(c, v)| (c.to_string(), v.load(Relaxed)))
-                        .collect(),
-                    sleeps: h.len(),
-                    overshoot_p50_ns: h.value_at_quantile(0.5),
-                    overshoot_p99_ns: h.value_at_quantile(0.99),
-                }
-            })
-            .collect();
-        StatsSnapshot { ports, workers }
+        StatsSnapshot {
+            ports: self.ports().iter().map(|p| PortSnapshot::of(p)).collect(),
+            workers: self
+                .workers()
+                .iter()
+                .map(|w| WorkerSnapshot::of(w))
+                .collect(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::counters::Dir;
+    use crate::metrics::counters::{Dir, DropReason};
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn snapshot_reports_only_nonzero_drops_and_sums() {

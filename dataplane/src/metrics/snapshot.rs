@@ -1,7 +1,9 @@
 //! What `vadapt stats --json` prints: a copy of every counter.
 
+use super::counters::{DropReason, PortStats, WorkerStats, WAKE_CAUSES};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// `vadapt stats --json` output.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -99,5 +101,66 @@ impl StatsSnapshot {
             .iter()
             .find(|p| p.name == port)
             .map(|p| p.queues.iter().map(&f).sum())
+    }
+}
+
+impl PortSnapshot {
+    /// A copy of a port's counters.
+    pub fn of(p: &PortStats) -> Self {
+        PortSnapshot {
+            name: p.name.clone(),
+            kind: p.kind.to_string(),
+            connected: p.connected.load(Relaxed),
+            policy: p.policy.lock().map(|s| s.clone()).unwrap_or_default(),
+            poll_interval_us: p.poll_interval_us.load(Relaxed),
+            predicted_us: p.predicted_us.load(Relaxed),
+            search_range_us: (p.search_lo_us.load(Relaxed), p.search_hi_us.load(Relaxed)),
+            workload: [0, 1, 2].map(|i| p.workload[i].load(Relaxed)),
+            queues: p
+                .queues
+                .iter()
+                .enumerate()
+                .map(|(i, q)| QueueSnapshot {
+                    queue: i as u16,
+                    tx_packets: q.packets[0].load(Relaxed),
+                    tx_bytes: q.bytes[0].load(Relaxed),
+                    rx_packets: q.packets[1].load(Relaxed),
+                    rx_bytes: q.bytes[1].load(Relaxed),
+                    kicks: q.kicks.load(Relaxed),
+                    calls: q.calls.load(Relaxed),
+                    gso_frames: q.gso_frames.load(Relaxed),
+                    csum_completed: q.csum_completed.load(Relaxed),
+                    gso_whole: q.gso_whole.load(Relaxed),
+                    dropped: DropReason::ALL
+                        .iter()
+                        .zip(&q.drops)
+                        .filter(|(_, c)| c.load(Relaxed) != 0)
+                        .map(|(r, c)| (r.as_str().to_string(), c.load(Relaxed)))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl WorkerSnapshot {
+    /// A copy of a worker's counters.
+    pub fn of(w: &WorkerStats) -> Self {
+        let h = w.overshoot_ns.lock().expect("poisoned");
+        WorkerSnapshot {
+            name: w.name.clone(),
+            cpu_seconds: w.cpu_ns() as f64 / 1e9,
+            busy_cycles: w.busy_cycles.load(Relaxed),
+            busy_packets: w.busy_packets.load(Relaxed),
+            passes: w.passes.load(Relaxed),
+            wakeups: WAKE_CAUSES
+                .iter()
+                .zip(&w.wakeups)
+                .map(|(c, v)| (c.to_string(), v.load(Relaxed)))
+                .collect(),
+            sleeps: h.len(),
+            overshoot_p50_ns: h.value_at_quantile(0.5),
+            overshoot_p99_ns: h.value_at_quantile(0.99),
+        }
     }
 }
