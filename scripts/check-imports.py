@@ -55,10 +55,11 @@ KNOWN_CYCLES: list[tuple[str, ...]] = []
 # to the repository root, the rooms in the circle). Issue 25 gives the daemon
 # crate rooms without them; until it has, this one is listed so that no new
 # circle can join it unseen (frames, net and offload left theirs when the
-# wire format became its own crate). The list only shrinks: a listed circle
+# wire format became its own crate; metrics and switch when the metrics stopped
+# importing the core manager). The list only shrinks: a listed circle
 # that changed or is gone fails.
 KNOWN_ROOM_CYCLES: list[tuple[str, tuple[str, ...]]] = [
-    ("dataplane/src", ("config", "cores", "metrics", "nq_workers", "switch", "vmport")),
+    ("dataplane/src", ("config", "cores", "nq_workers", "vmport")),
 ]
 
 KEYWORD_STARTS = {"crate", "super", "self"}

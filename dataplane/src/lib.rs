@@ -29,7 +29,6 @@ pub mod frames;
 pub mod local_server;
 pub mod log_limit;
 pub mod metrics;
-pub mod metrics_http;
 pub mod migration;
 pub mod net;
 pub mod netap_ml_model;

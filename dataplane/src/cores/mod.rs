@@ -4,6 +4,7 @@
 //! split of the managed CPUs, and moves the threads (`vadapt_host`).
 
 pub mod config;
+pub mod export;
 pub mod guest_side;
 pub mod manager_loop;
 pub mod peer_worker;

@@ -390,7 +390,7 @@ mod tests {
             vm_ports: Vec::new(),
             cores: Some(Arc::clone(&status)),
         };
-        shared.registry.set_cores(Arc::clone(&status));
+        shared.registry.add_exporter(Arc::clone(&status) as _);
         let failed_metric = || {
             let text = shared.registry.prometheus_text();
             text.lines()

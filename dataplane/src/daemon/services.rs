@@ -50,7 +50,7 @@ pub(super) fn core_manager(
             source,
         })?,
     );
-    registry.set_cores(Arc::clone(&status));
+    registry.add_exporter(Arc::clone(&status) as _);
     Ok((Some(status), Some(line)))
 }
 
@@ -90,7 +90,7 @@ pub(super) fn metrics_endpoint(
     started.threads.push(
         std::thread::Builder::new()
             .name("vadapt-metrics".into())
-            .spawn(move || crate::metrics_http::serve(l, reg, st))
+            .spawn(move || crate::metrics::http::serve(l, reg, st))
             .expect("spawning a thread"),
     );
     Ok(Some(bound))

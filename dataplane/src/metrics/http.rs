@@ -7,8 +7,8 @@
 //! Prometheus text format 0.0.4 (also for clients that send no `Accept`,
 //! such as curl).
 
+use super::registry::Registry;
 use crate::conn_limit::ConnLimit;
-use crate::metrics::Registry;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::service::service_fn;
@@ -182,7 +182,7 @@ pub fn serve(l: TcpListener, reg: Arc<Registry>, stop: Arc<AtomicBool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::PortStats;
+    use crate::metrics::counters::PortStats;
 
     #[test]
     fn negotiation_follows_the_weights() {

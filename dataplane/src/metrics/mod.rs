@@ -1,0 +1,73 @@
+//! Every counter the daemon keeps, and their export.
+//!
+//! Workers update these atomics once per service pass (never per packet);
+//! `vadapt stats` and the Prometheus endpoint read them. One idea per file:
+//!
+//! * `counters.rs`: the atomics of a port, a queue pair, a queue worker;
+//! * `registry.rs`: the [`Registry`] that holds them, and the [`Exporter`]s
+//!   of other parts (the core manager's `vadapt_cores_*`, declared in
+//!   [`crate::cores::export`]), so that the metrics import no part of the
+//!   daemon above them (only [`http`] uses two low helpers, `conn_limit`
+//!   and `local_server`);
+//! * `snapshot.rs`, `table.rs`: the copy `vadapt stats --json` prints, and
+//!   its table;
+//! * `family.rs`: how an exported family is declared ([`Family`]), once;
+//! * [`families`]: the declarations of the counters' families, the one
+//!   place their names, types, labels and help texts are written;
+//! * `prometheus.rs`: the export, OpenMetrics as `prometheus-client` writes
+//!   it, and `text004.rs` the Prometheus text format 0.0.4 made from it;
+//! * [`http`]: the scrape endpoint.
+//!
+//! Exported names (this table is checked against the declarations by a
+//! unit test, which prints it as it should be):
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `vadapt_queue_packets_total` | counter | port, queue, dir | packets; `dir="tx"` guest→host, `dir="rx"` host→guest (for sink/echo/tap ports: `rx` = taken from the switch, `tx` = emitted into it) |
+//! | `vadapt_queue_bytes_total` | counter | port, queue, dir | frame bytes (no virtio-net header) |
+//! | `vadapt_queue_kicks_total` | counter | port, queue | guest notifications received (kick eventfd counts) |
+//! | `vadapt_queue_calls_total` | counter | port, queue | interrupts sent to the guest (call eventfd writes) |
+//! | `vadapt_queue_offloads_total` | counter | port, queue, kind | a sender's offloads at this port's egress (issue #15): `kind="segmented"` GSO frames cut into MSS frames in software, `kind="checksum"` partial checksums completed in software (the receiver does not take them), `kind="gso_whole"` GSO frames passed whole (a guest with `GUEST_TSO*`, a TAP) |
+//! | `vadapt_queue_dropped_total` | counter | port, queue, reason | packets/chains dropped, by reason |
+//! | `vadapt_queue_poll_interval_seconds` | gauge | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
+//! | `vadapt_netap_ml_predicted_interval_seconds` | gauge | port | NetAP-ML's predicted best interval (NetAP-ML ports only) |
+//! | `vadapt_netap_ml_search_range_seconds` | gauge | port, end | NetAP's search range around it, `end="lo"` / `"hi"` (NetAP-ML ports only) |
+//! | `vadapt_netap_ml_vms` | gauge | port | VMs NetAP-ML predicts for; 0 = unknown. |
+//! | `vadapt_netap_ml_threads` | gauge | port | Sender threads per VM NetAP-ML predicts for; 0 = unknown. |
+//! | `vadapt_netap_ml_message_size_bytes` | gauge | port | Message size NetAP-ML predicts for, bytes; 0 = unknown. |
+//! | `vadapt_port_connected` | gauge | port | 1 when a frontend is connected |
+//! | `vadapt_worker_cpu_seconds_total` | counter | worker | CPU time of the queue worker thread |
+//! | `vadapt_worker_busy_cycles_total` | counter | worker | TSC cycles spent in passes that moved packets |
+//! | `vadapt_worker_passes_total` | counter | worker | service passes |
+//! | `vadapt_worker_wakeups_total` | counter | worker, cause | waits that ended, by cause (timer, kick, recheck, timeout) |
+//! | `vadapt_worker_sleep_overshoot_seconds` | histogram | worker | histogram of how late timed sleeps woke |
+//!
+//! The NetAP-ML families are exported for NetAP-ML ports only; the workload
+//! features (`vadapt_netap_ml_vms`, `_threads`, `_message_size_bytes`) are
+//! what the port's NetAP-ML predicts for: from the config, a retune or the
+//! daemon's estimate (see [`crate::workload_estimate`]).
+//!
+//! With `[cores] queue_workers = "per-nq-core"` a pool thread serves several
+//! ports, so `vadapt_worker_cpu_seconds_total` stays 0 for their workers; the
+//! NQ group's CPU time is `vadapt_cores_utilization{group="nq"}`.
+
+mod counters;
+pub mod families;
+mod family;
+pub mod http;
+mod prometheus;
+mod registry;
+mod snapshot;
+mod table;
+mod text004;
+
+pub use counters::{
+    new_overshoot_histogram, thread_cpu_ns, Dir, DropReason, PortStats, QueueStats, WorkerStats,
+    WAKE_CAUSES,
+};
+#[cfg(test)]
+pub(crate) use family::assert_doc_table;
+pub use family::{Exporter, Family, Kind, Samples};
+pub use registry::Registry;
+pub use snapshot::{PortSnapshot, QueueSnapshot, StatsSnapshot, WorkerSnapshot};
+pub use text004::openmetrics_to_prometheus;

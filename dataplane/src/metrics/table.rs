@@ -1,0 +1,85 @@
+//! The human-readable table `vadapt stats` prints.
+
+use super::snapshot::StatsSnapshot;
+
+impl StatsSnapshot {
+    /// Human-readable table.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  policy",
+            "port",
+            "kind",
+            "conn",
+            "q",
+            "tx_pkts",
+            "tx_bytes",
+            "rx_pkts",
+            "rx_bytes",
+            "kicks",
+            "calls",
+            "drops"
+        );
+        for p in &self.ports {
+            for q in &p.queues {
+                let drops: u64 = q.dropped.values().sum();
+                let _ = writeln!(
+                    s,
+                    "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  {}{}",
+                    p.name,
+                    p.kind,
+                    if p.connected { "yes" } else { "no" },
+                    q.queue,
+                    q.tx_packets,
+                    q.tx_bytes,
+                    q.rx_packets,
+                    q.rx_bytes,
+                    q.kicks,
+                    q.calls,
+                    drops,
+                    p.policy,
+                    if p.poll_interval_us > 0 {
+                        format!(" ({} us)", p.poll_interval_us)
+                    } else {
+                        String::new()
+                    } + &if p.predicted_us > 0 {
+                        format!(
+                            " [predicted {} us, search {}-{} us, workload {}/{}/{} B]",
+                            p.predicted_us,
+                            p.search_range_us.0,
+                            p.search_range_us.1,
+                            p.workload[0],
+                            p.workload[1],
+                            p.workload[2]
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+                for (r, n) in &q.dropped {
+                    let _ = writeln!(s, "{:>24} dropped {r}: {n}", "");
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\n{:<12} {:>10} {:>12} {:>10} {:>14} {:>14}",
+            "worker", "cpu_s", "cycles/pkt", "passes", "overshoot_p50", "overshoot_p99"
+        );
+        for w in &self.workers {
+            let cpp = if w.busy_packets > 0 {
+                format!("{:.1}", w.busy_cycles as f64 / w.busy_packets as f64)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                s,
+                "{:<12} {:>10.3} {:>12} {:>10} {:>12}ns {:>12}ns",
+                w.name, w.cpu_seconds, cpp, w.passes, w.overshoot_p50_ns, w.overshoot_p99_ns
+            );
+        }
+        s
+    }
+}
