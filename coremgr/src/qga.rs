@@ -181,6 +181,20 @@ impl QgaClient {
         Ok(c)
     }
 
+    /// As [`QgaClient::connect_with`], on a stream already connected to the
+    /// agent (or to a test's or the fuzzer's end of a socket pair):
+    /// synchronise (`guest-sync-delimited`).
+    pub fn from_stream(stream: UnixStream, limits: QgaLimits) -> Result<QgaClient, QgaError> {
+        let _ = stream.set_write_timeout(Some(limits.timeout));
+        let mut c = QgaClient {
+            reader: BufReader::new(stream),
+            limits,
+            usable: true,
+        };
+        c.sync()?;
+        Ok(c)
+    }
+
     fn sync(&mut self) -> Result<(), QgaError> {
         const COMMAND: &str = "guest-sync-delimited";
         let now = std::time::SystemTime::now()

@@ -244,6 +244,29 @@ impl QmpClient {
         Ok(client)
     }
 
+    /// As [`QmpClient::connect_with`], on a stream already connected to
+    /// QEMU (or to a test's or the fuzzer's end of a socket pair): read the
+    /// greeting and leave capabilities negotiation mode.
+    pub fn from_stream(stream: UnixStream, limits: QmpLimits) -> Result<QmpClient, QmpError> {
+        stream
+            .set_write_timeout(Some(limits.timeout.max(Duration::from_millis(1))))
+            .map_err(QmpError::SetTimeout)?;
+        let mut client = QmpClient {
+            reader: BufReader::new(stream),
+            limits,
+            usable: true,
+        };
+        let deadline = Instant::now() + limits.timeout;
+        let line = client.read_message("greeting", deadline)?;
+        if parse(&line)?.greeting.is_none() {
+            return Err(QmpError::NoGreeting {
+                line: excerpt(&line),
+            });
+        }
+        client.execute("qmp_capabilities")?;
+        Ok(client)
+    }
+
     /// Run `command` (no arguments) and return its `return` value. Events
     /// that arrive meanwhile are skipped.
     pub fn execute(&mut self, command: &str) -> Result<serde_json::Value, QmpError> {
