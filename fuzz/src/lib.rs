@@ -3,14 +3,20 @@
 //! these inputs and hand it to its driver.
 //!
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
-//!   real backend request handler, over a real socket pair.
-//! * [`control`] — the control-socket protocol against a real daemon.
+//!   real backend request handler, over a real socket pair, its queue
+//!   worker stepped in-process.
+//! * [`control`] — the control-socket protocol against a real daemon,
+//!   served in-process.
+//! * [`qmp`], [`qga`] — what QEMU's QMP socket and the guest agent send,
+//!   into the core manager's clients, from the server's end.
 //! * [`config`] — the config file and command-line spec parsers.
 //! * [`vnet_hdr`] — a guest's virtio-net header and frame into checksum
 //!   completion and TCP segmentation.
 
 pub mod config;
 pub mod control;
+pub mod qga;
+pub mod qmp;
 pub mod vhost_user;
 pub mod vnet_hdr;
 
