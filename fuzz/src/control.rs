@@ -300,10 +300,7 @@ pub fn fixture() -> &'static Fixture {
         }
         cfg.cores.apply = vadapt_dataplane::cores::ApplyMethod::Advise;
         let control = cfg.control.clone();
-        // As in the daemon (a Rust program): a client gone mid-write is an
-        // error, not SIGPIPE (libFuzzer's main leaves it at its default).
-        // SAFETY: sets a signal's disposition to ignore; no handler.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        crate::ignore_sigpipe();
         let daemon = Daemon::start(cfg).expect("starting the daemon");
         let handler = daemon.control_handler();
         // What the control server runs on (`local_server::run`).

@@ -20,6 +20,17 @@ pub mod qmp;
 pub mod vhost_user;
 pub mod vnet_hdr;
 
+/// As in the daemon (a Rust program, whose runtime ignores SIGPIPE): a
+/// peer gone mid-write is an error, not SIGPIPE. libFuzzer's `main` is not
+/// Rust's and leaves the signal at its default, which kills the process.
+pub fn ignore_sigpipe() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: sets a signal's disposition to ignore; no handler runs.
+    ONCE.call_once(|| unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    });
+}
+
 /// Open file descriptors of this process (entries of `/proc/self/fd`).
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())

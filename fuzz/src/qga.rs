@@ -45,6 +45,12 @@ const LIMITS: QgaLimits = QgaLimits {
 /// The agent thread's inbox: a connection's agent end and what it sends.
 type Job = (UnixStream, Vec<u8>);
 
+/// The agent thread: its inbox, and word from it that a job is done.
+struct Agent {
+    jobs: Sender<Job>,
+    done: Receiver<()>,
+}
+
 /// The id in a sync request (`0xFF {"execute": ..., "arguments": {"id": N}}`).
 fn sync_id(request: &[u8]) -> Option<u64> {
     let at = request.iter().position(|&b| b == 0xFF)?;
@@ -67,7 +73,7 @@ fn with_id(stream: &[u8], id: u64) -> Vec<u8> {
 }
 
 /// The agent: for each connection, read the sync request, send the input.
-fn agent(jobs: Receiver<Job>) {
+fn agent_loop(jobs: Receiver<Job>, done: Sender<()>) {
     for (stream, bytes) in jobs {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let mut request = Vec::new();
@@ -79,18 +85,40 @@ fn agent(jobs: Receiver<Job>) {
         };
         let _ = (&stream).write_all(&with_id(&bytes, id));
         let _ = stream.shutdown(std::net::Shutdown::Write);
+        drop(stream);
+        let _ = done.send(());
     }
 }
 
-fn agent_inbox() -> &'static Mutex<Sender<Job>> {
-    static INBOX: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
-    INBOX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel();
+/// Hand `stream` and `bytes` to the agent thread (started on first use).
+fn serve(stream: UnixStream, bytes: Vec<u8>) {
+    agent()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .jobs
+        .send((stream, bytes))
+        .expect("the agent thread runs");
+}
+
+/// Wait until the agent thread is done with its job (and its end closed):
+/// nothing of one input outlives it.
+fn served() {
+    let a = agent().lock().unwrap_or_else(|e| e.into_inner());
+    a.done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the agent thread finishes its job");
+}
+
+fn agent() -> &'static Mutex<Agent> {
+    static AGENT: OnceLock<Mutex<Agent>> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        let (jobs, inbox) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("fuzz-qga-agent".into())
-            .spawn(move || agent(rx))
+            .spawn(move || agent_loop(inbox, done_tx))
             .expect("spawning the agent thread");
-        Mutex::new(tx)
+        Mutex::new(Agent { jobs, done })
     })
 }
 
@@ -127,16 +155,15 @@ pub fn run(data: &[u8]) {
         return;
     };
     let stream = &stream[..stream.len().min(MAX_STREAM)];
+    crate::ignore_sigpipe();
     let (ours, theirs) = UnixStream::pair().expect("socketpair");
     // Kept open until the client is done: a client write after the agent
     // thread let its end go would fail, as no real agent makes it fail.
     let theirs_too = theirs.try_clone().expect("dup");
-    agent_inbox()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send((theirs, stream.to_vec()))
-        .expect("the agent thread runs");
-    let mut client = match QgaClient::from_stream(ours, LIMITS) {
+    serve(theirs, stream.to_vec());
+    let client = QgaClient::from_stream(ours, LIMITS);
+    served();
+    let mut client = match client {
         Ok(c) => c,
         Err(e) => return check(&e),
     };
@@ -174,6 +201,7 @@ mod tests {
     /// The seeds get through the sync and every exchange.
     #[test]
     fn seeds_reach_every_command() {
+        let _one = crate::tests::serial();
         for seed in [
             &include_bytes!("../seeds/qga/get-vcpus")[..],
             include_bytes!("../seeds/qga/stale-and-exec"),
@@ -181,12 +209,9 @@ mod tests {
             run(seed);
             let (ours, theirs) = UnixStream::pair().unwrap();
             let keep = theirs.try_clone().unwrap();
-            agent_inbox()
-                .lock()
-                .unwrap()
-                .send((theirs, seed[1..].to_vec()))
-                .unwrap();
+            serve(theirs, seed[1..].to_vec());
             let mut c = QgaClient::from_stream(ours, LIMITS).expect("synchronised");
+            served();
             // The program's failure is the guest's answer, as sent.
             match exchanges(&mut c, seed[0]) {
                 Ok(()) | Err(QgaError::Program { .. }) => {}

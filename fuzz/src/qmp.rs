@@ -104,6 +104,7 @@ mod tests {
     /// The seeds get through the whole exchange.
     #[test]
     fn seeds_reach_every_command() {
+        let _one = crate::tests::serial();
         for seed in [
             &include_bytes!("../seeds/qmp/query-cpus-fast")[..],
             include_bytes!("../seeds/qmp/events-and-errors"),
