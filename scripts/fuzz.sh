@@ -22,13 +22,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
-ALL_TARGETS=(split_device driver_device vhost_user control config vnet_hdr)
+ALL_TARGETS=(split_device driver_device vhost_user control config vnet_hdr qmp qga)
 RSS_LIMIT_MB=2048
 INPUT_TIMEOUT_S=10
 # Per-target libFuzzer options. vhost_user's inputs are operation lists
-# decoded with `arbitrary` and it runs ~100-1000 inputs/s (every ring message
-# restarts a worker thread): libFuzzer's default slow growth of the length
-# limit would keep its inputs to one or two operations for most of a run.
+# decoded with `arbitrary` and it runs a few hundred inputs/s (every ring
+# message stops and restarts the port's queue worker, stepped in-process):
+# libFuzzer's default slow growth of the length limit would keep its inputs
+# to one or two operations for most of a run.
 # vnet_hdr: a frame of up to 16 KiB, so that segmentation makes many segments.
 declare -A EXTRA_ARGS=([vhost_user]="-len_control=0 -max_len=1024" [vnet_hdr]="-max_len=16384")
 

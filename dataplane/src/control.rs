@@ -217,7 +217,14 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request line read.
 const MAX_REQUEST: u64 = 64 * 1024;
 
-async fn answer(conn: tokio::net::UnixStream, handler: &dyn Handler) -> Result<(), ControlError> {
+/// Answer one control connection: read its request line (at most
+/// 64 KiB, within [`REQUEST_TIMEOUT`]), hand it to `handler`, write the
+/// response line. What [`serve`] runs for each client; public so that the
+/// fuzzer drives it in-process, on a socket pair of its own.
+pub async fn answer(
+    conn: tokio::net::UnixStream,
+    handler: &dyn Handler,
+) -> Result<(), ControlError> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let timed_out = || ControlError::Io(std::io::ErrorKind::TimedOut.into());
     let (rd, mut wr) = conn.into_split();

@@ -1,6 +1,14 @@
 //! The control-socket protocol against a real daemon: one line in, one
-//! JSON answer out, through the daemon's own control socket (one daemon per
-//! fuzzing process, with two VM ports `a` and `b`, a sink and an echo).
+//! JSON answer out (one daemon per fuzzing process, with two VM ports `a`
+//! and `b`, a sink and an echo, and its core manager).
+//!
+//! In-process: each input is one connection served by the control
+//! server's own per-connection code ([`control::answer`]: the bounded line
+//! read, the parse, the daemon's handler, the answer line) on a
+//! `UnixStream::pair()`, driven on this thread by a single-threaded tokio
+//! runtime like the server's, with the harness as the client on the other
+//! end. No connection reaches the daemon's socket or its server thread
+//! (only the accept loop is left out), so an input costs no thread switch.
 //!
 //! The first byte of an input picks its form: the rest is either the raw
 //! line sent, or decoded with `arbitrary` into a [`Req`] of known commands,
@@ -11,13 +19,11 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::{Map, Value};
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig};
-use vadapt_dataplane::control::{Request, Response, MAX_P95_US};
+use vadapt_dataplane::control::{self, Handler, Request, Response, MAX_P95_US};
 use vadapt_dataplane::Daemon;
 
 /// The longest request line the daemon reads (`control::MAX_REQUEST`).
@@ -231,13 +237,24 @@ pub fn input_line(data: &[u8]) -> Option<Vec<u8>> {
         .map(|r| r.line())
 }
 
-/// The daemon under test and its control socket.
-#[derive(Debug)]
+/// The daemon under test, its control handler and socket.
 pub struct Fixture {
     /// The daemon (never stopped: it lives as long as the fuzzer).
     pub daemon: Daemon,
-    /// Its control socket.
+    /// Its control socket (the tests' second opinion; inputs never use it).
     pub control: PathBuf,
+    /// What answers its control requests.
+    pub handler: Arc<dyn Handler>,
+    /// The runtime the inputs' connections are served on (this thread's).
+    rt: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Fixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fixture")
+            .field("control", &self.control)
+            .finish_non_exhaustive()
+    }
 }
 
 extern "C" fn remove_fixture_dir() {
@@ -283,24 +300,49 @@ pub fn fixture() -> &'static Fixture {
         }
         cfg.cores.apply = vadapt_dataplane::cores::ApplyMethod::Advise;
         let control = cfg.control.clone();
+        crate::ignore_sigpipe();
         let daemon = Daemon::start(cfg).expect("starting the daemon");
-        Fixture { daemon, control }
+        let handler = daemon.control_handler();
+        // What the control server runs on (`local_server::run`).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        Fixture {
+            daemon,
+            control,
+            handler,
+            rt,
+        }
     })
 }
 
-/// Send `line` to the daemon's control socket; check the answer.
+/// One connection: the client writes `line` and shuts its sending side
+/// down, the server's code answers it; what the client read to the end.
+fn exchange(f: &Fixture, line: &[u8]) -> std::io::Result<Vec<u8>> {
+    f.rt.block_on(async {
+        let (client, server) = tokio::net::UnixStream::pair()?;
+        let (mut rd, mut wr) = client.into_split();
+        let client = async {
+            let _ = wr.write_all(line).await;
+            let _ = wr.shutdown().await;
+            let mut answer = Vec::new();
+            rd.read_to_end(&mut answer).await.map(|_| answer)
+        };
+        // Its errors (a line that is not UTF-8, a client gone) end the
+        // connection without an answer, as in the daemon.
+        let server = control::answer(server, f.handler.as_ref());
+        let (_, answer) = tokio::join!(server, client);
+        answer
+    })
+}
+
+/// Send `line` as one control connection; check the answer.
 pub fn run(line: &[u8]) {
-    let f = fixture();
-    let mut s = UnixStream::connect(&f.control).expect("connecting to the control socket");
-    // The daemon cuts a silent client off after 5 s; it must never need that here.
-    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(8))).unwrap();
-    let _ = s.write_all(line);
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let mut answer = Vec::new();
-    if let Err(e) = s.read_to_end(&mut answer) {
-        panic!("no answer to the end: {e} (after {} bytes)", answer.len());
-    }
+    let answer = match exchange(fixture(), line) {
+        Ok(a) => a,
+        Err(e) => panic!("no answer to the end: {e}"),
+    };
 
     // What the daemon reads: its first line, within its size limit.
     let line = &line[..line.len().min(MAX_REQUEST)];
@@ -374,11 +416,11 @@ mod tests {
         }
         // A P95 sample too large to be one is refused, and the core manager
         // lives on through its next periods (fuzzing found the overflow).
-        let periods = || match vadapt_dataplane::control::request(&fixture().control, &Request::Cores)
-        {
-            Ok(Response::Cores { cores }) => Some(cores.periods),
-            _ => None, // a one-CPU machine: no core manager
-        };
+        let periods =
+            || match vadapt_dataplane::control::request(&fixture().control, &Request::Cores) {
+                Ok(Response::Cores { cores }) => Some(cores.periods),
+                _ => None, // a one-CPU machine: no core manager
+            };
         run(b"{\"cmd\":\"set-cores\",\"mode\":\"p\"}\n");
         let huge = format!("{{\"cmd\":\"cores-report\",\"p95_us\":{}}}\n", u64::MAX);
         run(huge.as_bytes());
@@ -386,7 +428,7 @@ mod tests {
         // The input fuzzing found, as it found it.
         run(&input_line(include_bytes!("../seeds/control/p95-overflow")).unwrap());
         let before = periods();
-        std::thread::sleep(Duration::from_millis(450));
+        std::thread::sleep(std::time::Duration::from_millis(450));
         if let (Some(a), Some(b)) = (before, periods()) {
             assert!(b > a, "the core manager ran no period ({a} then {b})");
         }

@@ -3,16 +3,33 @@
 //! these inputs and hand it to its driver.
 //!
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
-//!   real backend request handler, over a real socket pair.
-//! * [`control`] — the control-socket protocol against a real daemon.
+//!   real backend request handler, over a real socket pair, its queue
+//!   worker stepped in-process.
+//! * [`control`] — the control-socket protocol against a real daemon,
+//!   served in-process.
+//! * [`qmp`], [`qga`] — what QEMU's QMP socket and the guest agent send,
+//!   into the core manager's clients, from the server's end.
 //! * [`config`] — the config file and command-line spec parsers.
 //! * [`vnet_hdr`] — a guest's virtio-net header and frame into checksum
 //!   completion and TCP segmentation.
 
 pub mod config;
 pub mod control;
+pub mod qga;
+pub mod qmp;
 pub mod vhost_user;
 pub mod vnet_hdr;
+
+/// As in the daemon (a Rust program, whose runtime ignores SIGPIPE): a
+/// peer gone mid-write is an error, not SIGPIPE. libFuzzer's `main` is not
+/// Rust's and leaves the signal at its default, which kills the process.
+pub fn ignore_sigpipe() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: sets a signal's disposition to ignore; no handler runs.
+    ONCE.call_once(|| unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    });
+}
 
 /// Open file descriptors of this process (entries of `/proc/self/fd`).
 pub fn open_fds() -> usize {

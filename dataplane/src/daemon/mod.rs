@@ -220,6 +220,12 @@ impl Daemon {
         Arc::clone(&self.shared.registry)
     }
 
+    /// What answers the control socket's requests (the fuzzer drives it
+    /// with [`control::answer`] in-process, without the socket's thread).
+    pub fn control_handler(&self) -> Arc<dyn Handler> {
+        self.shared.clone()
+    }
+
     /// The switch.
     pub fn switch(&self) -> Arc<Switch> {
         Arc::clone(&self.switch)

@@ -71,6 +71,9 @@ enum Worker {
         id: u64,
         pool: Arc<crate::nq_workers::NqWorkers>,
     },
+    /// A queue set no thread serves: the connection's owner runs its passes
+    /// with [`Connection::step`] (see [`Connection::stepped`]).
+    Inline(Box<crate::nq_workers::QueueSet>),
 }
 
 /// One frontend connection's negotiated state.
@@ -86,6 +89,9 @@ pub struct Connection {
     fatal: Option<String>,
     /// The NQ workers' pool that serves the running queues, if any.
     pool: Option<Arc<crate::nq_workers::NqWorkers>>,
+    /// No worker thread: the owner steps the running queues
+    /// ([`Connection::stepped`]).
+    inline: bool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -114,6 +120,7 @@ impl Connection {
             worker: None,
             fatal: None,
             pool: None,
+            inline: false,
         }
     }
 
@@ -124,6 +131,36 @@ impl Connection {
             pool,
             ..Connection::new(port)
         }
+    }
+
+    /// A connection whose running queues no thread serves: the caller
+    /// runs their passes with [`Connection::step`], on its own thread.
+    /// For the fuzzer (`fuzz/src/vhost_user.rs`) and tests, which drive the
+    /// real handler and queue service in-process, deterministically, without
+    /// starting a thread at every ring change. Everything else is as with a
+    /// worker of its own: the same stops and restarts at each message, the
+    /// same [`PortQueues`] and policy steps (a pool worker's, cut at the
+    /// wait: [`crate::nq_workers::QueueSet`]). The daemon never uses it.
+    pub fn stepped(port: Arc<VmPort>) -> Self {
+        Connection {
+            inline: true,
+            ..Connection::new(port)
+        }
+    }
+
+    /// With [`Connection::stepped`]: one pass over the running queues if
+    /// their wait has ended, or regardless when `force` (a worker woken
+    /// early). False when no queues run (or they stopped themselves), so
+    /// no pass was made.
+    pub fn step(&mut self, force: bool) -> bool {
+        let Some(Worker::Inline(set)) = self.worker.as_mut() else {
+            return false;
+        };
+        if set.is_stopped() || !(set.poll() || force) {
+            return false;
+        }
+        set.run_pass();
+        true
     }
 
     fn vring(&mut self, index: u32) -> VhostResult<&mut Vring> {
@@ -157,6 +194,7 @@ impl Connection {
                 join.join().ok()
             }
             Some(Worker::Pooled { id, pool }) => pool.detach(id).map(|set| set.finish()),
+            Some(Worker::Inline(set)) => Some(set.finish()),
         };
         match bases {
             Some(bases) => {
@@ -232,6 +270,12 @@ impl Connection {
                 return;
             }
         };
+        if self.inline {
+            let id = self.port.port_id() as u64;
+            let set = crate::nq_workers::QueueSet::start(id, queues);
+            self.worker = Some(Worker::Inline(Box::new(set)));
+            return;
+        }
         if let Some(pool) = &self.pool {
             let id = self.port.port_id() as u64;
             pool.attach(crate::nq_workers::QueueSet::start(id, queues));

@@ -53,8 +53,10 @@ pub struct PortQueues {
     fdb: FdbCache,
     passes: u64,
     /// How late timed sleeps woke, ns; merged into the port's histogram
-    /// about once a second.
-    overshoot: hdrhistogram::Histogram<u64>,
+    /// about once a second. Made at the first timed wake: a worker starts
+    /// at every ring message of a frontend's start-up, and most of those
+    /// never sleep on a timer (the histogram is ~300 KB to zero).
+    overshoot: Option<hdrhistogram::Histogram<u64>>,
     last_merge: Instant,
     /// Warnings left before the next refill.
     /// Lines the guest can provoke (bad chains, a corrupted ring).
@@ -112,7 +114,7 @@ impl PortQueues {
             pairs,
             fdb: FdbCache::default(),
             passes: 0,
-            overshoot: crate::metrics::new_overshoot_histogram(),
+            overshoot: None,
             last_merge: Instant(0),
             log_limit: crate::log_limit::LogLimit::per_second(),
             clock: PassClock::new(port.tsc_per_ns),
@@ -304,6 +306,7 @@ impl PortQueues {
             self.early_wake.record(end.saturating_since(target));
             let _ = self
                 .overshoot
+                .get_or_insert_with(crate::metrics::new_overshoot_histogram)
                 .record(end.saturating_since(deadline).as_nanos().max(1));
         }
         self.drain_kicks();
@@ -328,13 +331,14 @@ impl PortQueues {
     }
 
     fn merge_overshoot(&mut self, now: Instant) {
-        if now.saturating_since(self.last_merge) >= Duration::from_secs(1)
-            && !self.overshoot.is_empty()
-        {
+        let Some(overshoot) = self.overshoot.as_mut().filter(|o| !o.is_empty()) else {
+            return;
+        };
+        if now.saturating_since(self.last_merge) >= Duration::from_secs(1) {
             if let Ok(mut h) = self.port.worker_stats.overshoot_ns.lock() {
-                let _ = h.add(&self.overshoot);
+                let _ = h.add(&*overshoot);
             }
-            self.overshoot.reset();
+            overshoot.reset();
             self.last_merge = now;
         }
     }

@@ -191,7 +191,9 @@ impl QgaClient {
         QgaClient::from_stream(stream, limits)
     }
 
-    /// As [`QgaClient::connect_with`], on a stream already connected.
+    /// As [`QgaClient::connect_with`], on a stream already connected to the
+    /// agent (or to a test's or the fuzzer's end of a socket pair):
+    /// synchronise (`guest-sync-delimited`).
     pub fn from_stream(stream: UnixStream, limits: QgaLimits) -> Result<QgaClient, QgaError> {
         let _ = stream.set_write_timeout(Some(limits.timeout));
         let mut c = QgaClient {
