@@ -31,8 +31,9 @@ use vadapt_qemu::qga::{self, QgaClient, QgaError, QgaLimits};
 /// (the agent never waits on the client to write it).
 pub const MAX_STREAM: usize = 64 << 10;
 
-/// The longest excerpt of a peer's line in an error (see `qmp`).
-const MAX_EXCERPT: usize = 3 * 200;
+/// The longest excerpt of a peer's line in an error: 200 bytes of it,
+/// escaped (each byte at most `MAX_ESCAPED_PER_BYTE` bytes).
+const MAX_EXCERPT: usize = 200 * vadapt_qemu::peer_text::MAX_ESCAPED_PER_BYTE;
 
 /// The daemon's limits (`cores::guest_side`), except no time for a
 /// `guest-exec`'d program: one `guest-exec-status`, never a 20 ms sleep.
@@ -127,6 +128,7 @@ fn check(e: &QgaError) {
     let _ = e.to_string();
     if let QgaError::BadReply { line, .. } = e {
         assert!(line.len() <= MAX_EXCERPT, "excerpt of {} bytes", line.len());
+        assert!(!line.chars().any(char::is_control), "unescaped: {line:?}");
     }
 }
 

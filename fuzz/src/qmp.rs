@@ -26,9 +26,9 @@ use vadapt_qemu::qmp::{QmpClient, QmpError, QmpLimits};
 /// (the harness writes it all before the client reads).
 pub const MAX_STREAM: usize = 64 << 10;
 
-/// The longest excerpt of a peer's line in an error: 200 bytes, each of
-/// which may become a 3-byte replacement character.
-const MAX_EXCERPT: usize = 3 * 200;
+/// The longest excerpt of a peer's line in an error: 200 bytes of it,
+/// escaped (each byte at most `MAX_ESCAPED_PER_BYTE` bytes).
+const MAX_EXCERPT: usize = 200 * vadapt_qemu::peer_text::MAX_ESCAPED_PER_BYTE;
 
 /// Check one error of an exchange; whether the client stays usable.
 fn check(e: &QmpError, stream_len: usize) -> bool {
@@ -41,7 +41,9 @@ fn check(e: &QmpError, stream_len: usize) -> bool {
         QmpError::Malformed { line, .. }
         | QmpError::NoGreeting { line }
         | QmpError::UnexpectedMessage { line, .. } => {
-            assert!(line.len() <= MAX_EXCERPT, "excerpt of {} bytes", line.len())
+            assert!(line.len() <= MAX_EXCERPT, "excerpt of {} bytes", line.len());
+            assert!(!line.chars().any(char::is_control), "unescaped: {line:?}");
+            assert!(!line.chars().any(char::is_control), "unescaped: {line:?}")
         }
         _ => {}
     }

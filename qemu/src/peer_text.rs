@@ -28,6 +28,12 @@ use std::fmt;
 /// Characters kept of one peer string; the rest is cut and counted.
 pub const MAX_CHARS: usize = 256;
 
+/// The most bytes one byte of peer text becomes when escaped: a control
+/// byte is `\u{001b}`, a three-byte separator `\u{2028}`, a byte that is
+/// not UTF-8 a three-byte replacement character. So `n` bytes of peer text
+/// (under [`MAX_CHARS`]) are at most `n * MAX_ESCAPED_PER_BYTE` escaped.
+pub const MAX_ESCAPED_PER_BYTE: usize = 8;
+
 /// Text from a peer, escaped and capped (see the module documentation).
 /// Its `Display` is safe to put into a log line as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -149,6 +155,19 @@ mod tests {
             "{}",
             t.as_str().len()
         );
+    }
+
+    #[test]
+    fn each_byte_escapes_to_at_most_the_stated_bound() {
+        for b in 0u8..=255 {
+            let t = PeerText::from_bytes(&[b]);
+            assert!(t.len() <= MAX_ESCAPED_PER_BYTE, "{b:#x} -> {t}");
+        }
+        for c in ['\u{2028}', '\u{202e}', '\u{2069}', '\u{85}', '\u{9f}'] {
+            let raw = c.to_string();
+            let t = PeerText::new(&raw);
+            assert!(t.len() <= MAX_ESCAPED_PER_BYTE * raw.len(), "{c:?} -> {t}");
+        }
     }
 
     #[test]
