@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vadapt_policy::{
     Budget, Duration, FreqHint, Instant, PassStats, PolicyStatus, Retune, RetuneError, Step,
-    WakeCause, IDLE_RECHECK,
+    WakeCause,
 };
 
 /// How often each fault happens, as probabilities per opportunity (0..=1).
@@ -99,7 +99,7 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
         self.inner.service(budget)
     }
 
-    fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait {
+    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
         if self.chance(self.faults.spurious_wake) {
             self.injected.spurious_wakes += 1;
             return Wait {
@@ -107,15 +107,15 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
                 waited: Duration::ZERO,
             };
         }
-        let mut d = duration;
+        let mut at = deadline;
         if self.chance(self.faults.late_timer) {
             self.injected.late_timers += 1;
-            d = d + Duration(self.rng.gen_range(0..=self.faults.max_late.as_nanos()));
+            at += Duration(self.rng.gen_range(0..=self.faults.max_late.as_nanos()));
         }
-        self.inner.sleep(d, kick_threshold)
+        self.inner.sleep(at, kick_threshold)
     }
 
-    fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait {
+    fn wait_kick(&mut self, until: Instant) -> Wait {
         if self.chance(self.faults.spurious_wake) {
             self.injected.spurious_wakes += 1;
             return Wait {
@@ -127,13 +127,13 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
             // Wait the whole timeout with notifications off: whatever the
             // guest does meanwhile, no kick reaches the worker.
             self.injected.lost_kicks += 1;
-            let w = self.inner.sleep(timeout.unwrap_or(IDLE_RECHECK), None);
+            let w = self.inner.sleep(until, None);
             return Wait {
                 cause: WakeCause::Timeout,
                 waited: w.waited,
             };
         }
-        self.inner.wait_kick(timeout)
+        self.inner.wait_kick(until)
     }
 
     fn set_freq(&mut self, hint: FreqHint) {
@@ -239,9 +239,9 @@ mod tests {
                 max_fill_permille: fill,
             }
         }
-        fn sleep(&mut self, d: Duration, kick_threshold: Option<u16>) -> Wait {
+        fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
             let start = self.now;
-            let end = start + d.as_nanos();
+            let end = deadline.0.max(start);
             if let Some(p) = kick_threshold {
                 let at = usize::from(kick_fill(p, self.size));
                 while let Some(t) = self.next_add().filter(|&t| t <= end) {
@@ -259,10 +259,10 @@ mod tests {
             self.produce();
             Wait {
                 cause: WakeCause::Timer,
-                waited: d,
+                waited: Duration(end - start),
             }
         }
-        fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait {
+        fn wait_kick(&mut self, until: Instant) -> Wait {
             let start = self.now;
             self.produce();
             if !self.ring.is_empty() {
@@ -271,7 +271,7 @@ mod tests {
                     waited: Duration::ZERO,
                 };
             }
-            let limit = timeout.map(|t| start + t.as_nanos());
+            let limit = Some(until.0.max(start));
             let next = self.next_add();
             match (next, limit) {
                 (Some(t), l) if l.is_none_or(|l| t <= l) => {
@@ -397,7 +397,7 @@ mod tests {
         let g = io.inner();
         assert_eq!(g.served, 10);
         assert!(
-            g.worst_wait <= IDLE_RECHECK.as_nanos() + 1_000,
+            g.worst_wait <= vadapt_policy::IDLE_RECHECK.as_nanos() + 1_000,
             "{}",
             g.worst_wait
         );

@@ -9,7 +9,7 @@
 
 pub use vadapt_policy::PassStats;
 use vadapt_policy::{
-    Action, Budget, Duration, Executor, FreqHint, Instant, Policy, PolicyStatus, Retune, Step,
+    Budget, Duration, Executor, FreqHint, Instant, Policy, PolicyStatus, Retune, Step, Wake,
     WakeCause,
 };
 
@@ -41,10 +41,11 @@ pub trait QueueIo {
     fn now(&mut self) -> Instant;
     /// Service every queue once, at most `budget` per queue.
     fn service(&mut self, budget: Budget) -> PassStats;
-    /// Sleep with notifications off (see [`Action::Sleep`]).
-    fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait;
-    /// Re-enable notifications, re-check, block for a kick (see [`Action::WaitKick`]).
-    fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait;
+    /// Sleep with notifications off until `deadline` (see [`Wake::At`]).
+    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait;
+    /// Re-enable notifications, re-check, block for a kick until `until`
+    /// at the latest (see [`Wake::Kick`]).
+    fn wait_kick(&mut self, until: Instant) -> Wait;
     /// Apply a CPU-frequency hint (no-op where the host has no cpufreq).
     fn set_freq(&mut self, hint: FreqHint);
     /// Stop, switch policy, retune it, or continue.
@@ -66,16 +67,13 @@ pub fn drive(io: &mut impl QueueIo, policy: Box<dyn Policy>) -> Box<dyn Policy> 
         if let Some(f) = step.freq {
             io.set_freq(f);
         }
-        let wait = match step.action {
-            Action::Poll => Wait {
+        let wait = match step.wake {
+            Wake::Now => Wait {
                 cause: WakeCause::Immediate,
                 waited: Duration::ZERO,
             },
-            Action::Sleep {
-                duration,
-                kick_threshold,
-            } => io.sleep(duration, kick_threshold),
-            Action::WaitKick { timeout } => io.wait_kick(timeout),
+            Wake::At { at, kick_threshold } => io.sleep(at, kick_threshold),
+            Wake::Kick { until } => io.wait_kick(until),
         };
         exec.woke(wait.cause, wait.waited);
         let pass = io.service(step.budget);
@@ -128,7 +126,8 @@ mod tests {
                 max_fill_permille: 0,
             }
         }
-        fn sleep(&mut self, d: Duration, _t: Option<u16>) -> Wait {
+        fn sleep(&mut self, deadline: Instant, _t: Option<u16>) -> Wait {
+            let d = deadline.saturating_since(Instant(self.now));
             self.sleeps.push(d.as_nanos());
             self.now += d.as_nanos();
             Wait {
@@ -136,7 +135,7 @@ mod tests {
                 waited: d,
             }
         }
-        fn wait_kick(&mut self, _t: Option<Duration>) -> Wait {
+        fn wait_kick(&mut self, _until: Instant) -> Wait {
             self.kick_waits += 1;
             self.now += 50_000;
             self.work += 10;

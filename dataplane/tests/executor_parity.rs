@@ -10,7 +10,7 @@
 use std::path::Path;
 use vadapt_dataplane::worker::{drive, Control, PassStats, QueueIo, Wait};
 use vadapt_policy::{
-    Action, Budget, Duration, FreqHint, Instant, PolicyConfig, PolicyKind, PolicyStatus, Step,
+    Budget, FreqHint, Instant, PolicyConfig, PolicyKind, PolicyStatus, Step, Wake,
 };
 use vadapt_sim::scenario::SimPolicy;
 use vadapt_sim::{trace_scenario, Scenario, TracedPass};
@@ -26,11 +26,11 @@ struct Replay {
 }
 
 impl Replay {
-    fn wait(&mut self, action: Action) -> Wait {
+    fn wait(&mut self, wake: Wake) -> Wait {
         let p = &self.passes[self.next];
         assert!(
-            !matches!(action, Action::Poll),
-            "pass {}: drive waited after a Poll step",
+            !matches!(wake, Wake::Now),
+            "pass {}: drive waited after a step that said not to",
             self.next
         );
         Wait {
@@ -50,14 +50,11 @@ impl QueueIo for Replay {
         self.next += 1;
         p.stats
     }
-    fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait {
-        self.wait(Action::Sleep {
-            duration,
-            kick_threshold,
-        })
+    fn sleep(&mut self, at: Instant, kick_threshold: Option<u16>) -> Wait {
+        self.wait(Wake::At { at, kick_threshold })
     }
-    fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait {
-        self.wait(Action::WaitKick { timeout })
+    fn wait_kick(&mut self, until: Instant) -> Wait {
+        self.wait(Wake::Kick { until })
     }
     fn set_freq(&mut self, hint: FreqHint) {
         self.freq.push(hint);

@@ -8,7 +8,7 @@
 //!   (exec, step) = Executor::start(policy, now)
 //!   loop {
 //!       apply step.freq if Some           (only on change: Keep never shows)
-//!       wait as step.action says          (Poll: not at all)
+//!       wait as step.wake says            (Now: not at all; else until a deadline)
 //!       exec.woke(cause, waited)
 //!       service every queue once within step.budget
 //!       step = exec.served(now, stats)    (or exec.switch(..) / exec.retune(..))
@@ -17,9 +17,12 @@
 //!
 //! It is sans-IO like the policies (smoltcp's `poll(timestamp)` style): time
 //! comes in as arguments, and the I/O side only performs the [`Step`] it is
-//! given. What used to be decided twice (and had drifted) is decided here
-//! once: decisions are [`Decision::sanitized`]; a wait for a kick is bounded
-//! by [`IDLE_RECHECK`]; a frequency hint is applied
+//! given. A policy answers in intervals ("sleep 400 µs"), as the papers do;
+//! the executor turns each into a deadline on this crate's clock once
+//! ([`Wake`]), as smoltcp's `poll_at()` answers with an instant, and the I/O
+//! side waits until it. What used to be decided twice (and had drifted) is
+//! decided here once: decisions are [`Decision::sanitized`]; a wait for a
+//! kick is bounded by [`IDLE_RECHECK`]; a frequency hint is applied
 //! only when it changes ([`Step::freq`]); a kick threshold in permille becomes
 //! a descriptor count by [`kick_fill`]; a policy switch starts the new
 //! policy at once; a retune reaches the running policy ([`Policy::retune`]).
@@ -44,7 +47,49 @@ pub struct PassStats {
     pub max_fill_permille: u16,
 }
 
-/// What the I/O side does next: apply `freq` (if any), wait as `action`
+/// How the I/O side waits before the next pass: until an absolute time on
+/// this crate's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Service again at once; guest notifications stay off ([`Action::Poll`]).
+    Now,
+    /// Sleep with guest notifications off until `at`; `kick_threshold` as in
+    /// [`Action::Sleep`].
+    At {
+        /// When to service again.
+        at: Instant,
+        /// Fill level that lets a kick through, permille of the ring size.
+        kick_threshold: Option<u16>,
+    },
+    /// Re-enable notifications, re-check the rings, and if they are still
+    /// empty block until a kick or `until` ([`Action::WaitKick`], bounded by
+    /// [`IDLE_RECHECK`]).
+    Kick {
+        /// The latest time to look at the rings again.
+        until: Instant,
+    },
+}
+
+impl Wake {
+    /// `action` (sanitized, its kick wait bounded) decided at `now`.
+    fn of(action: Action, now: Instant) -> Wake {
+        match action {
+            Action::Poll => Wake::Now,
+            Action::Sleep {
+                duration,
+                kick_threshold,
+            } => Wake::At {
+                at: now + duration,
+                kick_threshold,
+            },
+            Action::WaitKick { timeout } => Wake::Kick {
+                until: now + timeout.unwrap_or(IDLE_RECHECK),
+            },
+        }
+    }
+}
+
+/// What the I/O side does next: apply `freq` (if any), wait as `wake`
 /// says, report the wake-up with [`Executor::woke`], service the queues
 /// within `budget`, and report the pass with [`Executor::served`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +97,9 @@ pub struct Step {
     /// A CPU-frequency change to apply before waiting; `None` when the hint
     /// is [`FreqHint::Keep`] or the same as the one last applied.
     pub freq: Option<FreqHint>,
-    /// How to wait, already [`Decision::sanitized`].
-    pub action: Action,
+    /// How long to wait: the policy's decision, [`Decision::sanitized`],
+    /// as a deadline.
+    pub wake: Wake,
     /// Per-queue budget of the pass that follows.
     pub budget: Budget,
 }
@@ -102,14 +148,14 @@ impl Executor {
             phase: Phase::Waiting,
             step: Step {
                 freq: None,
-                action: Action::Poll,
+                wake: Wake::Now,
                 budget: Budget {
                     packets: 0,
                     bytes: 0,
                 },
             },
         };
-        e.step = e.step_for(decision);
+        e.step = e.step_for(decision, now);
         let first = e.step;
         (e, first)
     }
@@ -140,7 +186,7 @@ impl Executor {
         };
         let decision = self.policy.on_pass(&report);
         self.phase = Phase::Waiting;
-        self.step = self.step_for(decision);
+        self.step = self.step_for(decision, now);
         self.step
     }
 
@@ -150,7 +196,7 @@ impl Executor {
         let decision = policy.start(now);
         self.policy = policy;
         self.phase = Phase::Waiting;
-        self.step = self.step_for(decision);
+        self.step = self.step_for(decision, now);
         self.step
     }
 
@@ -181,20 +227,16 @@ impl Executor {
         self.policy
     }
 
-    fn step_for(&mut self, decision: Decision) -> Step {
-        let mut d = decision.sanitized();
-        if let Action::WaitKick { timeout: None } = d.action {
-            d.action = Action::WaitKick {
-                timeout: Some(IDLE_RECHECK),
-            };
-        }
+    /// The step for `decision`, made at `now`.
+    fn step_for(&mut self, decision: Decision, now: Instant) -> Step {
+        let d = decision.sanitized();
         let freq = (d.freq != FreqHint::Keep && d.freq != self.freq).then(|| {
             self.freq = d.freq;
             d.freq
         });
         Step {
             freq,
-            action: d.action,
+            wake: Wake::of(d.action, now),
             budget: self.policy.budget(),
         }
     }
@@ -266,13 +308,30 @@ mod tests {
         e.woke(WakeCause::Kick, Duration(5));
         let s = e.served(Instant(10), stats(3, false));
         // Interrupt mode waits for a kick without a timeout; the executor
-        // bounds it.
+        // bounds it, as a deadline from the pass's end.
         assert_eq!(
-            s.action,
-            Action::WaitKick {
-                timeout: Some(IDLE_RECHECK)
+            s.wake,
+            Wake::Kick {
+                until: Instant(10) + IDLE_RECHECK
             }
         );
+    }
+
+    #[test]
+    fn a_sleep_becomes_a_deadline_from_the_time_it_was_decided() {
+        let fixed = PolicyConfig::default_for(PolicyKind::Netap)
+            .build()
+            .unwrap();
+        let (mut e, _) = Executor::start(fixed, Instant(1_000));
+        e.woke(WakeCause::Timer, Duration(5));
+        let s = e.served(Instant(7_000), stats(10, false));
+        match s.wake {
+            Wake::At { at, .. } => {
+                assert!(at > Instant(7_000), "{s:?}");
+                assert!(at <= Instant(7_000) + crate::interface::MAX_SLEEP, "{s:?}");
+            }
+            other => panic!("NetAP sleeps after a pass: {other:?}"),
+        }
     }
 
     #[test]
@@ -298,7 +357,7 @@ mod tests {
             .is_err());
         let s = e.switch(PolicyConfig::BusyPoll.build().unwrap(), Instant(1));
         assert_eq!(e.policy().name(), "busy-poll");
-        assert_eq!(s.action, Action::Poll);
+        assert_eq!(s.wake, Wake::Now);
         // A parameter busy-poll does not have.
         let err = e
             .retune(&Retune::SearchRange { lo_us: 1, hi_us: 2 })

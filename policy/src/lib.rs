@@ -54,7 +54,7 @@ pub mod interface;
 
 pub use config::{PolicyConfig, PolicyKind};
 pub use error::ConfigError;
-pub use executor::{kick_fill, Executor, PassStats, Step, IDLE_RECHECK};
+pub use executor::{kick_fill, Executor, PassStats, Step, Wake, IDLE_RECHECK};
 pub use interface::{
     Action, Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP,
 };

@@ -45,7 +45,7 @@ impl QueueSet {
         let (policy, view) = port.policy.take(port.name());
         queues.policy_view = Some(view);
         let (exec, step) = Executor::start(policy, queues.now());
-        let pending = queues.begin_wait(step.action);
+        let pending = queues.begin_wait(step.wake);
         let mut set = QueueSet {
             id,
             queues,
@@ -103,7 +103,7 @@ impl QueueSet {
                 self.exec.served(self.queues.now(), pass)
             }
         };
-        self.pending = self.queues.begin_wait(self.step.action);
+        self.pending = self.queues.begin_wait(self.step.wake);
         self.announce();
     }
 

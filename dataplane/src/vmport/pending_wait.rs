@@ -21,9 +21,9 @@ use vadapt_policy::{Instant, WakeCause};
 /// What kind of wait is under way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitKind {
-    /// [`vadapt_policy::Action::Poll`]: no wait; ready at once.
+    /// [`vadapt_policy::Wake::Now`]: no wait; ready at once.
     Poll,
-    /// [`vadapt_policy::Action::Sleep`] with notifications off.
+    /// [`vadapt_policy::Wake::At`] with notifications off.
     Sleep {
         /// When the sleep should end.
         deadline: Instant,
@@ -32,11 +32,9 @@ pub enum WaitKind {
         /// A kick threshold is armed: a kick ends the sleep.
         armed: bool,
     },
-    /// [`vadapt_policy::Action::WaitKick`] with notifications on.
-    Kick {
-        /// A timeout was armed on the timer.
-        timed: bool,
-    },
+    /// [`vadapt_policy::Wake::Kick`] with notifications on; the timer is
+    /// armed for its deadline unless the re-check found work.
+    Kick,
 }
 
 /// A wait under way (see the module docs).
@@ -62,7 +60,7 @@ impl PendingWait {
     /// sleep runs on: its timer and armed kicks are in the port's waiter,
     /// which moved with it.
     pub fn after_handoff(&mut self) {
-        if matches!(self.kind, WaitKind::Kick { .. }) && self.ready.is_none() {
+        if matches!(self.kind, WaitKind::Kick) && self.ready.is_none() {
             self.ready = Some(WakeCause::Recheck);
         }
     }

@@ -24,7 +24,7 @@ use crate::worker::{Control, PassStats, QueueIo, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::{
-    Action, Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, WakeCause,
+    Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, Wake, WakeCause,
 };
 use vadapt_virtq::mem::GuestMemory;
 
@@ -358,22 +358,23 @@ impl PortQueues {
         self.waiter.as_raw_fd()
     }
 
-    /// Begins the wait `action` asks for: what [`QueueIo::sleep`] and
+    /// Begins the wait `wake` asks for: what [`QueueIo::sleep`] and
     /// [`QueueIo::wait_kick`] do before they block.
-    pub fn begin_wait(&mut self, action: Action) -> PendingWait {
+    pub fn begin_wait(&mut self, wake: Wake) -> PendingWait {
         let start = monotonic_now();
-        match action {
-            Action::Poll => PendingWait {
+        match wake {
+            Wake::Now => PendingWait {
                 kind: WaitKind::Poll,
                 start,
                 ready: Some(WakeCause::Immediate),
             },
-            Action::Sleep {
-                duration,
+            Wake::At {
+                at: deadline,
                 kick_threshold,
             } => {
-                let deadline = start + duration;
-                let target = self.early_wake.target(deadline, duration);
+                let target = self
+                    .early_wake
+                    .target(deadline, deadline.saturating_since(start));
                 let armed = self.arm_kick_threshold(kick_threshold);
                 self.arm_timer(target.saturating_since(start));
                 PendingWait {
@@ -386,7 +387,7 @@ impl PortQueues {
                     ready: None,
                 }
             }
-            Action::WaitKick { timeout } => {
+            Wake::Kick { until } => {
                 let mut work = self.set_notifications(true);
                 if !work {
                     self.port.waiting.store(true, Ordering::SeqCst);
@@ -394,13 +395,11 @@ impl PortQueues {
                     std::sync::atomic::fence(Ordering::SeqCst);
                     work = self.rx_recheck();
                 }
-                if let (false, Some(t)) = (work, timeout) {
-                    self.arm_timer(t);
+                if !work {
+                    self.arm_timer(until.saturating_since(start));
                 }
                 PendingWait {
-                    kind: WaitKind::Kick {
-                        timed: timeout.is_some(),
-                    },
+                    kind: WaitKind::Kick,
                     start,
                     ready: work.then_some(WakeCause::Recheck),
                 }
@@ -439,7 +438,7 @@ impl PortQueues {
                     None
                 }
             }
-            WaitKind::Kick { .. } => {
+            WaitKind::Kick => {
                 if woken.kick || woken.wake {
                     Some(WakeCause::Kick)
                 } else if woken.timer {
@@ -472,10 +471,9 @@ impl PortQueues {
                 self.finish_sleep(cause, end, target, deadline, armed);
                 self.merge_overshoot(end);
             }
-            WaitKind::Kick { timed } => {
-                if timed {
-                    self.waiter.disarm_timer();
-                }
+            WaitKind::Kick => {
+                // Disarming a timer that was not armed does nothing.
+                self.waiter.disarm_timer();
                 self.port.waiting.store(false, Ordering::SeqCst);
                 self.drain_kicks();
                 self.set_notifications(false);
@@ -538,10 +536,11 @@ impl QueueIo for PortQueues {
         s
     }
 
-    fn sleep(&mut self, duration: Duration, kick_threshold: Option<u16>) -> Wait {
+    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
         let start = monotonic_now();
-        let deadline = start + duration;
-        let target = self.early_wake.target(deadline, duration);
+        let target = self
+            .early_wake
+            .target(deadline, deadline.saturating_since(start));
         let armed = self.arm_kick_threshold(kick_threshold);
         let cause = if armed {
             self.arm_timer(target.saturating_since(start));
@@ -572,7 +571,7 @@ impl QueueIo for PortQueues {
         }
     }
 
-    fn wait_kick(&mut self, timeout: Option<Duration>) -> Wait {
+    fn wait_kick(&mut self, until: Instant) -> Wait {
         let start = monotonic_now();
         // Re-enable notifications, then re-check: a guest that added work
         // between our last look and the enable would otherwise never kick.
@@ -587,13 +586,9 @@ impl QueueIo for PortQueues {
         let cause = if work {
             WakeCause::Recheck
         } else {
-            if let Some(t) = timeout {
-                self.arm_timer(t);
-            }
+            self.arm_timer(until.saturating_since(start));
             let woken = self.epoll_wait();
-            if timeout.is_some() {
-                self.waiter.disarm_timer();
-            }
+            self.waiter.disarm_timer();
             if woken.kick || !woken.timer {
                 WakeCause::Kick
             } else {

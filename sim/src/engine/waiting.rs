@@ -5,13 +5,13 @@
 //! This is the simulator's side of what the daemon's `vmport/queues.rs`
 //! does with real rings and timers: the wait-for-kick protocol (enable
 //! notifications, re-check the ring, disable them again) is in
-//! [`Engine::wait_for_kick`], turning a sleep's duration into a timer in
-//! [`Engine::arm_timer`].
+//! [`Engine::wait_for_kick`], a step's deadline (the executor's [`Wake`])
+//! becoming a timer event in [`Engine::arm_timer`].
 
 use super::events::Event;
 use super::workers::WorkerState;
 use super::Engine;
-use vadapt_policy::{kick_fill, Action, Duration, FreqHint, Step, WakeCause};
+use vadapt_policy::{kick_fill, FreqHint, Instant, Step, Wake, WakeCause};
 
 impl Engine<'_> {
     /// Carry out `step` for queue `q`'s worker: the frequency change and
@@ -25,12 +25,9 @@ impl Engine<'_> {
                 FreqHint::Max => self.queues[q].worker.freq_index = top,
             }
         }
-        match step.action {
-            Action::Poll => self.start_pass(q, WakeCause::Immediate, 0, false),
-            Action::Sleep {
-                duration,
-                kick_threshold,
-            } => {
+        match step.wake {
+            Wake::Now => self.start_pass(q, WakeCause::Immediate, 0, false),
+            Wake::At { at, kick_threshold } => {
                 let size = self.queues[q].ring.size();
                 match kick_threshold {
                     Some(p) => {
@@ -44,17 +41,17 @@ impl Engine<'_> {
                 let generation = self.queues[q]
                     .worker
                     .begin_wait(WorkerState::Sleeping, self.now);
-                self.arm_timer(q, duration, generation);
+                self.arm_timer(q, at, generation);
             }
-            Action::WaitKick { timeout } => self.wait_for_kick(q, timeout),
+            Wake::Kick { until } => self.wait_for_kick(q, until),
         }
     }
 
     /// The wait-for-kick protocol: enable kicks, re-check the ring (work
     /// that came before the kicks were enabled would never kick), and
     /// either start a pass at once or wait — for a kick, a request or
-    /// response (request/response loads), or the `timeout`.
-    fn wait_for_kick(&mut self, q: usize, timeout: Option<Duration>) {
+    /// response (request/response loads), or `until`.
+    fn wait_for_kick(&mut self, q: usize, until: Instant) {
         self.queues[q].ring.enable_kick();
         if self.has_work(q) {
             self.queues[q].ring.disable_kick();
@@ -64,9 +61,7 @@ impl Engine<'_> {
         let generation = self.queues[q]
             .worker
             .begin_wait(WorkerState::WaitingForKick, self.now);
-        if let Some(timeout) = timeout {
-            self.arm_timer(q, timeout, generation);
-        }
+        self.arm_timer(q, until, generation);
         if let Some(rr) = &self.queues[q].request_response {
             let rx = rr.next_arrival;
             let tx = rr.first_response_at();
@@ -91,10 +86,11 @@ impl Engine<'_> {
         }
     }
 
-    /// Arm queue `q`'s timer to fire `after` from now, late by the timer
-    /// slack (`timer_overshoot_ns`, jittered), for the wait `generation`.
-    fn arm_timer(&mut self, q: usize, after: Duration, generation: u64) {
-        let at = self.now + after.as_nanos() + self.jitter(self.calibration.timer_overshoot_ns);
+    /// Arm queue `q`'s timer to fire at `deadline` (not before now), late
+    /// by the timer slack (`timer_overshoot_ns`, jittered), for the wait
+    /// `generation`.
+    fn arm_timer(&mut self, q: usize, deadline: Instant, generation: u64) {
+        let at = deadline.0.max(self.now) + self.jitter(self.calibration.timer_overshoot_ns);
         self.events.push(
             at,
             Event::Timer {

@@ -11,9 +11,9 @@ pub(super) enum WorkerState {
     Running,
     /// Woken (by a kick, a signal or the NIC), not yet running.
     Waking,
-    /// Sleeping until a timer (`Action::Sleep`).
+    /// Sleeping until a timer (`Wake::At`).
     Sleeping,
-    /// Waiting for a kick, with notifications enabled (`Action::WaitKick`).
+    /// Waiting for a kick, with notifications enabled (`Wake::Kick`).
     WaitingForKick,
 }
 
