@@ -107,6 +107,9 @@ struct ManagedVm {
     paused: bool,
     /// Whether vSPACE-R wants it paused.
     want_paused: bool,
+    /// A `stop` was sent and no `cont` confirmed since: the VM is, or may
+    /// yet be, paused by us (the stop's answer may not have been taken).
+    stop_sent: bool,
     /// When a failed `stop`/`cont` may be tried again, and the wait after.
     run_retry: Option<(Instant, Duration)>,
     /// The last `stop`/`cont` error, logged once.
@@ -117,14 +120,6 @@ struct ManagedVm {
     guest: GuestSide,
     /// The port's queue pairs (the most the guest can activate).
     queue_pairs: u16,
-}
-
-impl ManagedVm {
-    /// Whether a `stop` or `cont` is with its QMP worker, not yet answered
-    /// (the VM may be paused by it).
-    fn run_in_flight(&self) -> bool {
-        self.qmp_worker.as_ref().is_some_and(|w| !w.idle())
-    }
 }
 
 /// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
@@ -211,6 +206,7 @@ impl CoreManager {
                     .then(|| "no qmp socket configured".to_string()),
                 paused: false,
                 want_paused: false,
+                stop_sent: false,
                 run_retry: None,
                 run_error: None,
                 foreign_warned: None,

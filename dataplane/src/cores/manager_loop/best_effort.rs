@@ -32,7 +32,9 @@ impl CoreManager {
                 VmRun::Cont
             };
             if let Some(w) = &vm.qmp_worker {
-                w.submit(QmpRequest::Run(run));
+                if w.submit(QmpRequest::Run(run)) && run == VmRun::Stop {
+                    vm.stop_sent = true;
+                }
             }
         }
     }
@@ -50,6 +52,7 @@ pub(super) fn settle_run(
     let e = match (run, result) {
         (_, Ok(())) => {
             vm.paused = run == VmRun::Stop;
+            vm.stop_sent = vm.paused;
             vm.run_retry = None;
             vm.run_error = None;
             let what = if vm.paused {
@@ -67,6 +70,7 @@ pub(super) fn settle_run(
         // Nothing to resume: a VM that comes back at that socket is a new one.
         (VmRun::Cont, Err(RunFailure::Gone(_))) => {
             vm.paused = false;
+            vm.stop_sent = false;
             vm.run_retry = None;
             vm.run_error = None;
             return Some(format!("{}: gone while paused", vm.name));

@@ -238,7 +238,10 @@ fn a_silent_qmp_peer_delays_only_its_own_vm() {
     let (s, _) = step_until(&mut m, &status, Instant::now(), |s: &CoresSnapshot| {
         s.threads_moved >= 1
     });
-    assert!(m.vms[0].run_in_flight(), "vm1's lookup is still out");
+    assert!(
+        m.vms[0].qmp_worker.as_ref().is_some_and(|w| !w.idle()),
+        "vm1's lookup is still out"
+    );
     assert!(s.vms[0].vcpu_tids.is_empty(), "{s:?}");
     assert_eq!(s.vms[1].vcpu_tids, tids, "{s:?}");
     assert_eq!(thread_affinity(tids[0]).unwrap(), s.sets.vcpu);
@@ -308,6 +311,52 @@ fn a_refused_stop_backs_off_and_a_failed_cont_is_retried_until_it_works() {
     }
     assert_eq!(count("cont"), 2, "{:?}", seen.lock().unwrap());
     assert!(!status.snapshot().vms[0].paused);
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_stop_whose_answer_was_not_taken_is_undone_by_the_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let qmp = dir.path().join("qmp.sock");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, server) = scripted_qmp(&qmp, Vec::new(), Vec::new(), Arc::clone(&stop));
+    let (mut m, _status) = manager(
+        &qmp,
+        CoresConfig {
+            mode: VspaceMode::Off,
+            cpus: vec![0],
+            apply: ApplyMethod::Advise,
+            ..CoresConfig::default()
+        },
+    );
+    m.vms[0].role = VmRole::Be;
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    // The first period's lookup, answered and taken.
+    let t0 = Instant::now();
+    m.step(t0);
+    let idle = |m: &CoreManager| m.vms[0].qmp_worker.as_ref().is_some_and(|w| w.idle());
+    wait_for("lookup never answered", &|| idle(&m));
+    m.step(t0 + Duration::from_millis(1));
+    // A period sends `stop`; QEMU gets it, but no period takes its answer.
+    m.want_best_effort_paused(true);
+    m.step(t0 + Duration::from_millis(2));
+    wait_for("stop never sent", &|| {
+        seen.lock().unwrap().iter().any(|c| c == "stop")
+    });
+    assert!(!m.vms[0].paused, "the answer was not taken");
+    m.release();
+    assert!(
+        seen.lock().unwrap().iter().any(|c| c == "cont"),
+        "the VM the stop paused was resumed: {:?}",
+        seen.lock().unwrap()
+    );
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 }

@@ -57,7 +57,9 @@ impl CoreManager {
             let Some(socket) = vm.qmp.clone() else {
                 continue;
             };
-            if !(vm.paused || vm.run_in_flight() && vm.want_paused) {
+            // Whatever became of a `stop` (answered or not, its answer
+            // taken or not), a `cont` to a running VM is harmless.
+            if !vm.stop_sent {
                 continue;
             }
             let tx = tx.clone();
@@ -82,6 +84,7 @@ impl CoreManager {
             match result {
                 Ok(()) | Err(RunFailure::Gone(_)) => {
                     vm.paused = false;
+                    vm.stop_sent = false;
                     tracing::info!(vm = vm.name, "core manager: best-effort VM resumed");
                 }
                 Err(RunFailure::Failed(e)) => tracing::error!(
