@@ -171,7 +171,13 @@ pub fn verify_segment(seg: &[u8], mss: usize) -> Result<(SlicedPacket<'_>, TcpSl
         other => return Err(format!("not IP: {other:?}")),
     }
     .map_err(|e| format!("TCP checksum: {e}"))?;
-    if tcp.checksum() != want {
+    // In ones' complement 0x0000 and 0xffff are the same value, and a
+    // receiver verifies by summing the whole segment to all ones, so both
+    // are right when the complement of the sum is 0. `etherparse` gives 0;
+    // Linux's `skb_checksum_help` (and `complete_partial_checksum`) writes
+    // 0xffff then, because 0 means "no checksum" in UDP.
+    let same = tcp.checksum() == want || (want == 0 && tcp.checksum() == 0xffff);
+    if !same {
         return Err(format!(
             "TCP checksum {:#x}, want {want:#x}",
             tcp.checksum()
@@ -252,5 +258,37 @@ pub fn p_l3(shape: Shape) -> usize {
         ETH_VLAN_HDR_LEN
     } else {
         ETH_HDR_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-MSS segment of [`LINUX_V4`] with its checksum completed,
+    /// then a payload word raised so that the complement of its sum is 0:
+    /// the field is then right as 0 or 0xffff, and wrong as anything else.
+    #[test]
+    fn a_checksum_of_zero_verifies_written_either_way() {
+        let frame = tso_frame(LINUX_V4, &[0x5a; 200]);
+        let mut seg = segment_all(&frame, gso(LINUX_V4, 1448)).remove(0);
+        let tcp_at = ETH_HDR_LEN + 20;
+        let field = tcp_at + 16;
+        let c = u16::from_be_bytes([seg[field], seg[field + 1]]);
+        assert!(verify_segment(&seg, 1448).is_ok());
+        // Add `c` (ones' complement) to the first payload word: the sum
+        // over the segment grows by `c`, so its complement falls to 0.
+        let word = tcp_at + 32;
+        let w = u16::from_be_bytes([seg[word], seg[word + 1]]);
+        let raised = fold(u64::from(w) + u64::from(c));
+        seg[word..word + 2].copy_from_slice(&raised.to_be_bytes());
+        for (value, right) in [(0u16, true), (0xffff, true), (1, false), (c, c == 0)] {
+            seg[field..field + 2].copy_from_slice(&value.to_be_bytes());
+            assert_eq!(
+                verify_segment(&seg, 1448).is_ok(),
+                right,
+                "field {value:#x}"
+            );
+        }
     }
 }
