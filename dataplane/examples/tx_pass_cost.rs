@@ -24,10 +24,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::ports::Sink;
+use vadapt_dataplane::queue::ring::Ring;
+use vadapt_dataplane::queue::tx::{TxService, TX_BATCH};
+use vadapt_dataplane::switch::Sink;
 use vadapt_dataplane::switch::{FdbCache, Switch};
-use vadapt_dataplane::vmport::ring::Ring;
-use vadapt_dataplane::vmport::tx::{TxService, TX_BATCH};
 use vadapt_policy::busypoll::BURST;
 use vadapt_policy::Budget;
 use vadapt_virtq::mock::{buf, readable, MockQueue};

@@ -1,18 +1,27 @@
 //! vadapt's data plane: a vhost-user-net backend with many ports on one L2
 //! switch, whose queue workers run the policies of `vadapt-policy`.
 //!
-//! * [`config`] — the daemon's configuration (TOML and `--vm` specs).
-//! * [`daemon`] — starts ports, sockets, control and metrics.
-//! * [`vmport`] — a VM port: the vhost-user protocol and the worker's rings.
-//! * [`worker`] — the policy loop over the narrow [`worker::QueueIo`] trait.
-//! * [`switch`], [`ports`], [`frames`] — forwarding between ports.
+//! Rooms, from the top down (a room imports only rooms below it;
+//! `scripts/check-imports.py` checks it):
+//!
+//! * [`daemon`] — config → ports → services, each a function; shutdown.
+//! * [`control`] — the control socket's requests and answers.
+//! * [`cores`] — vSPACE's core manager (its step in `cores/manager_loop/`,
+//!   one peer thread per QMP socket and guest agent).
+//! * [`port`] — a VM port's vhost-user side: socket, protocol, guest
+//!   memory, the life of the connection's worker.
+//! * [`queue`] — the worker's world: the [`queue::drive::QueueIo`] trait
+//!   and the loop over it, ring service, waiting, the worker pool, and the
+//!   port state that outlives a connection ([`queue::VmPort`]).
+//! * [`switch`], [`frames`] — forwarding between ports; the ports that live
+//!   inside the daemon (sink, echo, TAP).
+//! * [`config`] — the daemon's configuration, every room's part of it
+//!   (TOML and `--vm` specs), at the bottom: every room reads it.
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
 //! * [`net`] — virtio-net constants, header, config space, MACs.
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
 //! * [`workload_estimate`] — NetAP-ML's workload features from the counters;
 //!   [`workload_loop`] sends them to the `netap-ml` ports.
-//! * [`cores`] — vSPACE's core manager (its step in `cores/manager_loop/`,
-//!   one peer thread per QMP socket and guest agent).
 //! * [`migration`], [`uplink`] — named homes, empty until the live-migration
 //!   and AF_XDP issues fill them.
 
@@ -24,7 +33,6 @@ pub mod conn_limit;
 pub mod control;
 pub mod cores;
 pub mod daemon;
-pub mod fault_injector;
 pub mod frames;
 pub mod local_server;
 pub mod log_limit;
@@ -32,16 +40,14 @@ pub mod metrics;
 pub mod migration;
 pub mod net;
 pub mod netap_ml_model;
-pub mod nq_workers;
 pub mod offload;
 pub mod panic_message;
-pub mod ports;
+pub mod port;
+pub mod queue;
 pub mod sigbus_guard;
 pub mod socket_dir;
 pub mod switch;
 pub mod uplink;
-pub mod vmport;
-pub mod worker;
 pub mod workload_estimate;
 pub mod workload_loop;
 

@@ -1,7 +1,7 @@
 //! Surviving SIGBUS from guest memory whose file shrank after it was mapped.
 //!
 //! Where a port accepts guest-memory files that are not sealed against
-//! shrinking (see [`crate::vmport::memory_file`]), the frontend can
+//! shrinking (see [`crate::port::memory_file`]), the frontend can
 //! `ftruncate` the file under the daemon; the next access to a page past the
 //! new end raises SIGBUS, whose default action kills the daemon and every
 //! VM's network with it.

@@ -18,7 +18,7 @@
 
 use crate::log_limit::LogLimit;
 use crate::metrics::Registry;
-use crate::vmport::VmPort;
+use crate::queue::VmPort;
 use crate::workload_estimate::{EstimatorParams, Features, WorkloadEstimator};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

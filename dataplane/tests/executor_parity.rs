@@ -8,7 +8,7 @@
 //! then carries out must equal the simulator's.
 
 use std::path::Path;
-use vadapt_dataplane::worker::{drive, Control, PassStats, QueueIo, Wait};
+use vadapt_dataplane::queue::drive::{drive, Control, PassStats, QueueIo, Wait};
 use vadapt_policy::{
     Budget, FreqHint, Instant, PolicyConfig, PolicyKind, PolicyStatus, Step, Wake,
 };

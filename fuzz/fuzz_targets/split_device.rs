@@ -10,7 +10,9 @@ use vadapt_virtq::{Chain, ChainErrorKind, DeviceQueue, GuestMemory, QueueLayout,
 const MEM: u64 = 1 << 16;
 
 fuzz_target!(|data: &[u8]| {
-    let [cfg, sz, a0, a1, rest @ ..] = data else { return };
+    let [cfg, sz, a0, a1, rest @ ..] = data else {
+        return;
+    };
     let size = 1u16 << (sz % 9); // 1..=256
     let features = RingFeatures::from_bits(u64::from(*cfg) << 28);
     let mem = GuestMemory::new_anonymous(MEM).unwrap();
@@ -22,7 +24,11 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = [0u8; 1600];
     for i in 0..4 * u32::from(size) + 4 {
         match q.pop(&mem, &mut chain) {
-            Ok(None) | Err(vadapt_virtq::ChainError { kind: ChainErrorKind::AvailIndexAhead, .. }) => break,
+            Ok(None)
+            | Err(vadapt_virtq::ChainError {
+                kind: ChainErrorKind::AvailIndexAhead,
+                ..
+            }) => break,
             Ok(Some(head)) => {
                 for s in chain.segments() {
                     assert!(mem.contains_host_range(s.ptr, s.len.into()));
@@ -36,7 +42,11 @@ fuzz_target!(|data: &[u8]| {
         if i % 3 == 0 {
             q.flush_used();
             let _ = q.needs_call();
-            let _ = if cfg & 1 != 0 { q.enable_notifications().is_ok() } else { q.set_kick_threshold(4) };
+            let _ = if cfg & 1 != 0 {
+                q.enable_notifications().is_ok()
+            } else {
+                q.set_kick_threshold(4)
+            };
         }
     }
     q.flush_used();

@@ -1,6 +1,6 @@
 //! vhost-user message sequences into the data plane's real backend request
 //! handler ([`Connection`] under the `vhost` crate's [`BackendReqHandler`]),
-//! exactly as `vmport::handler::serve` runs it, over a real
+//! exactly as `port::handler::serve` runs it, over a real
 //! `UnixStream::pair()`: the harness is the frontend and writes each
 //! message with `sendmsg` and `SCM_RIGHTS` (memfds, eventfds, pipe ends,
 //! sockets), then the backend handles it.
@@ -18,7 +18,7 @@
 //! the harness runs the worker's passes itself ([`Connection::step`]) after
 //! each operation: one pass at once (a worker woken early), then more while
 //! the policy's wait says it is due. The passes are the worker's own
-//! ([`PortQueues`](vadapt_dataplane::vmport::queues::PortQueues) under the
+//! ([`PortQueues`](vadapt_dataplane::queue::port_queues::PortQueues) under the
 //! policy's executor, as a pool worker runs them), so the ring service, the
 //! switch and the echo port run as in the daemon, on this thread.
 //!
@@ -34,17 +34,16 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vadapt_dataplane::config::UnsealedMemory;
 use vadapt_dataplane::config::VmPortConfig;
-use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::metrics::PortStats;
 use vadapt_dataplane::net::{OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
-use vadapt_dataplane::ports::Echo;
-use vadapt_dataplane::switch::{Egress, Switch};
-use vadapt_dataplane::vmport::handler::{offered_protocol_features, Connection};
-use vadapt_dataplane::vmport::memory_file::UnsealedMemory;
-use vadapt_dataplane::vmport::VmPort;
+use vadapt_dataplane::port::handler::{offered_protocol_features, Connection};
+use vadapt_dataplane::queue::VmPort;
+use vadapt_dataplane::switch::Echo;
+use vadapt_dataplane::switch::Switch;
 use vadapt_host::cpufreq::CpuFreq;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_virtq::mem::{MappedRegion, MmapRegion};
@@ -455,19 +454,6 @@ impl FdKind {
     }
 }
 
-/// The switch's view of the port: a weak reference, so that the port (which
-/// holds the switch) is freed with its input, as a daemon's never is.
-#[derive(Debug)]
-struct WeakEgress(Weak<VmPort>);
-
-impl Egress for WeakEgress {
-    fn deliver(&self, sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16) {
-        if let Some(p) = self.0.upgrade() {
-            p.deliver(sw, frames, which, flow);
-        }
-    }
-}
-
 /// Frames queued per queue pair (`backlog` in the config; default 1024):
 /// small, because every worker start allocates and zeroes a batch this
 /// large per queue pair, and workers start after most messages here.
@@ -475,7 +461,9 @@ const BACKLOG: usize = 32;
 
 /// A fresh port on a fresh switch with an echo port, built as
 /// `Daemon::start` builds them: frames the guest sends come back to it.
-fn new_port(queues: u16, policy: PolicyConfig) -> Arc<VmPort> {
+/// The port reaches the switch by a weak handle, as a daemon's does: the
+/// caller keeps the switch (both are freed with the input).
+fn new_port(queues: u16, policy: PolicyConfig) -> (Arc<VmPort>, Arc<Switch>) {
     let switch = Arc::new(Switch::new(Duration::from_secs(300)));
     let cfg = VmPortConfig {
         name: "fuzz".into(),
@@ -494,16 +482,16 @@ fn new_port(queues: u16, policy: PolicyConfig) -> Arc<VmPort> {
         unsealed_memory: UnsealedMemory::Accept,
     };
     let freq = Arc::new(CpuFreq::unavailable("fuzzing"));
-    let vm = VmPort::new(cfg, policy, Arc::clone(&switch), BACKLOG, None, freq, None)
-        .expect("creating a port (an eventfd)");
-    let egress = Arc::new(WeakEgress(Arc::downgrade(&vm)));
-    vm.set_port_id(switch.add_port(egress, Arc::clone(&vm.stats)));
+    let vm =
+        VmPort::new(cfg, policy, BACKLOG, None, freq, None).expect("creating a port (an eventfd)");
+    let id = switch.add_port(vm.clone(), Arc::clone(&vm.stats));
+    vm.attach(switch.ingress(id));
     let stats = Arc::new(PortStats::new("echo", "echo", 1));
     let echo = Arc::new(Echo::new(Arc::clone(&stats)));
     let id = switch.add_port(echo.clone(), stats);
-    echo.set_port_id(id);
+    echo.attach(switch.ingress(id));
     switch.add_static(Mac::from_name("echo"), id);
-    vm
+    (vm, switch)
 }
 
 /// Guest memory of [`Op::Start`]: rings at `RING_STRIDE * i`, buffers above.
@@ -534,7 +522,9 @@ impl Session {
     fn connect(port: &Arc<VmPort>) -> Session {
         let (front, back) = UnixStream::pair().expect("socketpair");
         front.set_nonblocking(true).expect("O_NONBLOCK");
-        port.switch.learn_now(port.mac, port.port_id());
+        if let Some(i) = port.ingress() {
+            i.learn_now(port.mac);
+        }
         let conn = Arc::new(Mutex::new(Connection::stepped(Arc::clone(port))));
         let handler = BackendReqHandler::from_stream(back, Arc::clone(&conn));
         Session {
@@ -562,7 +552,7 @@ impl Session {
     }
 
     /// Handle one request; false when `serve` would close the connection
-    /// (the same classification as `vmport::handler::serve`).
+    /// (the same classification as `port::handler::serve`).
     fn serve_one(&mut self) -> bool {
         let r = self.handler.handle_request();
         self.drain_replies();
@@ -924,7 +914,7 @@ impl Session {
 pub fn run(input: &Input) {
     let queues = [1, 2, 4, 16][usize::from(input.queues % 4)];
     let kind = PolicyKind::ALL[usize::from(input.policy) % PolicyKind::ALL.len()];
-    let port = new_port(queues, PolicyConfig::default_for(kind));
+    let (port, _switch) = new_port(queues, PolicyConfig::default_for(kind));
     let mut session: Option<Session> = None;
     for op in input.ops.iter().take(MAX_OPS) {
         let s = session.get_or_insert_with(|| Session::connect(&port));
@@ -947,7 +937,7 @@ mod tests {
     #[test]
     fn a_started_port_moves_frames_both_ways() {
         let _one = crate::tests::serial();
-        let port = new_port(1, PolicyConfig::default_for(PolicyKind::Interrupt));
+        let (port, _switch) = new_port(1, PolicyConfig::default_for(PolicyKind::Interrupt));
         let mut s = Session::connect(&port);
         let start = Op::Start {
             features: u64::MAX,

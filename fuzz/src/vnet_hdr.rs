@@ -28,7 +28,7 @@
 use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
 use vadapt_dataplane::offload::{push_frame, tx_offload, Cutter, Pushed};
-use vadapt_dataplane::vmport::guest_offloads::GuestOffloadState;
+use vadapt_dataplane::queue::guest_offloads::GuestOffloadState;
 use vadapt_wire::test_frames::verify_segment;
 use vadapt_wire::{complete_partial_checksum, Offload, TcpSegmenter, VnetHdr};
 

@@ -19,7 +19,7 @@ use vadapt_dataplane::frames::FrameBatch;
 use vadapt_dataplane::metrics::{PortStats, QueueSnapshot, StatsSnapshot};
 use vadapt_dataplane::net::MAX_FRAME;
 use vadapt_dataplane::offload::Cutter;
-use vadapt_dataplane::switch::{Egress, Switch};
+use vadapt_dataplane::switch::Egress;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
@@ -78,7 +78,7 @@ impl Checker {
 }
 
 impl Egress for Checker {
-    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+    fn deliver(&self, frames: &FrameBatch, which: &[u16], _flow: u16) {
         let mut seen = self.seen.lock().unwrap();
         let mut buf = vec![0u8; MAX_FRAME];
         for &i in which {

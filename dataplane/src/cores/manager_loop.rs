@@ -46,14 +46,14 @@
 //! period) every thread it moved gets back its original affinity or
 //! cgroup, and paused VMs are resumed, within [`RELEASE_DEADLINE`].
 
-use super::config::{ApplyMethod, CoresConfig, VmRole};
 use super::guest_side::{GuestOutcome, GuestSide, GuestTarget};
 use super::peer_worker::PeerWorker;
 use super::status::{CoresStatus, Placement, VmCores};
 use super::vm_qmp::{self, QmpReply, QmpRequest, RunFailure, VmQmp, VmRun};
-use crate::nq_workers::NqWorkers;
+use crate::config::cores::{ApplyMethod, CoresConfig, VmRole};
 use crate::panic_message::panic_message;
-use crate::vmport::VmPort;
+use crate::queue::pool::NqWorkers;
+use crate::queue::VmPort;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,6 @@
 //! [`VspaceManager`](vadapt_policy::vspace::VspaceManager) for the next
 //! split of the managed CPUs, and moves the threads (`vadapt_host`).
 
-pub mod config;
 pub mod export;
 pub mod guest_side;
 pub mod manager_loop;
@@ -11,5 +10,5 @@ pub mod peer_worker;
 pub mod status;
 pub mod vm_qmp;
 
-pub use config::{ApplyMethod, CoresConfig, VmRole};
+pub use crate::config::cores::{ApplyMethod, CoresConfig, VmRole};
 pub use status::{CoresSnapshot, CoresStatus, Placement};

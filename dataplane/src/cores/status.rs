@@ -2,8 +2,8 @@
 //! metrics, and the requests it takes at run time (a mode change, P95
 //! samples for the threshold explorer).
 
-use super::config::VmRole;
-use crate::nq_workers::status::NqWorkerStatus;
+use crate::config::cores::VmRole;
+use crate::queue::pool::status::NqWorkerStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Mutex;

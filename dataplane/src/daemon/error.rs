@@ -1,8 +1,8 @@
 //! Why the daemon could not start.
 
 use crate::control;
-use crate::ports::TapError;
-use crate::vmport::frontend_socket::ListenError;
+use crate::port::frontend_socket::ListenError;
+use crate::switch::TapError;
 use std::net::SocketAddr;
 
 /// Why the daemon could not start.
@@ -34,7 +34,7 @@ pub enum DaemonError {
     Model(#[from] crate::netap_ml_model::ModelError),
     /// The pool of queue workers could not start.
     #[error(transparent)]
-    NqWorkers(#[from] crate::nq_workers::NqWorkersError),
+    NqWorkers(#[from] crate::queue::pool::NqWorkersError),
     /// A system resource (eventfd, thread) could not be created.
     #[error("cannot create port `{port}`")]
     Port {

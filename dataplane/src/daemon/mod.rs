@@ -10,13 +10,13 @@ pub use error::DaemonError;
 use started::Started;
 
 use crate::config::DaemonConfig;
+use crate::config::SocketMode;
 use crate::control::{self, Handler, Request, Response, MAX_P95_US};
 use crate::cores::CoresStatus;
 use crate::metrics::Registry;
-use crate::nq_workers::NqWorkers;
+use crate::queue::pool::NqWorkers;
+use crate::queue::VmPort;
 use crate::switch::Switch;
-use crate::vmport::frontend_socket::SocketMode;
-use crate::vmport::VmPort;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;

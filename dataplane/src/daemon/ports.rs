@@ -4,16 +4,17 @@
 
 use super::error::DaemonError;
 use super::started::Started;
+use crate::config::cores::QueueWorkers;
 use crate::config::DaemonConfig;
-use crate::cores::config::QueueWorkers;
+use crate::config::SocketMode;
 use crate::cores::ApplyMethod;
 use crate::metrics::{PortStats, Registry};
-use crate::nq_workers::NqWorkers;
-use crate::ports::{Echo, Sink, Tap};
+use crate::port::frontend_socket::{self, Connector, FrontendSocket};
+use crate::port::handler;
+use crate::queue::pool::NqWorkers;
+use crate::queue::VmPort;
 use crate::switch::Switch;
-use crate::vmport::frontend_socket::{self, Connector, FrontendSocket, SocketMode};
-use crate::vmport::handler;
-use crate::vmport::VmPort;
+use crate::switch::{Echo, Sink, Tap};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use vadapt_host::cpufreq::CpuFreq;
@@ -60,25 +61,17 @@ pub(super) fn vm_ports(
         if i == 0 {
             out.freq_note = freq.unavailable_reason().map(str::to_owned);
         }
-        let port = VmPort::new(
-            vm.clone(),
-            cfg.policy,
-            Arc::clone(switch),
-            cfg.backlog,
-            cpu,
-            freq,
-            tsc_per_ns,
-        )
-        .map_err(|source| DaemonError::Port {
-            port: vm.name.clone(),
-            source,
-        })?;
+        let port = VmPort::new(vm.clone(), cfg.policy, cfg.backlog, cpu, freq, tsc_per_ns)
+            .map_err(|source| DaemonError::Port {
+                port: vm.name.clone(),
+                source,
+            })?;
         if let Some(c) = cpu {
             out.pinned
                 .push((vm.name.clone(), c, port.policy_config().kind()));
         }
         let id = switch.add_port(port.clone(), Arc::clone(&port.stats));
-        port.set_port_id(id);
+        port.attach(switch.ingress(id));
         registry.add_port(Arc::clone(&port.stats));
         registry.add_worker(Arc::clone(&port.worker_stats));
         out.listeners.push(match vm.mode {
@@ -111,7 +104,7 @@ pub(super) fn host_ports(
         let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
         let id = switch.add_port(echo.clone(), Arc::clone(&stats));
-        echo.set_port_id(id);
+        echo.attach(switch.ingress(id));
         switch.add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
         registry.add_port(stats);
     }
@@ -125,11 +118,11 @@ pub(super) fn host_ports(
         );
         let id = switch.add_port(tap.clone(), Arc::clone(&stats));
         registry.add_port(stats);
-        let (sw, st) = (Arc::clone(switch), Arc::clone(&started.stop));
+        let (ingress, st) = (switch.ingress(id), Arc::clone(&started.stop));
         started.threads.push(
             std::thread::Builder::new()
                 .name(format!("vadapt-tap-{}", t.name))
-                .spawn(move || tap.run_reader(&sw, id, &st))
+                .spawn(move || tap.run_reader(&ingress, &st))
                 .expect("spawning a thread"),
         );
     }

@@ -6,13 +6,13 @@
 use super::error::DaemonError;
 use super::started::Started;
 use crate::config::DaemonConfig;
+use crate::config::SocketMode;
 use crate::cores::manager_loop::{self, CoreManager};
 use crate::cores::CoresStatus;
 use crate::metrics::Registry;
-use crate::nq_workers::NqWorkers;
+use crate::queue::pool::NqWorkers;
+use crate::queue::VmPort;
 use crate::switch::Switch;
-use crate::vmport::frontend_socket::SocketMode;
-use crate::vmport::VmPort;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -4,7 +4,6 @@ use super::placement::set_frequencies;
 use super::*;
 use crate::config::parse_vm_spec;
 use crate::cores::CoresSnapshot;
-use crate::switch::Switch;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::sync::mpsc;
@@ -94,11 +93,9 @@ pub(super) fn parked(n: usize) -> (Vec<u32>, mpsc::Sender<()>, Vec<JoinHandle<()
 
 pub(super) fn port(spec: &str) -> Arc<VmPort> {
     let cfg = parse_vm_spec(spec).unwrap();
-    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
     VmPort::new(
         cfg,
         crate::config::default_policy(),
-        sw,
         64,
         None,
         Arc::new(CpuFreq::unavailable("test")),

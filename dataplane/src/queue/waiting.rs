@@ -196,7 +196,7 @@ impl EarlyWake {
 mod tests {
     use super::*;
     use crate::clock::monotonic_now;
-    use crate::vmport::ring::test_utils::ring;
+    use crate::queue::ring::test_utils::ring;
     use std::fs::File;
     use std::io::Write;
     use vadapt_virtq::RingFeatures;

@@ -10,11 +10,11 @@
 //! sleep arms the port's timerfd instead of `clock_nanosleep`, since the
 //! worker must also hear the other ports it serves.
 //!
-//! [`PortQueues::begin_wait`]: super::queues::PortQueues::begin_wait
-//! [`PortQueues::poll_wait`]: super::queues::PortQueues::poll_wait
-//! [`PortQueues::end_wait`]: super::queues::PortQueues::end_wait
-//! [`QueueIo::sleep`]: crate::worker::QueueIo::sleep
-//! [`QueueIo::wait_kick`]: crate::worker::QueueIo::wait_kick
+//! [`PortQueues::begin_wait`]: super::port_queues::PortQueues::begin_wait
+//! [`PortQueues::poll_wait`]: super::port_queues::PortQueues::poll_wait
+//! [`PortQueues::end_wait`]: super::port_queues::PortQueues::end_wait
+//! [`QueueIo::sleep`]: crate::queue::drive::QueueIo::sleep
+//! [`QueueIo::wait_kick`]: crate::queue::drive::QueueIo::wait_kick
 
 use vadapt_policy::{Instant, WakeCause};
 

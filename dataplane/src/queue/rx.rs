@@ -409,7 +409,7 @@ impl RxService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
+    use crate::queue::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
     use vadapt_virtq::device::ChainErrorKind;
     use vadapt_virtq::mock::{buf, readable, writable};
     use vadapt_virtq::RingFeatures;

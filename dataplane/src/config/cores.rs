@@ -57,7 +57,7 @@ pub enum QueueWorkers {
     PerPort,
     /// One worker per NQ core, pinned to it; ports' queue sets are
     /// reassigned between workers as the NQ group grows and shrinks
-    /// ([`crate::nq_workers`]).
+    /// ([`crate::queue::pool`]).
     PerNqCore,
 }
 

@@ -4,10 +4,10 @@
 //!
 //! Every policy must survive all of it: no queue may stall and no packet
 //! accepted by a ring may be lost, whatever the timing. The tests below run
-//! every policy through [`crate::worker::drive`] over a deterministic
+//! every policy through [`crate::queue::drive::drive`] over a deterministic
 //! virtual guest wrapped in this injector.
 
-use crate::worker::{Control, QueueIo, Wait};
+use crate::queue::drive::{Control, QueueIo, Wait};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vadapt_policy::{
@@ -156,7 +156,7 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::drive;
+    use crate::queue::drive::drive;
     use std::collections::VecDeque;
     use vadapt_policy::{kick_fill, PolicyConfig, PolicyKind};
 

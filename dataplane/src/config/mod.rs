@@ -28,139 +28,22 @@
 //! name = "echo0"
 //! ```
 
-use crate::vmport::frontend_socket::SocketMode;
-use crate::vmport::memory_file::UnsealedMemory;
+pub mod cores;
+mod error;
+mod vm_port;
+
+use error::field;
+pub use error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
 use vadapt_wire::Mac;
+pub use vm_port::{
+    parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_QUEUE_PAIRS,
+};
 
-/// Most queue pairs per VM port. Matches DPDK's `VHOST_MAX_QUEUE_PAIRS`-scale
-/// limits and keeps per-port memory bounded.
-pub const MAX_QUEUE_PAIRS: u16 = 16;
-
-/// A configuration problem, naming the field.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read.
-    #[error("cannot read config file {path}")]
-    ReadFile {
-        /// File path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The config file is not valid TOML for this schema (message has the line).
-    #[error("{path}: {message}")]
-    ParseFile {
-        /// File path.
-        path: PathBuf,
-        /// toml's message, which names the key and the line.
-        message: String,
-    },
-    /// A field has an invalid value.
-    #[error("invalid `{field}`: {reason}")]
-    Field {
-        /// Field as written by the user, e.g. `vm.queues` or `--vm queues`.
-        field: String,
-        /// Why.
-        reason: String,
-    },
-}
-
-fn field(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Field {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-/// One VM port: a vhost-user socket that a frontend (QEMU, DPDK virtio-user,
-/// the synthetic guest) connects to.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VmPortConfig {
-    /// Port name, unique in the daemon.
-    pub name: String,
-    /// Path of the vhost-user socket: vadapt listens on it (`mode = "server"`)
-    /// or connects to it (`mode = "client"`).
-    pub socket: PathBuf,
-    /// Which end of the socket vadapt is: `server` (default; start QEMU with
-    /// `reconnect=1` on its chardev to survive a vadapt restart) or `client`
-    /// (QEMU listens with `server=on,wait=off`; vadapt reconnects with
-    /// backoff); see [`crate::vmport::frontend_socket`].
-    #[serde(default)]
-    pub mode: SocketMode,
-    /// Queue pairs offered (`VIRTIO_NET_F_MQ`), 1..=16.
-    #[serde(default = "one")]
-    pub queues: u16,
-    /// MAC offered in the config space; default derived from the name.
-    #[serde(default)]
-    pub mac: Option<Mac>,
-    /// Policy of this port's worker; default: the daemon's `policy`.
-    #[serde(default)]
-    pub policy: Option<PolicyConfig>,
-    /// Guest-memory files not sealed against shrinking: `refuse` (default)
-    /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
-    /// [`crate::vmport::memory_file`].
-    #[serde(default)]
-    pub unsealed_memory: UnsealedMemory,
-    /// The VM's QMP socket (QEMU `-qmp unix:PATH,server=on,wait=off`), where
-    /// the core manager (`[cores]`) finds its vCPU threads.
-    #[serde(default)]
-    pub qmp: Option<PathBuf>,
-    /// The VM's QEMU pidfile (QEMU `-pidfile PATH`; libvirt's
-    /// `/run/libvirt/qemu/<domain>.pid`). The process serving `qmp` must be
-    /// the one it names. Without it, that process's command line must name
-    /// the `qmp` socket. Either way only that process's threads are moved
-    /// (see `vadapt_host::vm_process`).
-    #[serde(default)]
-    pub qemu_pidfile: Option<PathBuf>,
-    /// The VM's guest agent socket (QEMU `-chardev socket,path=PATH,...`
-    /// with a `virtserialport` named `org.qemu.guest_agent.0`), through
-    /// which the core manager sets its online vCPUs and active queue pairs
-    /// (vSPACE-Guest); absent: host side only.
-    #[serde(default)]
-    pub qga: Option<PathBuf>,
-    /// The guest's interface behind this port, for `ethtool -L` through
-    /// the guest agent; default `eth0`.
-    #[serde(default)]
-    pub guest_iface: Option<String>,
-    /// `lc` (latency-critical, default) or `be` (best-effort: vSPACE-R lends
-    /// it idle cores and pauses it through QMP when there are none).
-    #[serde(default)]
-    pub role: crate::cores::VmRole,
-}
-
-fn one() -> u16 {
-    1
-}
-
-impl VmPortConfig {
-    /// Port `name` on `socket` with every other field at its default (as a
-    /// config file that gives only `name` and `socket`): server mode, one
-    /// queue pair, the daemon's policy, sealed memory only, no QMP or guest
-    /// agent, latency-critical.
-    pub fn new(name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
-        VmPortConfig {
-            name: name.into(),
-            socket: socket.into(),
-            mode: SocketMode::default(),
-            queues: one(),
-            mac: None,
-            policy: None,
-            unsealed_memory: UnsealedMemory::default(),
-            qmp: None,
-            qemu_pidfile: None,
-            qga: None,
-            guest_iface: None,
-            role: crate::cores::VmRole::default(),
-        }
-    }
-}
 
 /// A sink or echo port.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -221,7 +104,7 @@ pub struct DaemonConfig {
     pub backlog: usize,
     /// vSPACE core management (`[cores]`); off by default.
     #[serde(default)]
-    pub cores: crate::cores::CoresConfig,
+    pub cores: cores::CoresConfig,
     /// NetAP-ML model file for `netap-ml` policies (default: the built-in
     /// model); see [`crate::netap_ml_model`].
     #[serde(default)]
@@ -464,89 +347,6 @@ fn cpu_list(cpus: &[usize]) -> String {
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
-}
-
-/// Parse a `--vm name=vm1,socket=/run/vadapt/vm1.sock,queues=2,mac=..,policy=..` spec.
-pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
-    let mut name = None;
-    let mut socket = None;
-    let mut queues = 1u16;
-    let mut mac = None;
-    let mut policy = None;
-    let mut unsealed_memory = UnsealedMemory::default();
-    let mut mode = SocketMode::default();
-    let mut qmp = None;
-    let mut qemu_pidfile = None;
-    let mut qga = None;
-    let mut guest_iface = None;
-    let mut role = crate::cores::VmRole::default();
-    for kv in spec.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| field("--vm", format!("`{kv}` is not key=value")))?;
-        match k {
-            "name" => name = Some(v.to_string()),
-            "socket" => socket = Some(PathBuf::from(v)),
-            "queues" => {
-                queues = v
-                    .parse()
-                    .map_err(|_| field("--vm queues", format!("`{v}` is not a number")))?
-            }
-            "mac" => {
-                mac = Some(
-                    v.parse()
-                        .map_err(|e: vadapt_wire::MacParseError| field("--vm mac", e.to_string()))?,
-                )
-            }
-            "policy" => {
-                policy = Some(
-                    v.parse::<PolicyConfig>()
-                        .map_err(|e| field("--vm policy", e.to_string()))?,
-                )
-            }
-            "unsealed_memory" => {
-                unsealed_memory = v
-                    .parse()
-                    .map_err(|e: String| field("--vm unsealed_memory", e))?
-            }
-            "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
-            "qmp" => qmp = Some(PathBuf::from(v)),
-            "qemu_pidfile" => qemu_pidfile = Some(PathBuf::from(v)),
-            "qga" => qga = Some(PathBuf::from(v)),
-            "guest_iface" => guest_iface = Some(v.to_string()),
-            "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
-            other => {
-                return Err(field(
-                    "--vm",
-                    format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role)"
-                    ),
-                ))
-            }
-        }
-    }
-    let name = name.ok_or_else(|| field("--vm name", "missing"))?;
-    let socket = socket.ok_or_else(|| field("--vm socket", "missing"))?;
-    if !(1..=MAX_QUEUE_PAIRS).contains(&queues) {
-        return Err(field(
-            "--vm queues",
-            format!("{queues}: must be 1..={MAX_QUEUE_PAIRS}"),
-        ));
-    }
-    Ok(VmPortConfig {
-        name,
-        socket,
-        mode,
-        queues,
-        mac,
-        policy,
-        unsealed_memory,
-        qmp,
-        qemu_pidfile,
-        qga,
-        guest_iface,
-        role,
-    })
 }
 
 /// Parse a `--sink NAME[,mac=..]` or `--echo NAME[,mac=..]` spec.

@@ -1,58 +1,22 @@
-//! A VM port: one vhost-user socket, the frontend connected to it, and the
-//! queue worker that moves its packets.
-//!
-//! * [`frontend_socket`] is how the port reaches its frontend: vadapt
-//!   listens (QEMU connects, `reconnect=1` surviving a vadapt restart), or
-//!   vadapt connects to QEMU's socket and reconnects with backoff.
-//! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate) and
-//!   keeps the negotiated state: features, memory table, vrings.
-//! * [`queues`] is the worker's world: the port's rings as a
-//!   [`QueueIo`](crate::worker::QueueIo), serviced by the policy loop — glue
-//!   over the modules below, which need no vhost-user connection:
-//!   * [`ring`] — a running ring with its kick and call eventfds, queue
-//!     pairs, calling the guest and asking it for kicks;
-//!   * [`tx`] — transmit ring service: guest frames to the switch;
-//!   * [`rx`] — receive ring service: backlog frames into guest buffers;
-//!   * [`ring_pass`] — what a pass did and dropped, counted into the port's
-//!     counters;
-//!   * [`waiting`] — epoll over kicks, wake-ups and a timer; absolute
-//!     sleeps; early-wake compensation; draining kicks;
-//!   * [`pending_wait`] — the same waits begun and ended without blocking,
-//!     for a worker serving several ports (the pool in `nq_workers`, handed to [`handler::serve`]).
-//! * [`guest_offloads`] is which guest-side offloads the port's receiver
-//!   takes now (negotiated, and `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`).
-//! * [`policy_slot`] is the port's policy life cycle: switch, retune, park
-//!   between worker incarnations.
+//! A VM port's state that outlives a frontend connection: its counters,
+//! its frames waiting for the guest, its policy, and the notification
+//! between the switch and its worker. The vhost-user side ([`crate::port`])
+//! and the worker ([`super::port_queues`]) both work on it.
 //!
 //! Frames from other ports arrive through [`Egress::deliver`] into a
 //! per-queue-pair [`Backlog`]; the worker copies them into the guest's receive
 //! buffers during its passes, so a policy that sleeps delays receive as well
 //! as transmit processing, exactly like the papers' vhost thread.
 
-pub mod eventfd_io;
-pub mod frontend_socket;
-#[cfg(test)]
-mod guest_offload_tests;
-pub mod guest_offloads;
-pub mod handler;
-pub mod memory_file;
-pub mod pending_wait;
-pub mod policy_slot;
-pub mod queues;
-pub mod ring;
-pub mod ring_pass;
-pub mod rx;
-pub mod tx;
-pub mod waiting;
-
+use super::guest_offloads;
+use super::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::config::VmPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats, WorkerStats};
-use crate::switch::{Egress, PortId, Switch};
-use policy_slot::{PolicyRequestError, PolicySlot};
+use crate::switch::{Egress, Ingress, PortId};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use vadapt_policy::{PolicyConfig, Retune};
 use vadapt_wire::Mac;
 use vmm_sys_util::eventfd::EventFd;
@@ -68,10 +32,8 @@ pub struct VmPort {
     pub stats: Arc<PortStats>,
     /// Worker counters.
     pub worker_stats: Arc<WorkerStats>,
-    /// The switch.
-    pub switch: Arc<Switch>,
-    /// Our id on the switch.
-    pub(crate) port_id: AtomicUsize,
+    /// Our way into the switch, once attached ([`VmPort::attach`]).
+    ingress: OnceLock<Ingress>,
     /// Frames waiting for each queue pair's receive ring.
     pub(crate) backlogs: Vec<Backlog>,
     /// Guest-side offloads the receiver takes now.
@@ -103,7 +65,6 @@ impl VmPort {
     pub fn new(
         cfg: VmPortConfig,
         default_policy: PolicyConfig,
-        switch: Arc<Switch>,
         backlog: usize,
         cpu: Option<usize>,
         freq: Arc<vadapt_host::cpufreq::CpuFreq>,
@@ -117,8 +78,7 @@ impl VmPort {
             mac: cfg.mac.unwrap_or_else(|| Mac::from_name(&cfg.name)),
             worker_stats: Arc::new(WorkerStats::new(&cfg.name)),
             stats,
-            switch,
-            port_id: AtomicUsize::new(usize::MAX),
+            ingress: OnceLock::new(),
             backlogs: (0..pairs).map(|_| Backlog::new(backlog)).collect(),
             guest_offloads: Default::default(),
             rx_pairs: AtomicU16::new(0),
@@ -139,14 +99,20 @@ impl VmPort {
         &self.cfg.name
     }
 
-    /// Our switch port id.
+    /// Our switch port id (`usize::MAX` before [`VmPort::attach`]).
     pub fn port_id(&self) -> PortId {
-        self.port_id.load(Ordering::Acquire)
+        self.ingress.get().map_or(usize::MAX, Ingress::port)
     }
 
-    /// Record our switch port id (once, right after attaching).
-    pub fn set_port_id(&self, id: PortId) {
-        self.port_id.store(id, Ordering::Release);
+    /// Our way into the switch: set once, right after the switch attached
+    /// us (later calls are ignored).
+    pub fn attach(&self, ingress: Ingress) {
+        let _ = self.ingress.set(ingress);
+    }
+
+    /// Our way into the switch (`None` before [`VmPort::attach`]).
+    pub fn ingress(&self) -> Option<&Ingress> {
+        self.ingress.get()
     }
 
     /// Ask the worker to switch to `policy` (takes effect after its current pass).
@@ -209,7 +175,7 @@ impl VmPort {
 }
 
 impl Egress for VmPort {
-    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16) {
+    fn deliver(&self, frames: &FrameBatch, which: &[u16], flow: u16) {
         let pairs = self.rx_pairs.load(Ordering::Acquire);
         if pairs == 0 {
             self.stats.queues[0].drop(DropReason::PortDown, which.len() as u64);

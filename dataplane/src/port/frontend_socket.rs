@@ -4,11 +4,11 @@
 //! Both ways let vadapt be restarted (upgraded) while its VMs keep running,
 //! as OVS-DPDK allows with `dpdkvhostuser` and `dpdkvhostuserclient` ports:
 //!
-//! * [`SocketMode::Server`] (the default): vadapt creates the socket, QEMU
+//! * [`SocketMode::Server`](crate::config::SocketMode::Server) (the default): vadapt creates the socket, QEMU
 //!   connects to it. Started with `-chardev socket,path=..,reconnect=1`,
 //!   QEMU connects again a second after vadapt went away; without
 //!   `reconnect` the VM loses its network until it is restarted.
-//! * [`SocketMode::Client`]: QEMU creates the socket
+//! * [`SocketMode::Client`](crate::config::SocketMode::Client): QEMU creates the socket
 //!   (`-chardev socket,path=..,server=on,wait=off`), vadapt connects to it
 //!   and, whenever the connection ends or cannot be made, connects again with
 //!   a backoff from [`MIN_BACKOFF`] doubling to [`MAX_BACKOFF`]. A restarted
@@ -18,45 +18,12 @@
 //! not make vadapt spin: the backoff only starts over after a connection
 //! that lasted [`STABLE_CONNECTION`].
 
-use serde::{Deserialize, Serialize};
 use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// Which end of a VM port's vhost-user socket vadapt is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SocketMode {
-    /// vadapt listens on the socket (QEMU's `-chardev socket,path=..`).
-    #[default]
-    Server,
-    /// vadapt connects to the frontend's socket (QEMU's
-    /// `-chardev socket,path=..,server=on,wait=off`), reconnecting with backoff.
-    Client,
-}
-
-impl std::str::FromStr for SocketMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "server" => Ok(SocketMode::Server),
-            "client" => Ok(SocketMode::Client),
-            _ => Err(format!("`{s}`: expected `server` or `client`")),
-        }
-    }
-}
-
-impl std::fmt::Display for SocketMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SocketMode::Server => "server",
-            SocketMode::Client => "client",
-        })
-    }
-}
 
 /// First wait before connecting again to a frontend's socket.
 pub const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -286,14 +253,6 @@ fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn modes_parse_and_print() {
-        for m in [SocketMode::Server, SocketMode::Client] {
-            assert_eq!(m.to_string().parse::<SocketMode>(), Ok(m));
-        }
-        assert!("both".parse::<SocketMode>().unwrap_err().contains("server"));
-    }
 
     #[test]
     fn backoff_doubles_to_its_cap_and_restarts_after_a_stable_connection() {

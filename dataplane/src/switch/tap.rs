@@ -1,167 +1,22 @@
-//! Ports that live inside the daemon: sink (count and drop), echo (swap MACs
-//! and send back) and TAP (the host's network stack).
+//! The TAP port: the host's network stack behind a TAP interface with
+//! virtio-net headers, written to by the switch and read into it by a
+//! reader thread.
 
+use super::egress::Egress;
+use super::ingress::{Ingress, Sender};
+use super::learning_switch::FdbCache;
 use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
-use crate::offload::{push_frame, Cutter, Pushed};
-use crate::switch::{Egress, FdbCache, PortId, Switch};
-use std::cell::RefCell;
+use crate::offload::{push_frame, Pushed};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_host::error_chain::error_chain;
 use vadapt_wire::VnetHdr;
-
-/// Counts and drops every frame. The frames were already copied out of guest
-/// memory into a host buffer by the sending worker, as DPDK's vhost PMD copies
-/// into mbufs, so a sink measures a real backend's receive cost.
-#[derive(Debug)]
-pub struct Sink {
-    stats: Arc<PortStats>,
-}
-
-impl Sink {
-    /// A sink counting into `stats`.
-    pub fn new(stats: Arc<PortStats>) -> Self {
-        Sink { stats }
-    }
-}
-
-impl Egress for Sink {
-    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
-        let q = &self.stats.queues[0];
-        if frames.has_offloads() {
-            return sink_offloaded(q, frames, which);
-        }
-        let bytes: u64 = which
-            .iter()
-            .map(|&i| frames.frame_len(usize::from(i)) as u64)
-            .sum();
-        q.add(Dir::Rx, which.len() as u64, bytes);
-    }
-}
-
-/// A sink takes no offload: a marked frame is cut and checksummed as any
-/// such egress does ([`Cutter`]) into scratch space, and counted as the
-/// frames it is cut into. The work is done, not just counted, so that a
-/// sink still measures what a backend pays for the frames (B9's TSO stream
-/// is cut here, in the sending worker, as it was at ingress before).
-#[cold]
-fn sink_offloaded(q: &crate::metrics::QueueStats, frames: &FrameBatch, which: &[u16]) {
-    thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; crate::net::MAX_FRAME]);
-    }
-    let (mut packets, mut bytes) = (0, 0);
-    SCRATCH.with(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        for &i in which {
-            let i = usize::from(i);
-            let f = frames.get(i);
-            let Some(k) = frames.offloaded(i) else {
-                packets += 1;
-                bytes += f.len() as u64;
-                continue;
-            };
-            match Cutter::new(f, k.offload) {
-                Ok(c) => {
-                    let counter = if c.segments() {
-                        &q.gso_frames
-                    } else {
-                        &q.csum_completed
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    for s in 0..c.count() {
-                        let n = c.write(s, &mut scratch);
-                        std::hint::black_box(&scratch[..n]);
-                        packets += 1;
-                        bytes += n as u64;
-                    }
-                }
-                Err(_) => q.drop(DropReason::BadVnetHdr, 1),
-            }
-        }
-    });
-    q.add(Dir::Rx, packets, bytes);
-}
-
-thread_local! {
-    static ECHO_SCRATCH: RefCell<(FrameBatch, FdbCache)> =
-        RefCell::new((FrameBatch::new(256), FdbCache::default()));
-}
-
-/// Swaps source and destination MAC and sends each frame back into the switch,
-/// from its own port (so it reaches the sender through normal switching).
-#[derive(Debug)]
-pub struct Echo {
-    stats: Arc<PortStats>,
-    id: AtomicUsize,
-}
-
-impl Echo {
-    /// An echo counting into `stats`; call [`Echo::set_port_id`] once attached.
-    pub fn new(stats: Arc<PortStats>) -> Self {
-        Echo {
-            stats,
-            id: AtomicUsize::new(usize::MAX),
-        }
-    }
-
-    /// The echo's own port id (frames are re-injected from it).
-    pub fn set_port_id(&self, id: PortId) {
-        self.id.store(id, Ordering::Release);
-    }
-}
-
-impl Egress for Echo {
-    fn deliver(&self, sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16) {
-        let q = &self.stats.queues[0];
-        q.add(Dir::Rx, which.len() as u64, frames_bytes(frames, which));
-        let id = self.id.load(Ordering::Acquire);
-        ECHO_SCRATCH.with(|s| {
-            // A re-entrant delivery (echo into echo) cannot happen: the switch
-            // never floods back to the ingress port. Be safe anyway.
-            let Ok(mut s) = s.try_borrow_mut() else {
-                q.drop(DropReason::Other, which.len() as u64);
-                return;
-            };
-            let (batch, cache) = &mut *s;
-            for chunk in which.chunks(batch.capacity()) {
-                batch.clear();
-                for &i in chunk {
-                    // Offloads go back as they came; a GSO frame that finds
-                    // the side store full sends the batch first.
-                    if !batch.push_from(frames, usize::from(i)) {
-                        q.add(Dir::Tx, batch.len() as u64, batch.bytes());
-                        sw.forward(id, flow, batch, cache);
-                        batch.clear();
-                        batch.push_from(frames, usize::from(i));
-                    }
-                    let n = batch.len() - 1;
-                    let f = batch.get_mut(n);
-                    if f.len() >= 12 {
-                        let mut tmp = [0u8; 6];
-                        tmp.copy_from_slice(&f[0..6]);
-                        f.copy_within(6..12, 0);
-                        f[6..12].copy_from_slice(&tmp);
-                    }
-                }
-                q.add(Dir::Tx, batch.len() as u64, batch.bytes());
-                sw.forward(id, flow, batch, cache);
-            }
-        });
-    }
-}
-
-fn frames_bytes(frames: &FrameBatch, which: &[u16]) -> u64 {
-    which
-        .iter()
-        .map(|&i| frames.frame_len(usize::from(i)) as u64)
-        .sum()
-}
 
 /// Errors opening a TAP device.
 #[derive(Debug, thiserror::Error)]
@@ -261,9 +116,9 @@ impl Tap {
     }
 
     /// Counts `batch` as sent into the switch, forwards it, empties it.
-    fn emit(&self, sw: &Switch, id: PortId, batch: &mut FrameBatch, cache: &mut FdbCache) {
+    fn emit(&self, to: &Sender, batch: &mut FrameBatch, cache: &mut FdbCache) {
         self.stats.queues[0].add(Dir::Tx, batch.len() as u64, batch.bytes());
-        sw.forward(id, 0, batch, cache);
+        to.forward(0, batch, cache);
         batch.clear();
     }
 
@@ -272,7 +127,10 @@ impl Tap {
     /// one frame behind its virtio-net header, its offload checked and kept
     /// for the egress ([`push_frame`]); refused headers are counted
     /// (`bad_vnet_hdr`) and logged at most ten times a second.
-    pub fn run_reader(&self, sw: &Switch, id: PortId, stop: &AtomicBool) {
+    pub fn run_reader(&self, ingress: &Ingress, stop: &AtomicBool) {
+        let Some(to) = ingress.sender() else {
+            return; // the switch is gone: the daemon is stopping
+        };
         let mut batch = FrameBatch::new(32);
         let mut cache = FdbCache::default();
         let mut buf = vec![0u8; VnetHdr::LEN + MAX_GSO_FRAME];
@@ -295,7 +153,7 @@ impl Tap {
                     Ok(len) if len >= VnetHdr::LEN + MIN_FRAME => {
                         let hdr = VnetHdr::read(&buf).expect("VnetHdr::LEN bytes");
                         let frame = &mut buf[VnetHdr::LEN..len];
-                        let flush = |b: &mut FrameBatch| self.emit(sw, id, b, &mut cache);
+                        let flush = |b: &mut FrameBatch| self.emit(&to, b, &mut cache);
                         match push_frame(&hdr, frame, self.offloads, &mut batch, flush) {
                             Pushed::Frames { .. } => {}
                             Pushed::Oversize => q.drop(DropReason::Oversize, 1),
@@ -320,7 +178,7 @@ impl Tap {
                 }
             }
             if !batch.is_empty() {
-                self.emit(sw, id, &mut batch, &mut cache);
+                self.emit(&to, &mut batch, &mut cache);
             }
         }
     }
@@ -360,7 +218,7 @@ fn set_link_up(name: &str) {
 }
 
 impl Egress for Tap {
-    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+    fn deliver(&self, frames: &FrameBatch, which: &[u16], _flow: u16) {
         let q = &self.stats.queues[0];
         let mut file = &self.file;
         let (mut n, mut bytes) = (0, 0);
@@ -403,6 +261,7 @@ impl Egress for Tap {
 mod tests {
     use super::*;
     use crate::switch::test_utils::Recorder;
+    use crate::switch::learning_switch::Switch;
     use std::time::Duration;
     use vadapt_wire::Mac;
 
@@ -440,7 +299,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let reader = {
             let (tap, sw, stop) = (tap.clone(), sw.clone(), stop.clone());
-            std::thread::spawn(move || tap.run_reader(&sw, id, &stop))
+            std::thread::spawn(move || tap.run_reader(&sw.ingress(id), &stop))
         };
         // A datagram to a neighbour makes the kernel ask for its MAC.
         let udp = std::net::UdpSocket::bind("10.213.7.1:0").unwrap();
@@ -489,74 +348,5 @@ mod tests {
                     std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::NotFound
                 )
             })
-    }
-
-    #[test]
-    fn a_sink_cuts_a_gso_frame_and_counts_its_segments() {
-        use vadapt_wire::test_frames::{tso_frame, LINUX_V4};
-        use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
-        let f = tso_frame(LINUX_V4, &[5; 10 * 1448]);
-        let hdr = VnetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 66,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: 16,
-        };
-        let all = HostOffloads {
-            csum: true,
-            tso4: true,
-            tso6: true,
-            ecn: true,
-        };
-        let mut b = FrameBatch::new(4);
-        push_frame(&hdr, &f, all, &mut b, |_| {});
-        b.push(&[0u8; 60]);
-        let ss = Arc::new(PortStats::new("sink", "sink", 1));
-        let sw = Switch::new(Duration::from_secs(300));
-        Sink::new(ss.clone()).deliver(&sw, &b, &[0, 1], 0);
-        let q = &ss.queues[0];
-        assert_eq!(q.packets[1].load(Ordering::Relaxed), 11);
-        assert_eq!(q.bytes[1].load(Ordering::Relaxed), 10 * 1514 + 60);
-        assert_eq!(q.gso_frames.load(Ordering::Relaxed), 1);
-    }
-
-    #[test]
-    fn echo_swaps_macs_and_returns_to_sender_and_sink_counts() {
-        let sw = Switch::new(Duration::from_secs(300));
-        let rec = Arc::new(Recorder::default());
-        let vm = sw.add_port(rec.clone(), Arc::new(PortStats::new("vm", "vm", 1)));
-        let es = Arc::new(PortStats::new("echo", "echo", 1));
-        let echo = Arc::new(Echo::new(es.clone()));
-        let eid = sw.add_port(echo.clone(), es.clone());
-        echo.set_port_id(eid);
-        let emac = Mac([2, 0, 0, 0, 0, 0xe]);
-        sw.add_static(emac, eid);
-        let ss = Arc::new(PortStats::new("sink", "sink", 1));
-        let sid = sw.add_port(Arc::new(Sink::new(ss.clone())), ss.clone());
-        let smac = Mac([2, 0, 0, 0, 0, 0x5]);
-        sw.add_static(smac, sid);
-
-        let vmac = Mac([2, 0, 0, 0, 0, 1]);
-        let mut b = FrameBatch::new(4);
-        let mut f = emac.0.to_vec();
-        f.extend_from_slice(&vmac.0);
-        f.extend_from_slice(&[0x08, 0x00, 42]);
-        b.push(&f);
-        let mut s = smac.0.to_vec();
-        s.extend_from_slice(&vmac.0);
-        s.extend_from_slice(&[0x08, 0x00, 7]);
-        b.push(&s);
-        sw.forward(vm, 0, &b, &mut FdbCache::default());
-
-        let got = rec.0.lock().unwrap();
-        assert_eq!(got.len(), 1);
-        assert_eq!(&got[0][0..6], &vmac.0);
-        assert_eq!(&got[0][6..12], &emac.0);
-        assert_eq!(got[0][14], 42);
-        let snap = |p: &PortStats, d: usize| p.queues[0].packets[d].load(Ordering::Relaxed);
-        assert_eq!((snap(&es, 1), snap(&es, 0)), (1, 1));
-        assert_eq!(snap(&ss, 1), 1);
     }
 }

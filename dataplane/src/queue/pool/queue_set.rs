@@ -4,13 +4,13 @@
 //! the policy's state (NetAP's search, EE-KBP's phase) and the rings'
 //! positions go with it.
 //!
-//! The same steps as [`crate::worker::drive`], cut at the wait: a worker
+//! The same steps as [`crate::queue::drive::drive`], cut at the wait: a worker
 //! calls [`QueueSet::poll`] and, when the wait has ended, [`QueueSet::run_pass`].
 
-use crate::vmport::pending_wait::PendingWait;
-use crate::vmport::policy_slot::WorkerView;
-use crate::vmport::queues::PortQueues;
-use crate::worker::{Control, QueueIo};
+use crate::queue::drive::{Control, QueueIo};
+use crate::queue::pending_wait::PendingWait;
+use crate::queue::policy_slot::WorkerView;
+use crate::queue::port_queues::PortQueues;
 use vadapt_policy::{Executor, Step, WakeCause};
 
 /// A port's queues, policy and wait (see the module docs).

@@ -10,10 +10,12 @@
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
 use super::frontend_socket::FrontendSocket;
-use super::queues::PortQueues;
-use super::ring::{Pair, Ring};
-use super::{eventfd_io, memory_file, VmPort};
+use super::memory_file;
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::queue::eventfd_io;
+use crate::queue::port_queues::PortQueues;
+use crate::queue::ring::{Pair, Ring};
+use crate::queue::VmPort;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -69,11 +71,11 @@ enum Worker {
     /// A queue set in the NQ workers' pool.
     Pooled {
         id: u64,
-        pool: Arc<crate::nq_workers::NqWorkers>,
+        pool: Arc<crate::queue::pool::NqWorkers>,
     },
     /// A queue set no thread serves: the connection's owner runs its passes
     /// with [`Connection::step`] (see [`Connection::stepped`]).
-    Inline(Box<crate::nq_workers::QueueSet>),
+    Inline(Box<crate::queue::pool::QueueSet>),
 }
 
 /// One frontend connection's negotiated state.
@@ -88,7 +90,7 @@ pub struct Connection {
     /// serve loop closes it after the reply).
     fatal: Option<String>,
     /// The NQ workers' pool that serves the running queues, if any.
-    pool: Option<Arc<crate::nq_workers::NqWorkers>>,
+    pool: Option<Arc<crate::queue::pool::NqWorkers>>,
     /// No worker thread: the owner steps the running queues
     /// ([`Connection::stepped`]).
     inline: bool,
@@ -126,7 +128,7 @@ impl Connection {
 
     /// A connection whose running queues `pool`'s workers serve (`[cores]
     /// queue_workers = "per-nq-core"`) instead of a worker thread of its own.
-    pub fn served_by(port: Arc<VmPort>, pool: Option<Arc<crate::nq_workers::NqWorkers>>) -> Self {
+    pub fn served_by(port: Arc<VmPort>, pool: Option<Arc<crate::queue::pool::NqWorkers>>) -> Self {
         Connection {
             pool,
             ..Connection::new(port)
@@ -140,7 +142,7 @@ impl Connection {
     /// starting a thread at every ring change. Everything else is as with a
     /// worker of its own: the same stops and restarts at each message, the
     /// same [`PortQueues`] and policy steps (a pool worker's, cut at the
-    /// wait: [`crate::nq_workers::QueueSet`]). The daemon never uses it.
+    /// wait: [`crate::queue::pool::QueueSet`]). The daemon never uses it.
     pub fn stepped(port: Arc<VmPort>) -> Self {
         Connection {
             inline: true,
@@ -272,13 +274,13 @@ impl Connection {
         };
         if self.inline {
             let id = self.port.port_id() as u64;
-            let set = crate::nq_workers::QueueSet::start(id, queues);
+            let set = crate::queue::pool::QueueSet::start(id, queues);
             self.worker = Some(Worker::Inline(Box::new(set)));
             return;
         }
         if let Some(pool) = &self.pool {
             let id = self.port.port_id() as u64;
-            pool.attach(crate::nq_workers::QueueSet::start(id, queues));
+            pool.attach(crate::queue::pool::QueueSet::start(id, queues));
             self.worker = Some(Worker::Pooled {
                 id,
                 pool: Arc::clone(pool),
@@ -359,7 +361,9 @@ impl Connection {
         for v in &mut self.vrings {
             *v = Vring::default();
         }
-        self.port.switch.forget_port(self.port.port_id());
+        if let Some(i) = self.port.ingress() {
+            i.forget();
+        }
     }
 }
 
@@ -390,7 +394,7 @@ fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
     let (policy, view) = port.policy.take(port.name());
     queues.policy_view = Some(view);
     tracing::debug!(port = port.name(), policy = policy.name(), "worker started");
-    let policy = crate::worker::drive(&mut queues, policy);
+    let policy = crate::queue::drive::drive(&mut queues, policy);
     port.policy.park(policy, &view);
     let ws = &port.worker_stats;
     let cpu = crate::metrics::thread_cpu_ns(tid);
@@ -854,7 +858,7 @@ pub fn serve(
     mut socket: FrontendSocket,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<Option<UnixStream>>>,
-    pool: Option<Arc<crate::nq_workers::NqWorkers>>,
+    pool: Option<Arc<crate::queue::pool::NqWorkers>>,
 ) {
     while let Some(stream) = socket.next(port.name(), &stop) {
         let since = std::time::Instant::now();
@@ -863,7 +867,9 @@ pub fn serve(
         port.stats.connected.store(true, Ordering::Relaxed);
         // The guest uses the config-space MAC unless it changes it; learning
         // will follow if it does.
-        port.switch.learn_now(port.mac, port.port_id());
+        if let Some(i) = port.ingress() {
+            i.learn_now(port.mac);
+        }
         let conn = Arc::new(Mutex::new(Connection::served_by(
             Arc::clone(&port),
             pool.clone(),

@@ -30,7 +30,7 @@ use vadapt_wire::{Mac, VnetHdr};
 struct ToBacklog(Backlog);
 
 impl Egress for ToBacklog {
-    fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
+    fn deliver(&self, frames: &FrameBatch, which: &[u16], _flow: u16) {
         self.0.push(frames, which);
     }
 }

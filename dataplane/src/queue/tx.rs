@@ -286,8 +286,8 @@ mod tests {
     use super::*;
     use crate::metrics::{Dir, DropReason, QueueStats};
     use crate::offload::egress::cut_all;
-    use crate::vmport::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
-    use crate::vmport::ring_pass::test_utils::dropped;
+    use crate::queue::ring::test_utils::{frame, ring, take_count, Guest, UNLIMITED as ALL};
+    use crate::queue::ring_pass::test_utils::dropped;
     use std::sync::atomic::Ordering;
     use vadapt_virtq::device::ChainErrorKind;
     use vadapt_virtq::mock::{buf, readable, writable, MEM_SIZE};

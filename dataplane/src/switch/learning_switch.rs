@@ -1,11 +1,7 @@
-//! The L2 switch between all ports of one daemon: MAC learning with ageing,
-//! flooding of broadcast, multicast and unknown unicast.
-//!
-//! The forwarding table is shared; each worker keeps a private copy
-//! ([`FdbCache`]) that it refreshes only when the table's generation changes,
-//! so the per-packet lookup takes no lock. Learning writes to the shared table
-//! only when a source MAC is new, moved, or has not been refreshed for a second.
+//! The learning switch itself: the ports, the forwarding table with
+//! ageing, and each worker's lock-free copy of it ([`FdbCache`]).
 
+use super::egress::{Egress, PortId};
 use crate::frames::FrameBatch;
 use crate::metrics::PortStats;
 use std::collections::HashMap;
@@ -13,16 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use vadapt_wire::Mac;
-
-/// Index of a port on the switch.
-pub type PortId = usize;
-
-/// What a port does with frames the switch hands it.
-pub trait Egress: Send + Sync + std::fmt::Debug {
-    /// Take frames `which` of `frames`. `flow` is the ingress queue index,
-    /// used to spread flows over the receiver's queues.
-    fn deliver(&self, sw: &Switch, frames: &FrameBatch, which: &[u16], flow: u16);
-}
 
 #[derive(Debug)]
 struct PortEntry {
@@ -256,32 +242,8 @@ impl Switch {
         let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
         for (p, entry) in ports.iter().enumerate().take(cache.nports) {
             if !cache.groups[p].is_empty() {
-                entry.egress.deliver(self, frames, &cache.groups[p], flow);
+                entry.egress.deliver(frames, &cache.groups[p], flow);
                 cache.groups[p].clear();
-            }
-        }
-    }
-}
-
-/// Test doubles for the modules whose unit tests deliver frames. Inline
-/// here, beside [`Egress`], rather than in a file of its own: such a file
-/// would import this one while this file's tests import it (a cycle).
-#[cfg(test)]
-pub(crate) mod test_utils {
-    use super::{Egress, Switch};
-    use crate::frames::FrameBatch;
-    use std::sync::Mutex;
-
-    /// An [`Egress`] that keeps a copy of every frame delivered to it, in
-    /// delivery order.
-    #[derive(Debug, Default)]
-    pub(crate) struct Recorder(pub(crate) Mutex<Vec<Vec<u8>>>);
-
-    impl Egress for Recorder {
-        fn deliver(&self, _sw: &Switch, frames: &FrameBatch, which: &[u16], _flow: u16) {
-            let mut v = self.0.lock().unwrap();
-            for &i in which {
-                v.push(frames.get(usize::from(i)).to_vec());
             }
         }
     }
@@ -289,7 +251,7 @@ pub(crate) mod test_utils {
 
 #[cfg(test)]
 mod tests {
-    use super::test_utils::Recorder;
+    use super::super::test_utils::Recorder;
     use super::*;
     use crate::metrics::PortStats;
     use vadapt_wire::ethernet::ETHERTYPE_EXPERIMENTAL;

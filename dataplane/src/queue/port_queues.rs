@@ -7,7 +7,7 @@
 //!
 //! The control queue never reaches a vhost-user backend: QEMU and DPDK
 //! virtio-user handle it and translate `VQ_PAIRS_SET` into
-//! `SET_VRING_ENABLE`, which [`super::handler`] honours.
+//! `SET_VRING_ENABLE`, which [`crate::port::handler`] honours.
 
 use super::pending_wait::{PendingWait, WaitKind};
 use super::policy_slot::WorkerView;
@@ -19,8 +19,8 @@ use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, QueueStats};
-use crate::switch::FdbCache;
-use crate::worker::{Control, PassStats, QueueIo, Wait};
+use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
+use crate::switch::{FdbCache, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::{
@@ -34,6 +34,10 @@ const KICK_DRAIN_EVERY: u64 = 4096;
 /// Everything a worker incarnation owns.
 pub struct PortQueues {
     port: Arc<VmPort>,
+    /// The port's way into the switch for this worker's life (`None`: the
+    /// port was never attached, or the switch is gone; transmitted frames
+    /// then go nowhere).
+    sender: Option<Sender>,
     mem: GuestMemory,
     pairs: Vec<Pair>,
     stop: Arc<AtomicBool>,
@@ -95,6 +99,7 @@ impl PortQueues {
         }
         let hdr_len = crate::net::hdr_len(features);
         Ok(PortQueues {
+            sender: port.ingress().and_then(Ingress::sender),
             mem,
             stop,
             policy_view: None,
@@ -189,9 +194,11 @@ impl PortQueues {
         let Some(ring) = self.pairs[p].tx.as_mut().filter(|r| !r.broken) else {
             return (0, 0, false, 0);
         };
-        let (port, fdb) = (&self.port, &mut self.fdb);
+        let (sender, fdb) = (&self.sender, &mut self.fdb);
         let pass = self.tx.serve(ring, &self.mem, budget, |batch| {
-            port.switch.forward(port.port_id(), p as u16, batch, fdb);
+            if let Some(s) = sender {
+                s.forward(p as u16, batch, fdb);
+            }
         });
         if pass.broke_ring {
             if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {

@@ -18,31 +18,9 @@
 //! seal makes a later shrink impossible, which no check at mapping time can;
 //! the guard is the fallback where sealing cannot be required.
 
-use serde::{Deserialize, Serialize};
+use crate::config::UnsealedMemory;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-
-/// Whether a port maps guest-memory files not sealed against shrinking.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum UnsealedMemory {
-    /// Refuse them (the default): a frontend can then never shrink mapped memory.
-    #[default]
-    Refuse,
-    /// Map them, and survive a shrink (the port is reset).
-    Accept,
-}
-
-impl std::str::FromStr for UnsealedMemory {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "refuse" => Ok(UnsealedMemory::Refuse),
-            "accept" => Ok(UnsealedMemory::Accept),
-            _ => Err(format!("`{s}`: expected `refuse` or `accept`")),
-        }
-    }
-}
 
 /// Why a region's file was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

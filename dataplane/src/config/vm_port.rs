@@ -1,0 +1,247 @@
+//! One VM port's configuration: the `[[vm]]` table and the `--vm` spec.
+
+use super::error::{field, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use vadapt_policy::PolicyConfig;
+use vadapt_wire::Mac;
+
+pub use super::cores::VmRole;
+
+/// Most queue pairs per VM port. Matches DPDK's `VHOST_MAX_QUEUE_PAIRS`-scale
+/// limits and keeps per-port memory bounded.
+pub const MAX_QUEUE_PAIRS: u16 = 16;
+
+/// One VM port: a vhost-user socket that a frontend (QEMU, DPDK virtio-user,
+/// the synthetic guest) connects to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmPortConfig {
+    /// Port name, unique in the daemon.
+    pub name: String,
+    /// Path of the vhost-user socket: vadapt listens on it (`mode = "server"`)
+    /// or connects to it (`mode = "client"`).
+    pub socket: PathBuf,
+    /// Which end of the socket vadapt is: `server` (default; start QEMU with
+    /// `reconnect=1` on its chardev to survive a vadapt restart) or `client`
+    /// (QEMU listens with `server=on,wait=off`; vadapt reconnects with
+    /// backoff); see [`crate::port::frontend_socket`].
+    #[serde(default)]
+    pub mode: SocketMode,
+    /// Queue pairs offered (`VIRTIO_NET_F_MQ`), 1..=16.
+    #[serde(default = "one")]
+    pub queues: u16,
+    /// MAC offered in the config space; default derived from the name.
+    #[serde(default)]
+    pub mac: Option<Mac>,
+    /// Policy of this port's worker; default: the daemon's `policy`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+    /// Guest-memory files not sealed against shrinking: `refuse` (default)
+    /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
+    /// [`crate::port::memory_file`].
+    #[serde(default)]
+    pub unsealed_memory: UnsealedMemory,
+    /// The VM's QMP socket (QEMU `-qmp unix:PATH,server=on,wait=off`), where
+    /// the core manager (`[cores]`) finds its vCPU threads.
+    #[serde(default)]
+    pub qmp: Option<PathBuf>,
+    /// The VM's QEMU pidfile (QEMU `-pidfile PATH`; libvirt's
+    /// `/run/libvirt/qemu/<domain>.pid`). The process serving `qmp` must be
+    /// the one it names. Without it, that process's command line must name
+    /// the `qmp` socket. Either way only that process's threads are moved
+    /// (see `vadapt_host::vm_process`).
+    #[serde(default)]
+    pub qemu_pidfile: Option<PathBuf>,
+    /// The VM's guest agent socket (QEMU `-chardev socket,path=PATH,...`
+    /// with a `virtserialport` named `org.qemu.guest_agent.0`), through
+    /// which the core manager sets its online vCPUs and active queue pairs
+    /// (vSPACE-Guest); absent: host side only.
+    #[serde(default)]
+    pub qga: Option<PathBuf>,
+    /// The guest's interface behind this port, for `ethtool -L` through
+    /// the guest agent; default `eth0`.
+    #[serde(default)]
+    pub guest_iface: Option<String>,
+    /// `lc` (latency-critical, default) or `be` (best-effort: vSPACE-R lends
+    /// it idle cores and pauses it through QMP when there are none).
+    #[serde(default)]
+    pub role: VmRole,
+}
+
+fn one() -> u16 {
+    1
+}
+
+impl VmPortConfig {
+    /// Port `name` on `socket` with every other field at its default (as a
+    /// config file that gives only `name` and `socket`): server mode, one
+    /// queue pair, the daemon's policy, sealed memory only, no QMP or guest
+    /// agent, latency-critical.
+    pub fn new(name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
+        VmPortConfig {
+            name: name.into(),
+            socket: socket.into(),
+            mode: SocketMode::default(),
+            queues: one(),
+            mac: None,
+            policy: None,
+            unsealed_memory: UnsealedMemory::default(),
+            qmp: None,
+            qemu_pidfile: None,
+            qga: None,
+            guest_iface: None,
+            role: VmRole::default(),
+        }
+    }
+}
+
+/// Which end of a VM port's vhost-user socket vadapt is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SocketMode {
+    /// vadapt listens on the socket (QEMU's `-chardev socket,path=..`).
+    #[default]
+    Server,
+    /// vadapt connects to the frontend's socket (QEMU's
+    /// `-chardev socket,path=..,server=on,wait=off`), reconnecting with backoff.
+    Client,
+}
+
+impl std::str::FromStr for SocketMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "server" => Ok(SocketMode::Server),
+            "client" => Ok(SocketMode::Client),
+            _ => Err(format!("`{s}`: expected `server` or `client`")),
+        }
+    }
+}
+
+impl std::fmt::Display for SocketMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SocketMode::Server => "server",
+            SocketMode::Client => "client",
+        })
+    }
+}
+
+/// Whether a port maps guest-memory files not sealed against shrinking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnsealedMemory {
+    /// Refuse them (the default): a frontend can then never shrink mapped memory.
+    #[default]
+    Refuse,
+    /// Map them, and survive a shrink (the port is reset).
+    Accept,
+}
+
+impl std::str::FromStr for UnsealedMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "refuse" => Ok(UnsealedMemory::Refuse),
+            "accept" => Ok(UnsealedMemory::Accept),
+            _ => Err(format!("`{s}`: expected `refuse` or `accept`")),
+        }
+    }
+}
+
+/// Parse a `--vm name=vm1,socket=/run/vadapt/vm1.sock,queues=2,mac=..,policy=..` spec.
+pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
+    let mut name = None;
+    let mut socket = None;
+    let mut queues = 1u16;
+    let mut mac = None;
+    let mut policy = None;
+    let mut unsealed_memory = UnsealedMemory::default();
+    let mut mode = SocketMode::default();
+    let mut qmp = None;
+    let mut qemu_pidfile = None;
+    let mut qga = None;
+    let mut guest_iface = None;
+    let mut role = VmRole::default();
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| field("--vm", format!("`{kv}` is not key=value")))?;
+        match k {
+            "name" => name = Some(v.to_string()),
+            "socket" => socket = Some(PathBuf::from(v)),
+            "queues" => {
+                queues = v
+                    .parse()
+                    .map_err(|_| field("--vm queues", format!("`{v}` is not a number")))?
+            }
+            "mac" => {
+                mac = Some(
+                    v.parse()
+                        .map_err(|e: vadapt_wire::MacParseError| field("--vm mac", e.to_string()))?,
+                )
+            }
+            "policy" => {
+                policy = Some(
+                    v.parse::<PolicyConfig>()
+                        .map_err(|e| field("--vm policy", e.to_string()))?,
+                )
+            }
+            "unsealed_memory" => {
+                unsealed_memory = v
+                    .parse()
+                    .map_err(|e: String| field("--vm unsealed_memory", e))?
+            }
+            "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
+            "qmp" => qmp = Some(PathBuf::from(v)),
+            "qemu_pidfile" => qemu_pidfile = Some(PathBuf::from(v)),
+            "qga" => qga = Some(PathBuf::from(v)),
+            "guest_iface" => guest_iface = Some(v.to_string()),
+            "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
+            other => {
+                return Err(field(
+                    "--vm",
+                    format!(
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role)"
+                    ),
+                ))
+            }
+        }
+    }
+    let name = name.ok_or_else(|| field("--vm name", "missing"))?;
+    let socket = socket.ok_or_else(|| field("--vm socket", "missing"))?;
+    if !(1..=MAX_QUEUE_PAIRS).contains(&queues) {
+        return Err(field(
+            "--vm queues",
+            format!("{queues}: must be 1..={MAX_QUEUE_PAIRS}"),
+        ));
+    }
+    Ok(VmPortConfig {
+        name,
+        socket,
+        mode,
+        queues,
+        mac,
+        policy,
+        unsealed_memory,
+        qmp,
+        qemu_pidfile,
+        qga,
+        guest_iface,
+        role,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_modes_parse_and_print() {
+        for m in [SocketMode::Server, SocketMode::Client] {
+            assert_eq!(m.to_string().parse::<SocketMode>(), Ok(m));
+        }
+        assert!("both".parse::<SocketMode>().unwrap_err().contains("server"));
+    }
+}

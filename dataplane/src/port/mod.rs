@@ -1,0 +1,20 @@
+//! A VM port's vhost-user side: the socket, the frontend connected to it,
+//! the protocol, and the life of the connection's queue worker.
+//!
+//! * [`frontend_socket`] is how the port reaches its frontend: vadapt
+//!   listens (QEMU connects, `reconnect=1` surviving a vadapt restart), or
+//!   vadapt connects to QEMU's socket and reconnects with backoff.
+//! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate),
+//!   keeps the negotiated state (features, memory table, vrings) and starts
+//!   and stops the queue worker (its own thread, or a place in the pool of
+//!   [`crate::queue::pool`]) as rings start and stop.
+//! * [`memory_file`] is which guest-memory files a port maps, and how it
+//!   survives one that shrinks.
+//!
+//! What outlives a connection (counters, backlogs, the policy) is the
+//! port's [`VmPort`](crate::queue::VmPort), in the room below; the
+//! worker's world is [`crate::queue`].
+
+pub mod frontend_socket;
+pub mod handler;
+pub mod memory_file;
