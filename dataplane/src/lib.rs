@@ -20,8 +20,8 @@
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
 //! * [`net`] — virtio-net constants, header, config space, MACs.
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
-//! * [`workload_estimate`] — NetAP-ML's workload features from the counters;
-//!   [`workload_loop`] sends them to the `netap-ml` ports.
+//! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
+//!   counters through the policy crate's estimator to the `netap-ml` ports.
 //! * [`migration`], [`uplink`] — named homes, empty until the live-migration
 //!   and AF_XDP issues fill them.
 
@@ -48,7 +48,6 @@ pub mod sigbus_guard;
 pub mod socket_dir;
 pub mod switch;
 pub mod uplink;
-pub mod workload_estimate;
 pub mod workload_loop;
 
 pub use config::DaemonConfig;

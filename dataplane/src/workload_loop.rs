@@ -1,10 +1,12 @@
 //! The daemon's NetAP-ML feature loop: once a second, while at least one VM
-//! port runs `netap-ml`, it takes a counter snapshot, feeds it to a
-//! [`WorkloadEstimator`] and, when the estimate changes, sends
+//! port runs `netap-ml`, it reads the VM ports' transmit counters, feeds
+//! them to the policy crate's [`WorkloadEstimator`] and, when the estimate
+//! changes, sends
 //! `Retune::Workload` to every `netap-ml` port through the same path as
 //! `vadapt retune` (`VmPort::retune`, i.e. the port's policy slot).
 //!
-//! What the estimate can and cannot see is in [`crate::workload_estimate`].
+//! What the estimate can and cannot see is in
+//! [`vadapt_policy::workload_estimate`].
 //!
 //! Features the port's **start-up** configuration gives (`vms`, `threads`,
 //! `msg_size` non-zero in `policy = { kind = "netap-ml", ... }`) are pinned:
@@ -17,13 +19,13 @@
 //! leaves the new instance on its own features until the estimate changes.
 
 use crate::log_limit::LogLimit;
-use crate::metrics::Registry;
+use crate::metrics::Dir;
 use crate::queue::VmPort;
-use crate::workload_estimate::{EstimatorParams, Features, WorkloadEstimator};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use vadapt_policy::workload_estimate::{EstimatorParams, Features, PortTx, WorkloadEstimator};
 use vadapt_policy::{PolicyConfig, Retune};
 
 /// The estimator's window.
@@ -50,7 +52,6 @@ pub fn merge(pinned: [u32; 3], f: Features) -> Features {
 /// The loop's state (see the module docs).
 #[derive(Debug)]
 pub struct WorkloadLoop {
-    registry: Arc<Registry>,
     ports: Vec<Arc<VmPort>>,
     /// Per port, the features its start-up configuration pins.
     pinned: Vec<[u32; 3]>,
@@ -61,10 +62,10 @@ pub struct WorkloadLoop {
 }
 
 impl WorkloadLoop {
-    /// A loop over `ports`, reading `registry`. Records each `netap-ml`
-    /// port's configured features in its stats (shown until an estimate
-    /// replaces the unpinned ones).
-    pub fn new(registry: Arc<Registry>, ports: Vec<Arc<VmPort>>) -> Self {
+    /// A loop over `ports`, reading their counters. Records each
+    /// `netap-ml` port's configured features in its stats (shown until an
+    /// estimate replaces the unpinned ones).
+    pub fn new(ports: Vec<Arc<VmPort>>) -> Self {
         let pinned: Vec<_> = ports.iter().map(|p| pinned(p.policy_config())).collect();
         for (p, f) in ports.iter().zip(&pinned) {
             for (i, v) in f.iter().enumerate() {
@@ -72,7 +73,6 @@ impl WorkloadLoop {
             }
         }
         WorkloadLoop {
-            registry,
             sent: vec![None; ports.len()],
             pinned,
             ports,
@@ -98,7 +98,7 @@ impl WorkloadLoop {
             self.est = WorkloadEstimator::new(EstimatorParams::default());
             return;
         }
-        let obs = self.est.observe(&self.registry.snapshot());
+        let obs = self.est.observe(self.ports.iter().map(|p| tx_counters(p)));
         if let Some(f) = obs.changed {
             tracing::info!(
                 vms = f.vms,
@@ -139,6 +139,25 @@ impl WorkloadLoop {
                 }
             }
         }
+    }
+}
+
+/// `port`'s cumulative guest→host counters, per queue pair.
+fn tx_counters(port: &VmPort) -> PortTx {
+    let tx = Dir::Tx as usize;
+    PortTx {
+        port: port.name().to_owned(),
+        queues: port
+            .stats
+            .queues
+            .iter()
+            .map(|q| {
+                (
+                    q.packets[tx].load(Ordering::Relaxed),
+                    q.bytes[tx].load(Ordering::Relaxed),
+                )
+            })
+            .collect(),
     }
 }
 

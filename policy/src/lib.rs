@@ -48,6 +48,7 @@ pub mod netap_ml;
 pub mod retune;
 pub mod time;
 pub mod vspace;
+pub mod workload_estimate;
 
 pub mod error;
 pub mod interface;

@@ -24,7 +24,7 @@
 //!   second from its counters (VM ports that sent traffic; per such VM, its
 //!   queue pairs that sent traffic, which undercounts threads sharing a
 //!   queue pair) and sends a change after it held for two seconds
-//!   (`vadapt_dataplane::workload_estimate` and `workload_loop`). The
+//!   ([`crate::workload_estimate`], fed by the daemon's `workload_loop`). The
 //!   policy itself does not guess them: until told, it uses 1 and 1.
 //! - **Message size**: `msg_size` from the configuration or a retune (the
 //!   daemon's estimate sends guest→host bytes ÷ packets less 54 header

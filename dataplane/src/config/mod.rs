@@ -44,7 +44,6 @@ pub use vm_port::{
     parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_QUEUE_PAIRS,
 };
 
-
 /// A sink or echo port.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

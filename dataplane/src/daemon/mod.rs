@@ -166,7 +166,7 @@ impl Daemon {
         let live = ports::serve_frontends(&vms.ports, vms.listeners, &nq_workers, &mut started);
         let (cores, cores_line) =
             services::core_manager(&cfg, &vms.ports, &nq_workers, &registry, &mut started)?;
-        services::workload_estimate(&registry, &vms.ports, &mut started)?;
+        services::workload_estimate(&vms.ports, &mut started)?;
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
             vm_ports: vms.ports,

@@ -57,11 +57,10 @@ pub(super) fn core_manager(
 /// NetAP-ML's features estimated from the counters (idle unless a port
 /// runs netap-ml).
 pub(super) fn workload_estimate(
-    registry: &Arc<Registry>,
     ports: &[Arc<VmPort>],
     started: &mut Started,
 ) -> Result<(), DaemonError> {
-    let workload = crate::workload_loop::WorkloadLoop::new(Arc::clone(registry), ports.to_vec());
+    let workload = crate::workload_loop::WorkloadLoop::new(ports.to_vec());
     started.threads.push(
         crate::workload_loop::spawn(workload, Arc::clone(&started.stop)).map_err(|source| {
             DaemonError::Port {

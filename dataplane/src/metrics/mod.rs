@@ -45,7 +45,7 @@
 //! The NetAP-ML families are exported for NetAP-ML ports only; the workload
 //! features (`vadapt_netap_ml_vms`, `_threads`, `_message_size_bytes`) are
 //! what the port's NetAP-ML predicts for: from the config, a retune or the
-//! daemon's estimate (see [`crate::workload_estimate`]).
+//! daemon's estimate (see [`crate::workload_loop`]).
 //!
 //! With `[cores] queue_workers = "per-nq-core"` a pool thread serves several
 //! ports, so `vadapt_worker_cpu_seconds_total` stays 0 for their workers; the

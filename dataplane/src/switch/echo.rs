@@ -91,9 +91,9 @@ fn frames_bytes(frames: &FrameBatch, which: &[u16]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::learning_switch::Switch;
     use super::super::sink::Sink;
     use super::super::test_utils::Recorder;
-    use super::super::learning_switch::Switch;
     use super::*;
     use std::sync::atomic::Ordering;
     use std::time::Duration;

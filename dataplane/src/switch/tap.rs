@@ -260,8 +260,8 @@ impl Egress for Tap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::switch::test_utils::Recorder;
     use crate::switch::learning_switch::Switch;
+    use crate::switch::test_utils::Recorder;
     use std::time::Duration;
     use vadapt_wire::Mac;
 

@@ -1,15 +1,18 @@
-//! NetAP-ML's workload features estimated from the daemon's counters
-//! (issue #14, item 4).
+//! NetAP-ML's workload features estimated from a host's transmit counters
+//! (issue #14, item 4). Pure, like the policies: the daemon's feature loop
+//! (`vadapt_dataplane::workload_loop`) reads its VM ports' counters and
+//! feeds them here.
 //!
 //! NetAP-ML's model wants (VMs, sender threads per VM, message size), the
 //! features of its training grid (`docs/netap-ml.md`, §1). A
-//! [`WorkloadEstimator`] is fed one [`StatsSnapshot`] per window (the daemon
-//! uses 1 s) and works on the difference to the previous one. It never reads
+//! [`WorkloadEstimator`] is fed every VM port's cumulative transmit counters
+//! ([`PortTx`]) once per window (the daemon uses 1 s) and works on the
+//! difference to the previous window. It never reads
 //! the clock; the caller decides what a window is.
 //!
 //! # How each feature is estimated, and where it is uncertain
 //!
-//! - **`vms`**: VM ports (kind `vm`, any policy) whose guest sent at least
+//! - **`vms`**: VM ports (any policy) whose guest sent at least
 //!   [`EstimatorParams::min_packets`] packets in the window (guest→host,
 //!   `tx`). The threshold keeps an idle guest out: ARP, neighbour discovery
 //!   and DHCP renewals are a few packets a second, a sender thread thousands.
@@ -43,7 +46,6 @@
 //! windows (no active VM) report nothing and keep the last features, since
 //! the model has nothing to say about no traffic.
 
-use crate::metrics::StatsSnapshot;
 use std::collections::BTreeMap;
 
 /// Header bytes subtracted from the mean frame size: Ethernet 14, IPv4 20
@@ -95,7 +97,17 @@ pub struct Observation {
     pub changed: Option<Features>,
 }
 
-/// Per-port, per-queue `tx` (packets, bytes) at the previous snapshot.
+/// One VM port's cumulative guest→host (`tx`) counters, per queue pair.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortTx {
+    /// The port's name (the same port must keep it from window to window).
+    pub port: String,
+    /// Per queue pair: (packets, bytes) sent by the guest since the port
+    /// was created.
+    pub queues: Vec<(u64, u64)>,
+}
+
+/// Per-port, per-queue `tx` (packets, bytes) at the previous window.
 type Counters = BTreeMap<String, Vec<(u64, u64)>>;
 
 /// Estimates NetAP-ML's features from successive counter snapshots (see the
@@ -123,18 +135,10 @@ impl WorkloadEstimator {
         self.reported
     }
 
-    /// Feed the counters at the end of a window. Bounded work: one pass over
-    /// the snapshot's ports and queues.
-    pub fn observe(&mut self, snap: &StatsSnapshot) -> Observation {
-        let now: Counters = snap
-            .ports
-            .iter()
-            .filter(|p| p.kind == "vm")
-            .map(|p| {
-                let q = p.queues.iter().map(|q| (q.tx_packets, q.tx_bytes));
-                (p.name.clone(), q.collect())
-            })
-            .collect();
+    /// Feed every VM port's counters at the end of a window. Bounded work:
+    /// one pass over the ports and their queues.
+    pub fn observe(&mut self, ports: impl IntoIterator<Item = PortTx>) -> Observation {
+        let now: Counters = ports.into_iter().map(|p| (p.port, p.queues)).collect();
         let window = self
             .previous
             .as_ref()
@@ -215,46 +219,7 @@ impl WorkloadEstimator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{PortSnapshot, QueueSnapshot};
-
-    /// A snapshot of VM ports given as `(name, [(tx packets, tx bytes) per queue])`.
-    fn snap(ports: &[(&str, &[(u64, u64)])]) -> StatsSnapshot {
-        StatsSnapshot {
-            ports: ports
-                .iter()
-                .map(|(name, qs)| PortSnapshot {
-                    name: name.to_string(),
-                    kind: "vm".into(),
-                    connected: true,
-                    policy: "netap-ml".into(),
-                    poll_interval_us: 0,
-                    predicted_us: 0,
-                    search_range_us: (0, 0),
-                    workload: [0; 3],
-                    queues: qs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &(p, b))| QueueSnapshot {
-                            queue: i as u16,
-                            tx_packets: p,
-                            tx_bytes: b,
-                            rx_packets: 0,
-                            rx_bytes: 0,
-                            kicks: 0,
-                            calls: 0,
-                            gso_frames: 0,
-                            csum_completed: 0,
-                            gso_whole: 0,
-                            dropped: BTreeMap::new(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            workers: vec![],
-        }
-    }
-
-    /// Feeds cumulative snapshots made of per-window increments.
+    /// Feeds cumulative counters made of per-window increments.
     struct Feed {
         est: WorkloadEstimator,
         totals: Vec<(String, Vec<(u64, u64)>)>,
@@ -282,12 +247,11 @@ mod tests {
                 c.0 += packets;
                 c.1 += packets * frame;
             }
-            let ports: Vec<(&str, &[(u64, u64)])> = self
-                .totals
-                .iter()
-                .map(|(n, q)| (n.as_str(), q.as_slice()))
-                .collect();
-            self.est.observe(&snap(&ports))
+            let ports = self.totals.iter().map(|(n, q)| PortTx {
+                port: n.clone(),
+                queues: q.clone(),
+            });
+            self.est.observe(ports)
         }
     }
 
