@@ -1,6 +1,6 @@
 //! vhost-user message sequences into the data plane's real backend request
 //! handler ([`Connection`] under the `vhost` crate's [`BackendReqHandler`]),
-//! exactly as `port::handler::serve` runs it, over a real
+//! exactly as `port::serve::serve` runs it, over a real
 //! `UnixStream::pair()`: the harness is the frontend and writes each
 //! message with `sendmsg` and `SCM_RIGHTS` (memfds, eventfds, pipe ends,
 //! sockets), then the backend handles it.
@@ -552,7 +552,7 @@ impl Session {
     }
 
     /// Handle one request; false when `serve` would close the connection
-    /// (the same classification as `port::handler::serve`).
+    /// (the same classification as `port::serve::serve`).
     fn serve_one(&mut self) -> bool {
         let r = self.handler.handle_request();
         self.drain_replies();

@@ -10,7 +10,7 @@ use crate::config::SocketMode;
 use crate::cores::ApplyMethod;
 use crate::metrics::{PortStats, Registry};
 use crate::port::frontend_socket::{self, Connector, FrontendSocket};
-use crate::port::handler;
+use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
 use crate::switch::Switch;
@@ -157,7 +157,7 @@ pub(super) fn serve_frontends(
         started.threads.push(
             std::thread::Builder::new()
                 .name(format!("vadapt-vu-{}", port.name()))
-                .spawn(move || handler::serve(p, listener, st, l, pool))
+                .spawn(move || serve::serve(p, listener, st, l, pool))
                 .expect("spawning a thread"),
         );
     }

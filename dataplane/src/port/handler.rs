@@ -1,6 +1,6 @@
 //! The vhost-user protocol for one VM port, on the `vhost` crate's
-//! [`BackendReqHandler`], and the loop that serves one frontend at a time
-//! (from a [`FrontendSocket`]) and resets the port when it goes away.
+//! [`BackendReqHandler`](vhost::vhost_user::BackendReqHandler): a [`Connection`] is the negotiated state of one
+//! frontend's connection (served by [`super::serve`]).
 //!
 //! Every message that changes what the worker serves (features, memory
 //! table, a vring's size/addresses/base/kick/call/enable) first stops the
@@ -9,7 +9,6 @@
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
-use super::frontend_socket::FrontendSocket;
 use super::memory_file;
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::eventfd_io;
@@ -18,9 +17,8 @@ use crate::queue::ring::{Pair, Ring};
 use crate::queue::VmPort;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
@@ -29,12 +27,10 @@ use vadapt_virtq::RingFeatures;
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
     VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
-    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVirtioFeatures,
-    VhostUserVringAddrFlags, VhostUserVringState,
+    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
 };
 use vhost::vhost_user::{
-    Backend, BackendReqHandler, Error as VhostError, GpuBackend, Result as VhostResult,
-    VhostUserBackendReqHandlerMut,
+    Backend, Error as VhostError, GpuBackend, Result as VhostResult, VhostUserBackendReqHandlerMut,
 };
 use vhost::VhostUserMemoryRegionBase;
 
@@ -339,6 +335,12 @@ impl Connection {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Why the connection must end, if the frontend sent something that
+    /// ends it (taken: asked again, `None`).
+    pub fn take_fatal(&mut self) -> Option<String> {
+        self.fatal.take()
     }
 
     /// Forget the frontend: stop the worker, drop memory and rings.
@@ -738,293 +740,5 @@ impl VhostUserBackendReqHandlerMut for Connection {
 
     fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VhostResult<()> {
         Err(invalid("dirty logging (migration) is not supported"))
-    }
-}
-
-/// What the next message on a frontend's socket carries, seen without
-/// taking it (`MSG_PEEK`): its request code and flags, the `num` of a
-/// vring-state payload (the second `u32`, when the payload has one), and how
-/// many descriptors ride on it (the peeked duplicates are closed here; the
-/// originals stay queued for the real read).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Peeked {
-    code: u32,
-    flags: u32,
-    state_num: Option<u32>,
-    fds: usize,
-}
-
-/// Peek at the next message on `fd` (see [`Peeked`]). `None` when the peer
-/// is gone or sent less than a header.
-fn peek_message(fd: std::os::fd::RawFd) -> Option<Peeked> {
-    /// Room for the kernel's limit of descriptors on one message (SCM_MAX_FD).
-    const MAX_PEEK_FDS: usize = 253;
-    let mut data = [0u8; 20];
-    // u64 elements keep the control buffer aligned for cmsghdr.
-    let mut control = [0u64; (MAX_PEEK_FDS * 4 + 64) / 8];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; every pointer set below points
-    // into buffers on this stack frame that outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: `msg` describes valid buffers; MSG_PEEK leaves the data in
-    // the socket. Waiting for the header only: a message with a shorter
-    // payload than 8 bytes returns what there is.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_PEEK) };
-    if n < 12 {
-        return None;
-    }
-    let mut fds = 0;
-    // SAFETY: the CMSG_* walk stays within `msg_controllen` bytes the kernel
-    // filled in; each SCM_RIGHTS payload is an array of ints we own now.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let p = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                for i in 0..len / std::mem::size_of::<libc::c_int>() {
-                    libc::close(p.add(i).read_unaligned());
-                    fds += 1;
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    let word = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
-    Some(Peeked {
-        code: word(0),
-        flags: word(4),
-        state_num: (n >= 20).then(|| word(16)),
-        fds,
-    })
-}
-
-/// Whether a frontend waits for an answer to request `code` sent with
-/// `flags`: it asked for one (`NEED_REPLY`, with REPLY_ACK), or the request
-/// is one whose answer is its reply (`GET_*`, `GET_VRING_BASE`, ...).
-fn owes_reply(code: u32, flags: u32) -> bool {
-    const NEED_REPLY: u32 = 0x8;
-    flags & NEED_REPLY != 0 || ALWAYS_ANSWERED.contains(&code)
-}
-
-/// Descriptors one vhost-user message may carry (the `vhost` crate's
-/// `MAX_ATTACHED_FD_ENTRIES`).
-const MAX_FDS: usize = 32;
-
-/// Requests whose answer is their reply: GET_FEATURES, GET_VRING_BASE,
-/// GET_PROTOCOL_FEATURES, GET_QUEUE_NUM, GET_CONFIG, GET_INFLIGHT_FD,
-/// GET_MAX_MEM_SLOTS, GET_SHARED_OBJECT.
-const ALWAYS_ANSWERED: [u32; 8] = [1, 11, 15, 17, 24, 31, 36, 41];
-
-/// Whether the `vhost` crate, refusing the message `m` with `e`, returned
-/// before writing the answer the frontend waits for. It answers a refused
-/// `SET_*` (a REPLY_ACK with an error) but not a refused `GET_*`, nor a
-/// request it refused itself before asking us: a feature or
-/// protocol-feature check, or `SET_VRING_ENABLE` with a value other than
-/// 0 or 1.
-fn answer_skipped(m: &Peeked, e: &VhostError) -> bool {
-    const SET_VRING_ENABLE: u32 = 18;
-    owes_reply(m.code, m.flags)
-        && (ALWAYS_ANSWERED.contains(&m.code)
-            || matches!(
-                e,
-                VhostError::InactiveFeature(_) | VhostError::InactiveOperation(_)
-            )
-            || (m.code == SET_VRING_ENABLE && m.state_num.is_some_and(|n| n > 1)))
-}
-
-/// Whether refusing `m` with `e` is routine rather than a frontend's
-/// mistake: QEMU sends `SET_VRING_ENABLE` as soon as the backend offers
-/// `VHOST_USER_F_PROTOCOL_FEATURES`, before it acks any features, and the
-/// `vhost` crate refuses it until they are acked.
-fn routine_refusal(m: &Peeked, e: &VhostError) -> bool {
-    const SET_VRING_ENABLE: u32 = 18;
-    m.code == SET_VRING_ENABLE
-        && matches!(e, VhostError::InactiveFeature(f) if *f == VhostUserVirtioFeatures::PROTOCOL_FEATURES)
-}
-
-/// Serve frontends from `socket`, one at a time, until `stop`. The live
-/// connection's socket is published in `live` so that a shutdown can break
-/// a blocking read.
-pub fn serve(
-    port: Arc<VmPort>,
-    mut socket: FrontendSocket,
-    stop: Arc<AtomicBool>,
-    live: Arc<Mutex<Option<UnixStream>>>,
-    pool: Option<Arc<crate::queue::pool::NqWorkers>>,
-) {
-    while let Some(stream) = socket.next(port.name(), &stop) {
-        let since = std::time::Instant::now();
-        tracing::info!(port = port.name(), "frontend connected");
-        *live.lock().unwrap_or_else(|e| e.into_inner()) = stream.try_clone().ok();
-        port.stats.connected.store(true, Ordering::Relaxed);
-        // The guest uses the config-space MAC unless it changes it; learning
-        // will follow if it does.
-        if let Some(i) = port.ingress() {
-            i.learn_now(port.mac);
-        }
-        let conn = Arc::new(Mutex::new(Connection::served_by(
-            Arc::clone(&port),
-            pool.clone(),
-        )));
-        let raw = stream.as_raw_fd(); // valid while `handler` owns the stream
-        let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
-        let mut refused_log = crate::log_limit::LogLimit::per_second();
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            // The header of the request about to be handled: when the
-            // handler refuses a request that owes an answer, the `vhost`
-            // crate sends none for some of them (it returns early), and a
-            // frontend waiting for it would hang; the connection is closed
-            // instead.
-            let head = peek_message(raw);
-            if let Some(m) = head.filter(|m| m.fds > MAX_FDS) {
-                // recvmsg would drop the descriptors past vhost-user's 32 and
-                // the `vhost` crate would retry the read with the header gone:
-                // the stream would lose its framing. End it instead.
-                tracing::warn!(port = port.name(), request = m.code, fds = m.fds, "vhost-user message with more than {MAX_FDS} file descriptors; closing the connection and resetting the port");
-                break;
-            }
-            let result = handler.handle_request();
-            if let Some(why) = conn.lock().unwrap_or_else(|e| e.into_inner()).fatal.take() {
-                tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
-                break;
-            }
-            match result {
-                Ok(()) => {}
-                Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
-                    tracing::info!(
-                        port = port.name(),
-                        "frontend disconnected; port reset, waiting for a new connection"
-                    );
-                    break;
-                }
-                // The request was refused (an error reply went out where the
-                // frontend asked for one); the connection itself is fine.
-                Err(
-                    e @ (VhostError::InvalidParam
-                    | VhostError::InvalidOperation(_)
-                    | VhostError::InactiveFeature(_)
-                    | VhostError::InactiveOperation(_)
-                    | VhostError::ReqHandlerError(_)),
-                ) => {
-                    let request = head.map(|m| m.code);
-                    if head.is_some_and(|m| routine_refusal(&m, &e)) {
-                        tracing::debug!(port = port.name(), "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
-                    } else if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
-                        tracing::warn!(port = port.name(), request, error = %e, held_back, "vhost-user request refused");
-                    }
-                    if let Some(m) = head.filter(|m| answer_skipped(m, &e)) {
-                        tracing::warn!(port = port.name(), request = m.code, "a refused request that owes the frontend an answer; closing the connection and resetting the port");
-                        break;
-                    }
-                }
-                // recvmsg closed the descriptors of a message that carried
-                // more than vhost-user's 32 (MSG_CTRUNC): its header is
-                // consumed and the stream cannot be trusted any more.
-                Err(VhostError::SocketRetry(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    tracing::warn!(port = port.name(), "vhost-user message with more than 32 file descriptors; closing the connection and resetting the port");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(port = port.name(), error = %e, "malformed vhost-user message; closing the connection and resetting the port");
-                    break;
-                }
-            }
-        }
-        conn.lock().unwrap_or_else(|e| e.into_inner()).reset();
-        *live.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        port.stats.connected.store(false, Ordering::Relaxed);
-        socket.ended(since.elapsed());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_that_owe_an_answer() {
-        assert!(owes_reply(11, 0x1), "GET_VRING_BASE always answers");
-        assert!(owes_reply(36, 0x1), "GET_MAX_MEM_SLOTS always answers");
-        assert!(owes_reply(18, 0x9), "need_reply");
-        assert!(!owes_reply(18, 0x1), "SET_VRING_ENABLE without need_reply");
-        assert!(!owes_reply(2, 0x1));
-        // A refused SET_FEATURES was answered with an error ack; a refused
-        // feature check was not, nor an enable with a value past 1.
-        let m = |code, flags, state_num| Peeked {
-            code,
-            flags,
-            state_num,
-            fds: 0,
-        };
-        assert!(!answer_skipped(&m(2, 0x9, None), &VhostError::InvalidParam));
-        assert!(answer_skipped(
-            &m(36, 0x9, None),
-            &VhostError::InactiveOperation(
-                vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            )
-        ));
-        assert!(answer_skipped(
-            &m(18, 0x9, Some(2)),
-            &VhostError::InvalidParam
-        ));
-        assert!(!answer_skipped(
-            &m(18, 0x9, Some(1)),
-            &VhostError::InvalidParam
-        ));
-    }
-
-    #[test]
-    fn only_an_early_vring_enable_is_a_routine_refusal() {
-        let m = |code| Peeked {
-            code,
-            flags: 0x1,
-            state_num: Some(0),
-            fds: 0,
-        };
-        let early = VhostError::InactiveFeature(VhostUserVirtioFeatures::PROTOCOL_FEATURES);
-        assert!(routine_refusal(&m(18), &early));
-        assert!(!routine_refusal(&m(18), &VhostError::InvalidParam));
-        assert!(!routine_refusal(&m(2), &early));
-    }
-
-    #[test]
-    fn a_message_is_peeked_not_taken_and_its_descriptors_counted() {
-        use std::io::Read;
-        use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-        let (a, b) = UnixStream::pair().unwrap();
-        let ev = vmm_sys_util::eventfd::EventFd::new(0).unwrap();
-        let msg = [
-            18u8, 0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
-        ];
-        let fds = [ev.as_raw_fd(); 3];
-        a.send_with_fds(&[&msg[..]], &fds).unwrap();
-        let before = std::fs::read_dir("/proc/self/fd").unwrap().count();
-        let p = peek_message(b.as_raw_fd()).unwrap();
-        assert_eq!(std::fs::read_dir("/proc/self/fd").unwrap().count(), before);
-        assert_eq!(
-            p,
-            Peeked {
-                code: 18,
-                flags: 9,
-                state_num: Some(2),
-                fds: 3
-            }
-        );
-        let mut h = [0u8; 20];
-        (&b).read_exact(&mut h).unwrap();
-        assert_eq!(h, msg, "still there after the peek");
-        drop(a);
-        assert_eq!(peek_message(b.as_raw_fd()), None);
     }
 }

@@ -8,6 +8,8 @@
 //!   keeps the negotiated state (features, memory table, vrings) and starts
 //!   and stops the queue worker (its own thread, or a place in the pool of
 //!   [`crate::queue::pool`]) as rings start and stop.
+//! * [`serve`](mod@serve) serves one frontend at a time on the port's
+//!   socket, and resets the port when it goes away.
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
 //!
@@ -18,3 +20,4 @@
 pub mod frontend_socket;
 pub mod handler;
 pub mod memory_file;
+pub mod serve;
