@@ -391,11 +391,7 @@ impl CoreManager {
     }
 
     fn note(&self, what: String) {
-        self.status
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note(what);
+        self.status.edit().note(what);
     }
 }
 

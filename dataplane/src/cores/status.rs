@@ -283,27 +283,28 @@ pub struct CoresStatus {
 impl CoresStatus {
     /// A copy of the latest state.
     pub fn snapshot(&self) -> CoresSnapshot {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.edit().clone()
+    }
+
+    /// The latest state, locked for the manager to change. A lock poisoned
+    /// by a panicking period is taken anyway: the state it left is what
+    /// `vadapt cores` must show, with the failure (see
+    /// [`CoresStatus::mark_failed`]).
+    pub(crate) fn edit(&self) -> std::sync::MutexGuard<'_, CoresSnapshot> {
+        self.snapshot.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The manager stopped on an internal error: `why`, for `vadapt cores`
     /// and the metrics.
     pub(crate) fn mark_failed(&self, why: String) {
-        let mut s = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.edit();
         s.note(format!("stopped: {why}"));
         s.failed = Some(why);
     }
 
     /// Why the manager stopped on an internal error, if it did.
     pub fn failed(&self) -> Option<String> {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failed
-            .clone()
+        self.edit().failed.clone()
     }
 
     /// Ask for `mode` from the next period on.
@@ -316,10 +317,7 @@ impl CoresStatus {
     pub fn report_p95(&self, p95_us: u64) {
         let mut p = self.p95.lock().unwrap_or_else(|e| e.into_inner());
         *p = Some(p.map_or(p95_us, |v| v.max(p95_us)));
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .p95_reports += 1;
+        self.edit().p95_reports += 1;
     }
 
     /// Take the P95 reported since the last call.

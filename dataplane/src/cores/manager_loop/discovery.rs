@@ -105,11 +105,7 @@ impl CoreManager {
             }
         }
         {
-            let mut s = self
-                .status
-                .snapshot
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut s = self.status.edit();
             s.qmp_errors += errors;
             s.foreign_tids_refused += foreign;
         }

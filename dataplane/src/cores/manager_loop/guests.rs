@@ -39,11 +39,7 @@ impl CoreManager {
                 GuestOutcome::Failed => errors += 1,
             }
         }
-        self.status
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .qga_errors += errors;
+        self.status.edit().qga_errors += errors;
         for n in notes {
             self.note(n);
         }

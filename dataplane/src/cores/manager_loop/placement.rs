@@ -90,11 +90,7 @@ impl CoreManager {
         }
         let (moved, refused) = (report.moved(), report.refused());
         {
-            let mut s = self
-                .status
-                .snapshot
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut s = self.status.edit();
             s.threads_moved += moved as u64;
             s.threads_refused += refused as u64;
         }

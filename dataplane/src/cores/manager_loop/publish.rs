@@ -8,11 +8,7 @@ impl CoreManager {
         load: Option<&vadapt_host::thread_load::PeriodLoad>,
         outcome: Option<vadapt_policy::vspace::PeriodOutcome>,
     ) {
-        let mut s = self
-            .status
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut s = self.status.edit();
         s.mode = self.mode;
         s.cpus = self.cfg.cpus.clone();
         s.apply = match self.applier.mechanism() {

@@ -29,11 +29,7 @@ impl CoreManager {
             );
         }
         self.resume_all_now();
-        let mut s = self
-            .status
-            .snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut s = self.status.edit();
         s.mode = self.mode;
         s.sets = self.sets.clone();
         s.threads_restored += report.restored as u64;
