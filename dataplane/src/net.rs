@@ -132,6 +132,15 @@ pub struct HostOffloads {
 }
 
 impl HostOffloads {
+    /// Every host-side offload: what a frontend that negotiated them all,
+    /// or a TAP that took `TUNSETOFFLOAD`, may send.
+    pub const ALL: HostOffloads = HostOffloads {
+        csum: true,
+        tso4: true,
+        tso6: true,
+        ecn: true,
+    };
+
     /// The host-side offloads among negotiated `features`.
     pub fn from_features(features: u64) -> Self {
         HostOffloads {

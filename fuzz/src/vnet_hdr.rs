@@ -73,12 +73,7 @@ pub fn run(data: &[u8]) {
 
 /// The TAP reader's path, checked against the parts it is made of.
 fn through_batch(hdr: &VnetHdr, frame: &[u8]) {
-    let all = HostOffloads {
-        csum: true,
-        tso4: true,
-        tso6: true,
-        ecn: true,
-    };
+    let all = HostOffloads::ALL;
     let mut batch = FrameBatch::new(8);
     let mut got: Vec<Vec<u8>> = Vec::new();
     let r = push_frame(hdr, frame, all, &mut batch, |b| {

@@ -105,13 +105,6 @@ mod tests {
     use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
     use vadapt_wire::VnetHdrError;
 
-    const ALL: HostOffloads = HostOffloads {
-        csum: true,
-        tso4: true,
-        tso6: true,
-        ecn: true,
-    };
-
     fn hdr(gso_type: u8, mss: u16) -> VnetHdr {
         VnetHdr {
             flags: F_NEEDS_CSUM,
@@ -129,7 +122,7 @@ mod tests {
         let mut batch = FrameBatch::new(cap);
         let mut out = Vec::new();
         let mut flushes = 0;
-        let r = push_frame(h, frame, ALL, &mut batch, |b| {
+        let r = push_frame(h, frame, HostOffloads::ALL, &mut batch, |b| {
             flushes += 1;
             out.extend((0..b.len()).map(|i| b.get(i).to_vec()));
             b.clear();
@@ -143,9 +136,13 @@ mod tests {
         let payload: Vec<u8> = (0..10_000).map(|i| (i % 249) as u8).collect();
         let f = tso_frame(LINUX_V4, &payload);
         let mut batch = FrameBatch::new(4);
-        let r = push_frame(&hdr(GSO_TCPV4, 1448), &f, ALL, &mut batch, |_| {
-            unreachable!("room for one")
-        });
+        let r = push_frame(
+            &hdr(GSO_TCPV4, 1448),
+            &f,
+            HostOffloads::ALL,
+            &mut batch,
+            |_| unreachable!("room for one"),
+        );
         assert_eq!(
             r,
             Pushed::Frames {
@@ -170,10 +167,16 @@ mod tests {
         let mut batch = FrameBatch::new(4); // side store: one largest frame
         let mut flushed = 0;
         for _ in 0..3 {
-            let r = push_frame(&hdr(GSO_TCPV4, 1448), &f, ALL, &mut batch, |b| {
-                flushed += b.len();
-                b.clear();
-            });
+            let r = push_frame(
+                &hdr(GSO_TCPV4, 1448),
+                &f,
+                HostOffloads::ALL,
+                &mut batch,
+                |b| {
+                    flushed += b.len();
+                    b.clear();
+                },
+            );
             assert!(matches!(r, Pushed::Frames { packets: 1, .. }));
         }
         assert_eq!((flushed, batch.len()), (2, 1));
@@ -200,7 +203,7 @@ mod tests {
         );
         assert_eq!(out, vec![f.clone()], "partial checksum and all");
         let mut batch = FrameBatch::new(4);
-        push_frame(&csum, &f, ALL, &mut batch, |_| {});
+        push_frame(&csum, &f, HostOffloads::ALL, &mut batch, |_| {});
         assert_eq!(check_segments(&cut_all(&batch), shape, 1448), b"abc");
         let (r, out, _) = push(&VnetHdr::default(), &f, 4);
         assert_eq!(

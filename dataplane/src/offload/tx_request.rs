@@ -55,13 +55,6 @@ mod tests {
     use super::*;
     use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_ECN, GSO_TCPV4, GSO_TCPV6};
 
-    const ALL: HostOffloads = HostOffloads {
-        csum: true,
-        tso4: true,
-        tso6: true,
-        ecn: true,
-    };
-
     #[test]
     fn only_negotiated_offloads_pass() {
         let tso4 = VnetHdr {
@@ -72,7 +65,10 @@ mod tests {
             csum_start: 34,
             csum_offset: 16,
         };
-        assert!(matches!(tx_offload(&tso4, 3000, ALL), Ok(Offload::Tcp(..))));
+        assert!(matches!(
+            tx_offload(&tso4, 3000, HostOffloads::ALL),
+            Ok(Offload::Tcp(..))
+        ));
         let csum_only = HostOffloads {
             csum: true,
             ..HostOffloads::default()
@@ -85,7 +81,10 @@ mod tests {
             gso_type: GSO_TCPV6,
             ..tso4
         };
-        let no6 = HostOffloads { tso6: false, ..ALL };
+        let no6 = HostOffloads {
+            tso6: false,
+            ..HostOffloads::ALL
+        };
         assert_eq!(
             tx_offload(&v6, 3000, no6),
             Err(OffloadRefused::NotNegotiated("TCPv6 segmentation"))
@@ -94,7 +93,10 @@ mod tests {
             gso_type: GSO_TCPV4 | GSO_ECN,
             ..tso4
         };
-        let no_ecn = HostOffloads { ecn: false, ..ALL };
+        let no_ecn = HostOffloads {
+            ecn: false,
+            ..HostOffloads::ALL
+        };
         assert_eq!(
             tx_offload(&ecn, 3000, no_ecn),
             Err(OffloadRefused::NotNegotiated("ECN segmentation"))
@@ -108,13 +110,16 @@ mod tests {
             tx_offload(&csum, 100, csum_only),
             Ok(Offload::Checksum(_))
         ));
-        let tso_no_csum = HostOffloads { csum: false, ..ALL };
+        let tso_no_csum = HostOffloads {
+            csum: false,
+            ..HostOffloads::ALL
+        };
         assert_eq!(
             tx_offload(&csum, 100, tso_no_csum),
             Err(OffloadRefused::NotNegotiated("checksum completion"))
         );
         assert!(matches!(
-            tx_offload(&csum, 40, ALL),
+            tx_offload(&csum, 40, HostOffloads::ALL),
             Err(OffloadRefused::Header(
                 VnetHdrError::ChecksumBeyondFrame { .. }
             ))

@@ -52,13 +52,6 @@ struct Pair {
     posted: std::collections::HashMap<u16, u64>,
 }
 
-const ALL_HOST: HostOffloads = HostOffloads {
-    csum: true,
-    tso4: true,
-    tso6: true,
-    ecn: true,
-};
-
 const ALL_GUEST: u64 = VIRTIO_NET_F_GUEST_CSUM
     | VIRTIO_NET_F_GUEST_TSO4
     | VIRTIO_NET_F_GUEST_TSO6
@@ -78,7 +71,7 @@ impl Pair {
         Pair {
             a_ring,
             a,
-            tx: TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, ALL_HOST),
+            tx: TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, HostOffloads::ALL),
             b_ring,
             b,
             rx: RxService::new(HDR_LEN_MRG, mrg_rxbuf),

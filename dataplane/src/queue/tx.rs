@@ -328,13 +328,6 @@ mod tests {
         head
     }
 
-    const ALL_OFFLOADS: HostOffloads = HostOffloads {
-        csum: true,
-        tso4: true,
-        tso6: true,
-        ecn: true,
-    };
-
     /// The header Linux's virtio-net driver writes for `frame`, a TCP segment
     /// of `shape` behind plain Ethernet, with its pseudo-header sum left in
     /// the checksum field.
@@ -353,7 +346,7 @@ mod tests {
     #[test]
     fn a_tso_frame_goes_to_the_switch_whole_and_marked() {
         let (mut r, mut g) = ring(16, RingFeatures::default());
-        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, ALL_OFFLOADS);
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, HostOffloads::ALL);
         let payload: Vec<u8> = (0..45 * 1448).map(|i| (i % 253) as u8).collect();
         let f = tso_frame(LINUX_V4, &payload);
         assert!(f.len() > MAX_FRAME);
@@ -387,7 +380,7 @@ mod tests {
     fn gso_frames_beyond_the_side_store_flush_the_batch() {
         let (mut r, mut g) = ring(16, RingFeatures::default());
         // 8 slots: a side store of one largest GSO frame.
-        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, ALL_OFFLOADS);
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, 8, HostOffloads::ALL);
         let f = tso_frame(LINUX_V4, &[9; 40_000]);
         let h = linux_hdr(LINUX_V4, GSO_TCPV4, 1448);
         for i in 0..3 {
@@ -433,7 +426,7 @@ mod tests {
         let (mut r, mut g) = ring(16, RingFeatures::default());
         let no_v6 = HostOffloads {
             tso6: false,
-            ..ALL_OFFLOADS
+            ..HostOffloads::ALL
         };
         let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, no_v6);
         let f = tso_frame(LINUX_V4, &[7; 3000]);
@@ -508,7 +501,7 @@ mod tests {
     #[test]
     fn a_gso_frame_beyond_64_kib_is_oversize() {
         let (mut r, mut g) = ring(16, RingFeatures::default());
-        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, ALL_OFFLOADS);
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, HostOffloads::ALL);
         let f = vec![0u8; MAX_GSO_FRAME + 1];
         send_with(&mut g, 0, &linux_hdr(LINUX_V4, GSO_TCPV4, 1448), &f);
         let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);

@@ -85,29 +85,13 @@ mod tests {
     use super::*;
     use crate::net::HostOffloads;
     use crate::offload::push_frame;
-    use vadapt_wire::VnetHdr;
 
     #[test]
     fn a_sink_cuts_a_gso_frame_and_counts_its_segments() {
-        use vadapt_wire::test_frames::{tso_frame, LINUX_V4};
-        use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_TCPV4};
+        use vadapt_wire::test_frames::{linux_tso4, tso_frame, LINUX_V4};
         let f = tso_frame(LINUX_V4, &[5; 10 * 1448]);
-        let hdr = VnetHdr {
-            flags: F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 66,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: 16,
-        };
-        let all = HostOffloads {
-            csum: true,
-            tso4: true,
-            tso6: true,
-            ecn: true,
-        };
         let mut b = FrameBatch::new(4);
-        push_frame(&hdr, &f, all, &mut b, |_| {});
+        push_frame(&linux_tso4(), &f, HostOffloads::ALL, &mut b, |_| {});
         b.push(&[0u8; 60]);
         let ss = Arc::new(PortStats::new("sink", "sink", 1));
         Sink::new(ss.clone()).deliver(&b, &[0, 1], 0);

@@ -92,12 +92,7 @@ impl Tap {
         // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
         let r = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD as _, wanted) };
         let offloads = if r == 0 {
-            HostOffloads {
-                csum: true,
-                tso4: true,
-                tso6: true,
-                ecn: true,
-            }
+            HostOffloads::ALL
         } else {
             HostOffloads::default()
         };
