@@ -116,29 +116,15 @@ impl<'a> TcpSegmenter<'a> {
             l3 = ETH_VLAN_HDR_LEN;
         }
         let ip = &frame[l3..];
-        let (l4, tcp_and_payload) = match (et, gso.ipv6) {
-            (ETHERTYPE_IPV4, false) => {
-                let s = Ipv4Slice::from_slice(ip).map_err(SegmentError::Ipv4)?;
-                let p = s.payload();
-                if p.fragmented {
-                    return Err(SegmentError::Fragmented);
-                }
-                if p.ip_number != IpNumber::TCP {
-                    return Err(SegmentError::NotTcp(p.ip_number.0));
-                }
-                (offset_in(frame, p.payload), p.payload)
-            }
-            (ETHERTYPE_IPV6, true) => {
-                let s = Ipv6Slice::from_slice(ip).map_err(SegmentError::Ipv6)?;
-                let p = s.payload();
-                if p.fragmented {
-                    return Err(SegmentError::Fragmented);
-                }
-                if p.ip_number != IpNumber::TCP {
-                    return Err(SegmentError::NotTcp(p.ip_number.0));
-                }
-                (offset_in(frame, p.payload), p.payload)
-            }
+        let p = match (et, gso.ipv6) {
+            (ETHERTYPE_IPV4, false) => Ipv4Slice::from_slice(ip)
+                .map_err(SegmentError::Ipv4)?
+                .payload()
+                .clone(),
+            (ETHERTYPE_IPV6, true) => Ipv6Slice::from_slice(ip)
+                .map_err(SegmentError::Ipv6)?
+                .payload()
+                .clone(),
             (ETHERTYPE_IPV4 | ETHERTYPE_IPV6, v6) => {
                 return Err(SegmentError::IpVersionMismatch {
                     requested: if v6 { 6 } else { 4 },
@@ -146,6 +132,13 @@ impl<'a> TcpSegmenter<'a> {
             }
             (other, _) => return Err(SegmentError::NotIp(other)),
         };
+        if p.fragmented {
+            return Err(SegmentError::Fragmented);
+        }
+        if p.ip_number != IpNumber::TCP {
+            return Err(SegmentError::NotTcp(p.ip_number.0));
+        }
+        let (l4, tcp_and_payload) = (offset_in(frame, p.payload), p.payload);
         let tcp = TcpHeaderSlice::from_slice(tcp_and_payload).map_err(SegmentError::Tcp)?;
         let payload = l4 + tcp.slice().len();
         let end = l4 + tcp_and_payload.len();

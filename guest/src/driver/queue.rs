@@ -282,16 +282,8 @@ impl TxQueue {
             len: self.packet_len,
             writable: false,
         };
-        match self.vq.add(&[seg]) {
-            Ok(head) => {
-                self.slot_of_head[usize::from(head)] = slot;
-                Ok(true)
-            }
-            Err(e) => {
-                self.free.push(slot);
-                Err(QueueError::Add(format!("{e:?}")))
-            }
-        }
+        let added = self.vq.add(&[seg]);
+        self.took(slot, added)
     }
 
     /// Whether [`TxQueue::add_segment`] would find a slot and descriptors now.
@@ -343,6 +335,16 @@ impl TxQueue {
         } else {
             self.vq.add(&segs)
         };
+        self.took(slot, added)
+    }
+
+    /// Buffer `slot` went on the ring as chain `added` (its head), or did
+    /// not, and the slot is free again.
+    fn took<E: std::fmt::Debug>(
+        &mut self,
+        slot: u16,
+        added: Result<u16, E>,
+    ) -> Result<bool, QueueError> {
         match added {
             Ok(head) => {
                 self.slot_of_head[usize::from(head)] = slot;
