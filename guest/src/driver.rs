@@ -70,7 +70,7 @@ pub(crate) trait Stack {
 
 /// What one add to the TX ring did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Added {
+pub enum Added {
     /// A buffer went on the ring.
     Buffer {
         /// Ethernet bytes (headers + payload).

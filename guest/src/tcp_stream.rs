@@ -45,6 +45,7 @@ use std::sync::Arc;
 
 use crate::clock::spin_ns;
 use crate::driver::queue::{QueueError, TxQueue};
+use crate::driver::Added;
 use vadapt_wire::tcp_build::{TcpFlow, TxOffloads, BUF_HDRS_LEN, FRAME_HDRS_LEN, TSO_SIZE_GOAL};
 
 /// The payload bytes every segment carries (its first `len` bytes for a segment of `len`):
@@ -54,24 +55,6 @@ pub fn payload_pattern() -> Vec<u8> {
     (0..TSO_SIZE_GOAL)
         .map(|i| (i.wrapping_mul(31).wrapping_add(i >> 8)) as u8)
         .collect()
-}
-
-/// What one [`TcpSender::add_next`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentAdd {
-    /// A segment went on the ring.
-    Added {
-        /// Ethernet bytes of the buffer: headers and payload, without the virtio-net header.
-        frame_bytes: u64,
-        /// Payload bytes.
-        payload_bytes: u64,
-        /// Messages whose last byte went out with it.
-        messages: u64,
-    },
-    /// No slot or descriptor free.
-    RingFull,
-    /// Nothing queued (fixed rate only).
-    NothingQueued,
 }
 
 /// One sender thread's TCP connection: the flow's headers, the send queue and what went out.
@@ -160,7 +143,7 @@ impl TcpSender {
 
     /// Builds the next segment (`min(queued, size goal)` bytes; see the module doc) and adds
     /// it to `tx`, unpublished. `ts_ms` is the TCP timestamp.
-    pub fn add_next(&mut self, tx: &mut TxQueue, ts_ms: u32) -> Result<SegmentAdd, QueueError> {
+    pub fn add_next(&mut self, tx: &mut TxQueue, ts_ms: u32) -> Result<Added, QueueError> {
         let goal = u64::from(self.offloads.size_goal());
         let len = if self.always_full {
             goal
@@ -168,10 +151,10 @@ impl TcpSender {
             self.queued.min(goal)
         };
         if len == 0 {
-            return Ok(SegmentAdd::NothingQueued);
+            return Ok(Added::NothingQueued);
         }
         if !tx.segment_room() {
-            return Ok(SegmentAdd::RingFull);
+            return Ok(Added::RingFull);
         }
         let len32 = len as u32;
         let payload = &self.pattern[..len as usize];
@@ -187,7 +170,7 @@ impl TcpSender {
         if !self.always_full {
             self.queued -= len;
         }
-        Ok(SegmentAdd::Added {
+        Ok(Added::Buffer {
             frame_bytes: FRAME_HDRS_LEN as u64 + len,
             payload_bytes: len,
             messages,

@@ -11,7 +11,7 @@ use crate::driver::{Added, Reply, Stack};
 use crate::load::Load;
 use crate::metrics::LatencyHistogram;
 use crate::shared::Shared;
-use crate::tcp_stream::{SegmentAdd, TcpSender};
+use crate::tcp_stream::TcpSender;
 use vadapt_wire::stamped_frame::{self as frame, Stamp};
 use vadapt_wire::tcp_build::TcpFlow;
 
@@ -77,19 +77,7 @@ impl Stack for Endpoint {
         if let Some(tcp) = self.tcp.as_mut() {
             // TCP timestamps tick in milliseconds (Linux's `tcp_time_stamp_ts`).
             let ts_ms = (now_ns / 1_000_000) as u32;
-            return Ok(match tcp.add_next(tx, ts_ms)? {
-                SegmentAdd::Added {
-                    frame_bytes,
-                    payload_bytes,
-                    messages,
-                } => Added::Buffer {
-                    frame_bytes,
-                    payload_bytes,
-                    messages,
-                },
-                SegmentAdd::RingFull => Added::RingFull,
-                SegmentAdd::NothingQueued => Added::NothingQueued,
-            });
+            return tcp.add_next(tx, ts_ms);
         }
         let stamp = Stamp {
             seq: self.seq,
