@@ -26,7 +26,8 @@ struct FdbEntry {
 /// The switch.
 #[derive(Debug)]
 pub struct Switch {
-    ports: RwLock<Vec<PortEntry>>,
+    /// By [`PortId`]; `None`: a removed port's slot, free for the next.
+    ports: RwLock<Vec<Option<PortEntry>>>,
     fdb: Mutex<HashMap<Mac, FdbEntry>>,
     generation: AtomicU64,
     ageing: Duration,
@@ -40,6 +41,11 @@ pub struct FdbCache {
     refreshed: HashMap<Mac, Instant>,
     nports: usize,
     groups: Vec<Vec<u16>>,
+    /// The ports at `generation` (`None`: a free slot), so that delivery
+    /// takes no lock: a port that delivers back into the switch (echo) does
+    /// not take the ports' lock inside itself, and a port added or removed
+    /// meanwhile waits for no delivery.
+    egress: Vec<Option<Arc<dyn Egress>>>,
     /// The last flow routed, reused while the table stands (see [`Route`]).
     last_route: Option<Route>,
 }
@@ -74,18 +80,46 @@ impl Switch {
         }
     }
 
-    /// Attach a port.
+    /// Attach a port: in the first free slot a removed port left, or a new
+    /// one.
     pub fn add_port(&self, egress: Arc<dyn Egress>, stats: Arc<PortStats>) -> PortId {
         let mut p = self.ports.write().unwrap_or_else(|e| e.into_inner());
-        p.push(PortEntry { egress, stats });
+        let entry = Some(PortEntry { egress, stats });
+        let id = match p.iter().position(Option::is_none) {
+            Some(free) => {
+                p[free] = entry;
+                free
+            }
+            None => {
+                p.push(entry);
+                p.len() - 1
+            }
+        };
         self.generation.fetch_add(1, Ordering::Release);
-        p.len() - 1
+        id
+    }
+
+    /// Detach port `id`: every address on it, learned or static, is
+    /// forgotten, and no frame is handed to it after the forwarding that
+    /// runs now. Its slot is free for the next port. The caller stops
+    /// whatever sends as `id` first (an [`Ingress`](super::Ingress) of a
+    /// removed port sends as whichever port takes its slot next).
+    pub fn remove_port(&self, id: PortId) {
+        let mut p = self.ports.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = p.get_mut(id) {
+            *slot = None;
+        }
+        self.fdb
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, e| e.port != id);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<Arc<PortStats>> {
         let p = self.ports.read().unwrap_or_else(|e| e.into_inner());
-        p.get(id).map(|e| Arc::clone(&e.stats))
+        p.get(id).and_then(|e| e.as_ref()).map(|e| Arc::clone(&e.stats))
     }
 
     /// Pin `mac` to `port` (sink/echo addresses); never ages.
@@ -163,7 +197,12 @@ impl Switch {
         let f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
         cache.table.clear();
         cache.table.extend(f.iter().map(|(m, e)| (*m, e.port)));
-        cache.nports = self.ports.read().unwrap_or_else(|e| e.into_inner()).len();
+        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
+        cache.egress.clear();
+        cache
+            .egress
+            .extend(ports.iter().map(|e| e.as_ref().map(|e| Arc::clone(&e.egress))));
+        cache.nports = ports.len();
         cache.groups.resize_with(cache.nports, Vec::new);
         cache.generation = gen;
         cache.last_route = None;
@@ -233,18 +272,22 @@ impl Switch {
                 Some(p) if p == ingress => {} // hairpin: drop, like a learning bridge
                 Some(p) if p < cache.nports => cache.groups[p].push(i as u16),
                 _ => {
-                    for p in (0..cache.nports).filter(|&p| p != ingress) {
-                        cache.groups[p].push(i as u16);
+                    for p in 0..cache.nports {
+                        if p != ingress && cache.egress[p].is_some() {
+                            cache.groups[p].push(i as u16);
+                        }
                     }
                 }
             }
         }
-        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
-        for (p, entry) in ports.iter().enumerate().take(cache.nports) {
-            if !cache.groups[p].is_empty() {
-                entry.egress.deliver(frames, &cache.groups[p], flow);
-                cache.groups[p].clear();
+        for p in 0..cache.nports {
+            if cache.groups[p].is_empty() {
+                continue;
             }
+            if let Some(egress) = &cache.egress[p] {
+                egress.deliver(frames, &cache.groups[p], flow);
+            }
+            cache.groups[p].clear();
         }
     }
 }
@@ -308,6 +351,32 @@ mod tests {
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(sw.lookup(s), Some(2));
         assert_eq!(sw.age(Instant::now() + Duration::from_secs(1000)), 0);
+    }
+
+    #[test]
+    fn a_removed_port_gets_no_frame_and_its_slot_is_taken_next() {
+        let (sw, recs) = setup(3);
+        let (a, b) = (Mac([2, 0, 0, 0, 0, 0xa]), Mac([2, 0, 0, 0, 0, 0xb]));
+        sw.add_static(b, 1);
+        let mut c = FdbCache::default();
+        let mut from_a = FrameBatch::new(4);
+        from_a.push(&frame(b, a, 1));
+        sw.forward(0, 0, &from_a, &mut c);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1);
+        sw.remove_port(1);
+        assert_eq!(sw.lookup(b), None, "its static address goes too");
+        assert!(sw.port_stats(1).is_none());
+        // Unknown now: flooded to the ports that remain, not to the removed one.
+        sw.forward(0, 0, &from_a, &mut c);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1, "nothing after removal");
+        assert_eq!(recs[2].0.lock().unwrap().len(), 1, "flooded to port 2");
+        let new = Arc::new(Recorder::default());
+        let id = sw.add_port(new.clone(), Arc::new(PortStats::new("n", "vm", 1)));
+        assert_eq!(id, 1, "the free slot is reused");
+        sw.add_static(b, id);
+        sw.forward(0, 0, &from_a, &mut c);
+        assert_eq!(new.0.lock().unwrap().len(), 1);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1);
     }
 
     #[test]
