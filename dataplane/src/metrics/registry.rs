@@ -25,6 +25,19 @@ impl Registry {
         self.workers.write().expect("poisoned").push(w);
     }
 
+    /// Stop exporting port `name`'s counters and its worker's (the port
+    /// was removed at run time): its series end with it.
+    pub fn remove_port(&self, name: &str) {
+        self.ports
+            .write()
+            .expect("poisoned")
+            .retain(|p| p.name != name);
+        self.workers
+            .write()
+            .expect("poisoned")
+            .retain(|w| w.name != name && !w.name.starts_with(&format!("{name}/")));
+    }
+
     /// Export `e`'s families too (the core manager's `vadapt_cores_*`),
     /// after the counters'.
     pub fn add_exporter(&self, e: Arc<dyn Exporter>) {
@@ -64,6 +77,21 @@ mod tests {
     use super::*;
     use crate::metrics::counters::{Dir, DropReason};
     use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn a_removed_port_and_its_worker_are_no_longer_reported() {
+        let reg = Registry::default();
+        for n in ["a", "b"] {
+            reg.add_port(Arc::new(PortStats::new(n, "vm", 1)));
+            reg.add_worker(Arc::new(WorkerStats::new(n)));
+        }
+        reg.remove_port("a");
+        let s = reg.snapshot();
+        assert_eq!(s.ports.len(), 1);
+        assert_eq!(s.ports[0].name, "b");
+        assert_eq!(s.workers.len(), 1);
+
+    }
 
     #[test]
     fn snapshot_reports_only_nonzero_drops_and_sums() {
