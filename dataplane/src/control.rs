@@ -4,6 +4,7 @@
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.
 
+use crate::config::PortSpec;
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,19 @@ pub enum Request {
         /// P95 latency, µs (at most [`MAX_P95_US`]).
         p95_us: u64,
     },
+    /// Add a port to the running daemon (`vadapt add-port`).
+    AddPort {
+        /// The port.
+        port: PortSpec,
+    },
+    /// Remove a port from the running daemon (`vadapt del-port`).
+    DelPort {
+        /// Its name.
+        port: String,
+    },
+    /// Read the configuration again and apply the difference in ports
+    /// (`vadapt reload`, or `SIGHUP` to `vadapt serve`).
+    Reload,
 }
 
 /// The largest P95 sample `cores-report` takes, µs: an hour. Anything
@@ -77,6 +91,11 @@ pub enum Response {
         /// The state.
         cores: Box<crate::cores::CoresSnapshot>,
     },
+    /// What a reload changed.
+    Reloaded {
+        /// The changes.
+        report: ReloadReport,
+    },
     /// Done.
     Ok,
     /// Failed; `error` says why.
@@ -84,6 +103,51 @@ pub enum Response {
         /// One-line reason.
         error: String,
     },
+}
+
+/// What a reload changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// Ports added.
+    pub added: Vec<String>,
+    /// Ports removed.
+    pub removed: Vec<String>,
+    /// Ports whose configuration changed: removed and added again (their
+    /// frontends reconnect).
+    pub restarted: Vec<String>,
+    /// Ports left as they were.
+    pub unchanged: usize,
+    /// Settings that changed in the file but take a restart of the daemon
+    /// (`policy`, `cpus`, `[cores]`, ...): not applied.
+    pub need_restart: Vec<String>,
+}
+
+impl std::fmt::Display for ReloadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        write!(
+            f,
+            "added: {}; removed: {}; restarted (configuration changed): {}; unchanged: {}",
+            list(&self.added),
+            list(&self.removed),
+            list(&self.restarted),
+            self.unchanged
+        )?;
+        if !self.need_restart.is_empty() {
+            write!(
+                f,
+                "; not applied until the daemon restarts: {}",
+                self.need_restart.join(", ")
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Errors of the control channel.
@@ -268,6 +332,11 @@ mod tests {
                 Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. } => {
                     Response::Error {
                         error: "no core manager".into(),
+                    }
+                }
+                Request::AddPort { .. } | Request::DelPort { .. } | Request::Reload => {
+                    Response::Error {
+                        error: "no ports here".into(),
                     }
                 }
             }

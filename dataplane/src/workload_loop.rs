@@ -20,7 +20,8 @@
 
 use crate::log_limit::LogLimit;
 use crate::metrics::Dir;
-use crate::queue::VmPort;
+use crate::queue::{Roster, VmPort};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -49,48 +50,83 @@ pub fn merge(pinned: [u32; 3], f: Features) -> Features {
     }
 }
 
+/// What the loop keeps of one port.
+#[derive(Debug)]
+struct Followed {
+    /// The features the port's configuration pins (as it was added).
+    pinned: [u32; 3],
+    /// The features last sent to it.
+    sent: Option<Features>,
+}
+
 /// The loop's state (see the module docs).
 #[derive(Debug)]
 pub struct WorkloadLoop {
-    ports: Vec<Arc<VmPort>>,
-    /// Per port, the features its start-up configuration pins.
-    pinned: Vec<[u32; 3]>,
-    /// Per port, the features last sent to it.
-    sent: Vec<Option<Features>>,
+    roster: Arc<Roster>,
+    /// The roster's generation `followed` was made at.
+    seen: Option<u64>,
+    /// Per port name.
+    followed: HashMap<String, Followed>,
     est: WorkloadEstimator,
     refused: LogLimit,
 }
 
 impl WorkloadLoop {
-    /// A loop over `ports`, reading their counters. Records each
-    /// `netap-ml` port's configured features in its stats (shown until an
-    /// estimate replaces the unpinned ones).
-    pub fn new(ports: Vec<Arc<VmPort>>) -> Self {
-        let pinned: Vec<_> = ports.iter().map(|p| pinned(p.policy_config())).collect();
-        for (p, f) in ports.iter().zip(&pinned) {
-            for (i, v) in f.iter().enumerate() {
-                p.stats.workload[i].store(u64::from(*v), Ordering::Relaxed);
-            }
-        }
-        WorkloadLoop {
-            sent: vec![None; ports.len()],
-            pinned,
-            ports,
+    /// A loop over the ports of `roster` (as they come and go), reading
+    /// their counters.
+    pub fn new(roster: Arc<Roster>) -> Self {
+        let mut l = WorkloadLoop {
+            roster,
+            seen: None,
+            followed: HashMap::new(),
             est: WorkloadEstimator::new(EstimatorParams::default()),
             // A refused retune repeats every window: one line a minute.
             refused: LogLimit::new(1, Duration::from_secs(60)),
+        };
+        l.follow_roster();
+        l
+    }
+
+    /// Ports added since the last look are followed, with their pinned
+    /// features recorded in their stats (shown until an estimate replaces
+    /// the unpinned ones); removed ones are forgotten.
+    fn follow_roster(&mut self) {
+        let generation = self.roster.generation();
+        if self.seen == Some(generation) {
+            return;
+        }
+        self.seen = Some(generation);
+        let ports = self.roster.current();
+        self.followed
+            .retain(|name, _| ports.iter().any(|p| p.name() == name));
+        for p in ports.iter() {
+            self.followed.entry(p.name().to_owned()).or_insert_with(|| {
+                let f = pinned(p.policy_config());
+                for (i, v) in f.iter().enumerate() {
+                    p.stats.workload[i].store(u64::from(*v), Ordering::Relaxed);
+                }
+                Followed {
+                    pinned: f,
+                    sent: None,
+                }
+            });
         }
     }
 
     /// One window, ending at `now`.
     pub fn step(&mut self, now: Instant) {
+        self.follow_roster();
+        let ports = self.roster.current();
         let mut ml = Vec::new();
-        for (i, p) in self.ports.iter().enumerate() {
+        for p in ports.iter() {
+            let Some(f) = self.followed.get_mut(p.name()) else {
+                continue;
+            };
             if matches!(p.policy_config(), PolicyConfig::NetapMl(_)) {
-                ml.push(i);
+                ml.push(p);
             } else {
                 // A later switch to netap-ml starts without our features.
-                self.sent[i] = None;
+                f.sent = None;
             }
         }
         if ml.is_empty() {
@@ -98,7 +134,7 @@ impl WorkloadLoop {
             self.est = WorkloadEstimator::new(EstimatorParams::default());
             return;
         }
-        let obs = self.est.observe(self.ports.iter().map(|p| tx_counters(p)));
+        let obs = self.est.observe(ports.iter().map(|p| tx_counters(p)));
         if let Some(f) = obs.changed {
             tracing::info!(
                 vms = f.vms,
@@ -110,15 +146,17 @@ impl WorkloadLoop {
         let Some(f) = self.est.reported() else {
             return;
         };
-        for i in ml {
-            if self.pinned[i].iter().all(|&v| v != 0) {
+        for port in ml {
+            let Some(followed) = self.followed.get_mut(port.name()) else {
+                continue;
+            };
+            if followed.pinned.iter().all(|&v| v != 0) {
                 continue;
             }
-            let w = merge(self.pinned[i], f);
-            if self.sent[i] == Some(w) {
+            let w = merge(followed.pinned, f);
+            if followed.sent == Some(w) {
                 continue;
             }
-            let port = &self.ports[i];
             let r = Retune::Workload {
                 vms: w.vms,
                 threads: w.threads,
@@ -126,7 +164,7 @@ impl WorkloadLoop {
             };
             match port.retune(r) {
                 Ok(()) => {
-                    self.sent[i] = Some(w);
+                    followed.sent = Some(w);
                     for (j, v) in [w.vms, w.threads, w.msg_size].into_iter().enumerate() {
                         port.stats.workload[j].store(u64::from(v), Ordering::Relaxed);
                     }

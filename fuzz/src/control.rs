@@ -302,7 +302,7 @@ pub fn fixture() -> &'static Fixture {
         let control = cfg.control.clone();
         crate::ignore_sigpipe();
         let daemon = Daemon::start(cfg).expect("starting the daemon");
-        let handler = daemon.control_handler();
+        let handler: Arc<dyn Handler> = Arc::new(Fenced(daemon.control_handler()));
         // What the control server runs on (`local_server::run`).
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -315,6 +315,28 @@ pub fn fixture() -> &'static Fixture {
             rt,
         }
     })
+}
+
+/// The daemon's handler, but for the requests that add and remove ports:
+/// a fuzzed `add-port` would create socket files and TAP devices where the
+/// input says, as root. Their parsing is fuzzed all the same (it is the
+/// server's, before the handler); the daemon's tests run them.
+struct Fenced(Arc<dyn Handler>);
+
+/// What [`Fenced`] answers the requests it keeps from the daemon.
+const NOT_FUZZED: &str = "port changes are not fuzzed";
+
+impl Handler for Fenced {
+    fn handle(&self, req: Request) -> Response {
+        match req {
+            Request::AddPort { .. } | Request::DelPort { .. } | Request::Reload => {
+                Response::Error {
+                    error: NOT_FUZZED.into(),
+                }
+            }
+            req => self.0.handle(req),
+        }
+    }
 }
 
 /// One connection: the client writes `line` and shuts its sending side
@@ -389,6 +411,10 @@ pub fn run(line: &[u8]) {
             Response::Error { error },
         ) if !error.starts_with("bad request") && (known(port) || error.contains("no VM port")) => {
         }
+        (
+            Request::AddPort { .. } | Request::DelPort { .. } | Request::Reload,
+            Response::Error { error },
+        ) if error == NOT_FUZZED => {}
         _ => panic!("request {req:?} got {resp:?}"),
     }
 }

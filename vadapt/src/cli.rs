@@ -34,6 +34,14 @@ pub enum Command {
     Cores(CoresArgs),
     /// Switch the running vSPACE core manager's mode.
     SetCores(SetCoresArgs),
+    /// Add a port to the running daemon; the other ports are not touched.
+    AddPort(AddPortArgs),
+    /// Remove a port from the running daemon: its frontend is disconnected,
+    /// its worker stopped, its socket removed; the other ports are not touched.
+    DelPort(DelPortArgs),
+    /// Make the running daemon read its configuration again and apply the
+    /// difference in ports (as SIGHUP does); unchanged ports are not touched.
+    Reload(ReloadArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(vadapt_harness::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
@@ -170,6 +178,60 @@ pub struct StatsArgs {
     /// Print the Prometheus text exposition instead of a table.
     #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
+}
+
+/// `vadapt add-port`: one port, as `serve` takes it.
+#[derive(Debug, Args)]
+#[command(
+    group(clap::ArgGroup::new("port").required(true).args(["vm", "sink", "echo", "tap"])),
+    after_help = "EXAMPLES:\n  \
+    vadapt add-port --vm name=vm3,socket=/run/vadapt/vm3.sock,queues=2,policy=netap\n  \
+    vadapt add-port --sink sink1\n\n\
+    The port is checked as `serve` checks its ports (a name, socket or MAC already taken is\n  \
+    refused, naming the port). It is not written to the config file: a `reload` of a file\n  \
+    without it removes it again."
+)]
+pub struct AddPortArgs {
+    /// A VM port, as `serve --vm` takes it.
+    #[arg(long, value_name = "SPEC")]
+    pub vm: Option<String>,
+    /// A sink port, as `serve --sink` takes it.
+    #[arg(long, value_name = "SPEC")]
+    pub sink: Option<String>,
+    /// An echo port, as `serve --echo` takes it.
+    #[arg(long, value_name = "SPEC")]
+    pub echo: Option<String>,
+    /// A TAP port, as `serve --tap` takes it.
+    #[arg(long, value_name = "NAME")]
+    pub tap: Option<String>,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// `vadapt del-port`.
+#[derive(Debug, Args)]
+pub struct DelPortArgs {
+    /// The port's name (any kind).
+    pub name: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// `vadapt reload`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The daemon reads its --config file again, with the command line it was \
+    started with, and applies the difference in ports: ports no longer there are removed, new \
+    ones added, changed ones removed and added again. Other settings (policy, cpus, [cores], \
+    ...) take a restart; the answer names those that changed. An invalid file changes nothing.\n\n\
+    `kill -HUP $(pidof vadapt)` does the same."
+)]
+pub struct ReloadArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
 }
 
 /// `vadapt set-policy`.

@@ -1,6 +1,7 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
 mod cli;
+mod port_changes;
 mod serve;
 
 use clap::Parser;
@@ -16,6 +17,9 @@ fn main() -> ExitCode {
         cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Cores(args) => serve::cores(args),
         cli::Command::SetCores(args) => serve::set_cores(args),
+        cli::Command::AddPort(args) => port_changes::add_port(args),
+        cli::Command::DelPort(args) => port_changes::del_port(args),
+        cli::Command::Reload(args) => port_changes::reload(args),
         cli::Command::Demo(args) => vadapt_harness::demo::run(args),
         cli::Command::Calibrate(args) => vadapt_harness::calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),

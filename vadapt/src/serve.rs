@@ -5,7 +5,8 @@ use crate::cli::{
     CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
 };
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, DaemonConfig, TapPortConfig};
 use vadapt_dataplane::control::{request, Request, Response};
@@ -71,7 +72,8 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     Ok(cfg)
 }
 
-/// `vadapt serve`: run until SIGINT or SIGTERM.
+/// `vadapt serve`: run until SIGINT or SIGTERM; SIGHUP reloads the
+/// configuration (its ports).
 pub fn run(a: ServeArgs) -> ExitCode {
     let cfg = match build_config(&a) {
         Ok(c) => c,
@@ -82,15 +84,26 @@ pub fn run(a: ServeArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(chain(&e)),
     };
+    // A reload reads the file and this command line again, as start-up did.
+    daemon.set_config_source(Box::new(move || build_config(&a)));
     let stop = daemon.stop_flag();
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
             return fail(format!("cannot install signal handler: {e}"));
         }
     }
-    tracing::info!("vadapt serving; SIGINT or SIGTERM stops it");
+    let hup = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()) {
+        return fail(format!("cannot install signal handler: {e}"));
+    }
+    tracing::info!("vadapt serving; SIGINT or SIGTERM stops it, SIGHUP reloads its ports");
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        if hup.swap(false, Ordering::Relaxed) {
+            tracing::info!("SIGHUP: reloading the configuration");
+            // The outcome is logged by the daemon, either way.
+            let _ = daemon.reload();
+        }
     }
     tracing::info!("stopping");
     // Whatever a frontend does, the daemon is gone within STOP_DEADLINE of

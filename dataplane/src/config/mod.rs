@@ -30,38 +30,22 @@
 
 pub mod cores;
 mod error;
+mod host_port;
+mod port_spec;
 mod vm_port;
 
 use error::field;
 pub use error::ConfigError;
+pub use host_port::{parse_local_spec, LocalPortConfig, TapPortConfig};
+pub use port_spec::PortSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
-use vadapt_wire::Mac;
 pub use vm_port::{
     parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_QUEUE_PAIRS,
 };
-
-/// A sink or echo port.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LocalPortConfig {
-    /// Port name, unique in the daemon.
-    pub name: String,
-    /// The port's MAC on the switch; default derived from the name.
-    #[serde(default)]
-    pub mac: Option<Mac>,
-}
-
-/// A TAP port to the host network stack.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TapPortConfig {
-    /// Port name, and the TAP interface name (at most 15 bytes).
-    pub name: String,
-}
 
 /// The whole daemon configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -149,6 +133,35 @@ impl Default for DaemonConfig {
 }
 
 impl DaemonConfig {
+    /// Every port, VM ports first, each kind in its order.
+    pub fn ports(&self) -> Vec<PortSpec> {
+        let vms = self.vm.iter().map(|v| PortSpec::Vm(Box::new(v.clone())));
+        let sinks = self.sink.iter().cloned().map(PortSpec::Sink);
+        let echoes = self.echo.iter().cloned().map(PortSpec::Echo);
+        let taps = self.tap.iter().cloned().map(PortSpec::Tap);
+        vms.chain(sinks).chain(echoes).chain(taps).collect()
+    }
+
+    /// Add `port` to its kind's list.
+    pub fn add_port(&mut self, port: PortSpec) {
+        match port {
+            PortSpec::Vm(v) => self.vm.push(*v),
+            PortSpec::Sink(l) => self.sink.push(l),
+            PortSpec::Echo(l) => self.echo.push(l),
+            PortSpec::Tap(t) => self.tap.push(t),
+        }
+    }
+
+    /// Remove the port named `name`, of whatever kind; whether there was one.
+    pub fn remove_port(&mut self, name: &str) -> bool {
+        let before = self.ports().len();
+        self.vm.retain(|v| v.name != name);
+        self.sink.retain(|l| l.name != name);
+        self.echo.retain(|l| l.name != name);
+        self.tap.retain(|t| t.name != name);
+        self.ports().len() != before
+    }
+
     /// Read and validate a TOML config file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let cfg = Self::read_file(path)?;
@@ -184,6 +197,20 @@ impl DaemonConfig {
 
     /// Check every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_ports_and_settings()?;
+        if self.vm.is_empty() && self.tap.is_empty() {
+            return Err(field(
+                "vm",
+                "no VM or TAP port configured (use --vm name=vm1,socket=PATH or a [[vm]] table)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`DaemonConfig::validate`] but for its one rule about the whole
+    /// set of ports (at least one VM or TAP port): what a running daemon
+    /// checks a port to add against, since its ports come one at a time.
+    pub fn validate_ports_and_settings(&self) -> Result<(), ConfigError> {
         let mut names = HashSet::new();
         let all_names = self
             .vm
@@ -295,12 +322,6 @@ impl DaemonConfig {
                 e => e,
             })?;
         }
-        if self.vm.is_empty() && self.tap.is_empty() {
-            return Err(field(
-                "vm",
-                "no VM or TAP port configured (use --vm name=vm1,socket=PATH or a [[vm]] table)",
-            ));
-        }
         Ok(())
     }
 }
@@ -346,27 +367,6 @@ fn cpu_list(cpus: &[usize]) -> String {
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
-}
-
-/// Parse a `--sink NAME[,mac=..]` or `--echo NAME[,mac=..]` spec.
-pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, ConfigError> {
-    let mut it = spec.split(',');
-    let name = it.next().unwrap_or_default().to_string();
-    if name.is_empty() {
-        return Err(field(flag, "missing port name"));
-    }
-    let mut mac = None;
-    for kv in it {
-        match kv.split_once('=') {
-            Some(("mac", v)) => {
-                mac = Some(v.parse().map_err(|e: vadapt_wire::MacParseError| {
-                    field(format!("{flag} mac"), e.to_string())
-                })?)
-            }
-            _ => return Err(field(flag, format!("unknown option `{kv}` (known: mac=)"))),
-        }
-    }
-    Ok(LocalPortConfig { name, mac })
 }
 
 #[cfg(test)]

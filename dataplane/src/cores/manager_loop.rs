@@ -53,7 +53,7 @@ use super::vm_qmp::{self, QmpReply, QmpRequest, RunFailure, VmQmp, VmRun};
 use crate::config::cores::{ApplyMethod, CoresConfig, VmRole};
 use crate::panic_message::panic_message;
 use crate::queue::pool::NqWorkers;
-use crate::queue::VmPort;
+use crate::queue::{Roster, VmPort};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,6 +122,35 @@ struct ManagedVm {
     queue_pairs: u16,
 }
 
+impl ManagedVm {
+    /// A VM to manage, as `port`'s configuration describes it.
+    fn of(p: &VmPort) -> ManagedVm {
+        ManagedVm {
+            name: p.name().to_string(),
+            role: p.cfg.role,
+            qmp: p.cfg.qmp.clone(),
+            qemu_pidfile: p.cfg.qemu_pidfile.clone(),
+            qmp_worker: None,
+            qemu_pid: None,
+            vcpus: Vec::new(),
+            looked_up: None,
+            error: p
+                .cfg
+                .qmp
+                .is_none()
+                .then(|| "no qmp socket configured".to_string()),
+            paused: false,
+            want_paused: false,
+            stop_sent: false,
+            run_retry: None,
+            run_error: None,
+            foreign_warned: None,
+            guest: GuestSide::new(p.cfg.qga.clone(), p.cfg.guest_iface.clone()),
+            queue_pairs: p.cfg.queues,
+        }
+    }
+}
+
 /// The core manager. [`CoreManager::step`] is one period; [`spawn`] runs
 /// it on a thread.
 pub struct CoreManager {
@@ -129,7 +158,11 @@ pub struct CoreManager {
     mode: VspaceMode,
     proc_root: PathBuf,
     vms: Vec<ManagedVm>,
-    ports: Vec<Arc<VmPort>>,
+    /// The VM ports as they come and go, and the roster's generation
+    /// `vms` and `ports` follow.
+    roster: Arc<Roster>,
+    roster_seen: u64,
+    ports: Arc<Vec<Arc<VmPort>>>,
     status: Arc<CoresStatus>,
     manager: Option<VspaceManager>,
     applier: Applier,
@@ -155,12 +188,12 @@ impl std::fmt::Debug for CoreManager {
 }
 
 impl CoreManager {
-    /// A manager of `cfg.cpus` for `ports` (their configs name the VMs'
-    /// QMP sockets and roles); `proc_root` and `sysfs_root` are normally
-    /// `/proc` and `/sys`.
+    /// A manager of `cfg.cpus` for the ports of `roster`, as they come and
+    /// go (their configs name the VMs' QMP sockets and roles);
+    /// `proc_root` and `sysfs_root` are normally `/proc` and `/sys`.
     pub fn new(
         cfg: CoresConfig,
-        ports: Vec<Arc<VmPort>>,
+        roster: Arc<Roster>,
         status: Arc<CoresStatus>,
         proc_root: &Path,
         sysfs_root: &Path,
@@ -188,36 +221,15 @@ impl CoreManager {
                 Applier::cpuset(&parent, &mountinfo, proc_root)
             }
         };
-        let vms = ports
-            .iter()
-            .map(|p| ManagedVm {
-                name: p.name().to_string(),
-                role: p.cfg.role,
-                qmp: p.cfg.qmp.clone(),
-                qemu_pidfile: p.cfg.qemu_pidfile.clone(),
-                qmp_worker: None,
-                qemu_pid: None,
-                vcpus: Vec::new(),
-                looked_up: None,
-                error: p
-                    .cfg
-                    .qmp
-                    .is_none()
-                    .then(|| "no qmp socket configured".to_string()),
-                paused: false,
-                want_paused: false,
-                stop_sent: false,
-                run_retry: None,
-                run_error: None,
-                foreign_warned: None,
-                guest: GuestSide::new(p.cfg.qga.clone(), p.cfg.guest_iface.clone()),
-                queue_pairs: p.cfg.queues,
-            })
-            .collect();
+        let roster_seen = roster.generation();
+        let ports = roster.current();
+        let vms = ports.iter().map(|p| ManagedVm::of(p)).collect();
         let mut m = CoreManager {
             mode: cfg.mode,
             proc_root: proc_root.to_owned(),
             vms,
+            roster,
+            roster_seen,
             ports,
             status,
             manager: None,
@@ -339,6 +351,7 @@ impl CoreManager {
                 self.set_mode(mode);
             }
         }
+        self.follow_roster();
         self.take_qmp_replies(now);
         self.look_up_vcpus(now);
         let threads = self.threads();
@@ -448,6 +461,7 @@ fn run(mut m: CoreManager, stop: &AtomicBool, mut step: impl FnMut(&mut CoreMana
 
 mod best_effort;
 mod discovery;
+mod following;
 mod guests;
 mod placement;
 mod publish;

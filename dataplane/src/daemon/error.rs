@@ -1,4 +1,4 @@
-//! Why the daemon could not start.
+//! Why the daemon could not start, or a port could not be added.
 
 use crate::control;
 use crate::port::frontend_socket::ListenError;
@@ -35,6 +35,9 @@ pub enum DaemonError {
     /// The pool of queue workers could not start.
     #[error(transparent)]
     NqWorkers(#[from] crate::queue::pool::NqWorkersError),
+    /// The daemon is stopping: no port is added any more.
+    #[error("the daemon is stopping")]
+    Stopping,
     /// A system resource (eventfd, thread) could not be created.
     #[error("cannot create port `{port}`")]
     Port {

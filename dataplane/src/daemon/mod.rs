@@ -2,23 +2,23 @@
 //! control socket and the metrics endpoint.
 
 mod error;
+mod port_book;
 mod ports;
 mod services;
 mod started;
 
 pub use error::DaemonError;
+use port_book::PortBook;
 use started::Started;
 
-use crate::config::DaemonConfig;
-use crate::config::SocketMode;
-use crate::control::{self, Handler, Request, Response, MAX_P95_US};
+use crate::config::{DaemonConfig, PortSpec};
+use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US};
 use crate::cores::CoresStatus;
 use crate::metrics::Registry;
 use crate::queue::pool::NqWorkers;
-use crate::queue::VmPort;
+use crate::queue::{Roster, VmPort};
 use crate::switch::Switch;
 use std::net::SocketAddr;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,11 +26,20 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use vadapt_policy::{PolicyConfig, Retune};
 
+/// Where a reload reads the configuration again (`vadapt serve` reads its
+/// file and command line as at start-up).
+pub type ConfigSource = Box<dyn Fn() -> Result<DaemonConfig, String> + Send + Sync>;
+
 struct Shared {
     registry: Arc<Registry>,
-    vm_ports: Vec<Arc<VmPort>>,
+    /// The VM ports running now.
+    roster: Arc<Roster>,
+    /// Every port, to add and remove them.
+    book: Arc<Mutex<PortBook>>,
     /// The core manager's state; `None` when `[cores]` names no CPUs.
     cores: Option<Arc<CoresStatus>>,
+    /// Where a reload reads the configuration; `None`: no reload.
+    config_source: Mutex<Option<ConfigSource>>,
 }
 
 impl Handler for Shared {
@@ -42,12 +51,22 @@ impl Handler for Shared {
             Request::Metrics => Response::Metrics {
                 text: self.registry.prometheus_text(),
             },
-            Request::SetPolicy { port, policy } => {
-                match set_policy(&self.vm_ports, &port, policy) {
-                    Ok(()) => Response::Ok,
-                    Err(error) => Response::Error { error },
-                }
-            }
+            Request::SetPolicy { port, policy } => match set_policy(&self.roster, &port, policy) {
+                Ok(()) => Response::Ok,
+                Err(error) => Response::Error { error },
+            },
+            Request::AddPort { port } => match self.add_port(port) {
+                Ok(()) => Response::Ok,
+                Err(error) => Response::Error { error },
+            },
+            Request::DelPort { port } => match self.remove_port(&port) {
+                Ok(()) => Response::Ok,
+                Err(error) => Response::Error { error },
+            },
+            Request::Reload => match self.reload() {
+                Ok(report) => Response::Reloaded { report },
+                Err(error) => Response::Error { error },
+            },
             Request::Retune { port, retune } => match self.retune(&port, retune) {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
@@ -95,22 +114,69 @@ impl Handler for Shared {
 
 impl Shared {
     fn retune(&self, name: &str, r: Retune) -> Result<(), String> {
-        let p = find_port(&self.vm_ports, name)?;
+        let p = find_port(&self.roster, name)?;
         p.retune(r).map_err(|e| format!("port `{name}`: {e}"))?;
         tracing::info!(port = name, retune = ?r, "retune requested");
         Ok(())
     }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, PortBook> {
+        lock_book(&self.book)
+    }
+
+    fn add_port(&self, port: PortSpec) -> Result<(), String> {
+        let (name, kind) = (port.name().to_owned(), port.kind());
+        self.book().add(port).map_err(|e| {
+            format!(
+                "cannot add {kind} port `{name}`: {}",
+                vadapt_host::error_chain::error_chain(&e)
+            )
+        })?;
+        tracing::info!(port = name, kind, "port added");
+        Ok(())
+    }
+
+    fn remove_port(&self, name: &str) -> Result<(), String> {
+        self.book().remove(name)?;
+        tracing::info!(port = name, "port removed");
+        Ok(())
+    }
+
+    fn reload(&self) -> Result<ReloadReport, String> {
+        let new = {
+            let source = self.config_source.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(read) = source.as_ref() else {
+                return Err("this daemon has no configuration to read again".into());
+            };
+            read().map_err(|e| format!("reload refused, nothing changed: {e}"))?
+        };
+        match self.book().reload(&new) {
+            Ok(report) => {
+                tracing::info!(%report, "configuration reloaded");
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reload stopped");
+                Err(e)
+            }
+        }
+    }
 }
 
-fn find_port<'a>(ports: &'a [Arc<VmPort>], name: &str) -> Result<&'a Arc<VmPort>, String> {
-    ports.iter().find(|p| p.name() == name).ok_or_else(|| {
+fn lock_book(book: &Mutex<PortBook>) -> std::sync::MutexGuard<'_, PortBook> {
+    book.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn find_port(roster: &Roster, name: &str) -> Result<Arc<VmPort>, String> {
+    roster.find(name).ok_or_else(|| {
+        let ports = roster.current();
         let names: Vec<_> = ports.iter().map(|p| p.name()).collect();
         format!("no VM port `{name}` (VM ports: {})", names.join(", "))
     })
 }
 
-fn set_policy(ports: &[Arc<VmPort>], name: &str, policy: PolicyConfig) -> Result<(), String> {
-    let p = find_port(ports, name)?;
+fn set_policy(roster: &Roster, name: &str, policy: PolicyConfig) -> Result<(), String> {
+    let p = find_port(roster, name)?;
     p.set_policy(policy).map_err(|e| e.to_string())?;
     tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
     Ok(())
@@ -134,8 +200,6 @@ pub struct Daemon {
     switch: Arc<Switch>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    live: Vec<Arc<Mutex<Option<UnixStream>>>>,
-    sockets: Vec<PathBuf>,
     control: PathBuf,
     metrics_addr: Option<SocketAddr>,
     nq_workers: Option<Arc<NqWorkers>>,
@@ -144,7 +208,7 @@ pub struct Daemon {
 impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Daemon")
-            .field("sockets", &self.sockets)
+            .field("control", &self.control)
             .finish_non_exhaustive()
     }
 }
@@ -160,17 +224,31 @@ impl Daemon {
         // removes the sockets already created.
         let mut started = Started::default();
         let stop = Arc::clone(&started.stop);
-        let vms = ports::vm_ports(&cfg, &switch, &registry, &mut started)?;
-        ports::host_ports(&cfg, &switch, &registry, &mut started)?;
         let nq_workers = ports::nq_pool(&cfg)?;
-        let live = ports::serve_frontends(&vms.ports, vms.listeners, &nq_workers, &mut started);
+        let roster = Arc::new(Roster::default());
+        let maker = ports::PortMaker::new(
+            &cfg,
+            Arc::clone(&switch),
+            Arc::clone(&registry),
+            nq_workers.clone(),
+        );
+        let book = Arc::new(Mutex::new(PortBook::new(maker, Arc::clone(&roster), &cfg)));
+        let undo = Arc::clone(&book);
+        started
+            .on_failure
+            .push(Box::new(move || lock_book(&undo).shutdown()));
+        for port in cfg.ports() {
+            lock_book(&book).add(port)?;
+        }
         let (cores, cores_line) =
-            services::core_manager(&cfg, &vms.ports, &nq_workers, &registry, &mut started)?;
-        services::workload_estimate(&vms.ports, &mut started)?;
+            services::core_manager(&cfg, &roster, &nq_workers, &registry, &mut started)?;
+        services::workload_estimate(&roster, &mut started)?;
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
-            vm_ports: vms.ports,
+            roster,
+            book,
             cores,
+            config_source: Mutex::new(None),
         });
         started.threads.push(control::serve(
             &cfg.control,
@@ -181,32 +259,45 @@ impl Daemon {
         let metrics_addr = services::metrics_endpoint(&cfg, &registry, &mut started)?;
         services::mac_ageing(&switch, &mut started);
         // Said once start-up can no longer fail: a failed start is one line.
-        services::log_ready(
-            &cfg,
-            &shared.vm_ports,
-            metrics_addr,
-            cores_line,
-            vms.freq_note,
-            &vms.pinned,
-        );
+        services::log_ready(&cfg, shared.book().vms(), metrics_addr, cores_line);
         let threads = started.complete();
         Ok(Daemon {
             shared,
             switch,
             stop,
             threads,
-            live,
-            // Only the sockets vadapt created; a client port's belongs to QEMU.
-            sockets: cfg
-                .vm
-                .iter()
-                .filter(|v| v.mode == SocketMode::Server)
-                .map(|v| v.socket.clone())
-                .collect(),
             control: cfg.control.clone(),
             metrics_addr,
             nq_workers,
         })
+    }
+
+    /// Read the configuration from `source` on every reload (`vadapt
+    /// reload`, or `SIGHUP` to `vadapt serve`); without one a reload is
+    /// refused.
+    pub fn set_config_source(&self, source: ConfigSource) {
+        *self
+            .shared
+            .config_source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    /// Add `port` while the daemon runs (as `vadapt add-port` does).
+    pub fn add_port(&self, port: PortSpec) -> Result<(), String> {
+        self.shared.add_port(port)
+    }
+
+    /// Remove the port named `name` while the daemon runs (as `vadapt
+    /// del-port` does).
+    pub fn remove_port(&self, name: &str) -> Result<(), String> {
+        self.shared.remove_port(name)
+    }
+
+    /// Read the configuration again and apply the difference in ports (as
+    /// `vadapt reload` does).
+    pub fn reload(&self) -> Result<ReloadReport, String> {
+        self.shared.reload()
     }
 
     /// The pool of one queue worker per NQ core (`[cores] queue_workers =
@@ -231,9 +322,9 @@ impl Daemon {
         Arc::clone(&self.switch)
     }
 
-    /// The VM ports.
-    pub fn vm_ports(&self) -> &[Arc<VmPort>] {
-        &self.shared.vm_ports
+    /// The VM ports running now.
+    pub fn vm_ports(&self) -> Arc<Vec<Arc<VmPort>>> {
+        self.shared.roster.current()
     }
 
     /// Address the metrics endpoint actually bound (port 0 resolved).
@@ -243,7 +334,7 @@ impl Daemon {
 
     /// Change a VM port's policy.
     pub fn set_policy(&self, port: &str, policy: PolicyConfig) -> Result<(), String> {
-        set_policy(&self.shared.vm_ports, port, policy)
+        set_policy(&self.shared.roster, port, policy)
     }
 
     /// Change a parameter of a VM port's running policy.
@@ -269,7 +360,7 @@ impl Daemon {
     /// Every socket file the daemon created (server-mode VM ports and the
     /// control socket).
     pub fn socket_paths(&self) -> Vec<PathBuf> {
-        let mut v = self.sockets.clone();
+        let mut v = self.shared.book().socket_files();
         v.push(self.control.clone());
         v
     }
@@ -277,26 +368,15 @@ impl Daemon {
     /// Stop everything: connections are closed, workers joined, sockets removed.
     pub fn shutdown(mut self) {
         self.request_stop();
-        // Only our reading side is shut: the blocked read returns, the port's
-        // serve loop stops its worker, and only then does closing the socket
-        // tell the frontend. A frontend that sees the close while a worker
-        // still runs would take a stale used index as the ring's position
-        // (QEMU does, to resume after a restart) and the new daemon would
-        // hand the guest buffers it had already been given back.
-        for l in &self.live {
-            if let Some(s) = l.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                let _ = s.shutdown(std::net::Shutdown::Read);
-            }
-        }
+        // Every port's connection ends (see `RunningVm::stop`: the worker
+        // stops before the frontend sees the close), its socket goes.
+        self.shared.book().shutdown();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
         // The serve loops took their queue sets back when they stopped.
         if let Some(pool) = &self.nq_workers {
             pool.shutdown();
-        }
-        for s in &self.sockets {
-            let _ = std::fs::remove_file(s);
         }
         tracing::info!("daemon stopped");
     }
@@ -305,8 +385,9 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse_vm_spec;
+    use crate::config::{parse_vm_spec, SocketMode};
     use std::net::TcpListener;
+    use std::os::unix::net::UnixStream;
 
     fn cfg(dir: &std::path::Path) -> DaemonConfig {
         let mut c = DaemonConfig::default();
@@ -391,10 +472,24 @@ mod tests {
     #[test]
     fn a_stopped_core_manager_refuses_changes_and_shows_why() {
         let status = Arc::new(CoresStatus::default());
+        let registry = Arc::new(Registry::default());
+        let roster = Arc::new(Roster::default());
+        let maker = ports::PortMaker::new(
+            &DaemonConfig::default(),
+            Arc::new(Switch::new(Duration::from_secs(300))),
+            Arc::clone(&registry),
+            None,
+        );
         let shared = Shared {
-            registry: Arc::new(Registry::default()),
-            vm_ports: Vec::new(),
+            registry,
+            book: Arc::new(Mutex::new(PortBook::new(
+                maker,
+                Arc::clone(&roster),
+                &DaemonConfig::default(),
+            ))),
+            roster,
             cores: Some(Arc::clone(&status)),
+            config_source: Mutex::new(None),
         };
         shared.registry.add_exporter(Arc::clone(&status) as _);
         let failed_metric = || {

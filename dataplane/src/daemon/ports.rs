@@ -1,53 +1,95 @@
-//! Start-up, the ports step: every VM port with its socket, the sink, echo
-//! and TAP ports on the switch, the NQ workers' pool, and a thread per VM
-//! port serving its frontend.
+//! Making and unmaking ports, the same way at start-up and at run time
+//! (`vadapt add-port`, `del-port`, `reload`): a VM port with its socket and
+//! the thread serving its frontend, and the sink, echo and TAP ports (a TAP
+//! port with its reader thread). The NQ workers' pool is made here too.
 
 use super::error::DaemonError;
-use super::started::Started;
 use crate::config::cores::QueueWorkers;
-use crate::config::DaemonConfig;
-use crate::config::SocketMode;
+use crate::config::VmPortConfig;
+use crate::config::{DaemonConfig, LocalPortConfig, PortSpec, SocketMode, TapPortConfig};
 use crate::cores::ApplyMethod;
 use crate::metrics::{PortStats, Registry};
 use crate::port::frontend_socket::{self, Connector, FrontendSocket};
 use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
-use crate::switch::Switch;
-use crate::switch::{Echo, Sink, Tap};
-use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use crate::switch::{Echo, PortId, Sink, Switch, Tap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::PolicyKind;
 use vadapt_wire::Mac;
 
-/// The VM ports made, each with its frontend's socket, in `cfg.vm` order.
-pub(super) struct VmPorts {
-    pub(super) ports: Vec<Arc<VmPort>>,
-    pub(super) listeners: Vec<FrontendSocket>,
-    /// Ports pinned by `--cpus`: name, CPU, policy.
-    pub(super) pinned: Vec<(String, usize, PolicyKind)>,
-    /// Why the first port's CPU-frequency hints are a no-op, if they are.
-    pub(super) freq_note: Option<String>,
+/// What every port is made with: the daemon's settings, its switch,
+/// counters and pool.
+pub(super) struct PortMaker {
+    /// The daemon's configuration at start-up: the settings ports are made
+    /// with (`cpus`, `backlog`, the default policy, `socket_group`, the
+    /// queue workers). Its port lists are not used here.
+    pub(super) settings: DaemonConfig,
+    pub(super) switch: Arc<Switch>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) pool: Option<Arc<NqWorkers>>,
+    /// TSC cycles per ns for the workers' pass clock (`None`: no invariant TSC).
+    tsc_per_ns: Option<f64>,
 }
 
-/// Every VM port, on the switch and in the registry, with its socket
-/// listening (server mode) or its connector (client mode).
-pub(super) fn vm_ports(
-    cfg: &DaemonConfig,
-    switch: &Arc<Switch>,
-    registry: &Registry,
-    started: &mut Started,
-) -> Result<VmPorts, DaemonError> {
-    let tsc_per_ns = crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20));
-    let mut out = VmPorts {
-        ports: Vec::new(),
-        listeners: Vec::new(),
-        pinned: Vec::new(),
-        freq_note: None,
-    };
-    for (i, vm) in cfg.vm.iter().enumerate() {
-        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
+/// A VM port that runs: its thread serving the frontend, with a stop flag
+/// of its own so that it can be removed alone.
+pub(super) struct RunningVm {
+    pub(super) port: Arc<VmPort>,
+    /// The CPU its worker is pinned to (`--cpus`), if any.
+    pub(super) cpu: Option<usize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// The socket file vadapt created (server mode), removed with the port.
+    socket_file: Option<PathBuf>,
+}
+
+/// A sink, echo or TAP port that runs.
+pub(super) struct RunningHost {
+    pub(super) spec: PortSpec,
+    id: PortId,
+    /// A TAP port's reader.
+    reader: Option<TapReader>,
+}
+
+/// A TAP port's reader thread, and its stop flag.
+struct TapReader {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl PortMaker {
+    /// A maker for a daemon configured by `settings`.
+    pub(super) fn new(
+        settings: &DaemonConfig,
+        switch: Arc<Switch>,
+        registry: Arc<Registry>,
+        pool: Option<Arc<NqWorkers>>,
+    ) -> Self {
+        let mut settings = settings.clone();
+        settings.vm.clear();
+        settings.sink.clear();
+        settings.echo.clear();
+        settings.tap.clear();
+        PortMaker {
+            settings,
+            switch,
+            registry,
+            pool,
+            tsc_per_ns: crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20)),
+        }
+    }
+
+    /// VM port `vm`, the `index`th made (for `--cpus`, taken in turn): its
+    /// socket listening (server mode) or its connector (client mode), on the
+    /// switch and in the counters, its frontend served. A failure leaves
+    /// nothing behind.
+    pub(super) fn vm(&self, index: usize, vm: &VmPortConfig) -> Result<RunningVm, DaemonError> {
+        let cfg = &self.settings;
+        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[index % cfg.cpus.len()]);
         let freq = Arc::new(match cpu {
             Some(c) => CpuFreq::probe(std::path::Path::new("/sys"), c),
             // The NQ pool pins its workers, but a port's hints follow
@@ -58,57 +100,122 @@ pub(super) fn vm_ports(
             ),
             None => CpuFreq::unavailable("worker not pinned to a CPU (see --cpus)"),
         });
-        if i == 0 {
-            out.freq_note = freq.unavailable_reason().map(str::to_owned);
-        }
-        let port = VmPort::new(vm.clone(), cfg.policy, cfg.backlog, cpu, freq, tsc_per_ns)
-            .map_err(|source| DaemonError::Port {
-                port: vm.name.clone(),
-                source,
-            })?;
-        if let Some(c) = cpu {
-            out.pinned
-                .push((vm.name.clone(), c, port.policy_config().kind()));
-        }
-        let id = switch.add_port(port.clone(), Arc::clone(&port.stats));
-        port.attach(switch.ingress(id));
-        registry.add_port(Arc::clone(&port.stats));
-        registry.add_worker(Arc::clone(&port.worker_stats));
-        out.listeners.push(match vm.mode {
+        let port = VmPort::new(
+            vm.clone(),
+            cfg.policy,
+            cfg.backlog,
+            cpu,
+            freq,
+            self.tsc_per_ns,
+        )
+        .map_err(|source| DaemonError::Port {
+            port: vm.name.clone(),
+            source,
+        })?;
+        let (socket, socket_file) = match vm.mode {
             SocketMode::Server => {
                 let l = frontend_socket::listen(&vm.socket, cfg.socket_group.as_deref())?;
-                started.files.push(vm.socket.clone());
-                FrontendSocket::Listen(l)
+                (FrontendSocket::Listen(l), Some(vm.socket.clone()))
             }
-            SocketMode::Client => FrontendSocket::Connect(Connector::new(vm.socket.clone())),
-        });
-        out.ports.push(port);
+            SocketMode::Client => (
+                FrontendSocket::Connect(Connector::new(vm.socket.clone())),
+                None,
+            ),
+        };
+        let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
+        port.attach(self.switch.ingress(id));
+        self.registry.add_port(Arc::clone(&port.stats));
+        self.registry.add_worker(Arc::clone(&port.worker_stats));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, st, pool) = (Arc::clone(&port), Arc::clone(&stop), self.pool.clone());
+        let live = Arc::clone(&port.live);
+        let thread = std::thread::Builder::new()
+            .name(format!("vadapt-vu-{}", port.name()))
+            .spawn(move || serve::serve(p, socket, st, live, pool));
+        let thread = match thread {
+            Ok(t) => t,
+            Err(source) => {
+                self.detach(id, &vm.name);
+                if let Some(f) = &socket_file {
+                    let _ = std::fs::remove_file(f);
+                }
+                return Err(DaemonError::Port {
+                    port: vm.name.clone(),
+                    source,
+                });
+            }
+        };
+        Ok(RunningVm {
+            port,
+            cpu,
+            stop,
+            thread: Some(thread),
+            socket_file,
+        })
     }
-    Ok(out)
-}
 
-/// The sink, echo and TAP ports (a TAP port with its reader thread).
-pub(super) fn host_ports(
-    cfg: &DaemonConfig,
-    switch: &Arc<Switch>,
-    registry: &Registry,
-    started: &mut Started,
-) -> Result<(), DaemonError> {
-    for s in &cfg.sink {
-        let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
-        let id = switch.add_port(Arc::new(Sink::new(Arc::clone(&stats))), Arc::clone(&stats));
-        switch.add_static(s.mac.unwrap_or_else(|| Mac::from_name(&s.name)), id);
-        registry.add_port(stats);
+    /// Stop `vm` and take it away: its frontend's connection is ended
+    /// (its worker stops and hands its rings back first), it leaves the
+    /// switch and the counters, and its socket file (server mode) goes.
+    pub(super) fn remove_vm(&self, mut vm: RunningVm) {
+        vm.stop();
+        self.detach(vm.port.port_id(), vm.port.name());
+        if let Some(f) = &vm.socket_file {
+            let _ = std::fs::remove_file(f);
+        }
     }
-    for e in &cfg.echo {
+
+    /// A sink, echo or TAP port, on the switch and in the counters.
+    pub(super) fn host(&self, spec: &PortSpec) -> Result<RunningHost, DaemonError> {
+        let (id, reader) = match spec {
+            PortSpec::Sink(s) => (self.sink(s), None),
+            PortSpec::Echo(e) => (self.echo(e), None),
+            PortSpec::Tap(t) => {
+                let (id, reader) = self.tap(t)?;
+                (id, Some(reader))
+            }
+            PortSpec::Vm(v) => unreachable!("VM port `{}` made as a host port", v.name),
+        };
+        Ok(RunningHost {
+            spec: spec.clone(),
+            id,
+            reader,
+        })
+    }
+
+    /// Stop `host` (a TAP port's reader) and take it off the switch and
+    /// out of the counters.
+    pub(super) fn remove_host(&self, host: RunningHost) {
+        if let Some(r) = host.reader {
+            r.stop.store(true, Ordering::Relaxed);
+            let _ = r.thread.join();
+        }
+        self.detach(host.id, host.spec.name());
+    }
+
+    fn sink(&self, s: &LocalPortConfig) -> PortId {
+        let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
+        let id = self
+            .switch
+            .add_port(Arc::new(Sink::new(Arc::clone(&stats))), Arc::clone(&stats));
+        self.switch
+            .add_static(s.mac.unwrap_or_else(|| Mac::from_name(&s.name)), id);
+        self.registry.add_port(stats);
+        id
+    }
+
+    fn echo(&self, e: &LocalPortConfig) -> PortId {
         let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
-        let id = switch.add_port(echo.clone(), Arc::clone(&stats));
-        echo.attach(switch.ingress(id));
-        switch.add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
-        registry.add_port(stats);
+        let id = self.switch.add_port(echo.clone(), Arc::clone(&stats));
+        echo.attach(self.switch.ingress(id));
+        self.switch
+            .add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
+        self.registry.add_port(stats);
+        id
     }
-    for t in &cfg.tap {
+
+    fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
         let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
         let tap = Arc::new(Tap::open(&t.name, Arc::clone(&stats))?);
         tracing::info!(
@@ -116,17 +223,58 @@ pub(super) fn host_ports(
             offloads = ?tap.offloads(),
             "TAP port opened (IFF_VNET_HDR; offloads the host may send: checksum, TSO4/6, ECN, or none if TUNSETOFFLOAD was refused)"
         );
-        let id = switch.add_port(tap.clone(), Arc::clone(&stats));
-        registry.add_port(stats);
-        let (ingress, st) = (switch.ingress(id), Arc::clone(&started.stop));
-        started.threads.push(
-            std::thread::Builder::new()
-                .name(format!("vadapt-tap-{}", t.name))
-                .spawn(move || tap.run_reader(&ingress, &st))
-                .expect("spawning a thread"),
-        );
+        let id = self.switch.add_port(tap.clone(), Arc::clone(&stats));
+        self.registry.add_port(stats);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ingress, st) = (self.switch.ingress(id), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name(format!("vadapt-tap-{}", t.name))
+            .spawn(move || tap.run_reader(&ingress, &st));
+        match thread {
+            Ok(thread) => Ok((id, TapReader { stop, thread })),
+            Err(source) => {
+                self.detach(id, &t.name);
+                Err(DaemonError::Port {
+                    port: t.name.clone(),
+                    source,
+                })
+            }
+        }
     }
-    Ok(())
+
+    /// Port `id`, named `name`, leaves the switch and the counters.
+    fn detach(&self, id: PortId, name: &str) {
+        self.switch.remove_port(id);
+        self.registry.remove_port(name);
+    }
+}
+
+impl RunningVm {
+    /// Stop serving the frontend: the port's blocked read is ended (only our
+    /// reading side: the serve loop stops the worker before the socket
+    /// closes, so that the frontend never sees a close while a worker still
+    /// runs and takes a stale used index as the ring's position), and its
+    /// thread is joined.
+    pub(super) fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(s) = self
+            .port
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = s.shutdown(std::net::Shutdown::Read);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// The socket file vadapt created for it (server mode).
+    pub(super) fn socket_file(&self) -> Option<&PathBuf> {
+        self.socket_file.as_ref()
+    }
 }
 
 /// One queue worker per NQ core, if configured: one worker until the core
@@ -138,28 +286,4 @@ pub(super) fn nq_pool(cfg: &DaemonConfig) -> Result<Option<Arc<NqWorkers>>, Daem
     } else {
         Ok(None)
     }
-}
-
-/// A thread per VM port serving its frontend (the vhost-user protocol);
-/// each port's live connection, for the shutdown to end.
-pub(super) fn serve_frontends(
-    ports: &[Arc<VmPort>],
-    listeners: Vec<FrontendSocket>,
-    pool: &Option<Arc<NqWorkers>>,
-    started: &mut Started,
-) -> Vec<Arc<Mutex<Option<UnixStream>>>> {
-    let mut live = Vec::new();
-    for (port, listener) in ports.iter().zip(listeners) {
-        let l = Arc::clone(&port.live);
-        live.push(Arc::clone(&l));
-        let (p, st) = (Arc::clone(port), Arc::clone(&started.stop));
-        let pool = pool.clone();
-        started.threads.push(
-            std::thread::Builder::new()
-                .name(format!("vadapt-vu-{}", port.name()))
-                .spawn(move || serve::serve(p, listener, st, l, pool))
-                .expect("spawning a thread"),
-        );
-    }
-    live
 }

@@ -4,6 +4,7 @@
 //! fail.
 
 use super::error::DaemonError;
+use super::ports::RunningVm;
 use super::started::Started;
 use crate::config::DaemonConfig;
 use crate::config::SocketMode;
@@ -11,7 +12,7 @@ use crate::cores::manager_loop::{self, CoreManager};
 use crate::cores::CoresStatus;
 use crate::metrics::Registry;
 use crate::queue::pool::NqWorkers;
-use crate::queue::VmPort;
+use crate::queue::Roster;
 use crate::switch::Switch;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
@@ -23,7 +24,7 @@ use vadapt_policy::PolicyKind;
 /// line that describes it.
 pub(super) fn core_manager(
     cfg: &DaemonConfig,
-    ports: &[Arc<VmPort>],
+    roster: &Arc<Roster>,
     pool: &Option<Arc<NqWorkers>>,
     registry: &Registry,
     started: &mut Started,
@@ -34,7 +35,7 @@ pub(super) fn core_manager(
     let status = Arc::new(CoresStatus::default());
     let m = CoreManager::new(
         cfg.cores.clone(),
-        ports.to_vec(),
+        Arc::clone(roster),
         Arc::clone(&status),
         std::path::Path::new("/proc"),
         std::path::Path::new("/sys"),
@@ -57,10 +58,10 @@ pub(super) fn core_manager(
 /// NetAP-ML's features estimated from the counters (idle unless a port
 /// runs netap-ml).
 pub(super) fn workload_estimate(
-    ports: &[Arc<VmPort>],
+    roster: &Arc<Roster>,
     started: &mut Started,
 ) -> Result<(), DaemonError> {
-    let workload = crate::workload_loop::WorkloadLoop::new(ports.to_vec());
+    let workload = crate::workload_loop::WorkloadLoop::new(Arc::clone(roster));
     started.threads.push(
         crate::workload_loop::spawn(workload, Arc::clone(&started.stop)).map_err(|source| {
             DaemonError::Port {
@@ -114,13 +115,25 @@ pub(super) fn mac_ageing(switch: &Arc<Switch>, started: &mut Started) {
 /// What is running, said once start-up can no longer fail.
 pub(super) fn log_ready(
     cfg: &DaemonConfig,
-    ports: &[Arc<VmPort>],
+    vms: &[RunningVm],
     metrics_addr: Option<SocketAddr>,
     cores_line: Option<String>,
-    freq_note: Option<String>,
-    pinned: &[(String, usize, PolicyKind)],
 ) {
-    for port in ports {
+    let pinned: Vec<(String, usize, PolicyKind)> = vms
+        .iter()
+        .filter_map(|v| {
+            Some((
+                v.port.name().to_owned(),
+                v.cpu?,
+                v.port.policy_config().kind(),
+            ))
+        })
+        .collect();
+    // Every port is made alike: the first one's reason is every one's.
+    let freq_note = vms
+        .first()
+        .and_then(|v| v.port.freq.unavailable_reason().map(str::to_owned));
+    for port in vms.iter().map(|v| &v.port) {
         let what = match port.cfg.mode {
             SocketMode::Server => "VM port listening",
             SocketMode::Client => "VM port connecting to the frontend's socket",
@@ -138,7 +151,7 @@ pub(super) fn log_ready(
     if let Some(reason) = freq_note {
         tracing::info!("CPU-frequency hints (EE-KBP) are a no-op: {reason}");
     }
-    for (cpu, ports) in busy_pollers_sharing_a_cpu(pinned) {
+    for (cpu, ports) in busy_pollers_sharing_a_cpu(&pinned) {
         tracing::warn!(
             cpu,
             ports = %ports.join(", "),

@@ -13,22 +13,28 @@ pub(crate) struct Started {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) threads: Vec<JoinHandle<()>>,
     pub(crate) files: Vec<PathBuf>,
+    /// Undone first, if start-up fails (the ports made so far).
+    pub(crate) on_failure: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 impl Started {
     /// Start-up succeeded: hand the threads over.
     pub(super) fn complete(mut self) -> Vec<JoinHandle<()>> {
         self.files.clear();
+        self.on_failure.clear();
         std::mem::take(&mut self.threads)
     }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        if self.threads.is_empty() && self.files.is_empty() {
+        if self.threads.is_empty() && self.files.is_empty() && self.on_failure.is_empty() {
             return;
         }
         self.stop.store(true, Ordering::Relaxed);
+        for undo in self.on_failure.drain(..) {
+            undo();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

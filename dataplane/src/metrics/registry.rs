@@ -90,7 +90,6 @@ mod tests {
         assert_eq!(s.ports.len(), 1);
         assert_eq!(s.ports[0].name, "b");
         assert_eq!(s.workers.len(), 1);
-
     }
 
     #[test]

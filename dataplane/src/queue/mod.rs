@@ -27,6 +27,8 @@
 //!   takes now (negotiated, and `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`).
 //! * [`policy_slot`] — the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
+//! * [`roster`] — the VM ports running now, for what follows them as
+//!   ports come and go.
 //! * [`fault_injector`] — a `QueueIo` wrapper that injects faults, for
 //!   tests and the soak.
 
@@ -42,9 +44,11 @@ pub mod pool;
 pub mod port_queues;
 pub mod ring;
 pub mod ring_pass;
+pub mod roster;
 pub mod rx;
 pub mod tx;
 pub mod vm_port;
 pub mod waiting;
 
+pub use roster::Roster;
 pub use vm_port::VmPort;

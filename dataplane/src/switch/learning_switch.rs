@@ -119,7 +119,9 @@ impl Switch {
     /// Counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<Arc<PortStats>> {
         let p = self.ports.read().unwrap_or_else(|e| e.into_inner());
-        p.get(id).and_then(|e| e.as_ref()).map(|e| Arc::clone(&e.stats))
+        p.get(id)
+            .and_then(|e| e.as_ref())
+            .map(|e| Arc::clone(&e.stats))
     }
 
     /// Pin `mac` to `port` (sink/echo addresses); never ages.
@@ -199,9 +201,11 @@ impl Switch {
         cache.table.extend(f.iter().map(|(m, e)| (*m, e.port)));
         let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
         cache.egress.clear();
-        cache
-            .egress
-            .extend(ports.iter().map(|e| e.as_ref().map(|e| Arc::clone(&e.egress))));
+        cache.egress.extend(
+            ports
+                .iter()
+                .map(|e| e.as_ref().map(|e| Arc::clone(&e.egress))),
+        );
         cache.nports = ports.len();
         cache.groups.resize_with(cache.nports, Vec::new);
         cache.generation = gen;

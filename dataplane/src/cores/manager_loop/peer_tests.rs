@@ -137,7 +137,7 @@ fn thread_ids_that_are_not_the_vms_are_refused_and_moved_ones_put_back() {
                 cgroup: Some(dir.path().join("cg/vadapt")),
                 ..CoresConfig::default()
             },
-            vec![p],
+            Arc::new(Roster::new(vec![p])),
             Arc::clone(&status),
             &dir.path().join("proc"),
             Path::new("/nonexistent"),
@@ -211,7 +211,7 @@ fn a_silent_qmp_peer_delays_only_its_own_vm() {
     let me = std::process::id();
     let pidfile = dir.path().join("vm.pid");
     std::fs::write(&pidfile, format!("{me}\n")).unwrap();
-    let ports = [("vm1", &silent), ("vm2", &talking)]
+    let ports: Vec<_> = [("vm1", &silent), ("vm2", &talking)]
         .iter()
         .map(|(name, qmp)| {
             port(&format!(
@@ -228,7 +228,7 @@ fn a_silent_qmp_peer_delays_only_its_own_vm() {
             cpus: own[..2].to_vec(),
             ..CoresConfig::default()
         },
-        ports,
+        Arc::new(Roster::new(ports)),
         Arc::clone(&status),
         Path::new("/proc"),
         Path::new("/nonexistent"),

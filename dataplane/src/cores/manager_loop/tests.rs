@@ -118,7 +118,7 @@ pub(super) fn manager(qmp: &Path, cfg: CoresConfig) -> (CoreManager, Arc<CoresSt
     let status = Arc::new(CoresStatus::default());
     let m = CoreManager::new(
         cfg,
-        vec![p],
+        Arc::new(Roster::new(vec![p])),
         Arc::clone(&status),
         Path::new("/proc"),
         Path::new("/nonexistent"),
@@ -387,7 +387,7 @@ fn the_guest_agent_brings_vcpus_and_queue_pairs_to_the_groups_sizes() {
             apply: ApplyMethod::Advise,
             ..CoresConfig::default()
         },
-        vec![with_agent, without],
+        Arc::new(Roster::new(vec![with_agent, without])),
         Arc::clone(&status),
         Path::new("/proc"),
         Path::new("/nonexistent"),

@@ -1,0 +1,193 @@
+//! The ports a daemon runs, and changing them while it runs: one added
+//! (`vadapt add-port`), one removed (`vadapt del-port`), or the difference
+//! to a configuration read again (`vadapt reload`, `SIGHUP`). A port that
+//! is not part of a change is not touched: its worker keeps running and its
+//! frontend stays connected.
+
+use super::error::DaemonError;
+use super::ports::{PortMaker, RunningHost, RunningVm};
+use crate::config::{DaemonConfig, PortSpec};
+use crate::control::ReloadReport;
+use crate::queue::Roster;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The ports that run, and the configuration they are now.
+pub(super) struct PortBook {
+    maker: PortMaker,
+    roster: Arc<Roster>,
+    vms: Vec<RunningVm>,
+    hosts: Vec<RunningHost>,
+    /// The configuration as the ports are now (start-up's, with every
+    /// change since): what a port to add is checked against.
+    config: DaemonConfig,
+    /// VM ports made so far (the next one's turn in `--cpus`).
+    made: usize,
+    /// The daemon is stopping: no port is added any more.
+    closed: bool,
+}
+
+impl PortBook {
+    /// No ports yet; `config` is the daemon's (its ports are added with
+    /// [`PortBook::add`]).
+    pub(super) fn new(maker: PortMaker, roster: Arc<Roster>, config: &DaemonConfig) -> Self {
+        let mut config = config.clone();
+        for p in config.ports() {
+            config.remove_port(p.name());
+        }
+        PortBook {
+            maker,
+            roster,
+            vms: Vec::new(),
+            hosts: Vec::new(),
+            config,
+            made: 0,
+            closed: false,
+        }
+    }
+
+    /// Add `port`, checked against the ports there are (names, sockets and
+    /// MACs unique; its NetAP-ML model loaded if its policy needs one).
+    pub(super) fn add(&mut self, port: PortSpec) -> Result<(), DaemonError> {
+        if self.closed {
+            return Err(DaemonError::Stopping);
+        }
+        let mut candidate = self.config.clone();
+        candidate.add_port(port.clone());
+        candidate.validate_ports_and_settings()?;
+        if let PortSpec::Vm(vm) = &port {
+            crate::netap_ml_model::prepare(candidate.netap_ml_model.as_deref(), vm.policy.iter())?;
+            let running = self.maker.vm(self.made, vm)?;
+            self.made += 1;
+            self.roster.add(Arc::clone(&running.port));
+            self.vms.push(running);
+        } else {
+            self.hosts.push(self.maker.host(&port)?);
+        }
+        self.config = candidate;
+        Ok(())
+    }
+
+    /// Remove the port named `name`, of any kind.
+    pub(super) fn remove(&mut self, name: &str) -> Result<(), String> {
+        if let Some(i) = self.vms.iter().position(|v| v.port.name() == name) {
+            let vm = self.vms.remove(i);
+            // Whatever follows the ports lets go of it first.
+            self.roster.remove(name);
+            self.maker.remove_vm(vm);
+        } else if let Some(i) = self.hosts.iter().position(|h| h.spec.name() == name) {
+            let host = self.hosts.remove(i);
+            self.maker.remove_host(host);
+        } else {
+            let names: Vec<_> = self
+                .config
+                .ports()
+                .iter()
+                .map(|p| p.name().to_owned())
+                .collect();
+            return Err(format!("no port `{name}` (ports: {})", names.join(", ")));
+        }
+        self.config.remove_port(name);
+        Ok(())
+    }
+
+    /// Apply the difference between the ports now and `new`'s: removed
+    /// ports go, added ones come, a port whose configuration changed is
+    /// removed and added again; the rest are not touched. `new` is checked
+    /// whole first, so an invalid file changes nothing. A port that cannot
+    /// be added (its socket in use, say) stops the reload there: what was
+    /// applied stays, and the error says which port.
+    pub(super) fn reload(&mut self, new: &DaemonConfig) -> Result<ReloadReport, String> {
+        new.validate().map_err(|e| e.to_string())?;
+        let now = self.config.ports();
+        let wanted = new.ports();
+        let named =
+            |ports: &[PortSpec], name: &str| ports.iter().find(|p| p.name() == name).cloned();
+        let mut report = ReloadReport {
+            need_restart: settings_changed(&self.config, new),
+            ..Default::default()
+        };
+        let mut to_add = Vec::new();
+        for p in &now {
+            match named(&wanted, p.name()) {
+                None => {
+                    self.remove(p.name())?;
+                    report.removed.push(p.name().to_owned());
+                }
+                Some(w) if &w != p => {
+                    self.remove(p.name())?;
+                    report.restarted.push(p.name().to_owned());
+                    to_add.push(w);
+                }
+                Some(_) => report.unchanged += 1,
+            }
+        }
+        for w in &wanted {
+            if named(&now, w.name()).is_none() {
+                report.added.push(w.name().to_owned());
+                to_add.push(w.clone());
+            }
+        }
+        for p in to_add {
+            let name = p.name().to_owned();
+            self.add(p).map_err(|e| {
+                format!(
+                    "port `{name}`: {} (applied before it: {report})",
+                    vadapt_host::error_chain::error_chain(&e)
+                )
+            })?;
+        }
+        Ok(report)
+    }
+
+    /// The VM ports that run.
+    pub(super) fn vms(&self) -> &[RunningVm] {
+        &self.vms
+    }
+
+    /// The socket files the daemon created (server-mode VM ports).
+    pub(super) fn socket_files(&self) -> Vec<PathBuf> {
+        self.vms
+            .iter()
+            .filter_map(|v| v.socket_file().cloned())
+            .collect()
+    }
+
+    /// Stop every port: each VM port's connection ended and its thread
+    /// joined, then each removed from the switch with its socket file.
+    pub(super) fn shutdown(&mut self) {
+        self.closed = true;
+        // Every serve loop is told first, so that they all wind down at once.
+        for v in &mut self.vms {
+            v.stop();
+        }
+        for v in std::mem::take(&mut self.vms) {
+            self.roster.remove(v.port.name());
+            self.maker.remove_vm(v);
+        }
+        for h in std::mem::take(&mut self.hosts) {
+            self.maker.remove_host(h);
+        }
+    }
+}
+
+/// The settings other than the ports that differ between `old` and `new`,
+/// by their names in the file.
+fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut check = |name: &str, same: bool| {
+        if !same {
+            v.push(name.to_owned());
+        }
+    };
+    check("control", old.control == new.control);
+    check("metrics", old.metrics == new.metrics);
+    check("cpus", old.cpus == new.cpus);
+    check("policy", old.policy == new.policy);
+    check("backlog", old.backlog == new.backlog);
+    check("mac_ageing_s", old.mac_ageing_s == new.mac_ageing_s);
+    check("socket_group", old.socket_group == new.socket_group);
+    check("netap_ml_model", old.netap_ml_model == new.netap_ml_model);
+    check("cores", old.cores == new.cores);
+    v
+}
