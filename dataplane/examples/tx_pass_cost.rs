@@ -56,6 +56,7 @@ fn main() {
         kick: std::fs::File::open("/dev/null").expect("/dev/null"),
         call: None,
         broken: false,
+        log: None,
     };
     // One frame per buffer slot: header, then a frame to the sink's MAC.
     let sink_mac = Mac([2, 0, 0, 0, 0x5e, 1]);

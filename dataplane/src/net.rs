@@ -41,6 +41,10 @@ pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
 pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
 /// `VIRTIO_RING_F_EVENT_IDX`.
 pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
+/// `VHOST_F_LOG_ALL` (bit 26): the frontend may ask the device to log
+/// every page it writes into guest memory (live migration).
+pub const VHOST_F_LOG_ALL: u64 = 1 << 26;
+
 /// `VHOST_USER_F_PROTOCOL_FEATURES` (vhost-user only, bit 30).
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 /// `VIRTIO_F_VERSION_1`.
@@ -72,6 +76,7 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VIRTIO_NET_F_STATUS
     | VIRTIO_NET_F_CTRL_VQ
     | VIRTIO_NET_F_MQ
+    | VHOST_F_LOG_ALL
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
 /// `VIRTIO_NET_S_LINK_UP` in the config space's status field.

@@ -811,7 +811,15 @@ def test_get_config_oversize(rig, oversize):
 
 
 @pytest.mark.parametrize(
-    "req", ["SET_LOG_BASE", "GET_MAX_MEM_SLOTS", "ADD_MEM_REG", "SET_VRING_ENABLE-2"]
+    "req",
+    [
+        "SET_LOG_BASE",
+        "SET_LOG_BASE-past-its-file",
+        "SET_LOG_BASE-offset-overflows",
+        "GET_MAX_MEM_SLOTS",
+        "ADD_MEM_REG",
+        "SET_VRING_ENABLE-2",
+    ],
 )
 def test_refused_request_is_answered(rig, req):
     """need_reply with REPLY_ACK: an answer (or a close) is owed, whatever
@@ -819,6 +827,13 @@ def test_refused_request_is_answered(rig, req):
     fd = vr.memfd(1 << 20, True)
     code, payload, fds = {
         "SET_LOG_BASE": (vr.SET_LOG_BASE, vr.LOG.pack(1 << 20, 0), [fd]),
+        # A log area longer than its file would fault the daemon when written.
+        "SET_LOG_BASE-past-its-file": (vr.SET_LOG_BASE, vr.LOG.pack(1 << 21, 0), [fd]),
+        "SET_LOG_BASE-offset-overflows": (
+            vr.SET_LOG_BASE,
+            vr.LOG.pack(2, 0xFFFF_FFFF_FFFF_FFFF),
+            [fd],
+        ),
         "GET_MAX_MEM_SLOTS": (vr.GET_MAX_MEM_SLOTS, b"", []),
         "ADD_MEM_REG": (vr.ADD_MEM_REG, bytes(8) + Region(0, 1 << 20, UVA).pack(), [fd]),
         "SET_VRING_ENABLE-2": (vr.SET_VRING_ENABLE, vr.vring_state(0, 2), []),

@@ -83,6 +83,7 @@
 
 pub mod chain;
 pub mod device;
+pub mod dirty_log;
 pub mod driver;
 mod event_idx;
 pub mod features;
@@ -97,6 +98,7 @@ pub mod spec;
 
 pub use chain::{Chain, ChainError, ChainErrorKind, Segment};
 pub use device::DeviceQueue;
+pub use dirty_log::{DirtyLog, DirtyLogError, LOG_PAGE};
 pub use driver::{DriverError, DriverQueue, Seg};
 pub use event_idx::vring_need_event;
 pub use features::RingFeatures;

@@ -13,7 +13,7 @@ use super::memory_file;
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
-use crate::queue::ring::{Pair, Ring};
+use crate::queue::ring::{Pair, Ring, RingLog};
 use crate::queue::VmPort;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion, MmapRegion};
-use vadapt_virtq::RingFeatures;
+use vadapt_virtq::{DirtyLog, RingFeatures};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
     VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
@@ -39,6 +39,7 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
     VhostUserProtocolFeatures::MQ
         | VhostUserProtocolFeatures::CONFIG
         | VhostUserProtocolFeatures::REPLY_ACK
+        | VhostUserProtocolFeatures::LOG_SHMFD
 }
 
 /// Most memory regions accepted in one memory table (QEMU sends at most 8).
@@ -51,6 +52,9 @@ struct Vring {
     base: u16,
     kick: Option<File>,
     call: Option<File>,
+    /// The used ring's guest-physical address for dirty-page logging
+    /// (`log_guest_addr`, when `SET_VRING_ADDR` set `VHOST_VRING_F_LOG`).
+    log_addr: Option<u64>,
     enabled: bool,
     /// A `SET_VRING_ENABLE` for this ring reached us.
     enable_seen: bool,
@@ -80,6 +84,9 @@ pub struct Connection {
     features: u64,
     protocol: u64,
     mem: Option<GuestMemory>,
+    /// The frontend's dirty-page log (`SET_LOG_BASE`); written while
+    /// `VHOST_F_LOG_ALL` is acked.
+    log: Option<Arc<DirtyLog>>,
     vrings: Vec<Vring>,
     worker: Option<Worker>,
     /// Set when the frontend sent something that ends the connection (the
@@ -114,6 +121,7 @@ impl Connection {
             features: 0,
             protocol: 0,
             mem: None,
+            log: None,
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
             fatal: None,
@@ -241,6 +249,7 @@ impl Connection {
                 kick,
                 call: v.call.as_ref().and_then(|f| f.try_clone().ok()),
                 broken: false,
+                log: self.ring_log(&mem, v),
             };
             if i % 2 == 0 {
                 pairs[i / 2].rx = Some(ring);
@@ -289,6 +298,29 @@ impl Connection {
             .spawn(move || run_worker(port, queues))
             .expect("spawning a thread");
         self.worker = Some(Worker::Thread { stop, join });
+    }
+
+    /// Where ring `v` logs its writes, while the frontend asks for logging
+    /// (`VHOST_F_LOG_ALL` acked and a log given): the used ring at its
+    /// `log_guest_addr`, or at the guest address of its frontend address.
+    fn ring_log(&self, mem: &GuestMemory, v: &Vring) -> Option<RingLog> {
+        if self.features & net::VHOST_F_LOG_ALL == 0 {
+            return None;
+        }
+        let Some(log) = &self.log else {
+            tracing::debug!(
+                port = self.port.name(),
+                "VHOST_F_LOG_ALL acked before any SET_LOG_BASE: nothing can be logged yet"
+            );
+            return None;
+        };
+        let (_, used, _) = v.addrs?;
+        let used_gpa = v.log_addr.or_else(|| mem.uva_to_gpa(used))?;
+        Some(RingLog {
+            log: Arc::clone(log),
+            used_gpa,
+            used_len: 6 + 8 * u64::from(v.num),
+        })
     }
 
     /// Apply a change with the worker stopped, then restart it over the
@@ -356,6 +388,7 @@ impl Connection {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.mem = None;
+        self.log = None;
         self.features = 0;
         self.port.guest_offloads.negotiate(0);
         self.protocol = 0;
@@ -535,11 +568,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
     fn set_vring_addr(
         &mut self,
         index: u32,
-        _flags: VhostUserVringAddrFlags,
+        flags: VhostUserVringAddrFlags,
         descriptor: u64,
         used: u64,
         available: u64,
-        _log: u64,
+        log: u64,
     ) -> VhostResult<()> {
         self.vring(index)?;
         if let Err(why) = self.check_ring_addrs(index, descriptor, used, available) {
@@ -550,7 +583,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
             );
             return Err(VhostError::InvalidParam);
         }
-        self.reconfigure(|c| c.vrings[index as usize].addrs = Some((descriptor, used, available)));
+        let log_addr = flags
+            .contains(VhostUserVringAddrFlags::VHOST_VRING_F_LOG)
+            .then_some(log);
+        self.reconfigure(|c| {
+            let v = &mut c.vrings[index as usize];
+            v.addrs = Some((descriptor, used, available));
+            v.log_addr = log_addr;
+        });
         Ok(())
     }
 
@@ -738,7 +778,21 @@ impl VhostUserBackendReqHandlerMut for Connection {
         Err(invalid("no shared memory regions"))
     }
 
-    fn set_log_base(&mut self, _log: &VhostUserLog, _file: File) -> VhostResult<()> {
-        Err(invalid("dirty logging (migration) is not supported"))
+    fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> VhostResult<()> {
+        let mapped = DirtyLog::map(&file, log.mmap_offset, log.mmap_size).map_err(|e| {
+            tracing::warn!(port = self.port.name(), error = %vadapt_host::error_chain::error_chain(&e),
+                "SET_LOG_BASE refused");
+            VhostError::InvalidParam
+        })?;
+        tracing::info!(
+            port = self.port.name(),
+            bytes = log.mmap_size,
+            covers_mib = mapped.covers() >> 20,
+            "dirty-page log set (live migration)"
+        );
+        // Workers pick the new log up as they restart; none writes to the
+        // old one after this.
+        self.reconfigure(|c| c.log = Some(Arc::new(mapped)));
+        Ok(())
     }
 }

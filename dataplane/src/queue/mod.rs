@@ -32,6 +32,8 @@
 //! * [`fault_injector`] — a `QueueIo` wrapper that injects faults, for
 //!   tests and the soak.
 
+#[cfg(test)]
+mod dirty_log_tests;
 pub mod drive;
 pub mod eventfd_io;
 pub mod fault_injector;

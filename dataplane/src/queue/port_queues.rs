@@ -129,8 +129,21 @@ impl PortQueues {
         })
     }
 
+    /// With dirty-page logging on, mark every running ring's used ring:
+    /// after notifications changed, and when the worker stops (so a ring's
+    /// log is complete before `GET_VRING_BASE` is answered). The ring
+    /// service marks what a pass writes itself (`tx`, `rx`).
+    fn log_used_rings(&self) {
+        for pair in &self.pairs {
+            for r in pair.rings() {
+                r.log_used();
+            }
+        }
+    }
+
     /// Give the rings back (for `GET_VRING_BASE`): (ring index, next avail).
     pub fn into_bases(self) -> Vec<(usize, u16)> {
+        self.log_used_rings();
         let mut v = Vec::new();
         for (p, pair) in self.pairs.iter().enumerate() {
             if let Some(r) = &pair.rx {
@@ -262,6 +275,7 @@ impl PortQueues {
             let rx_wants = self.rx_pending[p].buffers_wanted(&self.port.backlogs[p]);
             work |= self.pairs[p].set_notifications(on, rx_wants);
         }
+        self.log_used_rings();
         work
     }
 
@@ -295,6 +309,7 @@ impl PortQueues {
                 }
             }
         }
+        self.log_used_rings();
         armed
     }
 

@@ -7,8 +7,10 @@
 //! (guest→host).
 
 use std::fs::File;
+use std::sync::Arc;
 
 use vadapt_virtq::device::{ChainError, ChainErrorKind, DeviceQueue};
+use vadapt_virtq::{Chain, DirtyLog};
 
 /// One running ring.
 #[derive(Debug)]
@@ -21,9 +23,50 @@ pub struct Ring {
     pub call: Option<File>,
     /// Set when the guest corrupted the ring: it is no longer serviced.
     pub broken: bool,
+    /// While the frontend logs dirty pages (live migration): where.
+    pub log: Option<RingLog>,
+}
+
+/// A ring's part in dirty-page logging: the log, and the guest-physical
+/// extent of the ring's used ring (`log_guest_addr` of `SET_VRING_ADDR`),
+/// which the device writes: used elements, `used.idx`, `used.flags` and
+/// `avail_event`.
+#[derive(Debug, Clone)]
+pub struct RingLog {
+    /// The frontend's log.
+    pub log: Arc<DirtyLog>,
+    /// Guest-physical address of the used ring.
+    pub used_gpa: u64,
+    /// Its length, bytes (`6 + 8 * size`: flags, idx, elements, avail_event).
+    pub used_len: u64,
 }
 
 impl Ring {
+    /// With logging on, marks the used ring's pages: call after anything
+    /// that may have written it (a pass, a change of notifications). The
+    /// whole used ring is marked, a page or two, rather than tracking which
+    /// of its bytes moved.
+    pub fn log_used(&self) {
+        if let Some(l) = &self.log {
+            l.log.mark(l.used_gpa, l.used_len);
+        }
+    }
+
+    /// With logging on, marks the pages of the first `written` bytes of
+    /// `chain`'s writable buffers (what a receive wrote into them).
+    pub fn log_written(&self, chain: &Chain, written: usize) {
+        let Some(l) = &self.log else { return };
+        let mut left = written as u64;
+        for s in chain.segments().filter(|s| s.writable) {
+            if left == 0 {
+                break;
+            }
+            let n = left.min(u64::from(s.len));
+            l.log.mark(s.gpa, n);
+            left -= n;
+        }
+    }
+
     /// Calls the guest (writes its call eventfd) if the ring says the guest
     /// wants to hear about the used buffers published since the last check
     /// (`NO_INTERRUPT` flag, or `used_event` with EVENT_IDX; see
@@ -178,6 +221,7 @@ pub(crate) mod test_utils {
             kick: eventfd(),
             call: Some(eventfd()),
             broken: false,
+            log: None,
         };
         (
             ring,

@@ -284,6 +284,7 @@ impl RxService {
             pending.next += 1;
         }
         ring.q.flush_used();
+        ring.log_used();
         pass.calls += u64::from(ring.call_if_needed());
         pass.more_work = pending.remaining() > 0 && !out_of_buffers;
         pass
@@ -400,6 +401,7 @@ impl RxService {
                 w += n;
                 off += n;
             }
+            ring.log_written(c, w);
             ring.q.push_used(c.head(), w as u32);
         }
         Put::Written

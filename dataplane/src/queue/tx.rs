@@ -52,6 +52,7 @@ fn flush(
     forward: &mut impl FnMut(&FrameBatch),
 ) {
     ring.q.flush_used();
+    ring.log_used();
     pass.calls += u64::from(ring.call_if_needed());
     forward(batch);
     batch.clear();
@@ -183,6 +184,7 @@ impl TxService {
             }
         }
         ring.q.flush_used();
+        ring.log_used();
         pass.calls += u64::from(ring.call_if_needed());
         if !self.batch.is_empty() {
             forward(&self.batch);
