@@ -847,6 +847,69 @@ def test_refused_request_is_answered(rig, req):
         os.close(fd)
 
 
+def test_memory_slots_and_the_dirty_log_refuse_what_would_hurt(rig):
+    """Memory hotplug and the dirty-page log, negotiated, on a port whose
+    transmit ring runs: an overlapping region, a region in use by the ring,
+    a region that is not there, and log areas past their file are refused
+    without harm (an error, or the connection closed where the request
+    owes an answer the vhost crate does not send); a good region comes and
+    goes; frames keep flowing."""
+    fe = rig.connect("vm1")
+    fe.handshake(
+        protocol=vr.PF_REPLY_ACK
+        | vr.PF_MQ
+        | vr.PF_CONFIG
+        | vr.PF_CONFIGURE_MEM_SLOTS
+        | vr.PF_LOG_SHMFD
+    )
+    memfd, buf = memory_table(fe)
+    ring = vr.SplitRing(buf, 0, UVA, RING_OFF, RING_SIZE)
+    fe.ok(vr.SET_VRING_NUM, vr.vring_state(TXQ, RING_SIZE))
+    fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(TXQ, *ring.addrs()))
+    fe.ok(vr.SET_VRING_BASE, vr.vring_state(TXQ, 0))
+    kick, call = vr.eventfd(False), vr.eventfd(False)
+    fe.ok(vr.SET_VRING_KICK, vr.u64(TXQ), [kick])
+    fe.ok(vr.SET_VRING_CALL, vr.u64(TXQ), [call])
+    tx = TxRing(fe, memfd, buf, ring, kick, call)
+    try:
+        assert ring.wait_used(tx.send_frame())
+        assert fe.get_u64(vr.GET_MAX_MEM_SLOTS) == 32
+        other = vr.memfd(1 << 20, True)
+        try:
+            far = Region(1 << 30, 1 << 20, UVA + (1 << 32))
+            # Overlapping the table's region in guest-physical addresses.
+            overlap = Region(MEM_SIZE // 2, 1 << 20, UVA + (1 << 32))
+            assert fe.ack(vr.ADD_MEM_REG, bytes(8) + overlap.pack(), [other]) not in (0, CLOSED)
+            still_in_sync(fe)
+            assert fe.ack(vr.ADD_MEM_REG, bytes(8) + far.pack(), [other]) == 0
+            assert fe.ack(vr.REM_MEM_REG, bytes(8) + far.pack()) == 0
+            # Gone already; and the region the ring lies in.
+            assert fe.ack(vr.REM_MEM_REG, bytes(8) + far.pack()) not in (0, CLOSED)
+            inuse = Region(0, MEM_SIZE, UVA)
+            assert fe.ack(vr.REM_MEM_REG, bytes(8) + inuse.pack()) not in (0, CLOSED)
+            assert ring.wait_used(tx.send_frame()), "the ring still runs"
+            # A log area inside its file is taken and answered.
+            fe.send(vr.SET_LOG_BASE, vr.LOG.pack(1 << 12, 0), [other], need_reply=True)
+            m = answered_or_closed(fe, vr.SET_LOG_BASE)
+            assert m != CLOSED
+            assert ring.wait_used(tx.send_frame())
+        finally:
+            os.close(other)
+    finally:
+        tx.close()
+    for size, offset in [(1 << 21, 0), (2, 0xFFFF_FFFF_FFFF_FFFF)]:
+        with rig.connect("vm1") as fe:
+            fe.handshake(protocol=vr.PF_REPLY_ACK | vr.PF_LOG_SHMFD)
+            fd = vr.memfd(1 << 20, True)
+            try:
+                fe.send(vr.SET_LOG_BASE, vr.LOG.pack(size, offset), [fd], need_reply=True)
+                m = answered_or_closed(fe, vr.SET_LOG_BASE)
+                assert m == CLOSED, f"a log area past its file was taken: {m}"
+            finally:
+                os.close(fd)
+    rig.log("SET_LOG_BASE refused", on("vm1"))
+
+
 # --- connections ---------------------------------------------------------------
 
 

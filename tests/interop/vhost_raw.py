@@ -73,6 +73,7 @@ PF_MQ = 1 << 0
 PF_LOG_SHMFD = 1 << 1
 PF_REPLY_ACK = 1 << 3
 PF_CONFIG = 1 << 9
+PF_CONFIGURE_MEM_SLOTS = 1 << 15
 
 # fcntl constants (the fcntl module lacks them before Python 3.9 / on some libcs).
 F_ADD_SEALS = getattr(fcntl, "F_ADD_SEALS", 1033)

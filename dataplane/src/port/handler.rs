@@ -40,6 +40,7 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::CONFIG
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::LOG_SHMFD
+        | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
 }
 
 /// Most memory regions accepted in one memory table (QEMU sends at most 8).
@@ -84,6 +85,8 @@ pub struct Connection {
     features: u64,
     protocol: u64,
     mem: Option<GuestMemory>,
+    /// The regions `mem` is made of (memory hotplug rebuilds it from them).
+    regions: Vec<MappedRegion>,
     /// The frontend's dirty-page log (`SET_LOG_BASE`); written while
     /// `VHOST_F_LOG_ALL` is acked.
     log: Option<Arc<DirtyLog>>,
@@ -121,6 +124,7 @@ impl Connection {
             features: 0,
             protocol: 0,
             mem: None,
+            regions: Vec::new(),
             log: None,
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
@@ -300,6 +304,80 @@ impl Connection {
         self.worker = Some(Worker::Thread { stop, join });
     }
 
+    /// Map one region of guest memory from `f`, after the checks every
+    /// region gets (see [`memory_file`]): never what could SIGBUS the
+    /// daemon, or, for an unsealed file the port accepts, under a SIGBUS
+    /// guard (returned). A refusal ends the connection, `what` saying why.
+    fn map_region(
+        &mut self,
+        what: &str,
+        r: &VhostUserMemoryRegion,
+        f: &File,
+    ) -> VhostResult<(MappedRegion, Option<crate::sigbus_guard::Guard>)> {
+        let mut refuse = |e: &dyn std::fmt::Display| {
+            let msg = format!("{what}: {e}");
+            tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+            self.fatal = Some(msg);
+            VhostError::InvalidParam
+        };
+        let sealed = memory_file::check(
+            f,
+            r.mmap_offset,
+            r.memory_size,
+            self.port.cfg.unsealed_memory,
+        )
+        .map_err(|e| refuse(&e))?;
+        let len = r.mmap_offset + r.memory_size; // checked above
+        let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
+            tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
+            VhostError::InvalidParam
+        })?;
+        let guard = if sealed {
+            None
+        } else {
+            Some(
+                crate::sigbus_guard::guard(mapping.as_ptr(), mapping.len() as usize)
+                    .map_err(|e| refuse(&e))?,
+            )
+        };
+        let region = MappedRegion {
+            gpa: r.guest_phys_addr,
+            uva: r.user_addr,
+            size: r.memory_size,
+            mapping: Arc::new(mapping),
+            offset: r.mmap_offset,
+        };
+        Ok((region, guard))
+    }
+
+    /// Make guest memory of `regions`, and serve the rings over it from now
+    /// on (the worker stops and restarts around the change).
+    fn remap(&mut self, regions: Vec<MappedRegion>) -> VhostResult<()> {
+        let mem = if regions.is_empty() {
+            None
+        } else {
+            Some(GuestMemory::from_mapped(regions.clone()).map_err(|e| {
+                tracing::warn!(port = self.port.name(), error = %e, "memory region rejected");
+                VhostError::InvalidParam
+            })?)
+        };
+        self.reconfigure(|c| {
+            c.mem = mem;
+            c.regions = regions;
+        });
+        Ok(())
+    }
+
+    /// The first running ring whose descriptor table, available or used
+    /// ring lies in frontend addresses `[uva, uva + size)`.
+    fn ring_in(&self, uva: u64, size: u64) -> Option<usize> {
+        let inside = |a: u64| a >= uva && a - uva < size;
+        self.vrings.iter().position(|v| {
+            v.addrs
+                .is_some_and(|(desc, used, avail)| inside(desc) || inside(used) || inside(avail))
+        })
+    }
+
     /// Where ring `v` logs its writes, while the frontend asks for logging
     /// (`VHOST_F_LOG_ALL` acked and a log given): the used ring at its
     /// `log_guest_addr`, or at the guest address of its frontend address.
@@ -388,6 +466,7 @@ impl Connection {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.mem = None;
+        self.regions.clear();
         self.log = None;
         self.features = 0;
         self.port.guest_offloads.negotiate(0);
@@ -494,50 +573,17 @@ impl VhostUserBackendReqHandlerMut for Connection {
         let mut regions = Vec::with_capacity(ctx.len());
         let mut guards = Vec::new();
         for (i, (r, f)) in ctx.iter().zip(&files).enumerate() {
-            // Never map what could SIGBUS the daemon (see memory_file).
-            let sealed = match memory_file::check(
-                f,
-                r.mmap_offset,
-                r.memory_size,
-                self.port.cfg.unsealed_memory,
-            ) {
-                Ok(sealed) => sealed,
-                Err(e) => {
-                    let msg = format!("memory table refused: region {i}: {e}");
-                    tracing::error!(port = self.port.name(), "{msg}; closing the connection");
-                    self.fatal = Some(msg);
-                    return Err(VhostError::InvalidParam);
-                }
-            };
-            let len = r.mmap_offset + r.memory_size; // checked above
-            let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
-                tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
-                VhostError::InvalidParam
-            })?;
-            if !sealed {
-                match crate::sigbus_guard::guard(mapping.as_ptr(), mapping.len() as usize) {
-                    Ok(g) => guards.push(g),
-                    Err(e) => {
-                        let msg = format!("memory table refused: region {i}: {e}");
-                        tracing::error!(port = self.port.name(), "{msg}; closing the connection");
-                        self.fatal = Some(msg);
-                        return Err(VhostError::InvalidParam);
-                    }
-                }
-            }
-            regions.push(MappedRegion {
-                gpa: r.guest_phys_addr,
-                uva: r.user_addr,
-                size: r.memory_size,
-                mapping: Arc::new(mapping),
-                offset: r.mmap_offset,
-            });
+            let (region, guard) =
+                self.map_region(&format!("memory table refused: region {i}"), r, f)?;
+            guards.extend(guard.map(|g| (r.guest_phys_addr, g)));
+            regions.push(region);
         }
-        let mem = GuestMemory::from_mapped(regions).map_err(|e| {
+        let mem = GuestMemory::from_mapped(regions.clone()).map_err(|e| {
             tracing::warn!(port = self.port.name(), error = %e, "memory table rejected");
             VhostError::InvalidParam
         })?;
         self.stop_worker();
+        self.regions = regions;
         // Old guards go before the old mappings they cover.
         *self
             .port
@@ -745,20 +791,87 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_max_mem_slots(&mut self) -> VhostResult<u64> {
-        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+        Ok(MAX_REGIONS as u64)
     }
 
     fn add_mem_region(
         &mut self,
-        _region: &VhostUserSingleMemoryRegion,
-        _fd: File,
+        region: &VhostUserSingleMemoryRegion,
+        fd: File,
         _postcopy_listening: Option<bool>,
     ) -> VhostResult<Option<VhostUserMemoryRegionBase>> {
-        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+        if self.regions.len() >= MAX_REGIONS {
+            tracing::warn!(
+                port = self.port.name(),
+                "ADD_MEM_REG refused: all {MAX_REGIONS} slots used"
+            );
+            return Err(VhostError::InvalidParam);
+        }
+        let r: &VhostUserMemoryRegion = region;
+        // Copied out: the message is packed.
+        let (gpa, bytes) = (r.guest_phys_addr, r.memory_size);
+        let (mapped, guard) = self.map_region("memory region refused", r, &fd)?;
+        let mut regions = self.regions.clone();
+        regions.push(mapped);
+        // Overlaps are refused here, before anything changes.
+        self.remap(regions)?;
+        if let Some(g) = guard {
+            self.port
+                .mem_guards
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((gpa, g));
+        }
+        tracing::info!(
+            port = self.port.name(),
+            gpa = format_args!("{gpa:#x}"),
+            bytes,
+            regions = self.regions.len(),
+            "guest memory region added"
+        );
+        Ok(None)
     }
 
-    fn remove_mem_region(&mut self, _region: &VhostUserSingleMemoryRegion) -> VhostResult<()> {
-        Err(invalid("CONFIGURE_MEM_SLOTS is not offered"))
+    fn remove_mem_region(&mut self, region: &VhostUserSingleMemoryRegion) -> VhostResult<()> {
+        // Copied out: the message is packed.
+        let (gpa, size, uva) = (region.guest_phys_addr, region.memory_size, region.user_addr);
+        let Some(i) = self.regions.iter().position(|m| {
+            m.gpa == region.guest_phys_addr
+                && m.size == region.memory_size
+                && m.uva == region.user_addr
+        }) else {
+            tracing::warn!(
+                port = self.port.name(),
+                gpa = format_args!("{gpa:#x}"),
+                "REM_MEM_REG refused: no such region"
+            );
+            return Err(VhostError::InvalidParam);
+        };
+        if let Some(ring) = self.ring_in(uva, size) {
+            tracing::warn!(
+                port = self.port.name(),
+                ring,
+                gpa = format_args!("{gpa:#x}"),
+                "REM_MEM_REG refused: a ring lies in the region"
+            );
+            return Err(VhostError::InvalidParam);
+        }
+        let mut regions = self.regions.clone();
+        regions.remove(i);
+        self.remap(regions)?;
+        // The guard goes after the worker stopped using the mapping.
+        self.port
+            .mem_guards
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(g, _)| *g != gpa);
+        tracing::info!(
+            port = self.port.name(),
+            gpa = format_args!("{gpa:#x}"),
+            regions = self.regions.len(),
+            "guest memory region removed"
+        );
+        Ok(())
     }
 
     fn set_device_state_fd(

@@ -90,10 +90,11 @@ fn owes_reply(code: u32, flags: u32) -> bool {
 /// `MAX_ATTACHED_FD_ENTRIES`).
 const MAX_FDS: usize = 32;
 
-/// Requests whose answer is their reply: GET_FEATURES, GET_VRING_BASE,
-/// GET_PROTOCOL_FEATURES, GET_QUEUE_NUM, GET_CONFIG, GET_INFLIGHT_FD,
-/// GET_MAX_MEM_SLOTS, GET_SHARED_OBJECT.
-const ALWAYS_ANSWERED: [u32; 8] = [1, 11, 15, 17, 24, 31, 36, 41];
+/// Requests whose answer is their reply: GET_FEATURES, SET_LOG_BASE (with
+/// LOG_SHMFD the frontend waits for it, `need_reply` or not),
+/// GET_VRING_BASE, GET_PROTOCOL_FEATURES, GET_QUEUE_NUM, GET_CONFIG,
+/// GET_INFLIGHT_FD, GET_MAX_MEM_SLOTS, GET_SHARED_OBJECT.
+const ALWAYS_ANSWERED: [u32; 9] = [1, 6, 11, 15, 17, 24, 31, 36, 41];
 
 /// Whether the `vhost` crate, refusing the message `m` with `e`, returned
 /// before writing the answer the frontend waits for. It answers a refused
@@ -227,6 +228,7 @@ mod tests {
     #[test]
     fn requests_that_owe_an_answer() {
         assert!(owes_reply(11, 0x1), "GET_VRING_BASE always answers");
+        assert!(owes_reply(6, 0x1), "SET_LOG_BASE always answers");
         assert!(owes_reply(36, 0x1), "GET_MAX_MEM_SLOTS always answers");
         assert!(owes_reply(18, 0x9), "need_reply");
         assert!(!owes_reply(18, 0x1), "SET_VRING_ENABLE without need_reply");
@@ -254,6 +256,8 @@ mod tests {
             &m(18, 0x9, Some(1)),
             &VhostError::InvalidParam
         ));
+        // A log area we refused: the crate returned before its reply.
+        assert!(answer_skipped(&m(6, 0x1, None), &VhostError::InvalidParam));
     }
 
     #[test]

@@ -51,7 +51,8 @@ pub struct VmPort {
     /// misbehaving frontend can end the connection from any thread.
     pub(crate) live: Arc<Mutex<Option<UnixStream>>>,
     /// SIGBUS guards of the connected frontend's unsealed guest memory.
-    pub(crate) mem_guards: Mutex<Vec<crate::sigbus_guard::Guard>>,
+    /// By the guest-physical address of the region each covers.
+    pub(crate) mem_guards: Mutex<Vec<(u64, crate::sigbus_guard::Guard)>>,
     /// CPU to pin the worker to.
     pub(crate) cpu: Option<usize>,
     /// CPU-frequency control of the worker's core.
@@ -164,7 +165,7 @@ impl VmPort {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|g| g.faults())
+            .map(|(_, g)| g.faults())
             .sum()
     }
 
