@@ -8,7 +8,8 @@
 //!   (exec, step) = Executor::start(policy, now)
 //!   loop {
 //!       apply step.freq if Some           (only on change: Keep never shows)
-//!       wait as step.wake says            (Now: not at all; else until a deadline)
+//!       wait as step.wake says            (Now: not at all; else until a deadline;
+//!                                          see crate::wait_protocol)
 //!       exec.woke(cause, waited)
 //!       service every queue once within step.budget
 //!       step = exec.served(now, stats)    (or exec.switch(..) / exec.retune(..))
@@ -26,6 +27,10 @@
 //! only when it changes ([`Step::freq`]); a kick threshold in permille becomes
 //! a descriptor count by [`kick_fill`]; a policy switch starts the new
 //! policy at once; a retune reaches the running policy ([`Policy::retune`]).
+//! How a worker then carries out a [`Wake`] — enable notifications and
+//! re-check, arm the kick threshold, tell a kick from a timeout, turn
+//! notifications off again — is written once too, in
+//! [`crate::wait_protocol`].
 
 use crate::interface::{
     Action, Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause,

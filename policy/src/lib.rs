@@ -13,7 +13,9 @@
 //! ```
 //!
 //! That cycle is carried out by one [`Executor`], which the daemon's queue
-//! workers and the simulator both step.
+//! workers and the simulator both step; how a worker waits as a step says
+//! (guest notifications, the re-check, kick thresholds, what ended the wait)
+//! is the one [`wait_protocol`] both follow.
 //!
 //! The three actions are the only things a worker can be told to do
 //! (DESIGN.md): poll again now; sleep for a bounded time with guest
@@ -48,6 +50,7 @@ pub mod netap_ml;
 pub mod retune;
 pub mod time;
 pub mod vspace;
+pub mod wait_protocol;
 pub mod workload_estimate;
 
 pub mod error;
@@ -64,4 +67,7 @@ pub use time::{Duration, Instant};
 pub use vspace::{
     CoreAllocation, CoreAllocator, CoreSets, GroupLoad, PeriodMeasurement, PeriodOutcome,
     ThresholdExplorer, Thresholds, VspaceConfig, VspaceConfigError, VspaceManager, VspaceMode,
+};
+pub use wait_protocol::{
+    begin_wait, end_wait, Begun, KickThreshold, Notifications, WaitKind, Woke,
 };

@@ -41,10 +41,12 @@ pub trait QueueIo {
     fn now(&mut self) -> Instant;
     /// Service every queue once, at most `budget` per queue.
     fn service(&mut self, budget: Budget) -> PassStats;
-    /// Sleep with notifications off until `deadline` (see [`Wake::At`]).
+    /// Sleep with notifications off until `deadline` (see [`Wake::At`] and
+    /// [`vadapt_policy::wait_protocol`]).
     fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait;
     /// Re-enable notifications, re-check, block for a kick until `until`
-    /// at the latest (see [`Wake::Kick`]).
+    /// at the latest (see [`Wake::Kick`] and
+    /// [`vadapt_policy::wait_protocol`]).
     fn wait_kick(&mut self, until: Instant) -> Wait;
     /// Apply a CPU-frequency hint (no-op where the host has no cpufreq).
     fn set_freq(&mut self, hint: FreqHint);

@@ -5,8 +5,9 @@
 //! [`PortQueues::end_wait`].
 //!
 //! The three calls do what [`QueueIo::sleep`] and [`QueueIo::wait_kick`] do
-//! in one blocking call for a worker of its own: the same notification
-//! handling, re-check, kick thresholds, draining and counting. A plain
+//! in one blocking call for a worker of its own: both follow the policy
+//! crate's [`wait_protocol`] (notifications, re-check, kick thresholds, what
+//! ended the wait), and drain and count kicks the same way. A plain
 //! sleep arms the port's timerfd instead of `clock_nanosleep`, since the
 //! worker must also hear the other ports it serves.
 //!
@@ -15,33 +16,21 @@
 //! [`PortQueues::end_wait`]: super::port_queues::PortQueues::end_wait
 //! [`QueueIo::sleep`]: crate::queue::drive::QueueIo::sleep
 //! [`QueueIo::wait_kick`]: crate::queue::drive::QueueIo::wait_kick
+//! [`wait_protocol`]: vadapt_policy::wait_protocol
 
+use vadapt_policy::wait_protocol::WaitKind;
 use vadapt_policy::{Instant, WakeCause};
-
-/// What kind of wait is under way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitKind {
-    /// [`vadapt_policy::Wake::Now`]: no wait; ready at once.
-    Poll,
-    /// [`vadapt_policy::Wake::At`] with notifications off.
-    Sleep {
-        /// When the sleep should end.
-        deadline: Instant,
-        /// When the timer was asked to fire (earlier by the mean lateness).
-        target: Instant,
-        /// A kick threshold is armed: a kick ends the sleep.
-        armed: bool,
-    },
-    /// [`vadapt_policy::Wake::Kick`] with notifications on; the timer is
-    /// armed for its deadline unless the re-check found work.
-    Kick,
-}
 
 /// A wait under way (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingWait {
-    /// What kind of wait.
+    /// What kind of wait (as [`vadapt_policy::wait_protocol::begin_wait`]
+    /// began it).
     pub kind: WaitKind,
+    /// When the port's timer was asked to fire: a sleep's deadline, earlier
+    /// by the mean lateness; a wait for a kick's deadline; the start of a
+    /// wait that never blocked.
+    pub target: Instant,
     /// When it began.
     pub start: Instant,
     /// Why it ended, once it has (`None`: still waiting).
@@ -60,7 +49,7 @@ impl PendingWait {
     /// sleep runs on: its timer and armed kicks are in the port's waiter,
     /// which moved with it.
     pub fn after_handoff(&mut self) {
-        if matches!(self.kind, WaitKind::Kick) && self.ready.is_none() {
+        if matches!(self.kind, WaitKind::Kick { .. }) && self.ready.is_none() {
             self.ready = Some(WakeCause::Recheck);
         }
     }

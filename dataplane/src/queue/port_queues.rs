@@ -9,7 +9,7 @@
 //! virtio-user handle it and translate `VQ_PAIRS_SET` into
 //! `SET_VRING_ENABLE`, which [`crate::port::handler`] honours.
 
-use super::pending_wait::{PendingWait, WaitKind};
+use super::pending_wait::PendingWait;
 use super::policy_slot::WorkerView;
 use super::ring::Pair;
 use super::ring_pass::RingPass;
@@ -23,6 +23,7 @@ use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
 use crate::switch::{FdbCache, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
 use vadapt_policy::{
     Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, Wake, WakeCause,
 };
@@ -296,34 +297,10 @@ impl PortQueues {
         }
     }
 
-    /// Before a sleep (both wait paths): ask for a kick once `kick_threshold`
-    /// frames wait on a transmit ring (the ring-full safety net); true if
-    /// any ring armed it.
-    fn arm_kick_threshold(&mut self, kick_threshold: Option<u16>) -> bool {
-        let mut armed = false;
-        if let Some(t) = kick_threshold {
-            for pair in &mut self.pairs {
-                if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
-                    let n = vadapt_policy::kick_fill(t, r.q.size());
-                    armed |= r.q.set_kick_threshold(n);
-                }
-            }
-        }
-        self.log_used_rings();
-        armed
-    }
-
-    /// The end of a sleep that ended at `end` (both wait paths): how early
-    /// or late the timer fired, the kicks that came meanwhile drained, and
-    /// notifications turned off again where the sleep had armed them.
-    fn finish_sleep(
-        &mut self,
-        cause: WakeCause,
-        end: Instant,
-        target: Instant,
-        deadline: Instant,
-        armed: bool,
-    ) {
+    /// The end of a sleep that ended at `end` (both wait paths), before
+    /// [`wait_protocol::end_wait`]: how early or late the timer fired, and
+    /// the kicks that came meanwhile drained.
+    fn finish_sleep(&mut self, cause: WakeCause, end: Instant, target: Instant, deadline: Instant) {
         if cause == WakeCause::Timer {
             self.early_wake.record(end.saturating_since(target));
             let _ = self
@@ -332,12 +309,17 @@ impl PortQueues {
                 .record(end.saturating_since(deadline).as_nanos().max(1));
         }
         self.drain_kicks();
-        if armed {
-            for pair in &mut self.pairs {
-                if let Some(r) = pair.tx.as_mut() {
-                    r.q.disable_notifications();
-                }
-            }
+    }
+
+    /// What a wake-up of the port's waiter says to a wait of `kind` whose
+    /// timer was asked to fire at `target`: a sleep also ends once `target`
+    /// has passed, whatever woke it.
+    fn woke(kind: WaitKind, woken: Woken, target: Instant) -> Woke {
+        let sleeping = matches!(kind, WaitKind::Sleep { .. });
+        Woke {
+            kick: woken.kick,
+            timer: woken.timer || (sleeping && monotonic_now() >= target),
+            signal: woken.wake,
         }
     }
 
@@ -384,46 +366,28 @@ impl PortQueues {
     /// [`QueueIo::wait_kick`] do before they block.
     pub fn begin_wait(&mut self, wake: Wake) -> PendingWait {
         let start = monotonic_now();
-        match wake {
-            Wake::Now => PendingWait {
-                kind: WaitKind::Poll,
+        match wait_protocol::begin_wait(wake, self) {
+            Begun::Ready { kind, cause } => PendingWait {
+                kind,
+                target: start,
                 start,
-                ready: Some(WakeCause::Immediate),
+                ready: Some(cause),
             },
-            Wake::At {
-                at: deadline,
-                kick_threshold,
-            } => {
-                let target = self
-                    .early_wake
-                    .target(deadline, deadline.saturating_since(start));
-                let armed = self.arm_kick_threshold(kick_threshold);
+            Begun::Blocked { kind, until } => {
+                // A sleep's timer fires early by the mean lateness; a wait
+                // for a kick's at its deadline.
+                let target = match kind {
+                    WaitKind::Sleep { .. } => {
+                        self.early_wake.target(until, until.saturating_since(start))
+                    }
+                    WaitKind::Poll | WaitKind::Kick { .. } => until,
+                };
                 self.arm_timer(target.saturating_since(start));
                 PendingWait {
-                    kind: WaitKind::Sleep {
-                        deadline,
-                        target,
-                        armed,
-                    },
+                    kind,
+                    target,
                     start,
                     ready: None,
-                }
-            }
-            Wake::Kick { until } => {
-                let mut work = self.set_notifications(true);
-                if !work {
-                    self.port.waiting.store(true, Ordering::SeqCst);
-                    // Pairs with the fence in `VmPort::deliver` (see `wait_kick`).
-                    std::sync::atomic::fence(Ordering::SeqCst);
-                    work = self.rx_recheck();
-                }
-                if !work {
-                    self.arm_timer(until.saturating_since(start));
-                }
-                PendingWait {
-                    kind: WaitKind::Kick,
-                    start,
-                    ready: work.then_some(WakeCause::Recheck),
                 }
             }
         }
@@ -446,30 +410,10 @@ impl PortQueues {
                 }
             }
         };
-        w.ready = match w.kind {
-            WaitKind::Poll => Some(WakeCause::Immediate),
-            WaitKind::Sleep { target, armed, .. } => {
-                if woken.kick && armed {
-                    Some(WakeCause::Kick)
-                } else if woken.timer || woken.wake || monotonic_now() >= target {
-                    Some(WakeCause::Timer)
-                } else {
-                    if woken.kick {
-                        self.drain_kicks();
-                    }
-                    None
-                }
-            }
-            WaitKind::Kick => {
-                if woken.kick || woken.wake {
-                    Some(WakeCause::Kick)
-                } else if woken.timer {
-                    Some(WakeCause::Timeout)
-                } else {
-                    None
-                }
-            }
-        };
+        w.ready = w.kind.cause(Self::woke(w.kind, woken, w.target));
+        if w.ready.is_none() && woken.kick {
+            self.drain_kicks();
+        }
     }
 
     /// Ends the wait `w` (which must be ready): what [`QueueIo::sleep`] and
@@ -485,20 +429,17 @@ impl PortQueues {
                 }
             }
             WaitKind::Sleep {
-                deadline,
-                target,
-                armed,
+                until: deadline, ..
             } => {
                 self.waiter.disarm_timer();
-                self.finish_sleep(cause, end, target, deadline, armed);
+                self.finish_sleep(cause, end, w.target, deadline);
+                wait_protocol::end_wait(w.kind, self);
                 self.merge_overshoot(end);
             }
-            WaitKind::Kick => {
+            WaitKind::Kick { .. } => {
                 // Disarming a timer that was not armed does nothing.
                 self.waiter.disarm_timer();
-                self.port.waiting.store(false, Ordering::SeqCst);
-                self.drain_kicks();
-                self.set_notifications(false);
+                wait_protocol::end_wait(w.kind, self);
             }
         }
         self.note_wake(cause);
@@ -522,6 +463,55 @@ impl PortQueues {
                     })
                 })
         })
+    }
+}
+
+/// The port's rings as the wait protocol drives them
+/// ([`vadapt_policy::wait_protocol`]).
+impl Notifications for PortQueues {
+    /// Transmit kicks on; receive kicks where frames wait for buffers.
+    fn enable_kicks(&mut self) -> bool {
+        self.set_notifications(true)
+    }
+
+    /// Frames that reached a backlog meanwhile, with the buffers to take
+    /// them. Producers are asked to signal the worker from now on.
+    fn has_work(&mut self) -> bool {
+        self.port.waiting.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `VmPort::deliver`: either the producer
+        // sees `waiting` and wakes us, or we see its frames here.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.rx_recheck()
+    }
+
+    /// Producers need not signal any more; the kicks that came are drained
+    /// and counted; kicks off on every ring.
+    fn disable_kicks(&mut self) {
+        self.port.waiting.store(false, Ordering::SeqCst);
+        self.drain_kicks();
+        self.set_notifications(false);
+    }
+
+    /// On every unbroken transmit ring (the ring-full safety net); only
+    /// rings with EVENT_IDX can take it.
+    fn arm_kick_threshold(&mut self, threshold: KickThreshold) -> bool {
+        let mut armed = false;
+        for pair in &mut self.pairs {
+            if let Some(r) = pair.tx.as_mut().filter(|r| !r.broken) {
+                armed |= r.q.set_kick_threshold(threshold.descriptors(r.q.size()));
+            }
+        }
+        self.log_used_rings();
+        armed
+    }
+
+    fn disarm_kick_threshold(&mut self) {
+        for pair in &mut self.pairs {
+            if let Some(r) = pair.tx.as_mut() {
+                r.q.disable_notifications();
+            }
+        }
+        self.log_used_rings();
     }
 }
 
@@ -563,28 +553,36 @@ impl QueueIo for PortQueues {
         let target = self
             .early_wake
             .target(deadline, deadline.saturating_since(start));
-        let armed = self.arm_kick_threshold(kick_threshold);
-        let cause = if armed {
-            self.arm_timer(target.saturating_since(start));
-            let mut cause = WakeCause::Timer;
-            loop {
-                let woken = self.epoll_wait();
-                if woken.kick {
-                    cause = WakeCause::Kick;
-                    break;
-                }
-                if woken.timer || woken.wake || monotonic_now() >= target {
-                    break;
-                }
+        let wake = Wake::At {
+            at: deadline,
+            kick_threshold,
+        };
+        let kind = wait_protocol::begin_wait(wake, self).kind();
+        let kicks_armed = matches!(
+            kind,
+            WaitKind::Sleep {
+                kicks_armed: true,
+                ..
             }
+        );
+        let cause = if kicks_armed {
+            self.arm_timer(target.saturating_since(start));
+            let cause = loop {
+                let woken = self.epoll_wait();
+                if let Some(cause) = kind.cause(Self::woke(kind, woken, target)) {
+                    break cause;
+                }
+            };
             self.waiter.disarm_timer();
             cause
         } else {
+            // Nothing but the deadline can end this sleep.
             sleep_until(target);
             WakeCause::Timer
         };
         let end = monotonic_now();
-        self.finish_sleep(cause, end, target, deadline, armed);
+        self.finish_sleep(cause, end, target, deadline);
+        wait_protocol::end_wait(kind, self);
         self.note_wake(cause);
         self.merge_overshoot(end);
         Wait {
@@ -595,31 +593,20 @@ impl QueueIo for PortQueues {
 
     fn wait_kick(&mut self, until: Instant) -> Wait {
         let start = monotonic_now();
-        // Re-enable notifications, then re-check: a guest that added work
-        // between our last look and the enable would otherwise never kick.
-        let mut work = self.set_notifications(true);
-        if !work {
-            self.port.waiting.store(true, Ordering::SeqCst);
-            // Pairs with the fence in `VmPort::deliver`: either the producer
-            // sees `waiting` and wakes us, or we see its frames here.
-            std::sync::atomic::fence(Ordering::SeqCst);
-            work = self.rx_recheck();
-        }
-        let cause = if work {
-            WakeCause::Recheck
-        } else {
-            self.arm_timer(until.saturating_since(start));
-            let woken = self.epoll_wait();
-            self.waiter.disarm_timer();
-            if woken.kick || !woken.timer {
-                WakeCause::Kick
-            } else {
-                WakeCause::Timeout
+        let begun = wait_protocol::begin_wait(Wake::Kick { until }, self);
+        let cause = match begun {
+            Begun::Ready { cause, .. } => cause,
+            Begun::Blocked { kind, until } => {
+                self.arm_timer(until.saturating_since(start));
+                let woken = self.epoll_wait();
+                self.waiter.disarm_timer();
+                // A wake-up that saw nothing (epoll_wait failed) is taken
+                // as a kick: the pass looks at the rings.
+                kind.cause(Self::woke(kind, woken, until))
+                    .unwrap_or(WakeCause::Kick)
             }
         };
-        self.port.waiting.store(false, Ordering::SeqCst);
-        self.drain_kicks();
-        self.set_notifications(false);
+        wait_protocol::end_wait(begun.kind(), self);
         self.note_wake(cause);
         Wait {
             cause,

@@ -2,16 +2,55 @@
 //! timer, or wait for a kick), and what ends a wait — a timer, a guest's
 //! kick, a signal from the host port.
 //!
-//! This is the simulator's side of what the daemon's `vmport/queues.rs`
-//! does with real rings and timers: the wait-for-kick protocol (enable
-//! notifications, re-check the ring, disable them again) is in
-//! [`Engine::wait_for_kick`], a step's deadline (the executor's [`Wake`])
-//! becoming a timer event in [`Engine::arm_timer`].
+//! The protocol itself — enable notifications, re-check the ring, arm a
+//! kick threshold, classify what ended a wait, disable notifications again —
+//! is the policy crate's [`wait_protocol`], which the daemon's
+//! `queue/port_queues.rs` follows with real rings and timers. This is the
+//! simulator's side of it: the modelled ring as its [`Notifications`]
+//! ([`QueueRing`]), a wait's deadline (the executor's
+//! [`Wake`](vadapt_policy::Wake)) becoming a timer event in
+//! [`Engine::arm_timer`], kicks and signals becoming wake-up events.
 
 use super::events::Event;
 use super::workers::WorkerState;
 use super::Engine;
-use vadapt_policy::{kick_fill, FreqHint, Instant, Step, Wake, WakeCause};
+use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
+use vadapt_policy::{FreqHint, Instant, Step, WakeCause};
+
+/// Queue `q`'s modelled ring as the wait protocol drives it.
+struct QueueRing<'a, 'e> {
+    engine: &'a mut Engine<'e>,
+    q: usize,
+}
+
+impl Notifications for QueueRing<'_, '_> {
+    /// The modelled ring sees no work while enabling: [`Engine::has_work`]
+    /// looks.
+    fn enable_kicks(&mut self) -> bool {
+        self.engine.queues[self.q].ring.enable_kick();
+        false
+    }
+
+    fn has_work(&mut self) -> bool {
+        self.engine.has_work(self.q)
+    }
+
+    fn disable_kicks(&mut self) {
+        self.engine.queues[self.q].ring.disable_kick();
+    }
+
+    /// Always armed: the modelled ring has EVENT_IDX.
+    fn arm_kick_threshold(&mut self, threshold: KickThreshold) -> bool {
+        let ring = &mut self.engine.queues[self.q].ring;
+        let size = u16::try_from(ring.size()).unwrap_or(u16::MAX);
+        ring.enable_kick_at_fill(u64::from(threshold.descriptors(size)));
+        true
+    }
+
+    fn disarm_kick_threshold(&mut self) {
+        self.engine.queues[self.q].ring.disable_kick();
+    }
+}
 
 impl Engine<'_> {
     /// Carry out `step` for queue `q`'s worker: the frequency change and
@@ -25,42 +64,33 @@ impl Engine<'_> {
                 FreqHint::Max => self.queues[q].worker.freq_index = top,
             }
         }
-        match step.wake {
-            Wake::Now => self.start_pass(q, WakeCause::Immediate, 0, false),
-            Wake::At { at, kick_threshold } => {
-                let size = self.queues[q].ring.size();
-                match kick_threshold {
-                    Some(p) => {
-                        let size = u16::try_from(size).unwrap_or(u16::MAX);
-                        self.queues[q]
-                            .ring
-                            .enable_kick_at_fill(u64::from(kick_fill(p, size)))
-                    }
-                    None => self.queues[q].ring.disable_kick(),
-                }
-                let generation = self.queues[q]
-                    .worker
-                    .begin_wait(WorkerState::Sleeping, self.now);
-                self.arm_timer(q, at, generation);
+        let begun = wait_protocol::begin_wait(step.wake, &mut QueueRing { engine: self, q });
+        match begun {
+            Begun::Ready { kind, cause } => {
+                wait_protocol::end_wait(kind, &mut QueueRing { engine: self, q });
+                self.start_pass(q, cause, 0, false);
             }
-            Wake::Kick { until } => self.wait_for_kick(q, until),
+            Begun::Blocked {
+                kind: kind @ WaitKind::Sleep { .. },
+                until,
+            } => {
+                let generation =
+                    self.queues[q]
+                        .worker
+                        .begin_wait(WorkerState::Sleeping, kind, self.now);
+                self.arm_timer(q, until, generation);
+            }
+            Begun::Blocked { kind, until } => self.wait_for_kick(q, kind, until),
         }
     }
 
-    /// The wait-for-kick protocol: enable kicks, re-check the ring (work
-    /// that came before the kicks were enabled would never kick), and
-    /// either start a pass at once or wait — for a kick, a request or
-    /// response (request/response loads), or `until`.
-    fn wait_for_kick(&mut self, q: usize, until: Instant) {
-        self.queues[q].ring.enable_kick();
-        if self.has_work(q) {
-            self.queues[q].ring.disable_kick();
-            self.start_pass(q, WakeCause::Recheck, 0, false);
-            return;
-        }
-        let generation = self.queues[q]
-            .worker
-            .begin_wait(WorkerState::WaitingForKick, self.now);
+    /// Wait (`kind`, kicks enabled, the ring re-checked) for a kick, a
+    /// request or response (request/response loads), or `until`.
+    fn wait_for_kick(&mut self, q: usize, kind: WaitKind, until: Instant) {
+        let generation =
+            self.queues[q]
+                .worker
+                .begin_wait(WorkerState::WaitingForKick, kind, self.now);
         self.arm_timer(q, until, generation);
         if let Some(rr) = &self.queues[q].request_response {
             let rx = rr.next_arrival;
@@ -130,16 +160,16 @@ impl Engine<'_> {
     /// a wait for a kick timed out.
     pub(super) fn timer_fired(&mut self, q: usize, generation: u64) {
         let w = &self.queues[q].worker;
-        if w.generation != generation {
+        if w.generation != generation
+            || !matches!(w.state, WorkerState::Sleeping | WorkerState::WaitingForKick)
+        {
             return;
         }
-        let cause = match w.state {
-            WorkerState::Sleeping => WakeCause::Timer,
-            WorkerState::WaitingForKick => WakeCause::Timeout,
-            _ => return,
+        let (kind, waited) = (w.wait, self.now - w.wait_start);
+        let Some(cause) = kind.cause(Woke::TIMER) else {
+            return;
         };
-        let waited = self.now - w.wait_start;
-        self.queues[q].ring.disable_kick();
+        wait_protocol::end_wait(kind, &mut QueueRing { engine: self, q });
         self.start_pass(q, cause, waited, true);
     }
 
@@ -149,13 +179,20 @@ impl Engine<'_> {
         if w.generation != generation || w.state != WorkerState::Waking {
             return;
         }
-        let waited = self.now - w.wait_start;
-        self.start_pass(q, WakeCause::Kick, waited, true);
+        let (kind, waited) = (w.wait, self.now - w.wait_start);
+        let cause = w.pass.wake.unwrap_or(WakeCause::Kick);
+        wait_protocol::end_wait(kind, &mut QueueRing { engine: self, q });
+        self.start_pass(q, cause, waited, true);
     }
 
-    /// Wake queue `q`'s worker: it runs after the wake-up latency.
-    fn wake_worker(&mut self, q: usize) {
+    /// Wake queue `q`'s worker if `woke` ends its wait: it runs after the
+    /// wake-up latency.
+    fn wake_worker(&mut self, q: usize, woke: Woke) {
+        let Some(cause) = self.queues[q].worker.wait.cause(woke) else {
+            return;
+        };
         let lat = self.jitter(self.calibration.wake_latency_ns);
+        self.queues[q].worker.pass.wake = Some(cause);
         let generation = self.queues[q].worker.begin_waking();
         self.events.push(
             self.now + lat,
@@ -178,7 +215,7 @@ impl Engine<'_> {
         }
         self.queues[q].ring.disable_kick();
         match self.queues[q].worker.state {
-            WorkerState::WaitingForKick | WorkerState::Sleeping => self.wake_worker(q),
+            WorkerState::WaitingForKick | WorkerState::Sleeping => self.wake_worker(q, Woke::KICK),
             WorkerState::Running | WorkerState::Waking => {}
         }
     }
@@ -188,7 +225,7 @@ impl Engine<'_> {
     /// VM exit.
     pub(super) fn request_arrived(&mut self, q: usize, generation: u64) {
         if self.still_waiting_for_kick(q, generation) {
-            self.wake_worker(q);
+            self.wake_worker(q, Woke::SIGNAL);
         }
     }
 

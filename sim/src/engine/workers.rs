@@ -2,6 +2,7 @@
 //! what the worker is doing, and the pass in progress.
 
 use crate::scenario::SimPolicy;
+use vadapt_policy::wait_protocol::WaitKind;
 use vadapt_policy::{Executor, WakeCause};
 
 /// What a queue worker is doing.
@@ -51,6 +52,8 @@ pub(super) struct QueueWorker {
     pub(super) state: WorkerState,
     /// Bumped at every new wait: events scheduled for an older wait are stale.
     pub(super) generation: u64,
+    /// The current (or last) wait, as the wait protocol began it.
+    pub(super) wait: WaitKind,
     /// CPU work left in the current pass, ns at the top frequency.
     pub(super) work_left: f64,
     /// The current (or blocked) pass.
@@ -78,6 +81,7 @@ impl QueueWorker {
             policy_label,
             state: WorkerState::Sleeping,
             generation: 0,
+            wait: WaitKind::Poll,
             work_left: 0.0,
             pass: PassInProgress::default(),
             wait_start: 0,
@@ -89,9 +93,10 @@ impl QueueWorker {
         }
     }
 
-    /// Start a new wait in `state` at `now`; returns its generation.
-    pub(super) fn begin_wait(&mut self, state: WorkerState, now: u64) -> u64 {
+    /// Start the wait `wait` in `state` at `now`; returns its generation.
+    pub(super) fn begin_wait(&mut self, state: WorkerState, wait: WaitKind, now: u64) -> u64 {
         self.state = state;
+        self.wait = wait;
         self.wait_start = now;
         self.generation += 1;
         self.generation
