@@ -9,7 +9,6 @@
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
-use super::memory_file;
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
@@ -22,7 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
-use vadapt_virtq::mem::{GuestMemory, MappedRegion, MmapRegion};
+use vadapt_virtq::mem::{GuestMemory, MappedRegion};
 use vadapt_virtq::{DirtyLog, RingFeatures};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
@@ -44,12 +43,12 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
 }
 
 /// Most memory regions accepted in one memory table (QEMU sends at most 8).
-const MAX_REGIONS: usize = 32;
+pub(super) const MAX_REGIONS: usize = 32;
 
 #[derive(Debug, Default)]
-struct Vring {
+pub(super) struct Vring {
     num: u16,
-    addrs: Option<(u64, u64, u64)>,
+    pub(super) addrs: Option<(u64, u64, u64)>,
     base: u16,
     kick: Option<File>,
     call: Option<File>,
@@ -81,20 +80,20 @@ enum Worker {
 
 /// One frontend connection's negotiated state.
 pub struct Connection {
-    port: Arc<VmPort>,
+    pub(super) port: Arc<VmPort>,
     features: u64,
     protocol: u64,
-    mem: Option<GuestMemory>,
+    pub(super) mem: Option<GuestMemory>,
     /// The regions `mem` is made of (memory hotplug rebuilds it from them).
-    regions: Vec<MappedRegion>,
+    pub(super) regions: Vec<MappedRegion>,
     /// The frontend's dirty-page log (`SET_LOG_BASE`); written while
     /// `VHOST_F_LOG_ALL` is acked.
     log: Option<Arc<DirtyLog>>,
-    vrings: Vec<Vring>,
+    pub(super) vrings: Vec<Vring>,
     worker: Option<Worker>,
     /// Set when the frontend sent something that ends the connection (the
     /// serve loop closes it after the reply).
-    fatal: Option<String>,
+    pub(super) fatal: Option<String>,
     /// The NQ workers' pool that serves the running queues, if any.
     pool: Option<Arc<crate::queue::pool::NqWorkers>>,
     /// No worker thread: the owner steps the running queues
@@ -195,7 +194,7 @@ impl Connection {
     }
 
     /// Stop the worker, recording where each ring stopped.
-    fn stop_worker(&mut self) {
+    pub(super) fn stop_worker(&mut self) {
         let bases = match self.worker.take() {
             None => return,
             Some(Worker::Thread { stop, join }) => {
@@ -217,7 +216,7 @@ impl Connection {
     }
 
     /// Start a worker over every ready ring (none: no worker).
-    fn start_worker(&mut self) {
+    pub(super) fn start_worker(&mut self) {
         debug_assert!(self.worker.is_none());
         let Some(mem) = self.mem.clone() else { return };
         let rf = RingFeatures::from_bits(self.features);
@@ -304,80 +303,6 @@ impl Connection {
         self.worker = Some(Worker::Thread { stop, join });
     }
 
-    /// Map one region of guest memory from `f`, after the checks every
-    /// region gets (see [`memory_file`]): never what could SIGBUS the
-    /// daemon, or, for an unsealed file the port accepts, under a SIGBUS
-    /// guard (returned). A refusal ends the connection, `what` saying why.
-    fn map_region(
-        &mut self,
-        what: &str,
-        r: &VhostUserMemoryRegion,
-        f: &File,
-    ) -> VhostResult<(MappedRegion, Option<crate::sigbus_guard::Guard>)> {
-        let mut refuse = |e: &dyn std::fmt::Display| {
-            let msg = format!("{what}: {e}");
-            tracing::error!(port = self.port.name(), "{msg}; closing the connection");
-            self.fatal = Some(msg);
-            VhostError::InvalidParam
-        };
-        let sealed = memory_file::check(
-            f,
-            r.mmap_offset,
-            r.memory_size,
-            self.port.cfg.unsealed_memory,
-        )
-        .map_err(|e| refuse(&e))?;
-        let len = r.mmap_offset + r.memory_size; // checked above
-        let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
-            tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
-            VhostError::InvalidParam
-        })?;
-        let guard = if sealed {
-            None
-        } else {
-            Some(
-                crate::sigbus_guard::guard(mapping.as_ptr(), mapping.len() as usize)
-                    .map_err(|e| refuse(&e))?,
-            )
-        };
-        let region = MappedRegion {
-            gpa: r.guest_phys_addr,
-            uva: r.user_addr,
-            size: r.memory_size,
-            mapping: Arc::new(mapping),
-            offset: r.mmap_offset,
-        };
-        Ok((region, guard))
-    }
-
-    /// Make guest memory of `regions`, and serve the rings over it from now
-    /// on (the worker stops and restarts around the change).
-    fn remap(&mut self, regions: Vec<MappedRegion>) -> VhostResult<()> {
-        let mem = if regions.is_empty() {
-            None
-        } else {
-            Some(GuestMemory::from_mapped(regions.clone()).map_err(|e| {
-                tracing::warn!(port = self.port.name(), error = %e, "memory region rejected");
-                VhostError::InvalidParam
-            })?)
-        };
-        self.reconfigure(|c| {
-            c.mem = mem;
-            c.regions = regions;
-        });
-        Ok(())
-    }
-
-    /// The first running ring whose descriptor table, available or used
-    /// ring lies in frontend addresses `[uva, uva + size)`.
-    fn ring_in(&self, uva: u64, size: u64) -> Option<usize> {
-        let inside = |a: u64| a >= uva && a - uva < size;
-        self.vrings.iter().position(|v| {
-            v.addrs
-                .is_some_and(|(desc, used, avail)| inside(desc) || inside(used) || inside(avail))
-        })
-    }
-
     /// Where ring `v` logs its writes, while the frontend asks for logging
     /// (`VHOST_F_LOG_ALL` acked and a log given): the used ring at its
     /// `log_guest_addr`, or at the guest address of its frontend address.
@@ -403,7 +328,7 @@ impl Connection {
 
     /// Apply a change with the worker stopped, then restart it over the
     /// rings that are ready afterwards.
-    fn reconfigure<T>(&mut self, change: impl FnOnce(&mut Self) -> T) -> T {
+    pub(super) fn reconfigure<T>(&mut self, change: impl FnOnce(&mut Self) -> T) -> T {
         self.stop_worker();
         let out = change(self);
         self.start_worker();
@@ -567,38 +492,7 @@ impl VhostUserBackendReqHandlerMut for Connection {
         files: Vec<File>,
         _postcopy_listening: Option<bool>,
     ) -> VhostResult<Option<Vec<VhostUserMemoryRegionBase>>> {
-        if ctx.len() != files.len() || ctx.is_empty() || ctx.len() > MAX_REGIONS {
-            return Err(VhostError::InvalidParam);
-        }
-        let mut regions = Vec::with_capacity(ctx.len());
-        let mut guards = Vec::new();
-        for (i, (r, f)) in ctx.iter().zip(&files).enumerate() {
-            let (region, guard) =
-                self.map_region(&format!("memory table refused: region {i}"), r, f)?;
-            guards.extend(guard.map(|g| (r.guest_phys_addr, g)));
-            regions.push(region);
-        }
-        let mem = GuestMemory::from_mapped(regions.clone()).map_err(|e| {
-            tracing::warn!(port = self.port.name(), error = %e, "memory table rejected");
-            VhostError::InvalidParam
-        })?;
-        self.stop_worker();
-        self.regions = regions;
-        // Old guards go before the old mappings they cover.
-        *self
-            .port
-            .mem_guards
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = guards;
-        let total: u64 = mem.regions().iter().map(|r| r.size).sum();
-        tracing::info!(
-            port = self.port.name(),
-            regions = mem.regions().len(),
-            bytes = total,
-            "guest memory mapped"
-        );
-        self.mem = Some(mem);
-        self.start_worker();
+        self.set_memory_table(ctx, files)?;
         Ok(None)
     }
 
@@ -800,78 +694,12 @@ impl VhostUserBackendReqHandlerMut for Connection {
         fd: File,
         _postcopy_listening: Option<bool>,
     ) -> VhostResult<Option<VhostUserMemoryRegionBase>> {
-        if self.regions.len() >= MAX_REGIONS {
-            tracing::warn!(
-                port = self.port.name(),
-                "ADD_MEM_REG refused: all {MAX_REGIONS} slots used"
-            );
-            return Err(VhostError::InvalidParam);
-        }
-        let r: &VhostUserMemoryRegion = region;
-        // Copied out: the message is packed.
-        let (gpa, bytes) = (r.guest_phys_addr, r.memory_size);
-        let (mapped, guard) = self.map_region("memory region refused", r, &fd)?;
-        let mut regions = self.regions.clone();
-        regions.push(mapped);
-        // Overlaps are refused here, before anything changes.
-        self.remap(regions)?;
-        if let Some(g) = guard {
-            self.port
-                .mem_guards
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((gpa, g));
-        }
-        tracing::info!(
-            port = self.port.name(),
-            gpa = format_args!("{gpa:#x}"),
-            bytes,
-            regions = self.regions.len(),
-            "guest memory region added"
-        );
+        self.add_region(region, fd)?;
         Ok(None)
     }
 
     fn remove_mem_region(&mut self, region: &VhostUserSingleMemoryRegion) -> VhostResult<()> {
-        // Copied out: the message is packed.
-        let (gpa, size, uva) = (region.guest_phys_addr, region.memory_size, region.user_addr);
-        let Some(i) = self.regions.iter().position(|m| {
-            m.gpa == region.guest_phys_addr
-                && m.size == region.memory_size
-                && m.uva == region.user_addr
-        }) else {
-            tracing::warn!(
-                port = self.port.name(),
-                gpa = format_args!("{gpa:#x}"),
-                "REM_MEM_REG refused: no such region"
-            );
-            return Err(VhostError::InvalidParam);
-        };
-        if let Some(ring) = self.ring_in(uva, size) {
-            tracing::warn!(
-                port = self.port.name(),
-                ring,
-                gpa = format_args!("{gpa:#x}"),
-                "REM_MEM_REG refused: a ring lies in the region"
-            );
-            return Err(VhostError::InvalidParam);
-        }
-        let mut regions = self.regions.clone();
-        regions.remove(i);
-        self.remap(regions)?;
-        // The guard goes after the worker stopped using the mapping.
-        self.port
-            .mem_guards
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(g, _)| *g != gpa);
-        tracing::info!(
-            port = self.port.name(),
-            gpa = format_args!("{gpa:#x}"),
-            regions = self.regions.len(),
-            "guest memory region removed"
-        );
-        Ok(())
+        self.remove_region(region)
     }
 
     fn set_device_state_fd(

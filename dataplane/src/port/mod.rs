@@ -10,6 +10,8 @@
 //!   [`crate::queue::pool`]) as rings start and stop.
 //! * [`serve`](mod@serve) serves one frontend at a time on the port's
 //!   socket, and resets the port when it goes away.
+//! * `guest_memory` is the frontend's memory table and memory hotplug
+//!   (`ADD_MEM_REG`, `REM_MEM_REG`).
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
 //!
@@ -18,6 +20,7 @@
 //! worker's world is [`crate::queue`].
 
 pub mod frontend_socket;
+mod guest_memory;
 pub mod handler;
 pub mod memory_file;
 pub mod serve;
