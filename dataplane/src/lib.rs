@@ -22,8 +22,8 @@
 //! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
 //! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
 //!   counters through the policy crate's estimator to the `netap-ml` ports.
-//! * [`migration`], [`uplink`] — named homes, empty until the live-migration
-//!   and AF_XDP issues fill them.
+//! * [`migration`] — dirty-page logging in the data path (live migration);
+//!   [`uplink`] — a named home, empty until the AF_XDP issue fills it.
 
 #![deny(missing_docs)]
 

@@ -1,7 +1,51 @@
-//! Home of live migration (the VM-lifecycle issue): dirty-page logging
-//! (`VHOST_USER_PROTOCOL_F_LOG_SHMFD`, `VHOST_F_LOG_ALL`, `SET_LOG_BASE`,
-//! the per-ring `VHOST_VRING_F_LOG`), marking every page the backend writes
-//! in guest memory while logging is on, and the announcement after the move
-//! (`SEND_RARP`). Empty until that issue: named here so that it lands in a
-//! room of its own, below the vhost-user protocol that hands it the log and
-//! above the ring service that reports what it wrote.
+//! Live migration's part in the data path: while the frontend logs dirty
+//! pages (`VHOST_F_LOG_ALL` acked, a log given with `SET_LOG_BASE` over
+//! `VHOST_USER_PROTOCOL_F_LOG_SHMFD`), every page the backend writes in
+//! guest memory is marked in the log, so the frontend sends it again.
+//!
+//! The log itself (mapping, checks, atomic marks) is
+//! [`vadapt_virtq::DirtyLog`]; the vhost-user side (`crate::port`) maps it
+//! and hands each running ring a [`RingLog`]; the ring service
+//! (`crate::queue`) reports what it wrote through it: the bytes a receive
+//! put in a buffer, and the used ring after every flush and notification
+//! change. Not here yet: the announcement after the move (`SEND_RARP`,
+//! `VIRTIO_NET_F_GUEST_ANNOUNCE`).
+
+use std::sync::Arc;
+use vadapt_virtq::{Chain, DirtyLog};
+
+/// A ring's part in dirty-page logging: the log, and the guest-physical
+/// extent of the ring's used ring (`log_guest_addr` of `SET_VRING_ADDR`),
+/// which the device writes: used elements, `used.idx`, `used.flags` and
+/// `avail_event`.
+#[derive(Debug, Clone)]
+pub struct RingLog {
+    /// The frontend's log.
+    pub log: Arc<DirtyLog>,
+    /// Guest-physical address of the used ring.
+    pub used_gpa: u64,
+    /// Its length, bytes (`6 + 8 * size`: flags, idx, elements, avail_event).
+    pub used_len: u64,
+}
+
+impl RingLog {
+    /// Marks the used ring's pages: the whole used ring, a page or two,
+    /// rather than tracking which of its bytes moved.
+    pub fn used(&self) {
+        self.log.mark(self.used_gpa, self.used_len);
+    }
+
+    /// Marks the pages of the first `written` bytes of `chain`'s writable
+    /// buffers.
+    pub fn written(&self, chain: &Chain, written: usize) {
+        let mut left = written as u64;
+        for s in chain.segments().filter(|s| s.writable) {
+            if left == 0 {
+                break;
+            }
+            let n = left.min(u64::from(s.len));
+            self.log.mark(s.gpa, n);
+            left -= n;
+        }
+    }
+}

@@ -9,10 +9,11 @@
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
+use crate::migration::RingLog;
 use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
-use crate::queue::ring::{Pair, Ring, RingLog};
+use crate::queue::ring::{Pair, Ring};
 use crate::queue::VmPort;
 use std::fs::File;
 use std::os::fd::AsRawFd;

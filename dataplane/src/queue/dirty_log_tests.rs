@@ -7,10 +7,11 @@
 //! is found unmarked.
 
 use super::ring::test_utils::{frame, ring, Guest, UNLIMITED};
-use super::ring::{Ring, RingLog};
+use super::ring::Ring;
 use super::rx::{RxPending, RxService};
 use super::tx::TxService;
 use crate::frames::{Backlog, FrameBatch};
+use crate::migration::RingLog;
 use crate::net::GuestOffloads;
 use std::fs::File;
 use std::os::fd::FromRawFd;

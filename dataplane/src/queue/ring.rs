@@ -7,10 +7,10 @@
 //! (guest→host).
 
 use std::fs::File;
-use std::sync::Arc;
 
+use crate::migration::RingLog;
 use vadapt_virtq::device::{ChainError, ChainErrorKind, DeviceQueue};
-use vadapt_virtq::{Chain, DirtyLog};
+use vadapt_virtq::Chain;
 
 /// One running ring.
 #[derive(Debug)]
@@ -27,20 +27,6 @@ pub struct Ring {
     pub log: Option<RingLog>,
 }
 
-/// A ring's part in dirty-page logging: the log, and the guest-physical
-/// extent of the ring's used ring (`log_guest_addr` of `SET_VRING_ADDR`),
-/// which the device writes: used elements, `used.idx`, `used.flags` and
-/// `avail_event`.
-#[derive(Debug, Clone)]
-pub struct RingLog {
-    /// The frontend's log.
-    pub log: Arc<DirtyLog>,
-    /// Guest-physical address of the used ring.
-    pub used_gpa: u64,
-    /// Its length, bytes (`6 + 8 * size`: flags, idx, elements, avail_event).
-    pub used_len: u64,
-}
-
 impl Ring {
     /// With logging on, marks the used ring's pages: call after anything
     /// that may have written it (a pass, a change of notifications). The
@@ -48,22 +34,15 @@ impl Ring {
     /// of its bytes moved.
     pub fn log_used(&self) {
         if let Some(l) = &self.log {
-            l.log.mark(l.used_gpa, l.used_len);
+            l.used();
         }
     }
 
     /// With logging on, marks the pages of the first `written` bytes of
     /// `chain`'s writable buffers (what a receive wrote into them).
     pub fn log_written(&self, chain: &Chain, written: usize) {
-        let Some(l) = &self.log else { return };
-        let mut left = written as u64;
-        for s in chain.segments().filter(|s| s.writable) {
-            if left == 0 {
-                break;
-            }
-            let n = left.min(u64::from(s.len));
-            l.log.mark(s.gpa, n);
-            left -= n;
+        if let Some(l) = &self.log {
+            l.written(chain, written);
         }
     }
 
