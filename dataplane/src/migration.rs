@@ -8,8 +8,10 @@
 //! and hands each running ring a [`RingLog`]; the ring service
 //! (`crate::queue`) reports what it wrote through it: the bytes a receive
 //! put in a buffer, and the used ring after every flush and notification
-//! change. Not here yet: the announcement after the move (`SEND_RARP`,
-//! `VIRTIO_NET_F_GUEST_ANNOUNCE`).
+//! change. The announcement after the move is the guest's own
+//! (`VIRTIO_NET_F_GUEST_ANNOUNCE` is offered; QEMU asks the guest); vadapt
+//! cannot send one on the guest's behalf yet (`SEND_RARP`: the `vhost`
+//! crate does not dispatch it).
 
 use std::sync::Arc;
 use vadapt_virtq::{Chain, DirtyLog};

@@ -35,6 +35,12 @@ pub const VIRTIO_NET_F_MRG_RXBUF: u64 = 1 << 15;
 pub const VIRTIO_NET_F_STATUS: u64 = 1 << 16;
 /// `VIRTIO_NET_F_CTRL_VQ`: a control virtqueue exists.
 pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
+/// `VIRTIO_NET_F_GUEST_ANNOUNCE`: the guest announces itself (gratuitous
+/// ARP, unsolicited neighbour advertisements) when the device asks, as
+/// QEMU's virtio-net does after a live migration (it serves the control
+/// queue and the config status itself), so the switch learns the guest's
+/// MAC on its new port at once.
+pub const VIRTIO_NET_F_GUEST_ANNOUNCE: u64 = 1 << 21;
 /// `VIRTIO_NET_F_MQ`: multiqueue, steered through the control queue.
 pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
 /// `VIRTIO_RING_F_INDIRECT_DESC`.
@@ -76,6 +82,7 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VIRTIO_NET_F_STATUS
     | VIRTIO_NET_F_CTRL_VQ
     | VIRTIO_NET_F_MQ
+    | VIRTIO_NET_F_GUEST_ANNOUNCE
     | VHOST_F_LOG_ALL
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
