@@ -474,6 +474,7 @@ fn new_port(queues: u16, policy: PolicyConfig) -> (Arc<VmPort>, Arc<Switch>) {
         qga: None,
         guest_iface: None,
         role: Default::default(),
+        mtu: None,
         queues,
         mac: None,
         policy: None,

@@ -97,9 +97,7 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     let dir = tmp.path();
     let ifname = format!("vadt{}", std::process::id() % 100_000);
     let cfg = DaemonConfig {
-        tap: vec![TapPortConfig {
-            name: ifname.clone(),
-        }],
+        tap: vec![TapPortConfig::new(ifname.clone())],
         echo: vec![LocalPortConfig {
             name: "echo0".into(),
             mac: Some(ECHO),
