@@ -424,6 +424,50 @@ mod tests {
         );
     }
 
+    /// A TAP port with an `mtu` sets it on the interface, writes frames of
+    /// up to MTU + 18 bytes (a jumbo one from the side store, behind a zero
+    /// header) and drops longer ones as `over_mtu`; one without keeps 1518.
+    #[test]
+    fn a_tap_takes_its_mtu_and_drops_frames_over_it() {
+        let dropped = |st: &PortStats| {
+            let i = DropReason::ALL
+                .iter()
+                .position(|r| *r == DropReason::OverMtu)
+                .unwrap();
+            st.queues[0].drops[i].load(Ordering::Relaxed)
+        };
+        let mut b = FrameBatch::new(4);
+        for len in [9018, 9019, 1518, 60] {
+            let mut f = vec![0u8; len];
+            f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]);
+            f[12..14].copy_from_slice(&[0x88, 0xb5]);
+            assert!(b.push(&f));
+        }
+        for (mtu, delivered, over) in [(Some(9000), 3, 1), (None, 2, 2)] {
+            let name = format!("mtut{}", std::process::id() % 100_000);
+            let stats = Arc::new(PortStats::new(&name, "tap", 1));
+            let tap = match Tap::open(&name, mtu, stats.clone()) {
+                Ok(t) => t,
+                Err(e) if tap_not_permitted(&e) => {
+                    eprintln!("skipped: cannot create a TAP here ({e})");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let sys = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).unwrap();
+            assert_eq!(sys.trim(), mtu.unwrap_or(1500).to_string(), "SIOCSIFMTU");
+            assert_eq!(tap.mtu(), mtu.unwrap_or(1500));
+            tap.deliver(&b, &[0, 1, 2, 3], 0);
+            let q = &stats.queues[0];
+            assert_eq!(
+                q.packets[Dir::Rx as usize].load(Ordering::Relaxed),
+                delivered
+            );
+            assert_eq!(dropped(&stats), over, "MTU {mtu:?}");
+            drop(tap);
+        }
+    }
+
     /// True for the errors of a host that does not let us create a TAP.
     fn tap_not_permitted(e: &TapError) -> bool {
         use std::error::Error;
