@@ -8,16 +8,20 @@
 //! an offload that was kept for the egress (issue #15: a partial checksum,
 //! or a TCP segment of up to 64 KiB that a receiver with `GUEST_TSO*` takes
 //! whole) is *marked*: a flag bit in its length, and an [`Offloaded`] entry
-//! beside the slots with its checked header; a GSO frame's bytes go into a
-//! side store, since they do not fit a slot. Only marked frames pay for the
-//! lookup, which is why the side store is not per frame: issue #16 needs
-//! the small-frame path as it was.
+//! beside the slots with its checked header. A *large* frame, one that does
+//! not fit a slot — a GSO frame, or a jumbo frame of a port with an MTU
+//! over 2030 (issue 26) — has its bytes in a side store, and is marked too,
+//! a plain one with [`Offloaded::plain`], which [`FrameBatch::offloaded`]
+//! does not show: to every egress a jumbo frame is a plain frame. Only
+//! marked frames pay for the lookup, which is why the side store is not
+//! per frame: issue #16 needs the small-frame path as it was.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use vadapt_wire::{Offload, VnetHdr};
 
-/// Bytes per frame slot; every frame vadapt forwards fits (see [`crate::net::MAX_FRAME`]).
+/// Bytes per frame slot: every frame of a port of the default MTU fits (see
+/// [`crate::net::MAX_FRAME`]); larger ones go into the side store.
 pub const SLOT: usize = 2048;
 
 /// Set in a frame's length when it has an [`Offloaded`] entry.
@@ -39,6 +43,26 @@ pub struct Offloaded {
     pub cut_frames: u32,
     /// Their bytes (the headers repeated in each segment).
     pub cut_bytes: u32,
+}
+
+impl Offloaded {
+    /// The mark of a plain frame of `len` bytes that is in the side store
+    /// only because it does not fit a slot: no offload, a zero header, one
+    /// frame when "cut".
+    pub fn plain(len: usize) -> Self {
+        Offloaded {
+            offload: Offload::None,
+            hdr: VnetHdr::default(),
+            cut_frames: 1,
+            // A frame is < 64 KiB + 18 bytes.
+            cut_bytes: len as u32,
+        }
+    }
+
+    /// True if it asks the egress for something (not [`Offloaded::plain`]).
+    fn asks(&self) -> bool {
+        !matches!(self.offload, Offload::None)
+    }
 }
 
 /// A marked frame's entry: which frame, its offload, where its bytes are.
@@ -71,6 +95,8 @@ pub struct FrameBatch {
     cap: usize,
     /// Marked frames, in frame order.
     marks: Vec<Mark>,
+    /// Marks that ask the egress for an offload (not only large plain frames).
+    offloads: usize,
     /// GSO frames' bytes, back to back (empty until one comes).
     side: Vec<u8>,
     /// Bytes of `side` that belong to committed frames.
@@ -85,6 +111,7 @@ impl FrameBatch {
             lens: Vec::with_capacity(cap),
             cap,
             marks: Vec::new(),
+            offloads: 0,
             side: Vec::new(),
             side_committed: 0,
         }
@@ -115,12 +142,13 @@ impl FrameBatch {
         self.lens.clear();
         if !self.marks.is_empty() {
             self.marks.clear();
+            self.offloads = 0;
             self.side.clear();
             self.side_committed = 0;
         }
     }
 
-    /// Most bytes of GSO frames the side store holds: what the slots of a
+    /// Most bytes of large frames the side store holds: what the slots of a
     /// full batch hold, and at least one largest GSO frame.
     pub fn side_capacity(&self) -> usize {
         (self.cap * SLOT).max(crate::net::MAX_GSO_FRAME)
@@ -171,6 +199,7 @@ impl FrameBatch {
     /// As [`commit`](Self::commit).
     pub fn commit_offloaded(&mut self, len: usize, offloaded: Offloaded) {
         assert!(!self.is_full() && len <= SLOT);
+        self.offloads += usize::from(offloaded.asks());
         self.marks.push(Mark {
             frame: self.lens.len() as u32,
             offloaded,
@@ -179,11 +208,12 @@ impl FrameBatch {
         self.lens.push(len as u16 | MARKED);
     }
 
-    /// Room for a GSO frame of `len` bytes in the side store, to be filled
-    /// and then [`commit_gso`](Self::commit_gso)ted; `None` when the batch
-    /// or the side store is full (flush first) or `len` is beyond
+    /// Room for a large frame (a GSO frame, or any frame over a slot) of
+    /// `len` bytes in the side store, to be filled and then
+    /// [`commit_large`](Self::commit_large)ed; `None` when the batch or the
+    /// side store is full (flush first) or `len` is beyond
     /// [`MAX_GSO_FRAME`](crate::net::MAX_GSO_FRAME).
-    pub fn next_gso(&mut self, len: usize) -> Option<&mut [u8]> {
+    pub fn next_large(&mut self, len: usize) -> Option<&mut [u8]> {
         if self.is_full()
             || len > crate::net::MAX_GSO_FRAME
             || self.side_committed + len > self.side_capacity()
@@ -195,18 +225,20 @@ impl FrameBatch {
         Some(&mut self.side[start..])
     }
 
-    /// Makes the frame written into [`next_gso`](Self::next_gso) (all its
-    /// `len` bytes) part of the batch.
+    /// Makes the frame written into [`next_large`](Self::next_large) (all
+    /// its `len` bytes) part of the batch, with its offload
+    /// ([`Offloaded::plain`] for a plain frame).
     ///
     /// # Panics
-    /// If [`next_gso`](Self::next_gso) did not just hand out `len` bytes.
-    pub fn commit_gso(&mut self, offloaded: Offloaded) {
+    /// If [`next_large`](Self::next_large) did not just hand out `len` bytes.
+    pub fn commit_large(&mut self, offloaded: Offloaded) {
         let (start, end) = (self.side_committed, self.side.len());
         assert!(
             start < end && !self.is_full(),
-            "commit_gso without next_gso"
+            "commit_large without next_large"
         );
         self.side_committed = end;
+        self.offloads += usize::from(offloaded.asks());
         self.marks.push(Mark {
             frame: self.lens.len() as u32,
             offloaded,
@@ -223,11 +255,11 @@ impl FrameBatch {
         };
         let frame = src.get(i);
         if m.side.is_some() {
-            match self.next_gso(frame.len()) {
+            match self.next_large(frame.len()) {
                 Some(dst) => dst.copy_from_slice(frame),
                 None => return false,
             }
-            self.commit_gso(m.offloaded);
+            self.commit_large(m.offloaded);
             return true;
         }
         match self.next_slot() {
@@ -249,18 +281,19 @@ impl FrameBatch {
             .map(|k| &self.marks[k])
     }
 
-    /// The offload kept with frame `i` for its egress, if any.
+    /// The offload kept with frame `i` for its egress, if any (a large
+    /// plain frame has none).
     #[inline]
     pub fn offloaded(&self, i: usize) -> Option<Offloaded> {
-        if self.marks.is_empty() {
+        if self.offloads == 0 {
             return None;
         }
-        self.mark(i).map(|m| m.offloaded)
+        self.mark(i).map(|m| m.offloaded).filter(Offloaded::asks)
     }
 
     /// True if some frame of the batch has an offload kept for its egress.
     pub fn has_offloads(&self) -> bool {
-        !self.marks.is_empty()
+        self.offloads > 0
     }
 
     #[cold]
@@ -272,10 +305,19 @@ impl FrameBatch {
         }
     }
 
-    /// Copy `frame` into the batch; false when full or too long.
+    /// Copy plain `frame` into the batch, into the side store if it is
+    /// over a slot; false when the batch (or the side store) is full or the
+    /// frame is beyond [`MAX_GSO_FRAME`](crate::net::MAX_GSO_FRAME).
     pub fn push(&mut self, frame: &[u8]) -> bool {
         if frame.len() > SLOT {
-            return false;
+            return match self.next_large(frame.len()) {
+                Some(dst) => {
+                    dst.copy_from_slice(frame);
+                    self.commit_large(Offloaded::plain(frame.len()));
+                    true
+                }
+                None => false,
+            };
         }
         match self.next_slot() {
             Some(slot) => {
@@ -414,7 +456,7 @@ mod tests {
     fn batch_push_get_and_limits() {
         let mut b = FrameBatch::new(2);
         assert!(b.push(&[1, 2, 3]));
-        assert!(!b.push(&vec![0; SLOT + 1]));
+        assert!(!b.push(&vec![0; crate::net::MAX_GSO_FRAME + 1]));
         assert!(b.push(&[4]));
         assert!(b.is_full());
         assert!(!b.push(&[5]));
@@ -438,9 +480,14 @@ mod tests {
         assert!(!bl.has_frames());
     }
 
+    /// A frame kept with a partial checksum to complete (where does not
+    /// matter here), cut into `cut_frames`.
     fn kept(cut_frames: u32) -> Offloaded {
         Offloaded {
-            offload: Offload::None,
+            offload: Offload::Checksum(vadapt_wire::vnet_hdr::ChecksumAt {
+                start: 34,
+                offset: 6,
+            }),
             hdr: VnetHdr::default(),
             cut_frames,
             cut_bytes: 0,
@@ -454,8 +501,8 @@ mod tests {
         b.next_slot().unwrap()[..70].fill(2);
         b.commit_offloaded(70, kept(1));
         let big = vec![3u8; 40_000];
-        b.next_gso(big.len()).unwrap().copy_from_slice(&big);
-        b.commit_gso(kept(28));
+        b.next_large(big.len()).unwrap().copy_from_slice(&big);
+        b.commit_large(kept(28));
         assert!(b.has_offloads());
         assert_eq!((b.get(0), b.offloaded(0)), (&[1u8; 60][..], None));
         assert_eq!((b.get(1), b.offloaded(1)), (&[2u8; 70][..], Some(kept(1))));
@@ -463,13 +510,13 @@ mod tests {
         assert_eq!(b.frame_len(2), 40_000);
         assert_eq!(b.bytes(), 60 + 70 + 40_000);
         assert!(
-            b.next_gso(30_000).is_none(),
+            b.next_large(30_000).is_none(),
             "the side store holds 64 KiB here"
         );
         b.clear();
         assert!(!b.has_offloads());
         assert!(
-            b.next_gso(60_000).is_some(),
+            b.next_large(60_000).is_some(),
             "cleared, the side store is free"
         );
     }
@@ -478,8 +525,8 @@ mod tests {
     fn a_backlog_carries_offloads_and_drops_what_its_side_store_cannot_hold() {
         let mut src = FrameBatch::new(64); // side store: 128 KiB
         for i in 0..3u8 {
-            src.next_gso(30_000).unwrap().fill(i);
-            src.commit_gso(kept(21));
+            src.next_large(30_000).unwrap().fill(i);
+            src.commit_large(kept(21));
         }
         src.push(&[9; 60]);
         let bl = Backlog::new(4); // side store: 64 KiB, two of the three
@@ -490,6 +537,35 @@ mod tests {
         assert_eq!(out.get(1), &[1u8; 30_000][..]);
         assert_eq!(out.offloaded(1), Some(kept(21)));
         assert_eq!((out.get(2), out.offloaded(2)), (&[9u8; 60][..], None));
+    }
+
+    #[test]
+    fn a_jumbo_frame_goes_to_the_side_store_and_stays_plain() {
+        let jumbo: Vec<u8> = (0..9018).map(|i| (i % 251) as u8).collect();
+        let mut b = FrameBatch::new(4);
+        assert!(b.push(&[1; 60]));
+        assert!(b.push(&jumbo));
+        assert!(b.push(&[2; 1518]));
+        assert_eq!(b.get(1), &jumbo[..]);
+        assert_eq!(b.frame_len(1), 9018);
+        assert_eq!(b.offloaded(1), None, "a jumbo frame is plain to the egress");
+        assert!(!b.has_offloads());
+        assert_eq!(b.bytes(), 60 + 9018 + 1518);
+        b.get_mut(1)[0] = 0xee;
+        assert_eq!(b.get(1)[0], 0xee);
+        // A backlog carries it, and an offloaded frame beside it stays marked.
+        b.next_slot().unwrap()[..70].fill(3);
+        b.commit_offloaded(70, kept(1));
+        let bl = Backlog::new(8);
+        assert_eq!(bl.push(&b, &[0, 1, 2, 3]), (4, 0));
+        let mut out = FrameBatch::new(8);
+        bl.take_into(&mut out);
+        assert_eq!(out.get(1).len(), 9018);
+        assert_eq!(out.get(1)[1..], jumbo[1..]);
+        assert_eq!(out.offloaded(1), None);
+        assert!(out.has_offloads() && out.offloaded(3).is_some());
+        out.clear();
+        assert!(!out.has_offloads());
     }
 
     #[test]

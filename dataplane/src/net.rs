@@ -15,6 +15,10 @@ pub const VIRTIO_NET_F_GUEST_CSUM: u64 = 1 << 1;
 /// `VIRTIO_NET_F_CTRL_GUEST_OFFLOADS`: guest offloads switched through the
 /// control queue.
 pub const VIRTIO_NET_F_CTRL_GUEST_OFFLOADS: u64 = 1 << 2;
+/// `VIRTIO_NET_F_MTU`: the config space's `mtu` field holds the device's
+/// MTU, and the driver does not send bigger packets. Offered only by a
+/// port that has an `mtu` ([`offered_features`]).
+pub const VIRTIO_NET_F_MTU: u64 = 1 << 3;
 /// `VIRTIO_NET_F_GUEST_TSO4`: the driver takes TCPv4 GSO frames.
 pub const VIRTIO_NET_F_GUEST_TSO4: u64 = 1 << 7;
 /// `VIRTIO_NET_F_GUEST_TSO6`: the driver takes TCPv6 GSO frames.
@@ -58,7 +62,7 @@ pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// `VIRTIO_F_IN_ORDER`.
 pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
 
-/// Every device feature vadapt offers (issue #2's list, and issue #15's
+/// Every device feature vadapt offers to every port (issue #2's list, and issue #15's
 /// offloads). Host side: the transmit path checks each frame's partial
 /// checksum or TCP segment. Guest side: a receiver that negotiated (and has
 /// not turned off) `GUEST_CSUM`/`GUEST_TSO*` gets such frames whole, with
@@ -86,14 +90,44 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VHOST_F_LOG_ALL
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
+/// The features a port with `mtu` offers: [`OFFERED_FEATURES`], and
+/// `VIRTIO_NET_F_MTU` if it has one.
+pub fn offered_features(mtu: Option<u16>) -> u64 {
+    match mtu {
+        Some(_) => OFFERED_FEATURES | VIRTIO_NET_F_MTU,
+        None => OFFERED_FEATURES,
+    }
+}
+
 /// `VIRTIO_NET_S_LINK_UP` in the config space's status field.
 pub const VIRTIO_NET_S_LINK_UP: u16 = 1;
 
-/// Largest Ethernet frame (without virtio-net header) vadapt forwards: a
-/// 1500-byte MTU plus Ethernet and VLAN headers. We do not offer
-/// `VIRTIO_NET_F_MTU`, so a well-behaved guest sends no more but in GSO
-/// frames (see [`MAX_GSO_FRAME`]), which are cut to this size.
-pub const MAX_FRAME: usize = 1518;
+/// The MTU of a port without an `mtu` of its own, bytes (Ethernet's).
+pub const DEFAULT_MTU: u16 = 1500;
+
+/// Bytes a frame has beyond its MTU's worth of packet: the Ethernet header
+/// (14) and one VLAN tag (4). vadapt does not look for the tag: any frame
+/// of up to MTU + 18 bytes is taken, one comparison a frame, as before
+/// ports had an MTU (1518 for 1500).
+pub const FRAME_OVERHEAD: usize = 18;
+
+/// Largest frame (without virtio-net header, not GSO) a port of `mtu`
+/// takes from its guest or delivers to it: `mtu` + [`FRAME_OVERHEAD`].
+pub const fn max_frame(mtu: u16) -> usize {
+    mtu as usize + FRAME_OVERHEAD
+}
+
+/// Largest Ethernet frame (without virtio-net header) of a port without
+/// an `mtu`: a 1500-byte MTU plus Ethernet and VLAN headers. Such a port
+/// does not offer `VIRTIO_NET_F_MTU`, so a well-behaved guest sends no
+/// more but in GSO frames (see [`MAX_GSO_FRAME`]), which are cut for an
+/// egress that does not take them whole.
+pub const MAX_FRAME: usize = max_frame(DEFAULT_MTU);
+/// Largest frame that is not a GSO frame vadapt carries at all: the
+/// largest MTU a port may have ([`crate::config::MAX_MTU`]) plus
+/// [`FRAME_OVERHEAD`]. The largest segment a GSO frame is cut into, too:
+/// a guest with a 9000-byte MTU asks for segments of up to 9014 bytes.
+pub const LARGEST_FRAME: usize = max_frame(crate::config::MAX_MTU);
 /// Largest GSO frame a guest may transmit with `HOST_TSO*`: a 64 KiB IP
 /// datagram behind Ethernet and a VLAN tag.
 pub const MAX_GSO_FRAME: usize = 65_535 + 18;
@@ -215,13 +249,15 @@ impl GuestOffloads {
     }
 }
 
-/// The virtio-net config space (`struct virtio_net_config`, first 10 bytes:
-/// mac, status, max_virtqueue_pairs).
-pub fn config_space(mac: Mac, max_pairs: u16) -> [u8; 10] {
-    let mut c = [0u8; 10];
+/// The virtio-net config space (`struct virtio_net_config`, first 12
+/// bytes: mac, status, max_virtqueue_pairs, mtu). `mtu` 0 (`None`) is what
+/// a device without `VIRTIO_NET_F_MTU` reads there.
+pub fn config_space(mac: Mac, max_pairs: u16, mtu: Option<u16>) -> [u8; 12] {
+    let mut c = [0u8; 12];
     c[0..6].copy_from_slice(&mac.0);
     c[6..8].copy_from_slice(&VIRTIO_NET_S_LINK_UP.to_le_bytes());
     c[8..10].copy_from_slice(&max_pairs.to_le_bytes());
+    c[10..12].copy_from_slice(&mtu.unwrap_or(0).to_le_bytes());
     c
 }
 
@@ -231,9 +267,30 @@ mod tests {
 
     #[test]
     fn config_space_layout() {
-        let c = config_space(Mac([1, 2, 3, 4, 5, 6]), 4);
+        let c = config_space(Mac([1, 2, 3, 4, 5, 6]), 4, None);
         assert_eq!(&c[0..6], &[1, 2, 3, 4, 5, 6]);
         assert_eq!(u16::from_le_bytes([c[6], c[7]]), VIRTIO_NET_S_LINK_UP);
         assert_eq!(u16::from_le_bytes([c[8], c[9]]), 4);
+        assert_eq!(u16::from_le_bytes([c[10], c[11]]), 0, "no MTU offered");
+        let c = config_space(Mac([1, 2, 3, 4, 5, 6]), 4, Some(9000));
+        assert_eq!(u16::from_le_bytes([c[10], c[11]]), 9000);
+    }
+
+    #[test]
+    fn f_mtu_is_offered_only_with_an_mtu() {
+        assert_eq!(VIRTIO_NET_F_MTU, 1 << 3);
+        assert_eq!(offered_features(None) & VIRTIO_NET_F_MTU, 0);
+        assert_eq!(offered_features(None), OFFERED_FEATURES);
+        assert_eq!(
+            offered_features(Some(9000)),
+            OFFERED_FEATURES | VIRTIO_NET_F_MTU
+        );
+    }
+
+    #[test]
+    fn frame_limits_follow_the_mtu() {
+        assert_eq!(MAX_FRAME, 1518, "as before ports had an MTU");
+        assert_eq!(max_frame(9000), 9018);
+        assert_eq!(LARGEST_FRAME, MAX_GSO_FRAME);
     }
 }

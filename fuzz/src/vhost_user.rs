@@ -39,7 +39,7 @@ use std::time::Duration;
 use vadapt_dataplane::config::UnsealedMemory;
 use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::net::{OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
+use vadapt_dataplane::net::{offered_features, VHOST_USER_F_PROTOCOL_FEATURES};
 use vadapt_dataplane::port::handler::{offered_protocol_features, Connection};
 use vadapt_dataplane::queue::VmPort;
 use vadapt_dataplane::switch::Echo;
@@ -71,7 +71,8 @@ const SHORT_MEMFDS: bool = true;
 /// One fuzz input: a port and the frontends' operations on it.
 #[derive(Arbitrary, Debug)]
 pub struct Input {
-    /// Queue pairs of the port: 1, 2, 4 or 16.
+    /// Queue pairs of the port: 1, 2, 4 or 16 (bits 0-1); bit 2: the port
+    /// has `mtu = 9000` (offers `VIRTIO_NET_F_MTU`, takes jumbo frames).
     pub queues: u8,
     /// The port's policy, an index into [`PolicyKind::ALL`].
     pub policy: u8,
@@ -463,7 +464,7 @@ const BACKLOG: usize = 32;
 /// `Daemon::start` builds them: frames the guest sends come back to it.
 /// The port reaches the switch by a weak handle, as a daemon's does: the
 /// caller keeps the switch (both are freed with the input).
-fn new_port(queues: u16, policy: PolicyConfig) -> (Arc<VmPort>, Arc<Switch>) {
+fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>, Arc<Switch>) {
     let switch = Arc::new(Switch::new(Duration::from_secs(300)));
     let cfg = VmPortConfig {
         name: "fuzz".into(),
@@ -474,6 +475,7 @@ fn new_port(queues: u16, policy: PolicyConfig) -> (Arc<VmPort>, Arc<Switch>) {
         qga: None,
         guest_iface: None,
         role: Default::default(),
+        mtu,
         queues,
         mac: None,
         policy: None,
@@ -515,6 +517,9 @@ struct Session {
     next_buffer: u64,
     /// Queue pairs of the port.
     queues: u16,
+    /// The features the port offers, with `VHOST_USER_F_PROTOCOL_FEATURES`:
+    /// what the frontend's acks are masked with.
+    offered: u64,
 }
 
 impl Session {
@@ -536,6 +541,7 @@ impl Session {
             drivers: Vec::new(),
             next_buffer: 0,
             queues: port.cfg.queues,
+            offered: offered_features(port.cfg.mtu) | VHOST_USER_F_PROTOCOL_FEATURES,
         }
     }
 
@@ -684,7 +690,7 @@ impl Session {
 
     /// [`Op::Start`].
     fn start(&mut self, features: u64, rings: u8, size: u8, short: Option<u32>) -> bool {
-        let features = features & (OFFERED_FEATURES | VHOST_USER_F_PROTOCOL_FEATURES);
+        let features = features & self.offered;
         let size = 1u16 << (size % 9);
         let v1 = Flags::V1;
         if !self.message(Req::SetFeatures, v1, &Body::Features(features), &Fds::Auto) {
@@ -815,8 +821,7 @@ impl Session {
             Body::Empty => {}
             Body::U64(v) => payload.extend_from_slice(&v.to_ne_bytes()),
             Body::Features(v) => {
-                let offered = OFFERED_FEATURES | VHOST_USER_F_PROTOCOL_FEATURES;
-                payload.extend_from_slice(&(v & offered).to_ne_bytes());
+                payload.extend_from_slice(&(v & self.offered).to_ne_bytes());
             }
             Body::ProtocolFeatures(v) => {
                 let offered = offered_protocol_features().bits();
@@ -914,7 +919,8 @@ impl Session {
 pub fn run(input: &Input) {
     let queues = [1, 2, 4, 16][usize::from(input.queues % 4)];
     let kind = PolicyKind::ALL[usize::from(input.policy) % PolicyKind::ALL.len()];
-    let (port, _switch) = new_port(queues, PolicyConfig::default_for(kind));
+    let mtu = (input.queues & 4 != 0).then_some(9000);
+    let (port, _switch) = new_port(queues, mtu, PolicyConfig::default_for(kind));
     let mut session: Option<Session> = None;
     for op in input.ops.iter().take(MAX_OPS) {
         let s = session.get_or_insert_with(|| Session::connect(&port));
@@ -937,7 +943,7 @@ mod tests {
     #[test]
     fn a_started_port_moves_frames_both_ways() {
         let _one = crate::tests::serial();
-        let (port, _switch) = new_port(1, PolicyConfig::default_for(PolicyKind::Interrupt));
+        let (port, _switch) = new_port(1, None, PolicyConfig::default_for(PolicyKind::Interrupt));
         let mut s = Session::connect(&port);
         let start = Op::Start {
             features: u64::MAX,

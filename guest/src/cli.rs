@@ -25,8 +25,10 @@ pub struct GuestArgs {
     /// backend offers enough pairs.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: u32,
-    /// Message size: bytes of L2 payload (the frame adds a 14-byte Ethernet header); with
-    /// `--mode tcp-stream`, bytes of application data per write.
+    /// Message size: bytes of L2 payload (the frame adds a 14-byte Ethernet header), at
+    /// most 9000 and at most the MTU the backend offers (`VIRTIO_NET_F_MTU`); over 1500
+    /// only with mergeable RX buffers. With `--mode tcp-stream`, bytes of application data
+    /// per write.
     #[arg(long, default_value_t = 64, value_name = "BYTES")]
     pub size: u32,
     /// Offered load of the whole guest: `closed` (send whenever the ring has room), a packet

@@ -137,6 +137,12 @@ impl Guest {
         self.frontend.max_pairs
     }
 
+    /// The device's MTU, if it offered one (`VIRTIO_NET_F_MTU`): the
+    /// largest `--size` it takes, bytes.
+    pub fn mtu(&self) -> Option<u16> {
+        self.frontend.mtu
+    }
+
     /// The guest's MAC address (from `--mac`, else the device, else the fallback).
     pub fn mac(&self) -> [u8; 6] {
         self.frontend.mac

@@ -72,11 +72,13 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
     /// [,policy=POLICY][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
-    /// [,qga=PATH][,guest_iface=IF][,role=lc|be]`. `mode=client`: QEMU listens on PATH
-    /// and vadapt connects (default `server`: vadapt listens). `qmp`: the VM's QMP socket,
-    /// for the core manager; only threads of the process serving it are moved, and that
-    /// process must name the socket on its command line, or be the one `qemu_pidfile`
-    /// names (needed under libvirt, which passes QEMU its monitor as a descriptor). Repeatable.
+    /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535]`. `mode=client`: QEMU
+    /// listens on PATH and vadapt connects (default `server`: vadapt listens). `qmp`: the
+    /// VM's QMP socket, for the core manager; only threads of the process serving it are
+    /// moved, and that process must name the socket on its command line, or be the one
+    /// `qemu_pidfile` names (needed under libvirt, which passes QEMU its monitor as a
+    /// descriptor). `mtu`: offered as VIRTIO_NET_F_MTU; frames of up to MTU + 18 bytes
+    /// pass, longer ones are dropped (`over_mtu`); default 1500, not offered. Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
     /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.
@@ -85,8 +87,10 @@ pub struct ServeArgs {
     /// An echo port (swaps MACs, sends back): `NAME[,mac=MAC]`. Repeatable.
     #[arg(long = "echo", value_name = "SPEC")]
     pub echoes: Vec<String>,
-    /// A TAP port to the host's network stack, named after the interface. Repeatable.
-    #[arg(long = "tap", value_name = "NAME")]
+    /// A TAP port to the host's network stack, named after the interface:
+    /// `NAME[,mtu=68..65535]` (`mtu` is set on the interface; default: left as it is, and
+    /// frames over 1518 bytes dropped). Repeatable.
+    #[arg(long = "tap", value_name = "SPEC")]
     pub taps: Vec<String>,
     /// Default policy of VM ports: interrupt, busy-poll, netap, netap-ml, growshrink,
     /// eekbp [default: netap, or the config file's].
@@ -202,7 +206,7 @@ pub struct AddPortArgs {
     #[arg(long, value_name = "SPEC")]
     pub echo: Option<String>,
     /// A TAP port, as `serve --tap` takes it.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "SPEC")]
     pub tap: Option<String>,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]

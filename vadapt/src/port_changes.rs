@@ -4,7 +4,7 @@
 use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs};
 use std::path::Path;
 use std::process::ExitCode;
-use vadapt_dataplane::config::{parse_local_spec, parse_vm_spec, PortSpec, TapPortConfig};
+use vadapt_dataplane::config::{parse_local_spec, parse_tap_spec, parse_vm_spec, PortSpec};
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_harness::cli_util::{chain, fail};
 
@@ -21,7 +21,7 @@ fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {
         (_, _, Some(e), _) => parse_local_spec("--echo", e)
             .map(PortSpec::Echo)
             .map_err(err),
-        (_, _, _, Some(t)) => Ok(PortSpec::Tap(TapPortConfig { name: t.clone() })),
+        (_, _, _, Some(t)) => parse_tap_spec(t).map(PortSpec::Tap).map_err(err),
         _ => Err("name a port: --vm, --sink, --echo or --tap".into()),
     }
 }

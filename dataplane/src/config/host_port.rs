@@ -2,6 +2,7 @@
 //! `[[echo]]`, `--sink`, `--echo`) and TAP (`[[tap]]`, `--tap`).
 
 use super::error::{field, ConfigError};
+use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
 use vadapt_wire::Mac;
 
@@ -22,6 +23,53 @@ pub struct LocalPortConfig {
 pub struct TapPortConfig {
     /// Port name, and the TAP interface name (at most 15 bytes).
     pub name: String,
+    /// The TAP interface's MTU, set with `SIOCSIFMTU` when the port opens
+    /// ([`MIN_MTU`]..=[`MAX_MTU`]); frames over it plus 18
+    /// bytes are dropped both ways (`over_mtu`). Absent: the interface is
+    /// left as it is and 1500 is assumed. Per port, as a VM port's: a TAP
+    /// that should carry a jumbo VM's frames gets the same `mtu`.
+    #[serde(default)]
+    pub mtu: Option<u16>,
+}
+
+impl TapPortConfig {
+    /// TAP port `name` with the interface's MTU left alone.
+    pub fn new(name: impl Into<String>) -> Self {
+        TapPortConfig {
+            name: name.into(),
+            mtu: None,
+        }
+    }
+}
+
+/// Parse a `--tap NAME[,mtu=N]` spec.
+pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
+    let mut it = spec.split(',');
+    let name = it.next().unwrap_or_default().to_string();
+    if name.is_empty() {
+        return Err(field("--tap", "missing port name"));
+    }
+    let mut mtu = None;
+    for kv in it {
+        match kv.split_once('=') {
+            Some(("mtu", v)) => {
+                mtu = Some(v.parse::<u16>().map_err(|_| {
+                    field(
+                        "--tap mtu",
+                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                    )
+                })?)
+            }
+            _ => {
+                return Err(field(
+                    "--tap",
+                    format!("unknown option `{kv}` (known: mtu=)"),
+                ))
+            }
+        }
+    }
+    check_mtu("--tap mtu", &name, mtu)?;
+    Ok(TapPortConfig { name, mtu })
 }
 
 /// Parse a `--sink NAME[,mac=..]` or `--echo NAME[,mac=..]` spec.
@@ -43,4 +91,19 @@ pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, Confi
         }
     }
     Ok(LocalPortConfig { name, mac })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tap_spec_takes_an_mtu() {
+        assert_eq!(parse_tap_spec("tap0").unwrap(), TapPortConfig::new("tap0"));
+        assert_eq!(parse_tap_spec("tap0,mtu=9000").unwrap().mtu, Some(9000));
+        let e = parse_tap_spec("tap0,mtu=20").unwrap_err().to_string();
+        assert!(e.contains("--tap mtu") && e.contains("`tap0`"), "{e}");
+        assert!(parse_tap_spec("tap0,mtu=x").is_err());
+        assert!(parse_tap_spec("tap0,mac=1").is_err());
+    }
 }

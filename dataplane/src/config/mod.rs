@@ -36,7 +36,7 @@ mod vm_port;
 
 use error::field;
 pub use error::ConfigError;
-pub use host_port::{parse_local_spec, LocalPortConfig, TapPortConfig};
+pub use host_port::{parse_local_spec, parse_tap_spec, LocalPortConfig, TapPortConfig};
 pub use port_spec::PortSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -44,7 +44,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
 pub use vm_port::{
-    parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_QUEUE_PAIRS,
+    parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_MTU, MAX_QUEUE_PAIRS,
+    MIN_MTU,
 };
 
 /// The whole daemon configuration.
@@ -245,6 +246,7 @@ impl DaemonConfig {
                     ),
                 ));
             }
+            vm_port::check_mtu("vm.mtu", &vm.name, vm.mtu)?;
             if vm.socket.as_os_str().is_empty() {
                 return Err(field("vm.socket", format!("empty for port `{}`", vm.name)));
             }
@@ -282,6 +284,7 @@ impl DaemonConfig {
                     format!("`{}` is longer than 15 bytes (IFNAMSIZ)", t.name),
                 ));
             }
+            vm_port::check_mtu("tap.mtu", &t.name, t.mtu)?;
         }
         self.policy
             .validate()
@@ -497,6 +500,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("min_interval_us"), "{e}");
+    }
+
+    #[test]
+    fn a_vm_mtu_comes_from_toml_and_is_checked_with_its_port() {
+        let ok = "[[vm]]\nname=\"a\"\nsocket=\"/x\"\nmtu = 9000\n";
+        let c = DaemonConfig::from_toml(ok, Path::new("x.toml")).unwrap();
+        assert_eq!(c.vm[0].mtu, Some(9000));
+        c.validate().unwrap();
+        let e = DaemonConfig::from_toml(&ok.replace("9000", "60"), Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("vm.mtu") && e.contains("`a`") && e.contains("68"),
+            "{e}"
+        );
+        let e = DaemonConfig::from_toml(&ok.replace("9000", "70000"), Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mtu"), "{e}");
     }
 
     #[test]

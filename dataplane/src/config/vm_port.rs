@@ -67,6 +67,33 @@ pub struct VmPortConfig {
     /// it idle cores and pauses it through QMP when there are none).
     #[serde(default)]
     pub role: VmRole,
+    /// The port's MTU, bytes of IP packet, [`MIN_MTU`]..=[`MAX_MTU`]:
+    /// offered to the guest as `VIRTIO_NET_F_MTU` with the `mtu` field of
+    /// the config space, and the largest frame the port takes from its
+    /// guest or delivers to it is this plus 18 (Ethernet header and one
+    /// VLAN tag). Absent: nothing offered, 1500
+    /// ([`crate::net::DEFAULT_MTU`]).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+}
+
+/// Smallest `mtu` a port takes: IPv4's minimum (RFC 791), as Linux's `ETH_MIN_MTU`.
+pub const MIN_MTU: u16 = 68;
+/// Largest `mtu` a port takes: the most the 16-bit config-space field
+/// holds, as Linux's virtio-net `MAX_MTU`. Its frames (65 553 bytes) are
+/// carried as GSO frames are (see [`crate::frames`]).
+pub const MAX_MTU: u16 = u16::MAX;
+
+/// Checks port `port`'s `mtu`; the error names the port and the `flag`
+/// (`--vm mtu` or `vm.mtu`).
+pub fn check_mtu(flag: &str, port: &str, mtu: Option<u16>) -> Result<(), ConfigError> {
+    match mtu {
+        Some(m) if m < MIN_MTU => Err(field(
+            flag,
+            format!("{m} for port `{port}`: must be {MIN_MTU}..={MAX_MTU}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn one() -> u16 {
@@ -92,6 +119,7 @@ impl VmPortConfig {
             qga: None,
             guest_iface: None,
             role: VmRole::default(),
+            mtu: None,
         }
     }
 }
@@ -164,6 +192,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut qga = None;
     let mut guest_iface = None;
     let mut role = VmRole::default();
+    let mut mtu = None;
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -199,11 +228,19 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             "qga" => qga = Some(PathBuf::from(v)),
             "guest_iface" => guest_iface = Some(v.to_string()),
             "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
+            "mtu" => {
+                mtu = Some(v.parse::<u16>().map_err(|_| {
+                    field(
+                        "--vm mtu",
+                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                    )
+                })?)
+            }
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
                     ),
                 ))
             }
@@ -217,6 +254,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             format!("{queues}: must be 1..={MAX_QUEUE_PAIRS}"),
         ));
     }
+    check_mtu("--vm mtu", &name, mtu)?;
     Ok(VmPortConfig {
         name,
         socket,
@@ -230,6 +268,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         qga,
         guest_iface,
         role,
+        mtu,
     })
 }
 
@@ -243,5 +282,33 @@ mod tests {
             assert_eq!(m.to_string().parse::<SocketMode>(), Ok(m));
         }
         assert!("both".parse::<SocketMode>().unwrap_err().contains("server"));
+    }
+
+    #[test]
+    fn mtu_parses_and_is_checked_with_the_port_named() {
+        assert_eq!(parse_vm_spec("name=a,socket=/s").unwrap().mtu, None);
+        let v = parse_vm_spec("name=a,socket=/s,mtu=9000").unwrap();
+        assert_eq!(v.mtu, Some(9000));
+        assert_eq!(
+            parse_vm_spec("name=a,socket=/s,mtu=68").unwrap().mtu,
+            Some(68)
+        );
+        assert_eq!(
+            parse_vm_spec("name=a,socket=/s,mtu=65535").unwrap().mtu,
+            Some(65535)
+        );
+        for bad in ["67", "0", "65536", "-1", "jumbo"] {
+            let e = parse_vm_spec(&format!("name=vmx,socket=/s,mtu={bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("--vm mtu") && e.contains("68..=65535"),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse_vm_spec("name=vmx,socket=/s,mtu=67")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`vmx`"), "names the port: {e}");
     }
 }

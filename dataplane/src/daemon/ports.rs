@@ -217,7 +217,7 @@ impl PortMaker {
 
     fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
         let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
-        let tap = Arc::new(Tap::open(&t.name, Arc::clone(&stats))?);
+        let tap = Arc::new(Tap::open(&t.name, t.mtu, Arc::clone(&stats))?);
         tracing::info!(
             port = t.name.as_str(),
             offloads = ?tap.offloads(),

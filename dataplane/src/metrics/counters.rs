@@ -27,8 +27,12 @@ pub enum DropReason {
     WrongDirection,
     /// A malformed indirect table.
     BadIndirect,
-    /// Frame longer than vadapt forwards.
+    /// Frame longer than vadapt forwards at all (a GSO frame over 64 KiB).
     Oversize,
+    /// Frame (not a GSO frame) longer than its port's MTU allows: sent by
+    /// the guest or the host, or to be delivered to a port whose MTU is
+    /// smaller (`mtu` + 18 bytes; 1518 without an `mtu`).
+    OverMtu,
     /// Frame shorter than an Ethernet header.
     Undersize,
     /// Destination backlog full (the receiver is not keeping up).
@@ -49,13 +53,14 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
         DropReason::WrongDirection,
         DropReason::BadIndirect,
         DropReason::Oversize,
+        DropReason::OverMtu,
         DropReason::Undersize,
         DropReason::BacklogFull,
         DropReason::NoRxBuffer,
@@ -74,6 +79,7 @@ impl DropReason {
             DropReason::WrongDirection => "wrong_direction",
             DropReason::BadIndirect => "bad_indirect",
             DropReason::Oversize => "oversize",
+            DropReason::OverMtu => "over_mtu",
             DropReason::Undersize => "undersize",
             DropReason::BacklogFull => "backlog_full",
             DropReason::NoRxBuffer => "no_rx_buffer",

@@ -13,22 +13,23 @@
 //! as they were.
 
 use crate::frames::Offloaded;
-use crate::net::MAX_FRAME;
+use crate::net::LARGEST_FRAME;
 use vadapt_wire::vnet_hdr::{
     Offload, VnetHdr, F_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6,
 };
 use vadapt_wire::{complete_partial_checksum, SegmentError, TcpSegmenter};
 
 /// Checks that `frame` can be cut as `offload` asks (a GSO frame must be
-/// the TCP segment it claims to be, each segment at most [`MAX_FRAME`]
-/// bytes) and rebuilds the header a receiver that takes it whole gets:
+/// the TCP segment it claims to be, each segment at most `max_segment`
+/// bytes: the sender's largest frame, [`crate::net::max_frame`] of its
+/// MTU) and rebuilds the header a receiver that takes it whole gets:
 /// only `NEEDS_CSUM` among the flags, `hdr_len` as measured. Also says how
 /// many frames, of how many bytes, cutting it makes: the sender's port
 /// counts those, so that its packet counts (and the policies and estimates
 /// fed by them) do not depend on where the frame is cut.
 ///
 /// `offload` must come from [`VnetHdr::check`] for this frame's length.
-pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
+pub fn keep(frame: &[u8], offload: Offload, max_segment: usize) -> Result<Offloaded, SegmentError> {
     let at = match offload {
         Offload::None => None,
         Offload::Checksum(at) => Some(at),
@@ -45,7 +46,7 @@ pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
     // A frame is < 64 KiB + 18 bytes, so a u32 holds these.
     let (mut cut_frames, mut cut_bytes) = (1, frame.len() as u32);
     if let Offload::Tcp(gso, _) = offload {
-        let seg = TcpSegmenter::new(frame, gso, MAX_FRAME)?;
+        let seg = TcpSegmenter::new(frame, gso, max_segment)?;
         cut_frames = seg.segments() as u32;
         cut_bytes = (0..seg.segments()).map(|i| seg.segment_len(i) as u32).sum();
         hdr.gso_type = if gso.ipv6 { GSO_TCPV6 } else { GSO_TCPV4 };
@@ -67,7 +68,9 @@ pub fn keep(frame: &[u8], offload: Offload) -> Result<Offloaded, SegmentError> {
 /// A marked frame as the plain frames an egress without the offload
 /// takes: its segments (TCP GSO) or itself with the checksum completed.
 /// Frame `i` can be written in any order, into any buffer of
-/// [`MAX_FRAME`] bytes.
+/// [`Cutter::len`] bytes ([`Cutter::write_vec`] grows one). Segments were
+/// bounded by their sender's MTU when the frame was kept; here they are
+/// bounded only by [`LARGEST_FRAME`], and each egress checks its own MTU.
 #[derive(Debug, Clone, Copy)]
 pub enum Cutter<'a> {
     /// The frame, to copy and complete (or copy as it is).
@@ -81,10 +84,14 @@ impl<'a> Cutter<'a> {
     /// is not what [`keep`] checked (a caller bug, or a frame never kept).
     pub fn new(frame: &'a [u8], offload: Offload) -> Result<Self, SegmentError> {
         match offload {
-            Offload::Tcp(gso, _) => Ok(Cutter::Segments(TcpSegmenter::new(frame, gso, MAX_FRAME)?)),
-            _ if frame.len() > MAX_FRAME => Err(SegmentError::SegmentTooLarge {
+            Offload::Tcp(gso, _) => Ok(Cutter::Segments(TcpSegmenter::new(
+                frame,
+                gso,
+                LARGEST_FRAME,
+            )?)),
+            _ if frame.len() > LARGEST_FRAME => Err(SegmentError::SegmentTooLarge {
                 len: frame.len(),
-                max: MAX_FRAME,
+                max: LARGEST_FRAME,
             }),
             other => Ok(Cutter::Whole(frame, other)),
         }
@@ -120,7 +127,7 @@ impl<'a> Cutter<'a> {
     /// Writes frame `i`, complete, into the front of `out`; returns its length.
     ///
     /// # Panics
-    /// If `i >= self.count()` or `out` is shorter than [`MAX_FRAME`].
+    /// If `i >= self.count()` or `out` is shorter than [`Cutter::len`]`(i)`.
     pub fn write(&self, i: usize, out: &mut [u8]) -> usize {
         match self {
             Cutter::Whole(f, offload) => {
@@ -135,6 +142,19 @@ impl<'a> Cutter<'a> {
             }
             Cutter::Segments(s) => s.write_segment(i, out),
         }
+    }
+
+    /// As [`write`](Self::write), into scratch space that grows to hold
+    /// frame `i` (a jumbo segment) and keeps that size.
+    ///
+    /// # Panics
+    /// If `i >= self.count()`.
+    pub fn write_vec(&self, i: usize, out: &mut Vec<u8>) -> usize {
+        let len = self.len(i);
+        if out.len() < len {
+            out.resize(len, 0);
+        }
+        self.write(i, out)
     }
 }
 
@@ -151,8 +171,8 @@ pub(crate) fn cut_all(b: &crate::frames::FrameBatch) -> Vec<Vec<u8>> {
         };
         let c = Cutter::new(f, k.offload).expect("a kept frame cuts");
         for s in 0..c.count() {
-            let mut buf = vec![0u8; MAX_FRAME];
-            let n = c.write(s, &mut buf);
+            let mut buf = Vec::new();
+            let n = c.write_vec(s, &mut buf);
             assert_eq!(n, c.len(s));
             buf.truncate(n);
             out.push(buf);

@@ -5,8 +5,8 @@
 
 use super::egress::keep;
 use super::tx_request::{tx_offload, OffloadRefused};
-use crate::frames::FrameBatch;
-use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME};
+use crate::frames::{FrameBatch, Offloaded, SLOT};
+use crate::net::{HostOffloads, MAX_GSO_FRAME};
 use vadapt_wire::{Offload, VnetHdr};
 
 /// What became of one frame.
@@ -20,20 +20,26 @@ pub enum Pushed {
         /// Their length, bytes.
         bytes: u64,
     },
-    /// Longer than [`MAX_FRAME`] (or [`MAX_GSO_FRAME`] for a GSO frame): dropped.
+    /// A GSO frame longer than [`MAX_GSO_FRAME`]: dropped.
     Oversize,
+    /// Not a GSO frame, and longer than the source's `max_frame` (its
+    /// MTU): dropped; the frame's length, bytes.
+    OverMtu(usize),
     /// The header was refused: dropped.
     Refused(OffloadRefused),
 }
 
 /// Adds `frame`, which arrived behind `hdr` from a source that negotiated
-/// `offloads`, to `batch`, its offload kept. When `batch` has no room,
-/// `flush` is called with it (it must leave the batch empty) and the frame
-/// goes into the emptied batch.
+/// `offloads` and whose frames (and GSO segments) are at most `max_frame`
+/// bytes ([`crate::net::max_frame`] of its MTU), to `batch`, its offload
+/// kept; a frame over a slot goes into the side store. When `batch` has no
+/// room, `flush` is called with it (it must leave the batch empty) and the
+/// frame goes into the emptied batch.
 pub fn push_frame(
     hdr: &VnetHdr,
     frame: &[u8],
     offloads: HostOffloads,
+    max_frame: usize,
     batch: &mut FrameBatch,
     mut flush: impl FnMut(&mut FrameBatch),
 ) -> Pushed {
@@ -46,49 +52,49 @@ pub fn push_frame(
         }
     };
     let len = frame.len();
-    let limit = match offload {
-        Offload::Tcp(..) => MAX_GSO_FRAME,
-        _ => MAX_FRAME,
-    };
-    if len > limit {
-        return Pushed::Oversize;
+    match offload {
+        Offload::Tcp(..) if len > MAX_GSO_FRAME => return Pushed::Oversize,
+        Offload::Tcp(..) => {}
+        _ if len > max_frame => return Pushed::OverMtu(len),
+        _ => {}
     }
     let kept = match offload {
+        Offload::None if len > SLOT => Some(Offloaded::plain(len)),
         Offload::None => None,
-        other => match keep(frame, other) {
+        other => match keep(frame, other, max_frame) {
             Ok(k) => Some(k),
             Err(e) => return Pushed::Refused(OffloadRefused::Segment(e)),
         },
     };
-    let added = match (kept, offload) {
-        (Some(k), Offload::Tcp(..)) => {
-            if batch.next_gso(len).is_none() {
-                flush(batch);
-            }
-            match batch.next_gso(len) {
-                Some(dst) => {
-                    dst.copy_from_slice(frame);
-                    batch.commit_gso(k);
-                    true
-                }
-                None => false, // a flush that kept the batch full: nowhere to go
-            }
+    // A GSO frame goes into the side store whatever its length, as on
+    // the VM transmit path.
+    let added = if len > SLOT || matches!(offload, Offload::Tcp(..)) {
+        if batch.next_large(len).is_none() {
+            flush(batch);
         }
-        (kept, _) => {
-            if batch.is_full() {
-                flush(batch);
+        match (batch.next_large(len), kept) {
+            (Some(dst), Some(k)) => {
+                dst.copy_from_slice(frame);
+                batch.commit_large(k);
+                true
             }
-            match batch.next_slot() {
-                Some(slot) => {
-                    slot[..len].copy_from_slice(frame);
-                    match kept {
-                        Some(k) => batch.commit_offloaded(len, k),
-                        None => batch.commit(len),
-                    }
-                    true
+            // A flush that kept the batch full: nowhere to go.
+            _ => false,
+        }
+    } else {
+        if batch.is_full() {
+            flush(batch);
+        }
+        match batch.next_slot() {
+            Some(slot) => {
+                slot[..len].copy_from_slice(frame);
+                match kept {
+                    Some(k) => batch.commit_offloaded(len, k),
+                    None => batch.commit(len),
                 }
-                None => false,
+                true
             }
+            None => false,
         }
     };
     Pushed::Frames {
@@ -100,6 +106,7 @@ pub fn push_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::MAX_FRAME;
     use crate::offload::egress::cut_all;
     use vadapt_wire::test_frames::{check_segments, tso_frame, Shape, LINUX_V4};
     use vadapt_wire::vnet_hdr::{F_NEEDS_CSUM, GSO_NONE, GSO_TCPV4};
@@ -122,7 +129,7 @@ mod tests {
         let mut batch = FrameBatch::new(cap);
         let mut out = Vec::new();
         let mut flushes = 0;
-        let r = push_frame(h, frame, HostOffloads::ALL, &mut batch, |b| {
+        let r = push_frame(h, frame, HostOffloads::ALL, MAX_FRAME, &mut batch, |b| {
             flushes += 1;
             out.extend((0..b.len()).map(|i| b.get(i).to_vec()));
             b.clear();
@@ -140,6 +147,7 @@ mod tests {
             &hdr(GSO_TCPV4, 1448),
             &f,
             HostOffloads::ALL,
+            MAX_FRAME,
             &mut batch,
             |_| unreachable!("room for one"),
         );
@@ -171,6 +179,7 @@ mod tests {
                 &hdr(GSO_TCPV4, 1448),
                 &f,
                 HostOffloads::ALL,
+                MAX_FRAME,
                 &mut batch,
                 |b| {
                     flushed += b.len();
@@ -203,7 +212,7 @@ mod tests {
         );
         assert_eq!(out, vec![f.clone()], "partial checksum and all");
         let mut batch = FrameBatch::new(4);
-        push_frame(&csum, &f, HostOffloads::ALL, &mut batch, |_| {});
+        push_frame(&csum, &f, HostOffloads::ALL, MAX_FRAME, &mut batch, |_| {});
         assert_eq!(check_segments(&cut_all(&batch), shape, 1448), b"abc");
         let (r, out, _) = push(&VnetHdr::default(), &f, 4);
         assert_eq!(
@@ -217,9 +226,44 @@ mod tests {
     }
 
     #[test]
+    fn a_jumbo_frame_within_the_mtu_goes_in_plain() {
+        let jumbo = vec![7u8; crate::net::max_frame(9000)];
+        let mut batch = FrameBatch::new(4);
+        let r = push_frame(
+            &VnetHdr::default(),
+            &jumbo,
+            HostOffloads::ALL,
+            crate::net::max_frame(9000),
+            &mut batch,
+            |_| unreachable!("room for one"),
+        );
+        assert_eq!(
+            r,
+            Pushed::Frames {
+                packets: 1,
+                bytes: 9018
+            }
+        );
+        assert_eq!((batch.get(0), batch.offloaded(0)), (&jumbo[..], None));
+        let over = vec![7u8; 9019];
+        let r = push_frame(
+            &VnetHdr::default(),
+            &over,
+            HostOffloads::ALL,
+            crate::net::max_frame(9000),
+            &mut batch,
+            |_| unreachable!(),
+        );
+        assert_eq!(r, Pushed::OverMtu(9019));
+    }
+
+    #[test]
     fn oversize_and_refused_frames_add_nothing() {
         let big = vec![0u8; MAX_FRAME + 1];
-        assert_eq!(push(&VnetHdr::default(), &big, 4).0, Pushed::Oversize);
+        assert_eq!(
+            push(&VnetHdr::default(), &big, 4).0,
+            Pushed::OverMtu(MAX_FRAME + 1)
+        );
         let f = tso_frame(LINUX_V4, &[1; 100]);
         let (r, out, _) = push(&hdr(GSO_TCPV4, 0), &f, 4);
         assert_eq!(

@@ -10,7 +10,7 @@
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
 
 use crate::migration::RingLog;
-use crate::net::{self, OFFERED_FEATURES, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::net::{self, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
 use crate::queue::ring::{Pair, Ring};
@@ -459,11 +459,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_features(&mut self) -> VhostResult<u64> {
-        Ok(OFFERED_FEATURES)
+        Ok(net::offered_features(self.port.cfg.mtu))
     }
 
     fn set_features(&mut self, features: u64) -> VhostResult<()> {
-        if features & !OFFERED_FEATURES != 0 {
+        if features & !net::offered_features(self.port.cfg.mtu) != 0 {
             tracing::warn!(
                 port = self.port.name(),
                 features = format_args!("{features:#x}"),
@@ -641,7 +641,7 @@ impl VhostUserBackendReqHandlerMut for Connection {
         size: u32,
         _flags: VhostUserConfigFlags,
     ) -> VhostResult<Vec<u8>> {
-        let cfg = net::config_space(self.port.mac, self.port.cfg.queues);
+        let cfg = net::config_space(self.port.mac, self.port.cfg.queues, self.port.cfg.mtu);
         let start = offset as usize;
         let end = start
             .checked_add(size as usize)

@@ -99,6 +99,7 @@ impl PortQueues {
             }
         }
         let hdr_len = crate::net::hdr_len(features);
+        let max_frame = crate::net::max_frame(port.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU));
         Ok(PortQueues {
             sender: port.ingress().and_then(Ingress::sender),
             mem,
@@ -111,8 +112,10 @@ impl PortQueues {
                 hdr_len,
                 TX_BATCH,
                 crate::net::HostOffloads::from_features(features),
-            ),
-            rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0),
+            )
+            .with_max_frame(max_frame),
+            rx: RxService::new(hdr_len, features & crate::net::VIRTIO_NET_F_MRG_RXBUF != 0)
+                .with_max_frame(max_frame),
             rx_pending: port.backlogs[..pairs.len()]
                 .iter()
                 .map(RxPending::for_backlog)
@@ -194,7 +197,25 @@ impl PortQueues {
             self.rate_limited_warn(p, dir, "frame shorter than an Ethernet header");
         }
         if pass.drops.oversize > 0 {
-            self.rate_limited_warn(p, dir, "frame longer than vadapt forwards");
+            self.rate_limited_warn(p, dir, "GSO frame longer than 64 KiB");
+        }
+        if let Some(len) = pass.drops.first_over_mtu {
+            // Sent by the guest (tx) or on its way to it (rx); the same
+            // 10 lines a second as the rest.
+            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+                let mtu = self.port.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU);
+                tracing::warn!(
+                    port = self.port.name(),
+                    queue = p,
+                    dir,
+                    bytes = len,
+                    mtu,
+                    max_frame = crate::net::max_frame(mtu),
+                    dropped = pass.drops.over_mtu,
+                    held_back,
+                    "dropped a frame over the port's MTU"
+                );
+            }
         }
         if let Some(e) = &pass.drops.first_bad_vnet_hdr {
             let what = vadapt_host::error_chain::error_chain(e);

@@ -67,8 +67,14 @@ pub struct Drops {
     /// Transmit chains shorter than the virtio-net header plus an Ethernet
     /// header ([`crate::net::MIN_FRAME`]).
     pub undersize: u64,
-    /// Transmit frames longer than [`crate::net::MAX_FRAME`].
+    /// Transmit GSO frames longer than [`crate::net::MAX_GSO_FRAME`].
     pub oversize: u64,
+    /// Frames that are not GSO frames longer than the port's MTU allows
+    /// ([`crate::net::max_frame`]): sent by the guest, or to be delivered
+    /// to it.
+    pub over_mtu: u64,
+    /// The length of the first of them, bytes (for the log line).
+    pub first_over_mtu: Option<usize>,
     /// Chains with descriptors the wrong way round: device-writable ones on
     /// transmit, device-readable ones on receive.
     pub wrong_direction: u64,
@@ -90,6 +96,7 @@ impl Drops {
     pub fn count_into(&self, stats: &QueueStats) {
         for (reason, n) in [
             (DropReason::Oversize, self.oversize),
+            (DropReason::OverMtu, self.over_mtu),
             (DropReason::Undersize, self.undersize),
             (DropReason::WrongDirection, self.wrong_direction),
             (DropReason::NoRxBuffer, self.no_rx_buffer),
@@ -156,6 +163,8 @@ mod tests {
             drops: Drops {
                 undersize: 1,
                 oversize: 2,
+                over_mtu: 9,
+                first_over_mtu: Some(9019),
                 wrong_direction: 3,
                 no_rx_buffer: 4,
                 port_down: 5,
@@ -179,6 +188,7 @@ mod tests {
         assert_eq!(st.csum_completed.load(Ordering::Relaxed), 8);
         assert_eq!(dropped(&st, DropReason::Undersize), 1);
         assert_eq!(dropped(&st, DropReason::Oversize), 2);
+        assert_eq!(dropped(&st, DropReason::OverMtu), 9);
         assert_eq!(dropped(&st, DropReason::WrongDirection), 3 + 1);
         assert_eq!(dropped(&st, DropReason::NoRxBuffer), 4);
         assert_eq!(dropped(&st, DropReason::PortDown), 5);

@@ -106,8 +106,13 @@ pub struct RxService {
     hdr_len: usize,
     /// `VIRTIO_NET_F_MRG_RXBUF`: a frame may span several buffers.
     mrg_rxbuf: bool,
+    /// Largest frame (not a GSO frame written whole) delivered, bytes:
+    /// [`crate::net::max_frame`] of the port's MTU ([`MAX_FRAME`] by
+    /// default). Longer ones are dropped (`over_mtu`).
+    max_frame: usize,
     chains: Vec<Chain>,
-    /// One segment (or one completed frame) of a frame being cut.
+    /// One segment (or one completed frame) of a frame being cut; grows to
+    /// the largest segment met.
     scratch: Vec<u8>,
 }
 
@@ -149,9 +154,17 @@ impl RxService {
         RxService {
             hdr_len,
             mrg_rxbuf,
+            max_frame: MAX_FRAME,
             chains: (0..MAX_MERGE).map(|_| Chain::with_capacity(64)).collect(),
             scratch: vec![0; MAX_FRAME],
         }
+    }
+
+    /// As it is, for a port whose frames may be up to `max_frame` bytes
+    /// ([`crate::net::max_frame`] of its MTU).
+    pub fn with_max_frame(mut self, max_frame: usize) -> Self {
+        self.max_frame = max_frame;
+        self
     }
 
     /// Delivers up to `budget.packets` frames of `pending` (refilled from
@@ -170,6 +183,11 @@ impl RxService {
     /// one without MRG_RXBUF — would be needed) it is cut in software
     /// ([`Cutter`]) and its frames go as plain frames, over as many passes
     /// as the buffers need.
+    ///
+    /// A frame longer than the port's `max_frame` — a plain frame, one
+    /// with a partial checksum, a segment cut from a GSO frame — is dropped
+    /// (`over_mtu`, the first length kept for the log); a GSO frame written
+    /// whole is not held to it, as Linux's own receivers are not.
     ///
     /// With no running `ring` the frames are dropped (`port_down`). A plain
     /// frame that does not fit is dropped (`no_rx_buffer`) and the buffers
@@ -214,6 +232,12 @@ impl RxService {
                 }
                 continue;
             };
+            if !matches!(kept.offload, Offload::Tcp(..)) && frame.len() > self.max_frame {
+                pass.drops.over_mtu += 1;
+                pass.drops.first_over_mtu.get_or_insert(frame.len());
+                pending.next += 1;
+                continue;
+            }
             if pending.cut_next == 0 && accept.takes(&kept.offload) {
                 match self.put(ring, mem, &kept.hdr, frame, true, &mut pass) {
                     Put::Written => {
@@ -266,7 +290,7 @@ impl RxService {
                     self.scratch = scratch;
                     break 'frames;
                 }
-                let n = cutter.write(pending.cut_next, &mut scratch);
+                let n = cutter.write_vec(pending.cut_next, &mut scratch);
                 let step = self.put_plain(ring, mem, &scratch[..n], &mut pass);
                 if step.done_with_frame() {
                     pending.cut_next += 1;
@@ -291,7 +315,8 @@ impl RxService {
     }
 
     /// Writes plain `frame` (no offload) into the guest's next buffers and
-    /// counts it in `pass` if written.
+    /// counts it in `pass` if written; drops it if it is over the port's
+    /// MTU.
     fn put_plain(
         &mut self,
         ring: &mut Ring,
@@ -299,6 +324,11 @@ impl RxService {
         frame: &[u8],
         pass: &mut RingPass,
     ) -> Put {
+        if frame.len() > self.max_frame {
+            pass.drops.over_mtu += 1;
+            pass.drops.first_over_mtu.get_or_insert(frame.len());
+            return Put::Dropped { stop: false };
+        }
         let put = self.put(ring, mem, &VnetHdr::default(), frame, false, pass);
         if put == Put::Written {
             pass.packets += 1;
@@ -504,6 +534,38 @@ mod tests {
         assert_eq!(u16::from_le_bytes([all[10], all[11]]), 3, "num_buffers");
         assert_eq!(&all[HDR_LEN_MRG..], &f[..]);
         assert_eq!(g.driver.outstanding(), 1, "the fourth buffer is left");
+    }
+
+    #[test]
+    fn a_jumbo_frame_spans_linux_sized_buffers_and_one_over_the_mtu_is_dropped() {
+        let (mut r, mut g) = ring(64, RingFeatures::default());
+        let mut rx = RxService::new(HDR_LEN_MRG, true).with_max_frame(crate::net::max_frame(9000));
+        let jumbo = frame(3, 9014);
+        let frames = [frame(1, 9019), jumbo.clone(), frame(2, 1600)];
+        let (bl, mut pending) = backlog(&frames);
+        // Linux's smallest mergeable buffers: 1536 bytes.
+        let heads = post(&mut g, 0..16, 1536);
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
+        assert_eq!((pass.packets, pass.bytes), (2, 9014 + 1600));
+        assert_eq!(
+            (pass.drops.over_mtu, pass.drops.first_over_mtu),
+            (1, Some(9019))
+        );
+        let got = received(&mut g, &heads);
+        assert_eq!(got.len(), 6 + 2, "9026 bytes in six buffers, 1612 in two");
+        let all: Vec<u8> = got[..6].iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(u16::from_le_bytes([all[10], all[11]]), 6, "num_buffers");
+        assert_eq!(&all[HDR_LEN_MRG..], &jumbo[..]);
+        // A port of the default MTU drops the jumbo frame as over its MTU.
+        let mut rx = RxService::new(HDR_LEN_MRG, true);
+        let (bl, mut pending) = backlog(std::slice::from_ref(&jumbo));
+        let pass = rx.serve(Some(&mut r), &g.mem, &bl, &mut pending, ALL, NO_OFFLOADS);
+        assert_eq!(pass.packets, 0);
+        assert_eq!(
+            (pass.drops.over_mtu, pass.drops.first_over_mtu),
+            (1, Some(9014))
+        );
+        assert_eq!(pending.remaining(), 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use super::ring::Ring;
 use super::ring_pass::RingPass;
-use crate::frames::FrameBatch;
+use crate::frames::{FrameBatch, Offloaded, SLOT};
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
 use crate::offload::{keep, tx_offload, OffloadRefused};
 use vadapt_policy::Budget;
@@ -30,14 +30,18 @@ pub const GATHER: usize = 32;
 const GATHER_SEGMENTS: usize = 8;
 
 /// A worker's transmit service: the virtio-net header format, the offloads
-/// the guest may ask for, and the scratch space reused by every pass (the
-/// gathered chains, one frame batch).
+/// the guest may ask for, the largest frame it may send, and the scratch
+/// space reused by every pass (the gathered chains, one frame batch).
 #[derive(Debug)]
 pub struct TxService {
     /// Length of the virtio-net header in front of every frame, bytes.
     hdr_len: usize,
     /// What the frontend negotiated: with none, headers are not even read.
     offloads: HostOffloads,
+    /// Largest frame that is not a GSO frame, and largest segment of one,
+    /// bytes without the virtio-net header: [`crate::net::max_frame`] of
+    /// the port's MTU ([`MAX_FRAME`] by default).
+    max_frame: usize,
     /// Chains popped but not yet copied, with their heads.
     gathered: Vec<(Chain, u16)>,
     batch: FrameBatch,
@@ -70,11 +74,19 @@ impl TxService {
         TxService {
             hdr_len,
             offloads,
+            max_frame: MAX_FRAME,
             gathered: (0..GATHER)
                 .map(|_| (Chain::with_capacity(GATHER_SEGMENTS), 0))
                 .collect(),
             batch: FrameBatch::new(batch_frames),
         }
+    }
+
+    /// As it is, for a port whose frames may be up to `max_frame` bytes
+    /// ([`crate::net::max_frame`] of its MTU).
+    pub fn with_max_frame(mut self, max_frame: usize) -> Self {
+        self.max_frame = max_frame.min(crate::net::LARGEST_FRAME);
+        self
     }
 
     /// Takes up to `budget` chains from `ring`, copies their frames into the
@@ -100,11 +112,17 @@ impl TxService {
     /// is or cuts it ([`crate::offload::Cutter`]). The pass counts a GSO
     /// frame as the MSS frames it stands for, as when it was cut here.
     ///
+    /// A frame over a [`SLOT`] (a jumbo frame of a port with a large MTU)
+    /// goes into the batch's side store, as a GSO frame does, and on as a
+    /// plain frame.
+    ///
     /// Drops, still completing the chain: chains with a writable descriptor,
-    /// frames shorter than the header plus [`MIN_FRAME`] or longer than
-    /// [`MAX_FRAME`] (GSO: [`MAX_GSO_FRAME`]), headers refused
-    /// (`bad_vnet_hdr`, the first refusal kept for the log), chains the ring
-    /// rejects. A ring whose `avail.idx` ran ahead is marked broken and the
+    /// frames shorter than the header plus [`MIN_FRAME`], frames over the
+    /// port's MTU (`over_mtu`: longer than `max_frame`, the first length
+    /// kept for the log), GSO frames longer than [`MAX_GSO_FRAME`]
+    /// (`oversize`), headers refused (`bad_vnet_hdr`, among them GSO frames
+    /// whose segments would be over the MTU; the first refusal kept for the
+    /// log), chains the ring rejects. A ring whose `avail.idx` ran ahead is marked broken and the
     /// pass stops.
     pub fn serve(
         &mut self,
@@ -159,7 +177,7 @@ impl TxService {
                 forward: &mut forward,
             };
             for (chain, head) in &self.gathered[..n] {
-                out.take(chain, hdr, self.offloads);
+                out.take(chain, hdr, self.offloads, self.max_frame);
                 out.ring.q.push_used(*head, 0);
                 if out.batch.is_full() {
                     out.flush();
@@ -209,8 +227,8 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
     }
 
     /// Copies the frame of chain `c` (behind a `hdr`-byte header) into the
-    /// batch, cut or checksummed as its header asks, or counts its drop.
-    fn take(&mut self, c: &Chain, hdr: usize, offloads: HostOffloads) {
+    /// batch, its offload checked and kept, or counts its drop.
+    fn take(&mut self, c: &Chain, hdr: usize, offloads: HostOffloads, max_frame: usize) {
         let total = c.readable_len() as usize;
         if c.has_writable() {
             self.pass.drops.wrong_direction += 1;
@@ -235,24 +253,13 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
         };
         match offload {
             Err(e) => refuse(self.pass, e),
-            Ok(offload @ Offload::Tcp(..)) if len <= MAX_GSO_FRAME => {
-                if self.batch.next_gso(len).is_none() {
-                    self.flush();
-                }
-                // Flushed, the side store holds at least one largest frame.
-                let frame = self.batch.next_gso(len).expect("an empty batch has room");
-                c.read_into(hdr, frame);
-                match keep(frame, offload) {
-                    Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
-                    Ok(kept) => {
-                        self.batch.commit_gso(kept);
-                        self.pass.packets += u64::from(kept.cut_frames);
-                        self.pass.bytes += u64::from(kept.cut_bytes);
-                    }
-                }
+            Ok(Offload::Tcp(..)) if len > MAX_GSO_FRAME => self.pass.drops.oversize += 1,
+            Ok(offload @ Offload::Tcp(..)) => self.take_large(c, hdr, len, offload, max_frame),
+            Ok(_) if len > max_frame => {
+                self.pass.drops.over_mtu += 1;
+                self.pass.drops.first_over_mtu.get_or_insert(len);
             }
-            Ok(Offload::Tcp(..)) => self.pass.drops.oversize += 1,
-            Ok(_) if len > MAX_FRAME => self.pass.drops.oversize += 1,
+            Ok(offload) if len > SLOT => self.take_large(c, hdr, len, offload, max_frame),
             Ok(Offload::None) => {
                 let slot = self.batch.next_slot().expect("batch flushed when full");
                 c.read_into(hdr, &mut slot[..len]);
@@ -264,7 +271,7 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
                 let slot = self.batch.next_slot().expect("batch flushed when full");
                 let frame = &mut slot[..len];
                 c.read_into(hdr, frame);
-                match keep(frame, offload) {
+                match keep(frame, offload, max_frame) {
                     Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
                     Ok(kept) => {
                         self.batch.commit_offloaded(len, kept);
@@ -272,6 +279,37 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
                         self.pass.bytes += len as u64;
                     }
                 }
+            }
+        }
+    }
+
+    /// Copies a frame that does not fit a slot (a GSO frame, a jumbo
+    /// frame) into the batch's side store, flushing the batch first if the
+    /// store is full; a GSO frame counts as the frames it stands for.
+    fn take_large(
+        &mut self,
+        c: &Chain,
+        hdr: usize,
+        len: usize,
+        offload: Offload,
+        max_frame: usize,
+    ) {
+        if self.batch.next_large(len).is_none() {
+            self.flush();
+        }
+        // Flushed, the side store holds at least one largest frame.
+        let frame = self.batch.next_large(len).expect("an empty batch has room");
+        c.read_into(hdr, frame);
+        let kept = match offload {
+            Offload::None => Ok(Offloaded::plain(len)),
+            offload => keep(frame, offload, max_frame),
+        };
+        match kept {
+            Err(e) => refuse(self.pass, OffloadRefused::Segment(e)),
+            Ok(kept) => {
+                self.batch.commit_large(kept);
+                self.pass.packets += u64::from(kept.cut_frames);
+                self.pass.bytes += u64::from(kept.cut_bytes);
             }
         }
     }
@@ -511,6 +549,68 @@ mod tests {
         assert_eq!(pass.drops.oversize, 1);
     }
 
+    #[test]
+    fn a_port_with_a_jumbo_mtu_takes_frames_up_to_it_and_drops_the_rest() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let mut tx = TxService::new(HDR_LEN_MRG, 4).with_max_frame(crate::net::max_frame(9000));
+        let jumbo = frame(1, 9018);
+        let over = frame(2, 9019);
+        let small = frame(3, 60);
+        let mid = frame(4, 4000);
+        // Frames a few 2 KiB buffer slots apart: a jumbo one spans 5.
+        send(&mut g, 0, &jumbo);
+        send(&mut g, 5, &over);
+        send(&mut g, 10, &small);
+        send(&mut g, 11, &mid);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(batches, vec![vec![jumbo, small, mid]]);
+        assert_eq!((pass.packets, pass.bytes), (3, 9018 + 60 + 4000));
+        assert_eq!(
+            (pass.drops.over_mtu, pass.drops.first_over_mtu),
+            (1, Some(9019))
+        );
+        assert_eq!(pass.drops.oversize, 0);
+        assert_eq!(used(&mut g).len(), 4, "every chain is given back");
+    }
+
+    #[test]
+    fn jumbo_frames_fill_the_side_store_and_flush_the_batch() {
+        let (mut r, mut g) = ring(64, RingFeatures::default());
+        // 4 slots: a side store of one largest GSO frame, 7 jumbo frames.
+        let mut tx = TxService::new(HDR_LEN_MRG, 4).with_max_frame(crate::net::max_frame(9000));
+        let frames: Vec<Vec<u8>> = (0..10).map(|i| frame(i, 9014)).collect();
+        for (i, f) in frames.iter().enumerate() {
+            send(&mut g, 5 * i as u64, f);
+        }
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(batches.concat(), frames, "all of them, in order");
+        assert!(batches.len() > 1);
+        assert_eq!((pass.packets, pass.bytes), (10, 10 * 9014));
+        assert_eq!(pass.drops, Default::default());
+    }
+
+    #[test]
+    fn a_gso_frame_whose_segments_are_over_the_mtu_is_refused() {
+        let (mut r, mut g) = ring(16, RingFeatures::default());
+        let f = tso_frame(LINUX_V4, &[7; 20_000]);
+        // MSS 8948: 9014-byte segments, for a 9000-byte MTU only.
+        let h = linux_hdr(LINUX_V4, GSO_TCPV4, 8948);
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, HostOffloads::ALL);
+        send_with(&mut g, 0, &h, &f);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert!(batches.is_empty());
+        assert_eq!(pass.drops.bad_vnet_hdr, 1, "a 1500-byte port refuses it");
+        let mut tx = TxService::with_offloads(HDR_LEN_MRG, TX_BATCH, HostOffloads::ALL)
+            .with_max_frame(crate::net::max_frame(9000));
+        send_with(&mut g, 10, &h, &f);
+        let (pass, batches) = serve(&mut tx, &mut r, &g, ALL);
+        assert_eq!(batches, vec![vec![f]]);
+        assert_eq!(
+            pass.packets, 3,
+            "cut into 8948 + 8948 + 2104 bytes of payload"
+        );
+    }
+
     /// Serves with `budget`; returns the pass and the frames forwarded, one
     /// `Vec` per batch.
     fn serve(
@@ -567,7 +667,8 @@ mod tests {
         assert_eq!(batches, vec![vec![good]]);
         assert_eq!((pass.packets, pass.bytes), (1, 64));
         assert_eq!(pass.drops.undersize, 2);
-        assert_eq!(pass.drops.oversize, 1);
+        assert_eq!(pass.drops.over_mtu, 1);
+        assert_eq!(pass.drops.first_over_mtu, Some(MAX_FRAME + 1));
         assert_eq!(pass.drops.wrong_direction, 1);
         assert_eq!(
             pass.drops.chain_errors,
@@ -580,7 +681,7 @@ mod tests {
         assert_eq!(st.bytes[Dir::Tx as usize].load(Ordering::Relaxed), 64);
         for (reason, n) in [
             (DropReason::Undersize, 2),
-            (DropReason::Oversize, 1),
+            (DropReason::OverMtu, 1),
             (DropReason::WrongDirection, 1),
             (DropReason::BadAddress, 1),
         ] {

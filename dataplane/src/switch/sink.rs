@@ -67,7 +67,7 @@ fn sink_offloaded(q: &crate::metrics::QueueStats, frames: &FrameBatch, which: &[
                     };
                     counter.fetch_add(1, Ordering::Relaxed);
                     for s in 0..c.count() {
-                        let n = c.write(s, &mut scratch);
+                        let n = c.write_vec(s, &mut scratch);
                         std::hint::black_box(&scratch[..n]);
                         packets += 1;
                         bytes += n as u64;
@@ -91,7 +91,14 @@ mod tests {
         use vadapt_wire::test_frames::{linux_tso4, tso_frame, LINUX_V4};
         let f = tso_frame(LINUX_V4, &[5; 10 * 1448]);
         let mut b = FrameBatch::new(4);
-        push_frame(&linux_tso4(), &f, HostOffloads::ALL, &mut b, |_| {});
+        push_frame(
+            &linux_tso4(),
+            &f,
+            HostOffloads::ALL,
+            crate::net::MAX_FRAME,
+            &mut b,
+            |_| {},
+        );
         b.push(&[0u8; 60]);
         let ss = Arc::new(PortStats::new("sink", "sink", 1));
         Sink::new(ss.clone()).deliver(&b, &[0, 1], 0);

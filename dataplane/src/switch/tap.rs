@@ -8,13 +8,13 @@ use super::learning_switch::FdbCache;
 use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
-use crate::net::{HostOffloads, MAX_GSO_FRAME, MIN_FRAME};
+use crate::net::{HostOffloads, DEFAULT_MTU, MAX_GSO_FRAME, MIN_FRAME};
 use crate::offload::{push_frame, Pushed};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use vadapt_host::error_chain::error_chain;
 use vadapt_wire::VnetHdr;
 
@@ -29,6 +29,17 @@ pub enum TapError {
     SetIff {
         /// Interface name.
         name: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `SIOCSIFMTU` failed (no permission, an MTU the kernel refuses).
+    #[error("cannot set the MTU of TAP device `{name}` to {mtu}")]
+    SetMtu {
+        /// Interface name.
+        name: String,
+        /// The MTU asked for, bytes.
+        mtu: u16,
         /// Cause.
         #[source]
         source: std::io::Error,
@@ -64,11 +75,20 @@ pub struct Tap {
     /// What the kernel may send: all of TUN_F_CSUM/TSO4/TSO6/TSO_ECN, or
     /// none if `TUNSETOFFLOAD` was refused.
     offloads: HostOffloads,
+    /// The interface's MTU as configured (1500 if the port has none), bytes.
+    mtu: u16,
+    /// Largest frame (not a GSO frame) taken either way:
+    /// [`crate::net::max_frame`] of `mtu`.
+    max_frame: usize,
+    /// Log lines about frames delivered over the MTU (the switch's
+    /// threads deliver, so behind a lock taken only on such a drop).
+    over_mtu_log: Mutex<LogLimit>,
 }
 
 impl Tap {
-    /// Create (or attach to) TAP interface `name` and bring it up.
-    pub fn open(name: &str, stats: Arc<PortStats>) -> Result<Self, TapError> {
+    /// Create (or attach to) TAP interface `name`, set its MTU to `mtu`
+    /// if given (else leave it, and take 1500), and bring it up.
+    pub fn open(name: &str, mtu: Option<u16>, stats: Arc<PortStats>) -> Result<Self, TapError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -96,12 +116,45 @@ impl Tap {
         } else {
             HostOffloads::default()
         };
+        if let Some(m) = mtu {
+            set_mtu(name, m).map_err(|source| TapError::SetMtu {
+                name: name.into(),
+                mtu: m,
+                source,
+            })?;
+        }
         set_link_up(name);
+        let mtu = mtu.unwrap_or(DEFAULT_MTU);
         Ok(Tap {
             file,
             stats,
             offloads,
+            mtu,
+            max_frame: crate::net::max_frame(mtu),
+            over_mtu_log: Mutex::new(LogLimit::per_second()),
         })
+    }
+
+    /// The MTU the port holds frames to, bytes.
+    pub fn mtu(&self) -> u16 {
+        self.mtu
+    }
+
+    /// Counts a frame of `len` bytes over the MTU, going `dir`, as dropped,
+    /// with a line (at most ten a second per port).
+    fn drop_over_mtu(&self, log: &mut LogLimit, dir: &str, len: usize) {
+        self.stats.queues[0].drop(DropReason::OverMtu, 1);
+        if let Some(held_back) = log.allow(std::time::Instant::now()) {
+            tracing::warn!(
+                port = self.stats.name.as_str(),
+                dir,
+                bytes = len,
+                mtu = self.mtu,
+                max_frame = self.max_frame,
+                held_back,
+                "dropped a frame over the TAP port's MTU"
+            );
+        }
     }
 
     /// The offloads the kernel may use on frames it sends us (none if it
@@ -149,9 +202,11 @@ impl Tap {
                         let hdr = VnetHdr::read(&buf).expect("VnetHdr::LEN bytes");
                         let frame = &mut buf[VnetHdr::LEN..len];
                         let flush = |b: &mut FrameBatch| self.emit(&to, b, &mut cache);
-                        match push_frame(&hdr, frame, self.offloads, &mut batch, flush) {
+                        let offloads = self.offloads;
+                        match push_frame(&hdr, frame, offloads, self.max_frame, &mut batch, flush) {
                             Pushed::Frames { .. } => {}
                             Pushed::Oversize => q.drop(DropReason::Oversize, 1),
+                            Pushed::OverMtu(len) => self.drop_over_mtu(&mut log, "from host", len),
                             Pushed::Refused(e) => {
                                 q.drop(DropReason::BadVnetHdr, 1);
                                 if let Some(held_back) = log.allow(std::time::Instant::now()) {
@@ -189,6 +244,28 @@ fn poll_readable(fd: i32) -> bool {
     unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
 }
 
+/// Set interface `name`'s MTU (`SIOCSIFMTU`).
+fn set_mtu(name: &str, mtu: u16) -> std::io::Result<()> {
+    // SAFETY: plain socket(2) call; the fd is owned by `sock` below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor we own.
+    let sock = unsafe { File::from_raw_fd(fd) };
+    // SAFETY: zeroed `ifreq` is valid plain data.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes().take(15)) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_mtu = libc::c_int::from(mtu);
+    // SAFETY: SIOCSIFMTU reads one `ifreq` that outlives the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Bring interface `name` up (best effort; the operator may do it instead).
 fn set_link_up(name: &str) {
     // SAFETY: plain socket(2) call; the fd is owned by `sock` below.
@@ -222,7 +299,22 @@ impl Egress for Tap {
         for &i in which {
             let i = usize::from(i);
             let f = frames.get(i);
-            let written = match frames.offloaded(i) {
+            let offloaded = frames.offloaded(i);
+            let gso = offloaded.is_some_and(|k| matches!(k.offload, vadapt_wire::Offload::Tcp(..)));
+            if !gso && f.len() > self.max_frame {
+                let mut log = self.over_mtu_log.lock().unwrap_or_else(|e| e.into_inner());
+                self.drop_over_mtu(&mut log, "to host", f.len());
+                continue;
+            }
+            let written = match offloaded {
+                // A jumbo frame does not fit `out`: written as an offloaded
+                // one is, behind a zero header.
+                None if f.len() > SLOT => {
+                    let h = [0u8; VnetHdr::LEN];
+                    let iov = [std::io::IoSlice::new(&h), std::io::IoSlice::new(f)];
+                    file.write_vectored(&iov)
+                        .is_ok_and(|w| w == VnetHdr::LEN + f.len())
+                }
                 None => {
                     let len = VnetHdr::LEN + f.len();
                     out[VnetHdr::LEN..len].copy_from_slice(f);
@@ -269,7 +361,7 @@ mod tests {
     fn a_tap_with_vnet_headers_forwards_what_the_host_sends() {
         let name = format!("offt{}", std::process::id() % 100_000);
         let stats = Arc::new(PortStats::new(&name, "tap", 1));
-        let tap = match Tap::open(&name, stats.clone()) {
+        let tap = match Tap::open(&name, None, stats.clone()) {
             Ok(t) => Arc::new(t),
             Err(e) if tap_not_permitted(&e) => {
                 eprintln!("skipped: cannot create a TAP here ({e})");
@@ -330,6 +422,50 @@ mod tests {
                 .sum::<u64>(),
             0
         );
+    }
+
+    /// A TAP port with an `mtu` sets it on the interface, writes frames of
+    /// up to MTU + 18 bytes (a jumbo one from the side store, behind a zero
+    /// header) and drops longer ones as `over_mtu`; one without keeps 1518.
+    #[test]
+    fn a_tap_takes_its_mtu_and_drops_frames_over_it() {
+        let dropped = |st: &PortStats| {
+            let i = DropReason::ALL
+                .iter()
+                .position(|r| *r == DropReason::OverMtu)
+                .unwrap();
+            st.queues[0].drops[i].load(Ordering::Relaxed)
+        };
+        let mut b = FrameBatch::new(4);
+        for len in [9018, 9019, 1518, 60] {
+            let mut f = vec![0u8; len];
+            f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]);
+            f[12..14].copy_from_slice(&[0x88, 0xb5]);
+            assert!(b.push(&f));
+        }
+        for (mtu, delivered, over) in [(Some(9000), 3, 1), (None, 2, 2)] {
+            let name = format!("mtut{}", std::process::id() % 100_000);
+            let stats = Arc::new(PortStats::new(&name, "tap", 1));
+            let tap = match Tap::open(&name, mtu, stats.clone()) {
+                Ok(t) => t,
+                Err(e) if tap_not_permitted(&e) => {
+                    eprintln!("skipped: cannot create a TAP here ({e})");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let sys = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).unwrap();
+            assert_eq!(sys.trim(), mtu.unwrap_or(1500).to_string(), "SIOCSIFMTU");
+            assert_eq!(tap.mtu(), mtu.unwrap_or(1500));
+            tap.deliver(&b, &[0, 1, 2, 3], 0);
+            let q = &stats.queues[0];
+            assert_eq!(
+                q.packets[Dir::Rx as usize].load(Ordering::Relaxed),
+                delivered
+            );
+            assert_eq!(dropped(&stats), over, "MTU {mtu:?}");
+            drop(tap);
+        }
     }
 
     /// True for the errors of a host that does not let us create a TAP.

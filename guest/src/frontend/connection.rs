@@ -21,6 +21,7 @@ use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
+    VIRTIO_NET_F_MTU,
 };
 
 use super::ctrl_queue::{send_vq_pairs_set, CtrlMq};
@@ -52,6 +53,8 @@ pub struct Connection {
     pub mac: [u8; 6],
     /// Pairs the backend offers.
     pub max_pairs: u16,
+    /// The device's MTU, if it offered one (`VIRTIO_NET_F_MTU`), bytes.
+    pub mtu: Option<u16>,
     /// vhost-user queue indexes configured (for teardown).
     rings: Vec<usize>,
     /// What the control queue said to `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
@@ -144,20 +147,19 @@ impl Connection {
             }
             if acked_p.contains(VhostUserProtocolFeatures::CONFIG) {
                 // A backend may refuse GET_CONFIG; the guest then falls back to defaults.
-                let len = 10u32;
-                match fe.get_config(0, len, VhostUserConfigFlags::WRITABLE, &[0u8; 10]) {
+                let len = NetConfig::LEN as u32;
+                let buf = [0u8; NetConfig::LEN];
+                match fe.get_config(0, len, VhostUserConfigFlags::WRITABLE, &buf) {
                     Ok((_, payload)) => net_cfg = NetConfig::parse(&payload),
                     Err(e) => tracing::warn!("GET_CONFIG refused ({e}); using defaults"),
                 }
             }
         }
 
-        // In TCP stream a message is application data, not a frame: frames stay within one MSS.
-        if cfg.mode != Mode::TcpStream
-            && cfg.size > MTU
-            && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF)
-        {
-            return Err(FrontendError::SizeOverMtu(cfg.size));
+        let mtu = net_cfg.and_then(|c| c.mtu(has_feature(features, VIRTIO_NET_F_MTU)));
+        check_message_size(cfg, features, mtu)?;
+        if let Some(mtu) = mtu {
+            tracing::info!(mtu, "the backend offers an MTU (VIRTIO_NET_F_MTU)");
         }
         let mac = cfg
             .mac
@@ -205,6 +207,7 @@ impl Connection {
             features,
             mac,
             max_pairs,
+            mtu,
             rings: vec![],
             ctrl_mq: CtrlMq::NotNeeded,
             ctrl: None,
@@ -350,5 +353,65 @@ impl Connection {
             }
         }
         first
+    }
+}
+
+/// Checks that `cfg`'s messages fit the device: within its MTU if it
+/// offered one (`mtu`, from `VIRTIO_NET_F_MTU`), and over 1500 bytes only
+/// with mergeable receive buffers (the guest's are 2 KiB). In TCP stream a
+/// message is application data, not a frame: frames stay within one MSS.
+fn check_message_size(
+    cfg: &GuestConfig,
+    features: u64,
+    mtu: Option<u16>,
+) -> Result<(), FrontendError> {
+    if cfg.mode == Mode::TcpStream {
+        return Ok(());
+    }
+    if let Some(mtu) = mtu.filter(|&m| cfg.size > u32::from(m)) {
+        return Err(FrontendError::SizeOverDeviceMtu {
+            size: cfg.size,
+            mtu,
+        });
+    }
+    if cfg.size > MTU && !has_feature(features, VIRTIO_NET_F_MRG_RXBUF) {
+        return Err(FrontendError::SizeOverMtu(cfg.size));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_fit_the_offered_mtu_and_jumbo_ones_need_mergeable_buffers() {
+        let mrg = 1u64 << VIRTIO_NET_F_MRG_RXBUF;
+        let cfg = |size| GuestConfig {
+            size,
+            ..GuestConfig::new("/s")
+        };
+        assert!(check_message_size(&cfg(9000), mrg, Some(9000)).is_ok());
+        assert!(
+            check_message_size(&cfg(9000), mrg, None).is_ok(),
+            "no MTU offered"
+        );
+        let e = check_message_size(&cfg(9001), mrg, Some(9000)).unwrap_err();
+        assert!(e.to_string().contains("9000-byte MTU"), "{e}");
+        let e = check_message_size(&cfg(1600), mrg, Some(1500)).unwrap_err();
+        assert!(matches!(
+            e,
+            FrontendError::SizeOverDeviceMtu {
+                size: 1600,
+                mtu: 1500
+            }
+        ));
+        let e = check_message_size(&cfg(4000), 0, Some(9000)).unwrap_err();
+        assert!(matches!(e, FrontendError::SizeOverMtu(4000)));
+        let tcp = GuestConfig {
+            mode: Mode::TcpStream,
+            ..cfg(100_000)
+        };
+        assert!(check_message_size(&tcp, 0, Some(1500)).is_ok());
     }
 }

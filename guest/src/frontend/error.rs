@@ -42,6 +42,14 @@ pub enum FrontendError {
     /// A message over the MTU without mergeable RX buffers.
     #[error("--size {0} exceeds the {MTU}-byte MTU and the backend does not offer VIRTIO_NET_F_MRG_RXBUF")]
     SizeOverMtu(u32),
+    /// A message over the MTU the backend offers (`VIRTIO_NET_F_MTU`).
+    #[error("--size {size} exceeds the {mtu}-byte MTU the backend offers (VIRTIO_NET_F_MTU)")]
+    SizeOverDeviceMtu {
+        /// `--size`, bytes of L2 payload.
+        size: u32,
+        /// The device's MTU, bytes.
+        mtu: u16,
+    },
     /// Guest memory could not be created.
     #[error("cannot create guest memory")]
     Memory(#[source] vadapt_virtq::mem::MemError),

@@ -4,7 +4,7 @@
 use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_CSUM, VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_HOST_TSO4, VIRTIO_NET_F_MAC,
-    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_STATUS,
+    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, VIRTIO_NET_F_MTU, VIRTIO_NET_F_STATUS,
 };
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 
@@ -29,6 +29,7 @@ pub fn wanted_features(mode: Mode) -> u64 {
         | [
             VIRTIO_F_VERSION_1,
             VIRTIO_NET_F_MAC,
+            VIRTIO_NET_F_MTU,
             VIRTIO_NET_F_MRG_RXBUF,
             VIRTIO_RING_F_EVENT_IDX,
             VIRTIO_F_IN_ORDER,
