@@ -18,6 +18,15 @@ use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+/// The tests of this file one at a time: the churn test counts the
+/// process's descriptors and memory, which the others' sockets and threads
+/// would move.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 const CHURN_SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x02]);
 
@@ -114,6 +123,7 @@ fn steady_sender(socket: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHan
 
 #[test]
 fn fifty_rounds_of_add_connect_send_delete_cost_the_other_port_nothing() {
+    let _one = serial();
     let tmp = tmpdir("churn");
     let dir = tmp.path();
     let control = dir.join("control.sock");
@@ -187,6 +197,7 @@ fn fifty_rounds_of_add_connect_send_delete_cost_the_other_port_nothing() {
 
 #[test]
 fn a_port_to_add_is_checked_against_the_ports_there_are_and_errors_name_it() {
+    let _one = serial();
     let tmp = tmpdir("addcheck");
     let dir = tmp.path();
     let control = dir.join("control.sock");
@@ -254,6 +265,7 @@ fn a_port_to_add_is_checked_against_the_ports_there_are_and_errors_name_it() {
 
 #[test]
 fn a_reload_applies_the_difference_and_leaves_a_connected_port_alone() {
+    let _one = serial();
     let tmp = tmpdir("reload");
     let dir = tmp.path();
     let control = dir.join("control.sock");
