@@ -118,8 +118,8 @@ class Qmp:
 
 # Every cell is an expected failure for now (not strict: a pass is XPASS):
 # the migrated guest is sometimes corrupted. Seen on 2026-11-26 with vadapt
-# 9e6f10d: with the fast reader 1 failure in 11 runs (a process in the
-# migrated guest died: the stream out of it ended at 2.8 MB, cleanly); with
+# 9e6f10d: with the fast reader 1 failure in 11 runs (the stream out of the
+# migrated guest ended cleanly at 2.8 MB: its `seq` likely died); with
 # the slow reader 2 in 6 (a segfault in the guest, the guest's shell hung).
 # Not understood yet: an unlogged device write, a wrong ring state at the
 # switch-over, or QEMU under TCG. md5 mismatches without a crash were seen
