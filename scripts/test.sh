@@ -59,6 +59,8 @@ step_lab() {
 }
 # Every fuzz target for 30 s (nightly, libFuzzer, ASan): a crash fails the step.
 step_fuzz_smoke() { bash scripts/fuzz.sh --smoke; }
+# Matrices run one representative cell here: test_migration.py its
+# interrupt/server cell (every policy and socket mode: scripts/migration_matrix.sh).
 step_interop() {
     local bin="$TARGET_DIR/release/vadapt"
     [[ -x "$bin" ]] || { echo "no release binary at $bin (run the build-release step)" >&2; return 1; }

@@ -528,7 +528,7 @@ impl Session {
         let (front, back) = UnixStream::pair().expect("socketpair");
         front.set_nonblocking(true).expect("O_NONBLOCK");
         if let Some(i) = port.ingress() {
-            i.learn_now(port.mac);
+            i.learn_if_unknown(port.mac);
         }
         let conn = Arc::new(Mutex::new(Connection::stepped(Arc::clone(port))));
         let handler = BackendReqHandler::from_stream(back, Arc::clone(&conn));

@@ -22,6 +22,29 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--migration-matrix",
+        action="store_true",
+        help="run test_migration.py for every policy and socket mode, not only its "
+        "representative cell (scripts/migration_matrix.sh)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cells marked `migration_matrix` run only with --migration-matrix: the
+    default run (scripts/test.sh) keeps one representative cell, as the full
+    matrix of TCG guests takes about 8 times as long."""
+    if config.getoption("--migration-matrix"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("migration_matrix") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

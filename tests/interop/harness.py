@@ -9,6 +9,8 @@ whole process group and escalates to SIGKILL.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import os
 import re
@@ -525,6 +527,30 @@ class Guest:
     def poweroff(self, timeout: float = 30) -> int:
         self.proc.send("exit")
         return self.proc.wait_exit(timeout)
+
+
+# --- what the guests report -----------------------------------------------------
+
+
+def pattern(n: int) -> tuple[int, str]:
+    """(length, md5) of the guests' test stream `seq 1 N` (roles/lib.sh vpattern)."""
+    data = "".join(f"{i}\n" for i in range(1, n + 1)).encode()
+    return len(data), hashlib.md5(data).hexdigest()
+
+
+def outage(replies: list[tuple[int, float]], interval_ms: float) -> tuple[int, float]:
+    """(pings lost, longest time without a reply in ms) from (seq, rtt_ms)
+    pairs. A ping sent while the link is down may wait in the guest's queue
+    and be answered late, so a reply's arrival is its send time (seq times
+    the interval) plus its round trip, and the outage is the longest
+    interval between two arrivals, less the ping interval."""
+    got = sorted(dict(replies).items())
+    if not got:
+        return 0, 0.0
+    lost = got[-1][0] - got[0][0] + 1 - len(got)
+    arrivals = sorted(seq * interval_ms + rtt for seq, rtt in got)
+    gap = max((b - a for a, b in itertools.pairwise(arrivals)), default=interval_ms)
+    return lost, max(gap - interval_ms, 0.0)
 
 
 # --- one-shot commands --------------------------------------------------------

@@ -24,14 +24,12 @@ Both ways round, as OVS-DPDK offers them:
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import re
 import time
 
 import pytest
 
-from harness import Guest, HarnessError, Vadapt, port, total
+from harness import Guest, HarnessError, Vadapt, outage, pattern, port, total
 
 MAC_A = "52:54:00:5a:00:11"
 MAC_B = "52:54:00:5a:00:12"
@@ -43,26 +41,6 @@ STREAM_N = 1_600_000
 RESTART_AFTER_BYTES = 1_000_000
 PING_INTERVAL_S = 0.05
 PINGS = 1200  # 60 s of pings at most; the guest stops them after the stream
-
-
-def pattern(n: int) -> tuple[int, str]:
-    data = "".join(f"{i}\n" for i in range(1, n + 1)).encode()
-    return len(data), hashlib.md5(data).hexdigest()
-
-
-def outage(replies: list[tuple[int, float]], interval_ms: float) -> tuple[int, float]:
-    """(pings lost, longest time without a reply in ms) from (seq, rtt_ms)
-    pairs. A ping sent while the link is down may wait in the guest's queue
-    and be answered late, so a reply's arrival is its send time (seq times
-    the interval) plus its round trip, and the outage is the longest
-    interval between two arrivals, less the ping interval."""
-    got = sorted(dict(replies).items())
-    if not got:
-        return 0, 0.0
-    lost = got[-1][0] - got[0][0] + 1 - len(got)
-    arrivals = sorted(seq * interval_ms + rtt for seq, rtt in got)
-    gap = max((b - a for a, b in itertools.pairwise(arrivals)), default=interval_ms)
-    return lost, max(gap - interval_ms, 0.0)
 
 
 def test_outage():

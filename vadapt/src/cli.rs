@@ -191,8 +191,9 @@ pub struct StatsArgs {
     after_help = "EXAMPLES:\n  \
     vadapt add-port --vm name=vm3,socket=/run/vadapt/vm3.sock,queues=2,policy=netap\n  \
     vadapt add-port --sink sink1\n\n\
-    The port is checked as `serve` checks its ports (a name, socket or MAC already taken is\n  \
-    refused, naming the port). It is not written to the config file: a `reload` of a file\n  \
+    The port is checked as `serve` checks its ports (a name or socket already taken, or a\n  \
+    sink's or echo's MAC, is refused, naming the port). A VM port may have another VM port's\n  \
+    MAC: the destination port of a live migration has the VM's. It is not written to the config file: a `reload` of a file\n  \
     without it removes it again."
 )]
 pub struct AddPortArgs {

@@ -261,11 +261,16 @@ impl DaemonConfig {
                     .map_err(|e| field("vm.policy", format!("port `{}`: {e}", vm.name)))?;
             }
         }
+        // Sink and echo MACs are pinned in the switch: each is unique, and
+        // no VM port may claim one. Two VM ports may share a MAC: they are
+        // one VM's source and destination ports while it live-migrates, and
+        // a VM port's MAC is only a hint to the switch until the guest's
+        // first frame (`Switch::learn_if_unknown`), so the port the guest
+        // sends from is the one that gets its traffic.
         for (kind, mac) in self
-            .vm
+            .sink
             .iter()
-            .map(|v| ("vm.mac", v.mac))
-            .chain(self.sink.iter().map(|p| ("sink.mac", p.mac)))
+            .map(|p| ("sink.mac", p.mac))
             .chain(self.echo.iter().map(|p| ("echo.mac", p.mac)))
         {
             if let Some(m) = mac {
@@ -274,6 +279,19 @@ impl DaemonConfig {
                 }
                 if !macs.insert(m) {
                     return Err(field(kind, format!("{m} is used twice")));
+                }
+            }
+        }
+        for vm in &self.vm {
+            if let Some(m) = vm.mac {
+                if m.is_multicast() {
+                    return Err(field("vm.mac", format!("{m} is a multicast address")));
+                }
+                if macs.contains(&m) {
+                    return Err(field(
+                        "vm.mac",
+                        format!("{m} of port `{}` is a sink or echo port's", vm.name),
+                    ));
                 }
             }
         }
@@ -491,6 +509,27 @@ mod tests {
         let mut c = base();
         c.vm.push(parse_vm_spec("name=vm2,socket=/tmp/a.sock").unwrap());
         assert!(c.validate().unwrap_err().to_string().contains("vm.socket"));
+    }
+
+    #[test]
+    fn vm_ports_may_share_a_mac_but_not_with_a_sink_or_echo() {
+        let mac = "52:54:00:00:00:01";
+        let mut c = base();
+        c.vm = vec![
+            parse_vm_spec(&format!("name=src,socket=/tmp/a.sock,mac={mac}")).unwrap(),
+            parse_vm_spec(&format!("name=dst,socket=/tmp/b.sock,mac={mac}")).unwrap(),
+        ];
+        c.validate().expect("a migrating VM's two ports");
+        c.echo
+            .push(parse_local_spec("--echo", &format!("e0,mac={mac}")).unwrap());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("vm.mac") && e.contains("src"), "{e}");
+        let mut c = base();
+        c.sink
+            .push(parse_local_spec("--sink", "s0,mac=02:00:00:00:00:09").unwrap());
+        c.echo
+            .push(parse_local_spec("--echo", "e0,mac=02:00:00:00:00:09").unwrap());
+        assert!(c.validate().unwrap_err().to_string().contains("used twice"));
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub fn serve(
         // The guest uses the config-space MAC unless it changes it; learning
         // will follow if it does.
         if let Some(i) = port.ingress() {
-            i.learn_now(port.mac);
+            i.learn_if_unknown(port.mac);
         }
         let conn = Arc::new(Mutex::new(Connection::served_by(
             Arc::clone(&port),

@@ -55,11 +55,12 @@ impl Ingress {
         }
     }
 
-    /// Learn `mac` on this port now (a port's configured MAC, before its
-    /// first frame); nothing if the switch is gone.
-    pub fn learn_now(&self, mac: Mac) {
+    /// Learn `mac` on this port now, unless another port has it (a port's
+    /// configured MAC, before its first frame: see
+    /// [`Switch::learn_if_unknown`]); nothing if the switch is gone.
+    pub fn learn_if_unknown(&self, mac: Mac) {
         if let Some(sw) = self.switch.upgrade() {
-            sw.learn_now(mac, self.port);
+            sw.learn_if_unknown(mac, self.port);
         }
     }
 

@@ -165,11 +165,33 @@ impl Switch {
             .map(|e| e.port)
     }
 
-    /// Learn `mac` on `port` now, as if a frame from it had arrived there.
-    /// Used for a VM port's configured MAC when its frontend connects, so the
+    /// Learn `mac` on `port` now, unless it is known on another port. Used
+    /// for a VM port's configured MAC when its frontend connects, so the
     /// first frames towards a guest that has not sent yet are not flooded.
-    pub fn learn_now(&self, mac: Mac, port: PortId) {
-        self.learn(mac, port, Instant::now());
+    ///
+    /// A configured MAC is a hint and a frame is the proof: a MAC known
+    /// elsewhere stays there until a frame from `port` moves it. The
+    /// destination port of a live migration, configured with the VM's MAC,
+    /// connects while the guest still runs behind the source port; taking
+    /// the MAC then would send the guest's traffic to a port with no guest
+    /// until the switch-over.
+    pub fn learn_if_unknown(&self, mac: Mac, port: PortId) {
+        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        match f.get_mut(&mac) {
+            Some(e) if e.port != port => {}
+            Some(e) => e.seen = Instant::now(),
+            None => {
+                f.insert(
+                    mac,
+                    FdbEntry {
+                        port,
+                        seen: Instant::now(),
+                        is_static: false,
+                    },
+                );
+                self.generation.fetch_add(1, Ordering::Release);
+            }
+        }
     }
 
     fn learn(&self, mac: Mac, port: PortId, now: Instant) {
@@ -318,6 +340,45 @@ mod tests {
             );
         }
         (sw, recs)
+    }
+
+    #[test]
+    fn a_configured_mac_does_not_move_a_mac_known_elsewhere() {
+        // Live migration: the guest runs behind p0; the destination port p1,
+        // configured with the same MAC, connects before the switch-over.
+        let (sw, recs) = setup(3);
+        let got = |i: usize| recs[i].0.lock().unwrap().len();
+        let (a, b) = (Mac([2, 0, 0, 0, 0, 0xa]), Mac([2, 0, 0, 0, 0, 0xb]));
+        let mut c = FdbCache::default();
+        let one = |dst, src, tag| {
+            let mut batch = FrameBatch::new(4);
+            batch.push(&frame(dst, src, tag));
+            batch
+        };
+        sw.forward(0, 0, &one(b, a, 1), &mut c); // a learned on p0 (flooded)
+        sw.forward(2, 0, &one(a, b, 2), &mut c); // b learned on p2
+        let before = (got(0), got(1));
+        sw.learn_if_unknown(a, 1);
+        assert_eq!(sw.lookup(a), Some(0), "a connect must not take the MAC");
+        sw.forward(2, 0, &one(a, b, 3), &mut c);
+        assert_eq!(
+            (got(0), got(1)),
+            (before.0 + 1, before.1),
+            "to the source port only"
+        );
+        // The guest's first frame from p1 moves it.
+        sw.forward(1, 0, &one(b, a, 4), &mut c);
+        assert_eq!(sw.lookup(a), Some(1));
+        sw.forward(2, 0, &one(a, b, 5), &mut c);
+        assert_eq!(
+            (got(0), got(1)),
+            (before.0 + 1, before.1 + 1),
+            "to the destination only"
+        );
+        // An unknown MAC is taken at connect, so its first frames are not flooded.
+        let fresh = Mac([2, 0, 0, 0, 0, 0xc]);
+        sw.learn_if_unknown(fresh, 2);
+        assert_eq!(sw.lookup(fresh), Some(2));
     }
 
     #[test]
