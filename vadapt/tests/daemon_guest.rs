@@ -12,22 +12,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
-use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+mod common;
+use common::{settled, tmpdir, total};
+
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x01]);
-
-/// A fresh folder, removed with everything in it when dropped.
-fn tmpdir(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("vadapt-it-{tag}-"))
-        .tempdir()
-        .unwrap()
-}
 
 fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
     VmPortConfig {
@@ -79,28 +73,6 @@ fn run(cfg: GuestConfig) -> GuestReport {
     let r = g.run(Arc::new(AtomicBool::new(false))).expect("guest runs");
     assert!(r.error.is_none(), "guest error: {:?}", r.error);
     r
-}
-
-fn total(
-    s: &StatsSnapshot,
-    port: &str,
-    f: fn(&vadapt_dataplane::metrics::QueueSnapshot) -> u64,
-) -> u64 {
-    s.port_total(port, f)
-        .unwrap_or_else(|| panic!("no port {port}"))
-}
-
-/// Counters settle once the worker has finished its last pass.
-fn settled(d: &Daemon, want: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
-    let mut s = d.registry().snapshot();
-    for _ in 0..100 {
-        if want(&s) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        s = d.registry().snapshot();
-    }
-    s
 }
 
 #[test]

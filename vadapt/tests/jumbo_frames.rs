@@ -11,23 +11,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
-use vadapt_dataplane::metrics::{QueueSnapshot, StatsSnapshot};
+use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+mod common;
+use common::{settled, tmpdir, total};
+
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x09]);
 const ECHO: Mac = Mac([0x02, 0, 0, 0, 0xec, 0x09]);
 /// Ethernet frame of a 9000-byte message: the guest's L2 payload plus the header.
 const JUMBO: u64 = 14 + 9000;
-
-fn tmpdir(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("vadapt-mtu-{tag}-"))
-        .tempdir()
-        .unwrap()
-}
 
 fn mac(n: u8) -> Mac {
     Mac([0x52, 0x54, 0, 0, 9, n])
@@ -86,11 +82,6 @@ fn run(g: Guest) -> GuestReport {
     r
 }
 
-fn total(s: &StatsSnapshot, port: &str, f: impl Fn(&QueueSnapshot) -> u64) -> u64 {
-    s.port_total(port, f)
-        .unwrap_or_else(|| panic!("no port {port}"))
-}
-
 fn dropped(s: &StatsSnapshot, port: &str, reason: &str) -> u64 {
     total(s, port, |q| q.dropped.get(reason).copied().unwrap_or(0))
 }
@@ -105,19 +96,6 @@ fn drops(s: &StatsSnapshot, port: &str) -> Vec<(String, u64)> {
         }
     }
     out.into_iter().filter(|(_, v)| *v > 0).collect()
-}
-
-/// Counters settle once the workers have finished their last passes.
-fn settled(d: &Daemon, want: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
-    let mut s = d.registry().snapshot();
-    for _ in 0..250 {
-        if want(&s) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        s = d.registry().snapshot();
-    }
-    s
 }
 
 #[test]

@@ -18,6 +18,9 @@ use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+mod common;
+use common::{settled, tmpdir};
+
 /// The tests of this file one at a time: the churn test counts the
 /// process's descriptors and memory, which the others' sockets and threads
 /// would move.
@@ -29,13 +32,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 const CHURN_SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x02]);
-
-fn tmpdir(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("vadapt-it-{tag}-"))
-        .tempdir()
-        .unwrap()
-}
 
 fn vm(dir: &Path, name: &str, mac: u8) -> VmPortConfig {
     VmPortConfig {
@@ -83,19 +79,6 @@ fn drops(s: &StatsSnapshot, port: &str) -> u64 {
         .flat_map(|p| &p.queues)
         .map(|q| q.dropped.values().sum::<u64>())
         .sum()
-}
-
-/// Counters once the workers finished their last passes.
-fn settled(d: &Daemon, want: impl Fn(&StatsSnapshot) -> bool) -> StatsSnapshot {
-    let mut s = d.registry().snapshot();
-    for _ in 0..250 {
-        if want(&s) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        s = d.registry().snapshot();
-    }
-    s
 }
 
 /// Open descriptors of this process.

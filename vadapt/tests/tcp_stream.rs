@@ -16,7 +16,7 @@ use std::time::Duration;
 use etherparse::NetSlice;
 use vadapt_dataplane::config::{DaemonConfig, VmPortConfig};
 use vadapt_dataplane::frames::FrameBatch;
-use vadapt_dataplane::metrics::{PortStats, QueueSnapshot, StatsSnapshot};
+use vadapt_dataplane::metrics::PortStats;
 use vadapt_dataplane::net::MAX_FRAME;
 use vadapt_dataplane::offload::Cutter;
 use vadapt_dataplane::switch::Egress;
@@ -26,6 +26,9 @@ use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::tcp_build::{ip_for_mac, MSS};
 use vadapt_wire::test_frames::verify_segment;
 use vadapt_wire::{Mac, Offload};
+
+mod common;
+use common::total;
 
 const RECEIVER: Mac = Mac([0x02, 0, 0, 0, 0x7c, 0x01]);
 const GUEST: Mac = Mac([0x52, 0x54, 0, 0, 0, 1]);
@@ -120,11 +123,6 @@ impl Egress for Checker {
             }
         }
     }
-}
-
-fn total(s: &StatsSnapshot, port: &str, f: fn(&QueueSnapshot) -> u64) -> u64 {
-    s.port_total(port, f)
-        .unwrap_or_else(|| panic!("no port {port}"))
 }
 
 /// What one guest run against a fresh daemon left.
