@@ -90,6 +90,8 @@ pub struct Connection {
     /// The frontend's dirty-page log (`SET_LOG_BASE`); written while
     /// `VHOST_F_LOG_ALL` is acked.
     log: Option<Arc<DirtyLog>>,
+    /// Marks outside `log` already reported.
+    log_outside_reported: u64,
     pub(super) vrings: Vec<Vring>,
     worker: Option<Worker>,
     /// Set when the frontend sent something that ends the connection (the
@@ -126,6 +128,7 @@ impl Connection {
             mem: None,
             regions: Vec::new(),
             log: None,
+            log_outside_reported: 0,
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
             fatal: None,
@@ -213,6 +216,26 @@ impl Connection {
                 }
             }
             None => tracing::error!(port = self.port.name(), "queue worker panicked"),
+        }
+        self.report_unlogged_writes();
+    }
+
+    /// Writes whose pages fell outside the frontend's dirty-page log since
+    /// the last report: pages a migration will not send again. One ERROR
+    /// line per worker incarnation that had any (a log smaller than the
+    /// guest memory the rings use is the frontend's mistake, and the
+    /// migrated guest may be corrupted).
+    fn report_unlogged_writes(&mut self) {
+        let Some(log) = &self.log else { return };
+        let outside = log.outside();
+        if outside > self.log_outside_reported {
+            tracing::error!(
+                port = self.port.name(),
+                marks = outside - self.log_outside_reported,
+                covers_mib = log.covers() >> 20,
+                "device writes outside the dirty-page log: their pages will not be sent again by the migration"
+            );
+            self.log_outside_reported = outside;
         }
     }
 
@@ -734,7 +757,10 @@ impl VhostUserBackendReqHandlerMut for Connection {
         );
         // Workers pick the new log up as they restart; none writes to the
         // old one after this.
-        self.reconfigure(|c| c.log = Some(Arc::new(mapped)));
+        self.reconfigure(|c| {
+            c.log = Some(Arc::new(mapped));
+            c.log_outside_reported = 0;
+        });
         Ok(())
     }
 }
