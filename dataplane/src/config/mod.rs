@@ -155,12 +155,24 @@ impl DaemonConfig {
 
     /// Remove the port named `name`, of whatever kind; whether there was one.
     pub fn remove_port(&mut self, name: &str) -> bool {
-        let before = self.ports().len();
+        let count = |c: &Self| c.vm.len() + c.sink.len() + c.echo.len() + c.tap.len();
+        let before = count(self);
         self.vm.retain(|v| v.name != name);
         self.sink.retain(|l| l.name != name);
         self.echo.retain(|l| l.name != name);
         self.tap.retain(|t| t.name != name);
-        self.ports().len() != before
+        count(self) != before
+    }
+
+    /// The same settings, with no port.
+    pub fn without_ports(&self) -> Self {
+        DaemonConfig {
+            vm: Vec::new(),
+            sink: Vec::new(),
+            echo: Vec::new(),
+            tap: Vec::new(),
+            ..self.clone()
+        }
     }
 
     /// Read and validate a TOML config file.

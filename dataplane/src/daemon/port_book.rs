@@ -31,10 +31,7 @@ impl PortBook {
     /// No ports yet; `config` is the daemon's (its ports are added with
     /// [`PortBook::add`]).
     pub(super) fn new(maker: PortMaker, roster: Arc<Roster>, config: &DaemonConfig) -> Self {
-        let mut config = config.clone();
-        for p in config.ports() {
-            config.remove_port(p.name());
-        }
+        let config = config.without_ports();
         PortBook {
             maker,
             roster,

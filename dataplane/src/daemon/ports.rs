@@ -69,13 +69,8 @@ impl PortMaker {
         registry: Arc<Registry>,
         pool: Option<Arc<NqWorkers>>,
     ) -> Self {
-        let mut settings = settings.clone();
-        settings.vm.clear();
-        settings.sink.clear();
-        settings.echo.clear();
-        settings.tap.clear();
         PortMaker {
-            settings,
+            settings: settings.without_ports(),
             switch,
             registry,
             pool,
