@@ -19,6 +19,8 @@
 //! * [`tcp_cut`] — cutting one TCP segment of up to 64 KiB into MSS-sized
 //!   frames with their headers fixed ([`TcpSegmenter`]): the host's
 //!   software TSO.
+//! * [`rarp`] — the RARP frame that announces a migrated VM's MAC
+//!   ([`rarp::rarp_announcement`]), sent for a guest that cannot announce.
 //! * [`stamped_frame`] — the synthetic guest's own frames: Ethernet with a
 //!   [`stamped_frame::Stamp`] that times a reply against its request.
 //! * `test_frames` (feature `test-utils`) — sample TCP frames as a Linux
@@ -36,6 +38,7 @@
 pub mod checksum;
 pub mod ethernet;
 pub mod mac;
+pub mod rarp;
 pub mod stamped_frame;
 pub mod tcp;
 pub mod tcp_build;

@@ -41,6 +41,7 @@ pub fn offered_protocol_features() -> VhostUserProtocolFeatures {
         | VhostUserProtocolFeatures::REPLY_ACK
         | VhostUserProtocolFeatures::LOG_SHMFD
         | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+        | VhostUserProtocolFeatures::RARP
 }
 
 /// Most memory regions accepted in one memory table (QEMU sends at most 8).
@@ -83,7 +84,7 @@ enum Worker {
 pub struct Connection {
     pub(super) port: Arc<VmPort>,
     features: u64,
-    protocol: u64,
+    pub(super) protocol: u64,
     pub(super) mem: Option<GuestMemory>,
     /// The regions `mem` is made of (memory hotplug rebuilds it from them).
     pub(super) regions: Vec<MappedRegion>,

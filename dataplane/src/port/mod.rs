@@ -12,6 +12,9 @@
 //!   socket, and resets the port when it goes away.
 //! * `guest_memory` is the frontend's memory table and memory hotplug
 //!   (`ADD_MEM_REG`, `REM_MEM_REG`).
+//! * `raw_requests` takes the two requests the `vhost` crate does not
+//!   dispatch: `SEND_RARP` (vadapt announces a migrated VM's MAC) and
+//!   `SET_LOG_FD`.
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
 //!
@@ -23,4 +26,5 @@ pub mod frontend_socket;
 mod guest_memory;
 pub mod handler;
 pub mod memory_file;
+mod raw_requests;
 pub mod serve;

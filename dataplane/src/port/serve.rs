@@ -5,6 +5,7 @@
 
 use super::frontend_socket::FrontendSocket;
 use super::handler::Connection;
+use super::raw_requests;
 use crate::queue::VmPort;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -14,7 +15,7 @@ use vhost::vhost_user::message::VhostUserVirtioFeatures;
 use vhost::vhost_user::{BackendReqHandler, Error as VhostError};
 
 /// What the next message on a frontend's socket carries, seen without
-/// taking it (`MSG_PEEK`): its request code and flags, the `num` of a
+/// taking it (`MSG_PEEK`): its request code, flags and payload size, the `num` of a
 /// vring-state payload (the second `u32`, when the payload has one), and how
 /// many descriptors ride on it (the peeked duplicates are closed here; the
 /// originals stay queued for the real read).
@@ -22,6 +23,7 @@ use vhost::vhost_user::{BackendReqHandler, Error as VhostError};
 struct Peeked {
     code: u32,
     flags: u32,
+    size: u32,
     state_num: Option<u32>,
     fds: usize,
 }
@@ -73,6 +75,7 @@ fn peek_message(fd: std::os::fd::RawFd) -> Option<Peeked> {
     Some(Peeked {
         code: word(0),
         flags: word(4),
+        size: word(8),
         state_num: (n >= 20).then(|| word(16)),
         fds,
     })
@@ -167,6 +170,22 @@ pub fn serve(
                 tracing::warn!(port = port.name(), request = m.code, fds = m.fds, "vhost-user message with more than {MAX_FDS} file descriptors; closing the connection and resetting the port");
                 break;
             }
+            if let Some(m) = head.filter(|m| raw_requests::is_raw(m.code)) {
+                let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
+                match raw_requests::serve_raw(raw, m.code, m.size, &mut c) {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(why)) => {
+                        if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
+                            tracing::warn!(port = port.name(), request = m.code, error = %why, held_back, "vhost-user request refused");
+                        }
+                        continue;
+                    }
+                    Err(why) => {
+                        tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
+                        break;
+                    }
+                }
+            }
             let result = handler.handle_request();
             if let Some(why) = conn.lock().unwrap_or_else(|e| e.into_inner()).take_fatal() {
                 tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
@@ -238,6 +257,7 @@ mod tests {
         let m = |code, flags, state_num| Peeked {
             code,
             flags,
+            size: 8,
             state_num,
             fds: 0,
         };
@@ -265,6 +285,7 @@ mod tests {
         let m = |code| Peeked {
             code,
             flags: 0x1,
+            size: 8,
             state_num: Some(0),
             fds: 0,
         };
@@ -293,6 +314,7 @@ mod tests {
             Peeked {
                 code: 18,
                 flags: 9,
+                size: 8,
                 state_num: Some(2),
                 fds: 3
             }

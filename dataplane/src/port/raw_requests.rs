@@ -1,0 +1,189 @@
+//! The two vhost-user requests the `vhost` crate reads but does not hand to
+//! a backend (it answers them with "invalid message", which would end the
+//! connection): `SEND_RARP` and `SET_LOG_FD`. The serve loop sees them in
+//! the peeked header and lets this file take them off the socket instead.
+//!
+//! * `SEND_RARP` (19, with `VHOST_USER_PROTOCOL_F_RARP`): after a live
+//!   migration, for a guest that did not negotiate
+//!   `VIRTIO_NET_F_GUEST_ANNOUNCE`, QEMU asks the backend to announce the
+//!   VM's MAC. vadapt sends the RARP frame into its switch from the port, as
+//!   if the guest had sent it ([`Connection::announce`]): the switch learns
+//!   the MAC on the destination port with that frame, and the broadcast
+//!   tells everything behind the other ports (TAP, uplinks) the same.
+//! * `SET_LOG_FD` (7): an eventfd the frontend would like written when the
+//!   log changes. QEMU never sends it (it reads the shared log when it
+//!   syncs); DPDK's vhost library takes and closes it. So does vadapt,
+//!   answering it so that a frontend that does send it keeps going.
+//!
+//! Both carry one `u64` payload; any other size, flags other than version 1
+//! and `NEED_REPLY`, or descriptors where none belong, end the connection
+//! (the stream's framing cannot be trusted).
+
+use super::handler::Connection;
+use std::os::fd::RawFd;
+use vadapt_wire::Mac;
+
+/// `VHOST_USER_SET_LOG_FD`.
+pub const SET_LOG_FD: u32 = 7;
+/// `VHOST_USER_SEND_RARP`.
+pub const SEND_RARP: u32 = 19;
+
+/// Header length: request, flags, payload size (`u32` each).
+const HDR_LEN: usize = 12;
+/// The one payload both requests carry.
+const PAYLOAD_LEN: usize = 8;
+/// The header's version bits: version 1.
+const VERSION: u32 = 0x1;
+/// The header flag that asks for an answer (with `REPLY_ACK`).
+const NEED_REPLY: u32 = 0x8;
+
+/// Whether the request `code` is one of this file's.
+pub fn is_raw(code: u32) -> bool {
+    matches!(code, SET_LOG_FD | SEND_RARP)
+}
+
+/// Takes the request `code` (of payload `size` bytes, as the peeked header
+/// said) off `fd`, carries it out on `conn`, and answers it when the
+/// frontend asked for an answer. `Ok(Err(why))`: refused, the connection
+/// goes on (the refusal was answered where one was owed); `Err(why)`: the
+/// connection must end.
+pub fn serve_raw(
+    fd: RawFd,
+    code: u32,
+    size: u32,
+    conn: &mut Connection,
+) -> Result<Result<(), String>, String> {
+    if size as usize != PAYLOAD_LEN {
+        return Err(format!(
+            "vhost-user request {code} with a {size}-byte payload (want {PAYLOAD_LEN})"
+        ));
+    }
+    let (msg, fds) = read_message(fd).map_err(|e| format!("reading request {code}: {e}"))?;
+    let flags = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
+    if flags & !(VERSION | NEED_REPLY) != 0 || flags & VERSION == 0 {
+        return Err(format!("vhost-user request {code} with flags {flags:#x}"));
+    }
+    let payload: [u8; PAYLOAD_LEN] = msg[HDR_LEN..].try_into().expect("length checked");
+    let outcome = match code {
+        SEND_RARP if fds > 0 => return Err(format!("SEND_RARP with {fds} file descriptors")),
+        SEND_RARP => {
+            let mac = Mac([
+                payload[0], payload[1], payload[2], payload[3], payload[4], payload[5],
+            ]);
+            conn.announce(mac)
+        }
+        // The descriptor (if any) was closed by `read_message`.
+        _ if fds != 1 => return Err(format!("SET_LOG_FD with {fds} file descriptors")),
+        _ => Ok(()),
+    };
+    if flags & NEED_REPLY != 0 {
+        reply(fd, code, outcome.is_ok()).map_err(|e| format!("answering request {code}: {e}"))?;
+    }
+    Ok(outcome)
+}
+
+/// Reads one message of header and `u64` payload; closes any descriptors
+/// it carried and returns their number.
+fn read_message(fd: RawFd) -> std::io::Result<([u8; HDR_LEN + PAYLOAD_LEN], usize)> {
+    let mut data = [0u8; HDR_LEN + PAYLOAD_LEN];
+    // Room for vhost-user's 32 descriptors; u64 keeps cmsghdr aligned.
+    let mut control = [0u64; (32 * 4 + 64) / 8];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid; every pointer set below points
+    // into buffers on this stack frame that outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `msg` describes valid buffers owned by this frame.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut fds = 0;
+    // SAFETY: the CMSG_* walk stays within the `msg_controllen` bytes the
+    // kernel filled in; each SCM_RIGHTS payload is an array of descriptors
+    // that are ours now, closed here.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let p = libc::CMSG_DATA(c).cast::<libc::c_int>();
+                for i in 0..len / std::mem::size_of::<libc::c_int>() {
+                    libc::close(p.add(i).read_unaligned());
+                    fds += 1;
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if (n as usize) < data.len() {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+    }
+    Ok((data, fds))
+}
+
+/// The answer vhost-user's REPLY_ACK defines: the request's code, the
+/// reply flag, and a `u64` that is 0 for success.
+fn reply(fd: RawFd, code: u32, ok: bool) -> std::io::Result<()> {
+    const VERSION_AND_REPLY: u32 = VERSION | 0x4;
+    let mut m = [0u8; HDR_LEN + PAYLOAD_LEN];
+    m[0..4].copy_from_slice(&code.to_le_bytes());
+    m[4..8].copy_from_slice(&VERSION_AND_REPLY.to_le_bytes());
+    m[8..12].copy_from_slice(&(PAYLOAD_LEN as u32).to_le_bytes());
+    m[12..20].copy_from_slice(&u64::from(!ok).to_le_bytes());
+    // SAFETY: `m` is a valid buffer of its length for the call's duration.
+    let n = unsafe { libc::send(fd, m.as_ptr().cast(), m.len(), libc::MSG_NOSIGNAL) };
+    match n {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        n if n as usize != m.len() => Err(std::io::Error::from(std::io::ErrorKind::WriteZero)),
+        _ => Ok(()),
+    }
+}
+
+impl Connection {
+    /// `SEND_RARP`: sends the RARP announcement of `mac` into the switch
+    /// from this port, as if the guest had sent it. Refused unless the
+    /// frontend acked `VHOST_USER_PROTOCOL_F_RARP`, and for an address no
+    /// guest could send from (group, or all zeros).
+    pub fn announce(&mut self, mac: Mac) -> Result<(), String> {
+        use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+        if self.protocol & P::RARP.bits() == 0 {
+            return Err("SEND_RARP without VHOST_USER_PROTOCOL_F_RARP acked".into());
+        }
+        if mac.is_multicast() || mac == Mac::default() {
+            return Err(format!("SEND_RARP for {mac}, not a unicast address"));
+        }
+        let mut frames = crate::frames::FrameBatch::new(1);
+        frames.push(&vadapt_wire::rarp::rarp_announcement(mac));
+        let sent = self
+            .port
+            .ingress()
+            .is_some_and(|i| i.forward(0, &frames, &mut crate::switch::FdbCache::default()));
+        tracing::info!(
+            port = self.port.name(),
+            %mac,
+            sent,
+            "announced the VM's MAC for its frontend (SEND_RARP, after a live migration)"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_two_uncovered_requests_are_raw() {
+        assert!(is_raw(SEND_RARP) && is_raw(SET_LOG_FD));
+        for code in [1, 6, 11, 18, 24, 37, 38] {
+            assert!(!is_raw(code), "{code}");
+        }
+    }
+}
