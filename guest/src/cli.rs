@@ -110,6 +110,12 @@ pub struct GuestArgs {
     /// Length of a P95 reporting period (`--cores-control`); the core manager's is 100 ms.
     #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "TIME")]
     pub report_period: Duration,
+    /// Log dirty pages as QEMU does during a live migration: ack `VHOST_F_LOG_ALL`, give the
+    /// backend a shared log, take its marks every 50 ms; at the end, check that every page
+    /// of the used rings and receive buffers that changed was marked (the report's
+    /// `dirty_log`).
+    #[arg(long)]
+    pub dirty_log: bool,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -206,6 +212,7 @@ impl GuestArgs {
             qga: self.qga.clone(),
             cores_control: self.cores_control.clone(),
             report_period: self.report_period,
+            dirty_log: self.dirty_log,
             ..GuestConfig::new(self.socket.clone())
         };
         cfg.validate()?;
@@ -354,6 +361,21 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
                 .as_ref()
                 .map(|e| format!(" (last error: {e})"))
                 .unwrap_or_default()
+        );
+    }
+    if let Some(d) = &r.dirty_log {
+        let _ = writeln!(
+            s,
+            "dirty log {} marks in {} syncs; device-written pages changed {}, never marked {}{}",
+            d.marks_synced,
+            d.syncs,
+            d.device_pages_changed,
+            d.device_pages_missed,
+            if d.device_pages_missed > 0 {
+                " (a migration would have left them stale)"
+            } else {
+                ""
+            }
         );
     }
     if let Some(l) = r.latency {

@@ -108,6 +108,9 @@ pub struct GuestConfig {
     pub cores_control: Option<PathBuf>,
     /// Length of a P95 reporting period (the core manager's period, 100 ms, by default).
     pub report_period: Duration,
+    /// Log dirty pages as QEMU does during a live migration, and check at the end that the
+    /// backend marked every page it wrote (see [`crate::frontend::FrontendLog`]).
+    pub dirty_log: bool,
 }
 
 impl GuestConfig {
@@ -143,6 +146,7 @@ impl GuestConfig {
             qga: None,
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
+            dirty_log: false,
         }
     }
 

@@ -9,11 +9,14 @@
 //! * `net_config.rs`: the device config space read ([`NetConfig`]);
 //! * `memory_plan.rs`: where rings and buffers go in guest memory ([`plan_memory`]);
 //! * `queue_pair.rs`: a queue pair built there ([`build_pair`]);
+//! * `dirty_log.rs`: dirty-page logging as QEMU runs it during a migration, and a check
+//!   that the backend logged every page it wrote ([`FrontendLog`], `--dirty-log`);
 //! * `ctrl_queue.rs`: the control queue's `VQ_PAIRS_SET` ([`CtrlMq`]);
 //! * `error.rs`: [`FrontendError`].
 
 mod connection;
 mod ctrl_queue;
+mod dirty_log;
 mod error;
 mod features;
 mod memory_plan;
@@ -23,6 +26,7 @@ mod watchdog;
 
 pub use connection::Connection;
 pub use ctrl_queue::CtrlMq;
+pub use dirty_log::{DirtyLogReport, FrontendLog};
 pub use error::FrontendError;
 pub use features::{has_feature, negotiate_features, tx_offloads, wanted_features};
 pub use memory_plan::{

@@ -164,7 +164,7 @@ impl Guest {
     ///
     /// If the backend goes away mid-run, the threads stop at once and the report carries
     /// `error: Some(..)`; every wait inside is bounded, so this returns in bounded time.
-    pub fn run(self, stop: Arc<AtomicBool>) -> Result<GuestReport, GuestError> {
+    pub fn run(mut self, stop: Arc<AtomicBool>) -> Result<GuestReport, GuestError> {
         let clock = Clock::start();
         let threads = self.cfg.threads;
         let shared = Arc::new(Shared {
@@ -244,6 +244,9 @@ impl Guest {
 
         let mut error = None;
         while !handles.iter().all(|h| h.is_finished()) {
+            if let Some(log) = self.frontend.dirty_log.as_mut() {
+                log.sync();
+            }
             if error.is_none() && socket_hung_up(self.frontend.socket_fd(), WATCH_PERIOD_MS) {
                 error = Some("the backend closed the vhost-user connection".to_string());
                 shared.abort.store(true, Ordering::Relaxed);
@@ -279,7 +282,13 @@ impl Guest {
                 error = Some(error_chain(&e));
             }
         }
-        Ok(self.report(results, error, cores_reports))
+        // After GET_VRING_BASE the backend's log is complete.
+        let f = &mut self.frontend;
+        let dirty_log = f.dirty_log.as_mut().map(|l| l.check(&f.mem));
+        Ok(GuestReport {
+            dirty_log,
+            ..self.report(results, error, cores_reports)
+        })
     }
 
     fn report(
@@ -314,6 +323,7 @@ impl Guest {
             mac: format_mac(self.frontend.mac),
             threads,
             cores_reports,
+            dirty_log: None,
             error,
         }
     }

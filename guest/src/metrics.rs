@@ -372,6 +372,9 @@ pub struct GuestReport {
     /// P95 reports to the daemon, with `--cores-control` (absent from JSON otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cores_reports: Option<CoresReportStats>,
+    /// What the dirty-page log showed, with `--dirty-log` (absent from JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty_log: Option<crate::frontend::DirtyLogReport>,
     /// Why the run ended early (backend gone, vhost-user error), if it did.
     pub error: Option<String>,
 }
@@ -452,6 +455,7 @@ mod tests {
             mac: "02:00:00:00:00:01".into(),
             threads: vec![],
             cores_reports: None,
+            dirty_log: None,
             error: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();

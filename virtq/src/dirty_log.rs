@@ -121,6 +121,28 @@ impl DirtyLog {
         page / 8 < self.len && self.byte(page / 8).load(Ordering::Relaxed) & (1 << (page % 8)) != 0
     }
 
+    /// Takes every mark, as a frontend syncing its log does (an atomic
+    /// exchange with 0 per byte, so no concurrent mark is lost), calling
+    /// `marked` with the guest-physical address of each marked page.
+    /// Returns how many there were.
+    pub fn drain(&self, mut marked: impl FnMut(u64)) -> u64 {
+        let mut n = 0;
+        for i in 0..self.len {
+            let byte = self.byte(i);
+            if byte.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let bits = byte.swap(0, Ordering::Relaxed);
+            for b in 0..8 {
+                if bits & (1 << b) != 0 {
+                    marked((i * 8 + b) * LOG_PAGE);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
     /// Marks that fell outside the log so far.
     pub fn outside(&self) -> u64 {
         self.outside.load(Ordering::Relaxed)
@@ -174,6 +196,20 @@ mod tests {
             2,
             "no overflow at the top of the address space"
         );
+    }
+
+    #[test]
+    fn a_drain_takes_every_mark_once() {
+        let f = memfd(4096);
+        let log = DirtyLog::map(&f, 0, 4).unwrap();
+        for p in [0, 7, 8, 31] {
+            log.mark(p * LOG_PAGE, 1);
+        }
+        let mut got = vec![];
+        assert_eq!(log.drain(|gpa| got.push(gpa / LOG_PAGE)), 4);
+        assert_eq!(got, [0, 7, 8, 31]);
+        assert!(!log.is_marked(0) && !log.is_marked(31 * LOG_PAGE));
+        assert_eq!(log.drain(|_| panic!("nothing is left")), 0);
     }
 
     #[test]

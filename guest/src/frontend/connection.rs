@@ -25,6 +25,7 @@ use virtio_bindings::virtio_net::{
 };
 
 use super::ctrl_queue::{send_vq_pairs_set, CtrlMq};
+use super::dirty_log::FrontendLog;
 use super::error::{proto, FrontendError};
 use super::features::{
     has_feature, negotiate_features, tx_offloads, VHOST_USER_F_PROTOCOL_FEATURES,
@@ -34,7 +35,12 @@ use super::net_config::NetConfig;
 use super::queue_pair::build_pair;
 use super::watchdog::Watchdog;
 use crate::config::{GuestConfig, Mode, MTU};
-use crate::driver::queue::{Notifiers, QueuePair};
+use crate::driver::queue::{Notifiers, QueuePair, RX_BUF_LEN};
+
+/// `VHOST_F_LOG_ALL`: the device logs its writes to guest memory.
+const VHOST_F_LOG_ALL_BIT: u32 = 26;
+/// `VHOST_VRING_F_LOG`: the ring's used-ring writes are logged.
+const VHOST_VRING_F_LOG: u32 = 1;
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
 /// rings started.
@@ -61,6 +67,8 @@ pub struct Connection {
     pub ctrl_mq: CtrlMq,
     /// The control queue, when set up (kept so its eventfds outlive the backend's use).
     ctrl: Option<(DriverQueue, Notifiers)>,
+    /// The dirty-page log, with `--dirty-log`.
+    pub dirty_log: Option<FrontendLog>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -131,10 +139,18 @@ impl Connection {
             let offered_p = fe
                 .get_protocol_features()
                 .map_err(proto("GET_PROTOCOL_FEATURES"))?;
-            let acked_p = offered_p
+            let mut acked_p = offered_p
                 & (VhostUserProtocolFeatures::MQ
                     | VhostUserProtocolFeatures::CONFIG
                     | VhostUserProtocolFeatures::REPLY_ACK);
+            if cfg.dirty_log {
+                if !offered_p.contains(VhostUserProtocolFeatures::LOG_SHMFD)
+                    || !has_feature(offered, VHOST_F_LOG_ALL_BIT)
+                {
+                    return Err(FrontendError::NoDirtyLog);
+                }
+                acked_p |= VhostUserProtocolFeatures::LOG_SHMFD;
+            }
             fe.set_protocol_features(acked_p)
                 .map_err(proto("SET_PROTOCOL_FEATURES"))?;
             if acked_p.contains(VhostUserProtocolFeatures::REPLY_ACK) {
@@ -180,6 +196,15 @@ impl Connection {
             .unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16)
             .min(max_pairs);
 
+        if cfg.dirty_log && !has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
+            return Err(FrontendError::NoDirtyLog);
+        }
+        let features = features
+            | if cfg.dirty_log {
+                1 << VHOST_F_LOG_ALL_BIT
+            } else {
+                0
+            };
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
         let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
@@ -196,6 +221,15 @@ impl Connection {
             })
             .collect();
         fe.set_mem_table(&regions).map_err(proto("SET_MEM_TABLE"))?;
+        let dirty_log = match cfg.dirty_log {
+            true => {
+                let log = FrontendLog::new(plan.size).map_err(FrontendError::DirtyLog)?;
+                fe.set_log_base(0, Some(log.region()))
+                    .map_err(proto("SET_LOG_BASE"))?;
+                Some(log)
+            }
+            false => None,
+        };
 
         let ring_features = RingFeatures::from_bits(features);
         let mut dev = Connection {
@@ -211,10 +245,23 @@ impl Connection {
             rings: vec![],
             ctrl_mq: CtrlMq::NotNeeded,
             ctrl: None,
+            dirty_log,
         };
         let mut out = Vec::with_capacity(usize::from(pairs));
         for (i, p) in plan.pairs.iter().enumerate() {
             let pair = build_pair(&dev.mem, i as u16, p, cfg, features, mac)?;
+            if let Some(log) = dev.dirty_log.as_mut() {
+                // What only the device writes: the used rings and the
+                // receive buffers (filled after this, so watched now).
+                for l in [p.rx, p.tx] {
+                    log.watch(&dev.mem, l.used, 6 + 8 * u64::from(l.size));
+                }
+                log.watch(
+                    &dev.mem,
+                    p.rx_bufs,
+                    u64::from(RX_BUF_LEN) * u64::from(cfg.ring_size),
+                );
+            }
             dev.start_ring(2 * i, p.rx, &pair.rx.notify.kick, &pair.rx.notify.call)?;
             dev.start_ring(2 * i + 1, p.tx, &pair.tx.notify.kick, &pair.tx.notify.call)?;
             out.push(pair);
@@ -268,14 +315,17 @@ impl Connection {
             .map_err(proto("SET_VRING_NUM"))?;
         fe.set_vring_base(index, 0)
             .map_err(proto("SET_VRING_BASE"))?;
+        // With logging on, the ring's used-ring writes are logged at its
+        // guest-physical address (QEMU's `log_guest_addr`).
+        let logged = self.dirty_log.is_some();
         let addr = VringConfigData {
             queue_max_size: l.size,
             queue_size: l.size,
-            flags: 0,
+            flags: if logged { VHOST_VRING_F_LOG } else { 0 },
             desc_table_addr: uva(l.desc),
             used_ring_addr: uva(l.used),
             avail_ring_addr: uva(l.avail),
-            log_addr: None,
+            log_addr: logged.then_some(l.used),
         };
         fe.set_vring_addr(index, &addr)
             .map_err(proto("SET_VRING_ADDR"))?;

@@ -50,6 +50,13 @@ pub enum FrontendError {
         /// The device's MTU, bytes.
         mtu: u16,
     },
+    /// `--dirty-log`, and the backend offers no dirty-page logging
+    /// (`VHOST_F_LOG_ALL` with `VHOST_USER_PROTOCOL_F_LOG_SHMFD`).
+    #[error("--dirty-log: the backend does not offer VHOST_F_LOG_ALL with VHOST_USER_PROTOCOL_F_LOG_SHMFD")]
+    NoDirtyLog,
+    /// The dirty-page log could not be created.
+    #[error("--dirty-log: cannot create the log")]
+    DirtyLog(#[source] io::Error),
     /// Guest memory could not be created.
     #[error("cannot create guest memory")]
     Memory(#[source] vadapt_virtq::mem::MemError),
