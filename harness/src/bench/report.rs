@@ -359,9 +359,27 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
         None => unmeasured(goal6, "B7"),
     });
     g.push(vm_to_vm(find(files, "b8")));
+    g.push(dirty_log_cost(find(files, "b8")));
     g.push(papers_workload(find(files, "b9")));
     g.push(netap_not_below_interrupt(find(files, "b2")));
     g
+}
+
+/// Issue 26's logging cost from B8: busy cycles per forwarded packet with
+/// dirty-page logging on over the same leg with it off, per round.
+fn dirty_log_cost(b8: Option<&ResultFile>) -> Goal {
+    use super::vm_to_vm::{dirty_log_ratio, GOAL_DIRTY_LOG};
+    const GOAL: &str = "busy cycles per packet with dirty-page logging on (a live migration) ≤ 1.3× with it off (issue 26; B8's one-worker leg)";
+    match b8.and_then(dirty_log_ratio) {
+        Some(r) => Goal {
+            goal: GOAL,
+            measured: format!("{} logging off's", ratio_text(&r)),
+            met: Some(r.median <= GOAL_DIRTY_LOG),
+            source:
+                "B8, one worker, both guests `--dirty-log`, per-round ratios to the leg without",
+        },
+        None => unmeasured(GOAL, "B8"),
+    }
 }
 
 /// Issue 15's goal from B9: NetAP against interrupt on the TCP-stream

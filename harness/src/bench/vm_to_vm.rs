@@ -149,15 +149,21 @@ fn receiver(window: Duration) -> GuestOpts {
     }
 }
 
-/// Spawn guest `opts` with `--mac mac` on `socket`.
+/// Spawn guest `opts` with `--mac mac` on `socket`, logging dirty pages
+/// (`--dirty-log`) if `dirty_log`.
 fn guest(
     ctx: &Ctx,
     name: &str,
     socket: &Path,
     opts: &GuestOpts,
     mac: &str,
+    dirty_log: bool,
 ) -> Result<GuestProc, BenchError> {
-    GuestProc::spawn_with(ctx, name, socket, opts, &["--mac".into(), mac.into()])
+    let mut extra = vec!["--mac".to_string(), mac.to_string()];
+    if dirty_log {
+        extra.push("--dirty-log".into());
+    }
+    GuestProc::spawn_with(ctx, name, socket, opts, &extra)
 }
 
 /// `cycles / packets`, NaN (left out of the row) without packets.
@@ -213,10 +219,25 @@ fn start_dpdk(ctx: &Ctx, f: &mut ResultFile) -> Result<Option<DpdkLeg>, BenchErr
 
 /// One testpmd turn.
 fn dpdk_turn(ctx: &Ctx, leg: &mut DpdkLeg, window: Duration, run: u32) -> Result<Row, BenchError> {
-    let rx = guest(ctx, "b8-dpdk-guest-b", &leg.b, &receiver(window), MAC_B)?;
+    let rx = guest(
+        ctx,
+        "b8-dpdk-guest-b",
+        &leg.b,
+        &receiver(window),
+        MAC_B,
+        false,
+    )?;
     ctx.sleep(LEAD_IN)?;
     leg.testpmd.start()?;
-    let g = guest(ctx, "b8-dpdk-guest-a", &leg.a, &sender(window), MAC_A)?.finish()?;
+    let g = guest(
+        ctx,
+        "b8-dpdk-guest-a",
+        &leg.a,
+        &sender(window),
+        MAC_A,
+        false,
+    )?
+    .finish()?;
     let s = leg.testpmd.stop()?;
     drop(rx);
     let mut r = row("dpdk-vhost", "io", run);
@@ -278,10 +299,17 @@ fn start_ovs(ctx: &Ctx, f: &mut ResultFile) -> Result<Option<OvsLeg>, BenchError
 /// low).
 fn ovs_turn(ctx: &Ctx, leg: &OvsLeg, window: Duration, run: u32) -> Result<Row, BenchError> {
     leg.ovs.set_maxsleep(ctx, 0)?;
-    let rx = guest(ctx, "b8-ovs-guest-b", &leg.b, &receiver(window), MAC_B)?;
+    let rx = guest(
+        ctx,
+        "b8-ovs-guest-b",
+        &leg.b,
+        &receiver(window),
+        MAC_B,
+        false,
+    )?;
     ctx.sleep(LEAD_IN)?;
     leg.ovs.clear_pmd_stats(ctx)?;
-    let g = guest(ctx, "b8-ovs-guest-a", &leg.a, &sender(window), MAC_A)?.finish()?;
+    let g = guest(ctx, "b8-ovs-guest-a", &leg.a, &sender(window), MAC_A, false)?.finish()?;
     ctx.sleep(DRAIN)?;
     let pmd = leg.ovs.pmd_stats(ctx)?;
     let b = rx.interrupt()?;
@@ -300,10 +328,21 @@ pub const PER_PORT_LEG: &str = "busy-poll, worker per port";
 /// vadapt's leg with one worker serving both ports: the one goal 2 judges.
 pub const ONE_WORKER_LEG: &str = "busy-poll, one worker";
 
-/// vadapt's two arrangements of queue workers, as B8 labels them.
-const VADAPT_LEGS: [(Workers, &str); 2] = [
-    (Workers::PerPort, PER_PORT_LEG),
-    (Workers::OnePerCore, ONE_WORKER_LEG),
+/// The one-worker leg again, both guests logging dirty pages as QEMU does
+/// during a live migration (`--dirty-log`): the daemon marks every receive
+/// buffer and used ring it writes (issue 26's logging cost).
+pub const DIRTY_LOG_LEG: &str = "busy-poll, one worker, dirty log";
+
+/// Issue 26: busy cycles per packet with logging on at most this many times
+/// the same leg's with logging off, in the same round.
+pub const GOAL_DIRTY_LOG: f64 = 1.3;
+
+/// vadapt's legs, as B8 labels them: two arrangements of queue workers, and
+/// the second one again with dirty-page logging on.
+const VADAPT_LEGS: [(Workers, &str, bool); 3] = [
+    (Workers::PerPort, PER_PORT_LEG, false),
+    (Workers::OnePerCore, ONE_WORKER_LEG, false),
+    (Workers::OnePerCore, DIRTY_LOG_LEG, true),
 ];
 
 /// One vadapt turn (`label`: the row's policy column).
@@ -313,7 +352,7 @@ fn vadapt_turn(
     (a, b): (&VmPort, &VmPort),
     window: Duration,
     run: u32,
-    label: &str,
+    (label, dirty_log): (&str, bool),
 ) -> Result<Row, BenchError> {
     let rx = guest(
         ctx,
@@ -321,10 +360,19 @@ fn vadapt_turn(
         &b.socket,
         &receiver(window),
         MAC_B,
+        dirty_log,
     )?;
     ctx.sleep(LEAD_IN)?;
     let s0 = d.stats()?;
-    let g = guest(ctx, "b8-vadapt-guest-a", &a.socket, &sender(window), MAC_A)?.finish()?;
+    let g = guest(
+        ctx,
+        "b8-vadapt-guest-a",
+        &a.socket,
+        &sender(window),
+        MAC_A,
+        dirty_log,
+    )?
+    .finish()?;
     ctx.sleep(DRAIN)?;
     let s1 = d.stats()?;
     drop(rx);
@@ -348,7 +396,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(4.0, 1.5);
     f.run_seconds = window.as_secs_f64();
     let mut vadapt = Vec::new();
-    for (i, (workers, label)) in VADAPT_LEGS.into_iter().enumerate() {
+    for (i, (workers, label, dirty_log)) in VADAPT_LEGS.into_iter().enumerate() {
         let a = VmPort::new(&ctx.work, &format!("vma{i}"), 1, PolicyKind::BusyPoll);
         let b = VmPort::new(&ctx.work, &format!("vmb{i}"), 1, PolicyKind::BusyPoll);
         let d = Daemon::spawn_with(
@@ -362,7 +410,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             f.commands
                 .push(ctx.show(&sender(window).argv("vadapt", &a.socket, ctx.frontend_cpu)));
         }
-        vadapt.push((d, a, b, label));
+        vadapt.push((d, a, b, (label, dirty_log)));
     }
     let mut dpdk = start_dpdk(ctx, f)?;
     let ovs = start_ovs(ctx, f)?;
@@ -375,10 +423,9 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             ctx.say(&format!("round {}: OVS-DPDK", run + 1));
             f.rows.push(ovs_turn(ctx, leg, window, run)?);
         }
-        for (d, a, b, label) in &mut vadapt {
-            ctx.say(&format!("round {}: vadapt switch, {label}", run + 1));
-            f.rows
-                .push(vadapt_turn(ctx, d, (a, b), window, run, label)?);
+        for (d, a, b, leg) in &mut vadapt {
+            ctx.say(&format!("round {}: vadapt switch, {}", run + 1, leg.0));
+            f.rows.push(vadapt_turn(ctx, d, (a, b), window, run, *leg)?);
         }
     }
     if let Some(leg) = dpdk {
@@ -402,6 +449,17 @@ pub fn leg_cycle_ratios(f: &ResultFile, leg: &str) -> (Option<Spread>, Option<Sp
         ratio(&v, &of("ovs-dpdk"), "cycles_per_pkt"),
         ratio(&v, &of("dpdk-vhost"), "cycles_per_pkt"),
     )
+}
+
+/// Busy cycles per packet with dirty-page logging on over the same leg with
+/// it off, per round.
+pub fn dirty_log_ratio(f: &ResultFile) -> Option<Spread> {
+    let leg = |l: &str| -> Vec<&Row> {
+        f.table("vm2vm")
+            .filter(|r| r.backend == "vadapt" && r.policy == l)
+            .collect()
+    };
+    ratio(&leg(DIRTY_LOG_LEG), &leg(ONE_WORKER_LEG), "cycles_per_pkt")
 }
 
 /// Goal 2's ratios: [`leg_cycle_ratios`] of the one-worker leg.
@@ -446,6 +504,12 @@ pub fn render(f: &ResultFile) -> String {
         show(vs_ovs),
         show(vs_dpdk)
     ));
+    s.push_str(&format!(
+        "With dirty-page logging on (both guests `--dirty-log`, as QEMU during a live \
+         migration), the one-worker leg's busy cycles per packet are {} those with it off \
+         (issue 26 asks ≤ {GOAL_DIRTY_LOG}×).\n",
+        show(dirty_log_ratio(f))
+    ));
     s
 }
 
@@ -484,6 +548,7 @@ mod tests {
             ("ovs-dpdk", "pmd", 0.3, 2000.0),
             ("vadapt", ONE_WORKER_LEG, 0.15, 600.0),
             ("vadapt", PER_PORT_LEG, 0.1, 4000.0),
+            ("vadapt", DIRTY_LOG_LEG, 0.15, 690.0),
         ]);
         let s = render(&f);
         assert!(
@@ -503,6 +568,7 @@ mod tests {
         assert!(s.contains("1.50× testpmd io's (≤"), "{s}");
         assert!(s.contains("2.00× OVS-DPDK's, 10.00× testpmd io's"), "{s}");
         assert_eq!(cycle_ratios(&f).1.map(|r| r.median), Some(1.5));
+        assert!(s.contains("are 1.15× those with it off"), "{s}");
     }
 
     #[test]
