@@ -1,6 +1,7 @@
 //! vhost-user message sequences into the data plane's real backend request
-//! handler ([`Connection`] under the `vhost` crate's [`BackendReqHandler`]),
-//! exactly as `port::serve::serve` runs it, over a real
+//! handler ([`Connection`] under the `vhost` crate's handler), through
+//! the serve loop's own [`RequestStream`] (so also the requests the crate
+//! leaves to vadapt: `SEND_RARP`, `SET_LOG_FD`), over a real
 //! `UnixStream::pair()`: the harness is the frontend and writes each
 //! message with `sendmsg` and `SCM_RIGHTS` (memfds, eventfds, pipe ends,
 //! sockets), then the backend handles it.
@@ -41,6 +42,7 @@ use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::metrics::PortStats;
 use vadapt_dataplane::net::{offered_features, VHOST_USER_F_PROTOCOL_FEATURES};
 use vadapt_dataplane::port::handler::{offered_protocol_features, Connection};
+use vadapt_dataplane::port::serve::RequestStream;
 use vadapt_dataplane::queue::VmPort;
 use vadapt_dataplane::switch::Echo;
 use vadapt_dataplane::switch::Switch;
@@ -49,7 +51,6 @@ use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_virtq::mem::{MappedRegion, MmapRegion};
 use vadapt_virtq::{DriverQueue, GuestMemory, QueueLayout, RingFeatures, Seg};
 use vadapt_wire::Mac;
-use vhost::vhost_user::{BackendReqHandler, Error as VhostError};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 /// Most operations run per input.
@@ -163,6 +164,7 @@ pub enum Req {
     SetMemTable,
     SetLogBase,
     SetLogFd,
+    SendRarp,
     SetVringNum,
     SetVringAddr,
     SetVringBase,
@@ -199,6 +201,7 @@ impl Req {
             Req::SetMemTable => 5,
             Req::SetLogBase => 6,
             Req::SetLogFd => 7,
+            Req::SendRarp => 19,
             Req::SetVringNum => 8,
             Req::SetVringAddr => 9,
             Req::SetVringBase => 10,
@@ -505,7 +508,7 @@ const BUFFER_LEN: u64 = 2048;
 /// One frontend connection.
 struct Session {
     front: UnixStream,
-    handler: BackendReqHandler<Mutex<Connection>>,
+    requests: RequestStream,
     conn: Arc<Mutex<Connection>>,
     /// Memfds of the last memory table sent (the guest's memory).
     guest: Vec<File>,
@@ -531,10 +534,10 @@ impl Session {
             i.learn_if_unknown(port.mac);
         }
         let conn = Arc::new(Mutex::new(Connection::stepped(Arc::clone(port))));
-        let handler = BackendReqHandler::from_stream(back, Arc::clone(&conn));
+        let requests = RequestStream::new(back, Arc::clone(&conn));
         Session {
             front,
-            handler,
+            requests,
             conn,
             guest: Vec::new(),
             kicks: Vec::new(),
@@ -549,28 +552,20 @@ impl Session {
     fn close(self) {
         let Session {
             front,
-            handler,
+            requests,
             conn,
             ..
         } = self;
-        drop((front, handler));
+        drop((front, requests));
         conn.lock().unwrap_or_else(|e| e.into_inner()).reset();
     }
 
-    /// Handle one request; false when `serve` would close the connection
-    /// (the same classification as `port::serve::serve`).
+    /// Handle one request as `serve` does; false when it would close the
+    /// connection.
     fn serve_one(&mut self) -> bool {
-        let r = self.handler.handle_request();
+        let go = self.requests.serve_next("fuzz");
         self.drain_replies();
-        matches!(
-            r,
-            Ok(())
-                | Err(VhostError::InvalidParam
-                    | VhostError::InvalidOperation(_)
-                    | VhostError::InactiveFeature(_)
-                    | VhostError::InactiveOperation(_)
-                    | VhostError::ReqHandlerError(_))
-        )
+        go
     }
 
     /// Read and drop whatever the backend answered (closing any descriptor).

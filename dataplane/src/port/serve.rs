@@ -51,9 +51,12 @@ fn peek_message(fd: std::os::fd::RawFd) -> Option<Peeked> {
     // the socket. Waiting for the header only: a message with a shorter
     // payload than 8 bytes returns what there is.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_PEEK) };
-    if n < 12 {
+    if n < 0 {
         return None;
     }
+    // The duplicates are closed whatever the message's length: a short
+    // header with descriptors, then the end of the stream, must not leave
+    // them open in the daemon.
     let mut fds = 0;
     // SAFETY: the CMSG_* walk stays within `msg_controllen` bytes the kernel
     // filled in; each SCM_RIGHTS payload is an array of ints we own now.
@@ -70,6 +73,9 @@ fn peek_message(fd: std::os::fd::RawFd) -> Option<Peeked> {
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
+    }
+    if n < 12 {
+        return None;
     }
     let word = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
     Some(Peeked {
@@ -126,6 +132,129 @@ fn routine_refusal(m: &Peeked, e: &VhostError) -> bool {
         && matches!(e, VhostError::InactiveFeature(f) if *f == VhostUserVirtioFeatures::PROTOCOL_FEATURES)
 }
 
+/// One frontend's stream of requests, as the serve loop takes them: each
+/// is peeked at first (descriptor count, the requests this crate handles
+/// itself: [`super::raw_requests`]), handed to the `vhost` crate's handler
+/// over the port's [`Connection`], and its outcome classified: refused and
+/// answered (the connection goes on), or the end of the connection (the
+/// reason logged once). The fuzz target drives the same code.
+pub struct RequestStream {
+    handler: BackendReqHandler<Mutex<Connection>>,
+    conn: Arc<Mutex<Connection>>,
+    /// The stream's descriptor, valid while `handler` owns the stream.
+    raw: std::os::fd::RawFd,
+    refused_log: crate::log_limit::LogLimit,
+}
+
+impl std::fmt::Debug for RequestStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The `vhost` crate's handler has no Debug; the connection says who.
+        f.debug_struct("RequestStream")
+            .field("conn", &self.conn)
+            .field("raw", &self.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RequestStream {
+    /// Requests from `stream`, served over `conn`.
+    pub fn new(stream: UnixStream, conn: Arc<Mutex<Connection>>) -> Self {
+        let raw = stream.as_raw_fd();
+        RequestStream {
+            handler: BackendReqHandler::from_stream(stream, Arc::clone(&conn)),
+            conn,
+            raw,
+            refused_log: crate::log_limit::LogLimit::per_second(),
+        }
+    }
+
+    /// Serves the next request (blocking until it comes); `false` when the
+    /// connection must end (why is logged, naming `port`).
+    pub fn serve_next(&mut self, port: &str) -> bool {
+        // The header of the request about to be handled: when the
+        // handler refuses a request that owes an answer, the `vhost`
+        // crate sends none for some of them (it returns early), and a
+        // frontend waiting for it would hang; the connection is closed
+        // instead.
+        let head = peek_message(self.raw);
+        if let Some(m) = head.filter(|m| m.fds > MAX_FDS) {
+            // recvmsg would drop the descriptors past vhost-user's 32 and
+            // the `vhost` crate would retry the read with the header gone:
+            // the stream would lose its framing. End it instead.
+            tracing::warn!(port = port, request = m.code, fds = m.fds, "vhost-user message with more than {MAX_FDS} file descriptors; closing the connection and resetting the port");
+            return false;
+        }
+        if let Some(m) = head.filter(|m| raw_requests::is_raw(m.code)) {
+            let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            match raw_requests::serve_raw(self.raw, m.code, m.size, &mut c) {
+                Ok(Ok(())) => return true,
+                Ok(Err(why)) => {
+                    if let Some(held_back) = self.refused_log.allow(std::time::Instant::now()) {
+                        tracing::warn!(port = port, request = m.code, error = %why, held_back, "vhost-user request refused");
+                    }
+                    return true;
+                }
+                Err(why) => {
+                    tracing::warn!(port = port, reason = %why, "closing the frontend's connection; port reset");
+                    return false;
+                }
+            }
+        }
+        let result = self.handler.handle_request();
+        if let Some(why) = self
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_fatal()
+        {
+            tracing::warn!(port = port, reason = %why, "closing the frontend's connection; port reset");
+            return false;
+        }
+        match result {
+            Ok(()) => {}
+            Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
+                tracing::info!(
+                    port = port,
+                    "frontend disconnected; port reset, waiting for a new connection"
+                );
+                return false;
+            }
+            // The request was refused (an error reply went out where the
+            // frontend asked for one); the connection itself is fine.
+            Err(
+                e @ (VhostError::InvalidParam
+                | VhostError::InvalidOperation(_)
+                | VhostError::InactiveFeature(_)
+                | VhostError::InactiveOperation(_)
+                | VhostError::ReqHandlerError(_)),
+            ) => {
+                let request = head.map(|m| m.code);
+                if head.is_some_and(|m| routine_refusal(&m, &e)) {
+                    tracing::debug!(port = port, "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
+                } else if let Some(held_back) = self.refused_log.allow(std::time::Instant::now()) {
+                    tracing::warn!(port = port, request, error = %e, held_back, "vhost-user request refused");
+                }
+                if let Some(m) = head.filter(|m| answer_skipped(m, &e)) {
+                    tracing::warn!(port = port, request = m.code, "a refused request that owes the frontend an answer; closing the connection and resetting the port");
+                    return false;
+                }
+            }
+            // recvmsg closed the descriptors of a message that carried
+            // more than vhost-user's 32 (MSG_CTRUNC): its header is
+            // consumed and the stream cannot be trusted any more.
+            Err(VhostError::SocketRetry(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                tracing::warn!(port = port, "vhost-user message with more than 32 file descriptors; closing the connection and resetting the port");
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(port = port, error = %e, "malformed vhost-user message; closing the connection and resetting the port");
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// Serve frontends from `socket`, one at a time, until `stop`. The live
 /// connection's socket is published in `live` so that a shutdown can break
 /// a blocking read.
@@ -150,89 +279,8 @@ pub fn serve(
             Arc::clone(&port),
             pool.clone(),
         )));
-        let raw = stream.as_raw_fd(); // valid while `handler` owns the stream
-        let mut handler = BackendReqHandler::from_stream(stream, Arc::clone(&conn));
-        let mut refused_log = crate::log_limit::LogLimit::per_second();
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            // The header of the request about to be handled: when the
-            // handler refuses a request that owes an answer, the `vhost`
-            // crate sends none for some of them (it returns early), and a
-            // frontend waiting for it would hang; the connection is closed
-            // instead.
-            let head = peek_message(raw);
-            if let Some(m) = head.filter(|m| m.fds > MAX_FDS) {
-                // recvmsg would drop the descriptors past vhost-user's 32 and
-                // the `vhost` crate would retry the read with the header gone:
-                // the stream would lose its framing. End it instead.
-                tracing::warn!(port = port.name(), request = m.code, fds = m.fds, "vhost-user message with more than {MAX_FDS} file descriptors; closing the connection and resetting the port");
-                break;
-            }
-            if let Some(m) = head.filter(|m| raw_requests::is_raw(m.code)) {
-                let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
-                match raw_requests::serve_raw(raw, m.code, m.size, &mut c) {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(why)) => {
-                        if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
-                            tracing::warn!(port = port.name(), request = m.code, error = %why, held_back, "vhost-user request refused");
-                        }
-                        continue;
-                    }
-                    Err(why) => {
-                        tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
-                        break;
-                    }
-                }
-            }
-            let result = handler.handle_request();
-            if let Some(why) = conn.lock().unwrap_or_else(|e| e.into_inner()).take_fatal() {
-                tracing::warn!(port = port.name(), reason = %why, "closing the frontend's connection; port reset");
-                break;
-            }
-            match result {
-                Ok(()) => {}
-                Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
-                    tracing::info!(
-                        port = port.name(),
-                        "frontend disconnected; port reset, waiting for a new connection"
-                    );
-                    break;
-                }
-                // The request was refused (an error reply went out where the
-                // frontend asked for one); the connection itself is fine.
-                Err(
-                    e @ (VhostError::InvalidParam
-                    | VhostError::InvalidOperation(_)
-                    | VhostError::InactiveFeature(_)
-                    | VhostError::InactiveOperation(_)
-                    | VhostError::ReqHandlerError(_)),
-                ) => {
-                    let request = head.map(|m| m.code);
-                    if head.is_some_and(|m| routine_refusal(&m, &e)) {
-                        tracing::debug!(port = port.name(), "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
-                    } else if let Some(held_back) = refused_log.allow(std::time::Instant::now()) {
-                        tracing::warn!(port = port.name(), request, error = %e, held_back, "vhost-user request refused");
-                    }
-                    if let Some(m) = head.filter(|m| answer_skipped(m, &e)) {
-                        tracing::warn!(port = port.name(), request = m.code, "a refused request that owes the frontend an answer; closing the connection and resetting the port");
-                        break;
-                    }
-                }
-                // recvmsg closed the descriptors of a message that carried
-                // more than vhost-user's 32 (MSG_CTRUNC): its header is
-                // consumed and the stream cannot be trusted any more.
-                Err(VhostError::SocketRetry(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    tracing::warn!(port = port.name(), "vhost-user message with more than 32 file descriptors; closing the connection and resetting the port");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(port = port.name(), error = %e, "malformed vhost-user message; closing the connection and resetting the port");
-                    break;
-                }
-            }
-        }
+        let mut requests = RequestStream::new(stream, Arc::clone(&conn));
+        while !stop.load(Ordering::Relaxed) && requests.serve_next(port.name()) {}
         conn.lock().unwrap_or_else(|e| e.into_inner()).reset();
         *live.lock().unwrap_or_else(|e| e.into_inner()) = None;
         port.stats.connected.store(false, Ordering::Relaxed);
@@ -324,5 +372,34 @@ mod tests {
         assert_eq!(h, msg, "still there after the peek");
         drop(a);
         assert_eq!(peek_message(b.as_raw_fd()), None);
+    }
+
+    #[test]
+    fn a_short_header_with_descriptors_leaves_none_open() {
+        // Found by the vhost_user fuzz target once it ran this loop: the
+        // peeked duplicates of a message shorter than a header were kept.
+        use std::os::fd::FromRawFd;
+        use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+        // Counted by name: other tests open descriptors meanwhile.
+        let open = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy().contains("vadapt-short-peek"))
+                .count()
+        };
+        // SAFETY: a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"vadapt-short-peek".as_ptr(), 0) };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor nothing else owns.
+        let memfd = unsafe { std::fs::File::from_raw_fd(fd) };
+        let (a, b) = UnixStream::pair().unwrap();
+        a.send_with_fds(&[&[5u8, 0, 0, 0, 1][..]], &[memfd.as_raw_fd(); 2])
+            .unwrap();
+        drop(a);
+        drop(memfd);
+        assert_eq!(open(), 0, "only the socket holds them");
+        assert_eq!(peek_message(b.as_raw_fd()), None);
+        assert_eq!(open(), 0, "a peeked duplicate was left open");
     }
 }
