@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "interop"))
 
-from test_migration import SLOW_READER, Qmp, free_tcp_port  # noqa: E402
+from test_migration import SLOW_READER, free_tcp_port  # noqa: E402
 
 import harness  # noqa: E402
-from harness import Guest, Proc, ProcGroup, guest_files, pattern, poll  # noqa: E402
+from harness import Guest, Proc, ProcGroup, Qmp, guest_files, pattern, poll  # noqa: E402
 
 STREAM_N = 2_200_000
 CRASH = r"-e 'BUG:' -e Oops -e segfault -e 'general protection' -e 'invalid opcode'"

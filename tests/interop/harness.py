@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -439,6 +440,35 @@ def parse_result(line: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
 
 
+class Qmp:
+    """A minimal QMP client: commands in order, events skipped."""
+
+    def __init__(self, path: Path, timeout: float = 30.0):
+        wait_path(path, timeout)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.reader = self.sock.makefile("r")
+        json.loads(self.reader.readline())  # the greeting
+        self.cmd("qmp_capabilities")
+
+    def cmd(self, name: str, **args) -> object:
+        msg = {"execute": name, **({"arguments": args} if args else {})}
+        self.sock.sendall((json.dumps(msg) + "\n").encode())
+        while True:
+            line = self.reader.readline()
+            if not line:
+                raise HarnessError(f"QMP closed during {name}")
+            reply = json.loads(line)
+            if "return" in reply:
+                return reply["return"]
+            if "error" in reply:
+                raise HarnessError(f"QMP {name}: {reply['error']}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class Guest:
     """A QEMU TCG guest whose virtio-net device is a vhost-user client of `socket`.
 
@@ -448,6 +478,8 @@ class Guest:
     """
 
     MEM = "512M"
+    # With a value: `-m MEM,slots=2,maxmem=MAX_MEM`, room for memory hotplug.
+    MAX_MEM: str | None = None
 
     def __init__(
         self,
@@ -481,7 +513,7 @@ class Guest:
             "-machine", "pc,accel=tcg",
             "-cpu", "max",
             "-smp", str(smp),
-            "-m", self.MEM,
+            "-m", self.MEM + (f",slots=2,maxmem={self.MAX_MEM}" if self.MAX_MEM else ""),
             # vhost-user needs guest memory the backend can map.
             "-object", f"memory-backend-memfd,id=mem,size={self.MEM},share=on",
             "-numa", "node,memdev=mem",

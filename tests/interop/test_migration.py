@@ -52,6 +52,7 @@ import pytest
 from harness import (
     Guest,
     HarnessError,
+    Qmp,
     Vadapt,
     dropped,
     outage,
@@ -100,35 +101,6 @@ class SmallGuest(Guest):
     """Less RAM: fewer pages to send, a shorter migration under TCG."""
 
     MEM = "256M"
-
-
-class Qmp:
-    """A minimal QMP client: commands in order, events skipped."""
-
-    def __init__(self, path: Path, timeout: float = 30.0):
-        wait_path(path, timeout)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
-        self.reader = self.sock.makefile("r")
-        json.loads(self.reader.readline())  # the greeting
-        self.cmd("qmp_capabilities")
-
-    def cmd(self, name: str, **args) -> object:
-        msg = {"execute": name, **({"arguments": args} if args else {})}
-        self.sock.sendall((json.dumps(msg) + "\n").encode())
-        while True:
-            line = self.reader.readline()
-            if not line:
-                raise HarnessError(f"QMP closed during {name}")
-            reply = json.loads(line)
-            if "return" in reply:
-                return reply["return"]
-            if "error" in reply:
-                raise HarnessError(f"QMP {name}: {reply['error']}")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 # Every cell is an expected failure (not strict: a pass is XPASS), because

@@ -157,6 +157,11 @@ pub struct PortStats {
     /// NetAP-ML's workload features last given to the port: VMs, threads
     /// per VM, message size (bytes); 0 = unknown.
     pub workload: [AtomicU64; 3],
+    /// Guest memory regions mapped for the frontend (VM ports; memory
+    /// hotplug changes it).
+    pub memory_regions: AtomicU64,
+    /// Their bytes.
+    pub memory_bytes: AtomicU64,
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -174,6 +179,8 @@ impl PortStats {
             search_lo_us: AtomicU64::new(0),
             search_hi_us: AtomicU64::new(0),
             workload: Default::default(),
+            memory_regions: AtomicU64::new(0),
+            memory_bytes: AtomicU64::new(0),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }
     }

@@ -130,6 +130,15 @@ pub const PORT_CONNECTED: Family = Family {
     doc: "1 when a frontend is connected",
 };
 
+/// Guest memory mapped for a VM port's frontend.
+pub const PORT_GUEST_MEMORY: Family = Family {
+    name: "vadapt_port_guest_memory_bytes",
+    kind: Kind::Gauge,
+    labels: PORT,
+    help: "Guest memory the VM port's frontend shared with vadapt (memory hotplug changes it).",
+    doc: "guest memory mapped for the port's frontend, bytes",
+};
+
 /// A queue worker's CPU time.
 pub const WORKER_CPU: Family = Family {
     name: "vadapt_worker_cpu_seconds",
@@ -176,7 +185,7 @@ pub const WORKER_SLEEP_OVERSHOOT: Family = Family {
 };
 
 /// Every family above, in the order the export writes them.
-pub const ALL: [&Family; 18] = [
+pub const ALL: [&Family; 19] = [
     &QUEUE_PACKETS,
     &QUEUE_BYTES,
     &QUEUE_KICKS,
@@ -190,6 +199,7 @@ pub const ALL: [&Family; 18] = [
     &NETAP_ML_THREADS,
     &NETAP_ML_MESSAGE_SIZE,
     &PORT_CONNECTED,
+    &PORT_GUEST_MEMORY,
     &WORKER_CPU,
     &WORKER_BUSY_CYCLES,
     &WORKER_PASSES,

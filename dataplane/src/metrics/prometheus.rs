@@ -130,6 +130,10 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
     for p in ports {
         m.gauge(&[&p.name], i64::from(p.connected.load(Relaxed)))?;
     }
+    let mut m = f::PORT_GUEST_MEMORY.encode(enc)?;
+    for p in ports.iter().filter(|p| p.kind == "vm") {
+        m.gauge(&[&p.name], p.memory_bytes.load(Relaxed) as i64)?;
+    }
     Ok(())
 }
 

@@ -37,6 +37,12 @@ pub struct PortSnapshot {
     /// bytes (0 = unknown).
     #[serde(default)]
     pub workload: [u64; 3],
+    /// Guest memory regions mapped for the frontend (VM ports).
+    #[serde(default)]
+    pub memory_regions: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -116,6 +122,8 @@ impl PortSnapshot {
             predicted_us: p.predicted_us.load(Relaxed),
             search_range_us: (p.search_lo_us.load(Relaxed), p.search_hi_us.load(Relaxed)),
             workload: [0, 1, 2].map(|i| p.workload[i].load(Relaxed)),
+            memory_regions: p.memory_regions.load(Relaxed),
+            memory_bytes: p.memory_bytes.load(Relaxed),
             queues: p
                 .queues
                 .iter()

@@ -62,6 +62,15 @@ impl StatsSnapshot {
                     let _ = writeln!(s, "{:>24} dropped {r}: {n}", "");
                 }
             }
+            if p.memory_regions > 0 {
+                let _ = writeln!(
+                    s,
+                    "{:>24} guest memory: {} region(s), {} MiB",
+                    "",
+                    p.memory_regions,
+                    p.memory_bytes >> 20
+                );
+            }
         }
         let _ = writeln!(
             s,

@@ -50,6 +50,7 @@ impl Connection {
             "guest memory mapped"
         );
         self.mem = Some(mem);
+        self.publish_memory();
         self.start_worker();
         Ok(())
     }
@@ -199,7 +200,24 @@ impl Connection {
             c.mem = mem;
             c.regions = regions;
         });
+        self.publish_memory();
         Ok(())
+    }
+
+    /// Shows the guest memory mapped now in the port's counters (`vadapt
+    /// stats`: `memory_regions`, `memory_bytes`).
+    pub(super) fn publish_memory(&self) {
+        let (n, bytes) = self.mem.as_ref().map_or((0, 0), |m| {
+            (
+                m.regions().len() as u64,
+                m.regions().iter().map(|r| r.size).sum(),
+            )
+        });
+        let s = &self.port.stats;
+        s.memory_regions
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+        s.memory_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The first running ring whose descriptor table, available or used

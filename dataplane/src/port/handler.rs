@@ -417,6 +417,7 @@ impl Connection {
             .clear();
         self.mem = None;
         self.regions.clear();
+        self.publish_memory();
         self.log = None;
         self.features = 0;
         self.port.guest_offloads.negotiate(0);
