@@ -14,6 +14,8 @@
 //!   (`ADD_MEM_REG`, `REM_MEM_REG`).
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
+//! * `unshared_memory` is the one WARN line for a frontend whose guest
+//!   memory is not shared (no memory table, or files it never wrote).
 //!
 //! What outlives a connection (counters, backlogs, the policy) is the
 //! port's [`VmPort`](crate::queue::VmPort), in the room below; the
@@ -24,3 +26,4 @@ mod guest_memory;
 pub mod handler;
 pub mod memory_file;
 pub mod serve;
+mod unshared_memory;
