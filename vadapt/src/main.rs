@@ -3,6 +3,7 @@
 mod cli;
 mod port_changes;
 mod serve;
+mod service_manager;
 mod shell_docs;
 
 use clap::Parser;
