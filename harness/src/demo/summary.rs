@@ -1,5 +1,6 @@
 //! The per-policy summary of a demo run: means per phase, printed as a table
-//! and written to `summary.json`.
+//! with each later phase's ratio to the first (the baseline), and written to
+//! `summary.json`.
 
 use super::args::DemoArgs;
 use crate::rates::Sample;
@@ -137,6 +138,29 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
             iv.join(" ")
         );
     }
+    if let Some(first) = phases.first() {
+        for p in &phases[1..] {
+            let r = |a: f64, b: f64| {
+                if b > 0.0 {
+                    format!("{:.2}x", a / b)
+                } else {
+                    "-".to_string()
+                }
+            };
+            println!(
+                "{:<11} {:>8} {:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>12}",
+                format!("{}/{}", short(&p.policy), short(&first.policy)),
+                r(p.payload_gbps, first.payload_gbps),
+                r(p.pps, first.pps),
+                r(p.mbps, first.mbps),
+                r(p.kicks_per_s, first.kicks_per_s),
+                r(p.kicks_per_mpkt, first.kicks_per_mpkt),
+                r(p.calls_per_s, first.calls_per_s),
+                r(p.worker_cpu_pct, first.worker_cpu_pct),
+                r(p.cpu_s_per_gb, first.cpu_s_per_gb),
+            );
+        }
+    }
     let sum =
         |f: fn(&vadapt_guest::Counts) -> u64| reports.iter().map(|r| f(&r.totals)).sum::<u64>();
     println!(
@@ -152,6 +176,16 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
         sum(|t| t.kicks),
         sum(|t| t.ring_full_stalls)
     );
+}
+
+/// A policy's name cut to fit the ratio row's first column.
+fn short(policy: &str) -> &str {
+    match policy {
+        "interrupt" => "intr",
+        "busy-poll" => "busy",
+        "growshrink" => "grow",
+        p => p,
+    }
 }
 
 #[cfg(test)]
