@@ -310,4 +310,15 @@ mod tests {
         let e = build_config(&serve_args(&["--config", path])).unwrap_err();
         assert!(e.contains("no VM or TAP port"), "{e}");
     }
+
+    #[test]
+    fn the_packaged_example_config_is_valid() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/vadapt.toml");
+        let cfg = build_config(&serve_args(&["--config", file])).expect("packaging/vadapt.toml");
+        assert_eq!(cfg.socket_group.as_deref(), Some("libvirt-qemu"));
+        assert_eq!(
+            cfg.control,
+            std::path::Path::new("/run/vadapt/control.sock")
+        );
+    }
 }
