@@ -67,6 +67,10 @@ step_package() {
         [[ -e "$root/$f" ]] || { echo "the package has no /$f" >&2; rm -rf "$root"; return 1; }
     done
     "$root/usr/bin/vadapt" --version
+    # The completions load in bash, and the pages render.
+    bash -c "source '$root/usr/share/bash-completion/completions/vadapt' && complete -p vadapt"
+    MANWIDTH=80 man -l "$root/usr/share/man/man1/vadapt-serve.1.gz" 2>/dev/null | grep -q -- --socket-group ||
+        { echo "vadapt-serve(1) does not render with --socket-group" >&2; rm -rf "$root"; return 1; }
     rm -rf "$root"
 }
 
