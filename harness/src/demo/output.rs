@@ -51,6 +51,8 @@ pub(super) fn write_outputs(
         "write_cost_ns": a.write_cost().map(|w| w.0),
         "write_cost_ns_per_kib": a.write_cost().map(|w| w.1),
         "phases": phases,
+        // Each later phase against the first, as the printed table's last rows.
+        "ratios": super::summary::ratios(phases),
         "guests": reports,
     });
     std::fs::write(
