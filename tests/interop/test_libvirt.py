@@ -82,6 +82,9 @@ def libvirtd():
             ("/usr/sbin/virtlogd", Path("/run/virtlogd.pid")),
             ("/usr/sbin/libvirtd", Path("/run/libvirtd.pid")),
         ):
+            pid = pid_of(pidfile)
+            if pid is not None and Path(f"/proc/{pid}").exists():
+                continue  # running already (virtlogd of an earlier run): not ours to stop
             subprocess.run([prog, "-d"], check=True, timeout=30)
             started.append(pidfile)
         if not poll(libvirt_answers, 30, 0.5):
