@@ -66,6 +66,11 @@ pub fn check_rings_started(port: &str, regions: &[MappedRegion]) {
         if seen.get(port) == Some(&table) {
             return;
         }
+        // Bounded however many port names come and go: forgetting only
+        // means a table is looked at once more.
+        if seen.len() >= MAX_REMEMBERED_PORTS {
+            seen.clear();
+        }
         seen.insert(port.to_owned(), table);
     }
     if find(regions) == Some(Unshared::NeverWritten) {
@@ -98,6 +103,9 @@ fn warn(port: &str, why: Unshared) {
          `<memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>`"
     );
 }
+
+/// Ports whose last memory table [`check_rings_started`] remembers.
+const MAX_REMEMBERED_PORTS: usize = 4096;
 
 /// Pages whose residency one `mincore` call asks for.
 const PAGES_PER_CALL: usize = 4096;
