@@ -45,10 +45,18 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   python3-venv    the lab venv when the system python is used
 #   ca-certificates apt and pip over TLS
 #   fonts-dejavu-core        text in the PNG plots (drawn without text if absent)
+#   libvirt-daemon-system    the system libvirt the libvirt interop test runs:
+#                   the libvirt-qemu user and group, /etc/libvirt/qemu.conf
+#   libvirt-daemon  /usr/sbin/libvirtd, /usr/sbin/virtlogd (started by the test
+#                   when no service manager runs them)
+#   libvirt-clients virsh
+#   systemd         systemd-analyze: `verify` of the packaged unit
+#   man-db          man: systemd-analyze verify checks the unit's Documentation=
 DEB_PACKAGES=(
     dpdk-dev qemu-system-x86 openvswitch-switch-dpdk openvswitch-switch
     openvswitch-common prometheus busybox-static cpio xz-utils zstd dpkg apt
     iproute2 util-linux git python3-venv ca-certificates fonts-dejavu-core
+    libvirt-daemon-system libvirt-daemon libvirt-clients systemd man-db
 )
 
 # Every external program the tests and benchmarks start, and the package in
@@ -71,7 +79,16 @@ PROGRAMS=(
     ip=iproute2
     taskset=util-linux
     git=git
+    /usr/sbin/libvirtd=libvirt-daemon
+    /usr/sbin/virtlogd=libvirt-daemon
+    virsh=libvirt-clients
+    systemd-analyze=systemd
+    man=man-db
 )
+
+# cargo-deb builds the Debian package (scripts/package.sh); pinned, from
+# crates.io through `cargo install`.
+CARGO_DEB_VERSION=3.8.0
 
 # Where a program is: its resolved path, or nothing.
 program_path() {
@@ -176,6 +193,14 @@ if command -v cargo >/dev/null 2>&1; then
 else
     log "error: cargo not found; install rustup (https://rustup.rs) first" >&2
     exit 1
+fi
+
+# cargo-deb, for the package step.
+if [[ "$(cargo deb --version 2>/dev/null)" == *"$CARGO_DEB_VERSION"* ]]; then
+    log "cargo-deb: $CARGO_DEB_VERSION present"
+else
+    log "cargo install cargo-deb $CARGO_DEB_VERSION (about 2 minutes on 2 cores)"
+    cargo install --quiet --locked cargo-deb --version "$CARGO_DEB_VERSION"
 fi
 
 # Python lab venv. Prefer the python3 on PATH; it must have the venv module.

@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release lab fuzz-smoke interop soak-smoke stall-hunt-smoke vspace-eval-smoke bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release package systemd-unit lab fuzz-smoke interop soak-smoke stall-hunt-smoke vspace-eval-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -52,9 +52,52 @@ step_clippy() { cargo clippy --workspace --all-targets -- -D warnings; }
 step_doc() { RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; }
 step_cargo_test() { cargo test --workspace; }
 step_build_release() { cargo build --release -p vadapt; }
+# The Debian package from the release binary (scripts/package.sh, cargo-deb),
+# unpacked into a scratch root: every file in place, and the binary in it runs.
+step_package() {
+    local deb root f
+    deb="$(bash scripts/package.sh | tail -n1)"
+    [[ -f "$deb" ]] || { echo "scripts/package.sh named no .deb: $deb" >&2; return 1; }
+    root="$(mktemp -d /tmp/vadapt-deb-root.XXXXXX)"
+    dpkg-deb -x "$deb" "$root"
+    for f in usr/bin/vadapt usr/lib/systemd/system/vadapt.service etc/vadapt/vadapt.toml \
+        usr/share/man/man1/vadapt.1.gz usr/share/man/man1/vadapt-serve.1.gz \
+        usr/share/bash-completion/completions/vadapt usr/share/zsh/vendor-completions/_vadapt \
+        usr/share/fish/vendor_completions.d/vadapt.fish usr/share/vadapt/libvirt-hook-qemu; do
+        [[ -e "$root/$f" ]] || { echo "the package has no /$f" >&2; rm -rf "$root"; return 1; }
+    done
+    "$root/usr/bin/vadapt" --version
+    # The completions load in bash, and the pages render.
+    bash -c "source '$root/usr/share/bash-completion/completions/vadapt' && complete -p vadapt"
+    MANWIDTH=80 man -l "$root/usr/share/man/man1/vadapt-serve.1.gz" 2>/dev/null | grep -q -- --socket-group ||
+        { echo "vadapt-serve(1) does not render with --socket-group" >&2; rm -rf "$root"; return 1; }
+    rm -rf "$root"
+}
+
+# The systemd unit, as the package installs it: `dpkg -i` on this machine,
+# `systemd-analyze verify` (which also finds the man pages its
+# Documentation= names), `vadapt --version` from /usr/bin, then `dpkg -P`.
+# No systemd runs as PID 1 here, so the unit is verified, not started; its
+# sd_notify messages are tested with a fake NOTIFY_SOCKET
+# (vadapt/tests/service_notify.rs).
+step_systemd_unit() {
+    local deb rc=0
+    deb="$(ls -t "$TARGET_DIR"/debian/vadapt_*.deb 2>/dev/null | head -n1)"
+    [[ -f "$deb" ]] || { echo "no package in $TARGET_DIR/debian (run the package step)" >&2; return 1; }
+    DEBIAN_FRONTEND=noninteractive dpkg -i "$deb"
+    (
+        set -e
+        systemd-analyze verify /usr/lib/systemd/system/vadapt.service
+        /usr/bin/vadapt --version
+        man -w vadapt
+    ) || rc=$?
+    DEBIAN_FRONTEND=noninteractive dpkg -P vadapt
+    return "$rc"
+}
+
 step_lab() {
-    "$VENV/bin/ruff" check --config scripts/ruff.toml scripts
-    "$VENV/bin/ruff" format --check --config scripts/ruff.toml scripts
+    "$VENV/bin/ruff" check --config scripts/ruff.toml scripts packaging/libvirt-hook-qemu
+    "$VENV/bin/ruff" format --check --config scripts/ruff.toml scripts packaging/libvirt-hook-qemu
     (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
 }
 # Every fuzz target for 30 s (nightly, libFuzzer, ASan): a crash fails the step.

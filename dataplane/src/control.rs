@@ -220,7 +220,7 @@ pub fn serve(
         path: path.to_owned(),
         source,
     };
-    crate::socket_dir::ensure(path)
+    crate::socket_dir::ensure(path, None)
         .map_err(|(dir, source)| ControlError::CreateDir { dir, source })?;
     // A stale socket from a crashed daemon: replace it, but never steal a live one.
     if path.exists() {

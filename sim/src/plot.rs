@@ -68,6 +68,8 @@ fn plot_err(path: &Path, e: impl std::fmt::Display) -> WriteError {
 
 /// Draw `series` as lines (with point marks when `marks`) into a 640×400 PNG.
 /// `hline` draws a dashed-looking horizontal reference (e.g. the interrupt baseline).
+/// A point whose y is not finite (NaN) is a gap: the line stops before it and
+/// starts again after it.
 pub fn line_chart(
     path: &Path,
     title: &str,
@@ -77,13 +79,33 @@ pub fn line_chart(
     hline: Option<(&str, f64)>,
     marks: bool,
 ) -> Result<(), WriteError> {
+    line_chart_marked(path, title, x_label, y_label, series, hline, marks, &[])
+}
+
+/// [`line_chart`] with vertical markers: at each `(x, label)` of `events` a
+/// grey vertical line, labelled at its top (e.g. the moment a policy was
+/// switched on).
+#[allow(clippy::too_many_arguments)]
+pub fn line_chart_marked(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    hline: Option<(&str, f64)>,
+    marks: bool,
+    events: &[(f64, &str)],
+) -> Result<(), WriteError> {
     let text = have_font();
     let pts = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
+    // A gap's x still belongs to the axis; its y does not.
     for &(x, y) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
-        y1 = y1.max(y);
+        if y.is_finite() {
+            y1 = y1.max(y);
+        }
     }
     if let Some((_, y)) = hline {
         y1 = y1.max(y);
@@ -123,8 +145,18 @@ pub fn line_chart(
     mesh.draw().map_err(|e| plot_err(path, e))?;
     for (i, s) in series.iter().enumerate() {
         let c = colour(i);
+        // One path per run of finite points: a NaN is a gap.
+        let runs: Vec<Vec<(f64, f64)>> = s
+            .points
+            .split(|(_, y)| !y.is_finite())
+            .filter(|run| !run.is_empty())
+            .map(<[(f64, f64)]>::to_vec)
+            .collect();
         let line = chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .draw_series(
+                runs.into_iter()
+                    .map(|run| PathElement::new(run, c.stroke_width(2))),
+            )
             .map_err(|e| plot_err(path, e))?;
         if text {
             line.label(s.label).legend(move |(x, y)| {
@@ -136,8 +168,27 @@ pub fn line_chart(
                 .draw_series(
                     s.points
                         .iter()
+                        .filter(|(_, y)| y.is_finite())
                         .map(|&(x, y)| Circle::new((x, y), 2, c.filled())),
                 )
+                .map_err(|e| plot_err(path, e))?;
+        }
+    }
+    for &(x, label) in events {
+        let grey = RGBColor(90, 90, 90);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x, 0.0), (x, y1)],
+                grey.stroke_width(1),
+            )))
+            .map_err(|e| plot_err(path, e))?;
+        if text {
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    format!(" {label}"),
+                    (x, y1 * 0.97),
+                    ("sans-serif", 12).into_font().color(&grey),
+                )))
                 .map_err(|e| plot_err(path, e))?;
         }
     }

@@ -29,17 +29,29 @@ def pytest_addoption(parser):
         help="run test_migration.py for every policy and socket mode, not only its "
         "representative cell (scripts/migration_matrix.sh)",
     )
+    parser.addoption(
+        "--libvirt-matrix",
+        action="store_true",
+        help="run test_libvirt.py in both socket modes, not only its representative cell",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
-    """Cells marked `migration_matrix` run only with --migration-matrix: the
-    default run (scripts/test.sh) keeps one representative cell, as the full
-    matrix of TCG guests takes about 8 times as long."""
-    if config.getoption("--migration-matrix"):
-        return
+    """Cells marked `migration_matrix` run only with --migration-matrix (and
+    `libvirt_matrix` only with --libvirt-matrix): the default run
+    (scripts/test.sh) keeps one representative cell, as the full matrix of
+    TCG guests takes several times as long."""
+    skipped = [
+        m
+        for m, opt in (
+            ("migration_matrix", "--migration-matrix"),
+            ("libvirt_matrix", "--libvirt-matrix"),
+        )
+        if not config.getoption(opt)
+    ]
     keep, drop = [], []
     for item in items:
-        (drop if item.get_closest_marker("migration_matrix") else keep).append(item)
+        (drop if any(item.get_closest_marker(m) for m in skipped) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -52,6 +52,28 @@ pub enum Command {
     Sim(vadapt_sim::SimArgs),
     /// The benchmark suite: vadapt against DPDK (and OVS-DPDK), rewrites BENCHMARKS.md.
     Bench(vadapt_harness::bench::BenchArgs),
+    /// Print a shell completion script (e.g. `vadapt completions bash >
+    /// /etc/bash_completion.d/vadapt`).
+    Completions(CompletionsArgs),
+    /// Print the man page `vadapt(1)`, or write one page per command into a folder.
+    Man(ManArgs),
+}
+
+/// `vadapt completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// `vadapt man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `vadapt.1` and one `vadapt-COMMAND.1` per command into this
+    /// folder instead of printing `vadapt.1`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// `vadapt serve`.

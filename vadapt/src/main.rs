@@ -3,6 +3,8 @@
 mod cli;
 mod port_changes;
 mod serve;
+mod service_manager;
+mod shell_docs;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -25,5 +27,7 @@ fn main() -> ExitCode {
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),
         cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
         cli::Command::Bench(args) => vadapt_harness::bench::run(args),
+        cli::Command::Completions(args) => shell_docs::completions(args),
+        cli::Command::Man(args) => shell_docs::man(args),
     }
 }

@@ -4,6 +4,7 @@
 use crate::cli::{
     CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
 };
+use crate::service_manager;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -97,15 +98,19 @@ pub fn run(a: ServeArgs) -> ExitCode {
         return fail(format!("cannot install signal handler: {e}"));
     }
     tracing::info!("vadapt serving; SIGINT or SIGTERM stops it, SIGHUP reloads its ports");
+    service_manager::ready(daemon.socket_paths().len());
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         if hup.swap(false, Ordering::Relaxed) {
             tracing::info!("SIGHUP: reloading the configuration");
+            service_manager::reloading();
             // The outcome is logged by the daemon, either way.
             let _ = daemon.reload();
+            service_manager::reloaded();
         }
     }
     tracing::info!("stopping");
+    service_manager::stopping();
     // Whatever a frontend does, the daemon is gone within STOP_DEADLINE of
     // the signal: an orderly shutdown normally takes milliseconds; past the
     // deadline the sockets are removed and the process exits anyway.
@@ -304,5 +309,16 @@ mod tests {
         // Without a port anywhere, the error is still the one about ports.
         let e = build_config(&serve_args(&["--config", path])).unwrap_err();
         assert!(e.contains("no VM or TAP port"), "{e}");
+    }
+
+    #[test]
+    fn the_packaged_example_config_is_valid() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/vadapt.toml");
+        let cfg = build_config(&serve_args(&["--config", file])).expect("packaging/vadapt.toml");
+        assert_eq!(cfg.socket_group.as_deref(), Some("libvirt-qemu"));
+        assert_eq!(
+            cfg.control,
+            std::path::Path::new("/run/vadapt/control.sock")
+        );
     }
 }

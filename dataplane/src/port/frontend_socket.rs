@@ -63,7 +63,8 @@ pub enum ListenError {
     },
 }
 
-/// Bind `path` with mode 0600, or 0660 owned by `group`.
+/// Bind `path` with mode 0600, or 0660 owned by `group`; a missing folder is
+/// created as [`crate::socket_dir::ensure`] says (0750, owned by `group`).
 pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenError> {
     let bind = |source| ListenError::Bind {
         path: path.to_owned(),
@@ -75,7 +76,7 @@ pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenEr
         Some(g) => Some(group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?),
         None => None,
     };
-    crate::socket_dir::ensure(path)
+    crate::socket_dir::ensure(path, gid)
         .map_err(|(dir, source)| ListenError::CreateDir { dir, source })?;
     if path.exists() {
         if UnixStream::connect(path).is_ok() {

@@ -291,6 +291,7 @@ impl Connection {
         if !any {
             return;
         }
+        super::unshared_memory::check_rings_started(self.port.name(), &self.regions);
         let stop = Arc::new(AtomicBool::new(false));
         let queues = match PortQueues::new(
             Arc::clone(&self.port),
@@ -547,6 +548,7 @@ impl VhostUserBackendReqHandlerMut for Connection {
                 ring = index,
                 "SET_VRING_ADDR refused: {why}"
             );
+            super::unshared_memory::check_ring_addr_refused(self.port.name(), index, &self.regions);
             return Err(VhostError::InvalidParam);
         }
         let log_addr = flags

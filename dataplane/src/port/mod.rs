@@ -17,6 +17,8 @@
 //!   `SET_LOG_FD`.
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
+//! * `unshared_memory` is the one WARN line for a frontend whose guest
+//!   memory is not shared (no memory table, or files it never wrote).
 //!
 //! What outlives a connection (counters, backlogs, the policy) is the
 //! port's [`VmPort`](crate::queue::VmPort), in the room below; the
@@ -28,3 +30,4 @@ pub mod handler;
 pub mod memory_file;
 mod raw_requests;
 pub mod serve;
+mod unshared_memory;

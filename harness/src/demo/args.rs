@@ -17,10 +17,16 @@ fn parse_demo_mode(s: &str) -> Result<Mode, String> {
 /// `vadapt demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Policy, or several separated by commas to run one after another on the
-    /// same load (the duration is split evenly), e.g. `interrupt,netap`.
+    /// The policy switched on at run time after the `--baseline` phase, or
+    /// several separated by commas, run one after another on the same load
+    /// (the duration is split evenly between all phases), e.g. `netap,eekbp`.
     #[arg(long, default_value = "netap", value_name = "LIST")]
     pub policy: String,
+    /// The first phase, before `--policy` is switched on: `interrupt` (kernel
+    /// vhost-net's behaviour, the papers' baseline), another policy, or
+    /// `none` to start with `--policy` at once.
+    #[arg(long, default_value = "interrupt", value_name = "POLICY")]
+    pub baseline: String,
     /// Synthetic VMs on the switch.
     #[arg(long, default_value_t = 2)]
     pub vms: u32,

@@ -33,11 +33,22 @@ pub use args::DemoArgs;
 use output::write_outputs;
 use summary::{print_summary, summarize};
 
-fn parse_policies(s: &str) -> Result<Vec<PolicyKind>, String> {
-    let v: Result<Vec<PolicyKind>, _> = s.split(',').map(|p| p.trim().parse()).collect();
-    let v = v.map_err(|e| format!("invalid `--policy`: {e}"))?;
+/// The phases: `--baseline` (unless `none`, or already the first of
+/// `--policy`), then `--policy`'s list.
+fn parse_policies(policy: &str, baseline: &str) -> Result<Vec<PolicyKind>, String> {
+    let v: Result<Vec<PolicyKind>, _> = policy.split(',').map(|p| p.trim().parse()).collect();
+    let mut v = v.map_err(|e| format!("invalid `--policy`: {e}"))?;
     if v.is_empty() {
         return Err("invalid `--policy`: empty".into());
+    }
+    if baseline.trim() != "none" {
+        let first: PolicyKind = baseline
+            .trim()
+            .parse()
+            .map_err(|e| format!("invalid `--baseline`: {e}"))?;
+        if v[0] != first {
+            v.insert(0, first);
+        }
     }
     Ok(v)
 }
@@ -63,7 +74,7 @@ fn validate(a: &DemoArgs) -> Result<Vec<PolicyKind>, String> {
                 .into(),
         );
     }
-    let p = parse_policies(&a.policy)?;
+    let p = parse_policies(&a.policy, &a.baseline)?;
     if a.duration < 2 * p.len() as u64 {
         return Err("invalid `--duration`: at least 2 seconds per policy".into());
     }
@@ -113,7 +124,7 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
     print_offloads(&end);
     write_outputs(&a.out, a, &samples, &phases, &reports)?;
     println!(
-        "\nwrote {}/ (timeseries.csv, timeseries.json, summary.json, bandwidth.png, interval.png)",
+        "\nwrote {}/ (timeseries.csv, timeseries.json, summary.json, bandwidth.png, kicks.png, cpu.png, interval.png)",
         a.out.display()
     );
     Ok(())
@@ -308,6 +319,7 @@ mod tests {
     fn bad_knobs_are_named() {
         let mut a = DemoArgs {
             policy: "netap".into(),
+            baseline: "interrupt".into(),
             vms: 0,
             threads: 3,
             size: 64,
@@ -330,6 +342,17 @@ mod tests {
         a.duration = 30;
         a.write_cost_ns = Some(1000);
         assert_eq!(validate(&a).map(|p| p.len()), Ok(2));
+        // The baseline comes first, once; `none` drops it.
+        a.policy = "eekbp".into();
+        assert_eq!(
+            validate(&a),
+            Ok(vec![PolicyKind::Interrupt, PolicyKind::Eekbp])
+        );
+        a.baseline = "none".into();
+        assert_eq!(validate(&a), Ok(vec![PolicyKind::Eekbp]));
+        a.baseline = "warp".into();
+        assert!(validate(&a).unwrap_err().contains("--baseline"));
+        a.baseline = "interrupt".into();
         a.mode = Mode::Stream;
         assert!(validate(&a).unwrap_err().contains("--write-cost-ns"));
     }

@@ -1,5 +1,6 @@
 //! The per-policy summary of a demo run: means per phase, printed as a table
-//! and written to `summary.json`.
+//! with each later phase's ratio to the first (the baseline), and written to
+//! `summary.json`.
 
 use super::args::DemoArgs;
 use crate::rates::Sample;
@@ -33,6 +34,55 @@ pub struct PhaseSummary {
     pub cpu_s_per_gb: f64,
     /// Last polling interval per VM, µs.
     pub final_interval_us: BTreeMap<String, u64>,
+}
+
+/// A later phase against the first (the baseline): each metric's ratio,
+/// later / first (`None` where the first is 0).
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseRatio {
+    /// The later phase's policy.
+    pub policy: String,
+    /// The first phase's policy.
+    pub baseline: String,
+    /// Application payload Gbit/s.
+    pub payload_gbps: Option<f64>,
+    /// Packets per second.
+    pub pps: Option<f64>,
+    /// Mbit/s on the switch.
+    pub mbps: Option<f64>,
+    /// Kicks per second.
+    pub kicks_per_s: Option<f64>,
+    /// Kicks per million packets.
+    pub kicks_per_mpkt: Option<f64>,
+    /// Calls per second.
+    pub calls_per_s: Option<f64>,
+    /// Worker CPU.
+    pub worker_cpu_pct: Option<f64>,
+    /// Worker CPU-seconds per GB.
+    pub cpu_s_per_gb: Option<f64>,
+}
+
+/// Every phase after the first, as ratios to the first.
+pub fn ratios(phases: &[PhaseSummary]) -> Vec<PhaseRatio> {
+    let Some(first) = phases.first() else {
+        return Vec::new();
+    };
+    let r = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+    phases[1..]
+        .iter()
+        .map(|p| PhaseRatio {
+            policy: p.policy.clone(),
+            baseline: first.policy.clone(),
+            payload_gbps: r(p.payload_gbps, first.payload_gbps),
+            pps: r(p.pps, first.pps),
+            mbps: r(p.mbps, first.mbps),
+            kicks_per_s: r(p.kicks_per_s, first.kicks_per_s),
+            kicks_per_mpkt: r(p.kicks_per_mpkt, first.kicks_per_mpkt),
+            calls_per_s: r(p.calls_per_s, first.calls_per_s),
+            worker_cpu_pct: r(p.worker_cpu_pct, first.worker_cpu_pct),
+            cpu_s_per_gb: r(p.cpu_s_per_gb, first.cpu_s_per_gb),
+        })
+        .collect()
 }
 
 /// Per-phase means, skipping each phase's first second (the switch-over).
@@ -137,6 +187,21 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
             iv.join(" ")
         );
     }
+    for q in ratios(phases) {
+        let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}x"));
+        println!(
+            "{:<11} {:>8} {:>9} {:>10} {:>10} {:>12} {:>10} {:>11} {:>12}",
+            format!("{}/{}", short(&q.policy), short(&q.baseline)),
+            x(q.payload_gbps),
+            x(q.pps),
+            x(q.mbps),
+            x(q.kicks_per_s),
+            x(q.kicks_per_mpkt),
+            x(q.calls_per_s),
+            x(q.worker_cpu_pct),
+            x(q.cpu_s_per_gb),
+        );
+    }
     let sum =
         |f: fn(&vadapt_guest::Counts) -> u64| reports.iter().map(|r| f(&r.totals)).sum::<u64>();
     println!(
@@ -152,6 +217,16 @@ pub(super) fn print_summary(a: &DemoArgs, phases: &[PhaseSummary], reports: &[Gu
         sum(|t| t.kicks),
         sum(|t| t.ring_full_stalls)
     );
+}
+
+/// A policy's name cut to fit the ratio row's first column.
+fn short(policy: &str) -> &str {
+    match policy {
+        "interrupt" => "intr",
+        "busy-poll" => "busy",
+        "growshrink" => "grow",
+        p => p,
+    }
 }
 
 #[cfg(test)]
@@ -190,5 +265,13 @@ mod tests {
         assert_eq!(p[1].pps, 1000.0);
         assert_eq!(p[1].worker_cpu_pct, 100.0);
         assert_eq!(p[0].kicks_per_mpkt, 20.0 / 400.0 * 1e6);
+        let r = ratios(&p);
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].policy.as_str(), r[0].baseline.as_str()),
+            ("netap", "interrupt")
+        );
+        assert_eq!(r[0].pps, Some(2.5));
+        assert_eq!(r[0].calls_per_s, None);
     }
 }
