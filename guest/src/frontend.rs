@@ -26,7 +26,7 @@ mod watchdog;
 
 pub use connection::Connection;
 pub use ctrl_queue::CtrlMq;
-pub use dirty_log::{DirtyLogReport, FrontendLog};
+pub use dirty_log::FrontendLog;
 pub use error::FrontendError;
 pub use features::{has_feature, negotiate_features, tx_offloads, wanted_features};
 pub use memory_plan::{

@@ -100,4 +100,6 @@ pub use cli::{run_cli, GuestArgs};
 pub use config::{ConfigError, GuestConfig, Mode};
 pub use guest::{Guest, GuestError};
 pub use load::Load;
-pub use metrics::{Counts, GuestCounters, GuestReport, LatencySummary, ThreadReport};
+pub use metrics::{
+    Counts, DirtyLogReport, GuestCounters, GuestReport, LatencySummary, ThreadReport,
+};

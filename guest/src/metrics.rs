@@ -348,6 +348,21 @@ pub struct CoresReportStats {
     pub last_error: Option<String>,
 }
 
+/// What the dirty-page log showed over a run (`--dirty-log`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DirtyLogReport {
+    /// Marks taken by the syncs (a page counts once per sync that found it).
+    pub marks_synced: u64,
+    /// Syncs run.
+    pub syncs: u64,
+    /// Pages holding device-written bytes (used rings, receive buffers)
+    /// that changed over the run.
+    pub device_pages_changed: u64,
+    /// Of those, pages never marked: each one a page a migration would
+    /// have left stale. 0 for a correct backend.
+    pub device_pages_missed: u64,
+}
+
 /// What a guest run did, in total and per thread; serialises to the `--json` output.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuestReport {
@@ -374,7 +389,7 @@ pub struct GuestReport {
     pub cores_reports: Option<CoresReportStats>,
     /// What the dirty-page log showed, with `--dirty-log` (absent from JSON otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dirty_log: Option<crate::frontend::DirtyLogReport>,
+    pub dirty_log: Option<DirtyLogReport>,
     /// Why the run ended early (backend gone, vhost-user error), if it did.
     pub error: Option<String>,
 }

@@ -16,25 +16,11 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 
-use serde::Serialize;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::{DirtyLog, LOG_PAGE};
 use vhost::VhostUserDirtyLogRegion;
 
-/// What the dirty-page log showed over a run (`--dirty-log`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct DirtyLogReport {
-    /// Marks taken by the syncs (a page counts once per sync that found it).
-    pub marks_synced: u64,
-    /// Syncs run.
-    pub syncs: u64,
-    /// Pages holding device-written bytes (used rings, receive buffers)
-    /// that changed over the run.
-    pub device_pages_changed: u64,
-    /// Of those, pages never marked: each one a page a migration would
-    /// have left stale. 0 for a correct backend.
-    pub device_pages_missed: u64,
-}
+use crate::metrics::DirtyLogReport;
 
 /// The frontend's log and its check (see the module documentation).
 #[derive(Debug)]
