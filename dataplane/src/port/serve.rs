@@ -134,7 +134,7 @@ fn routine_refusal(m: &Peeked, e: &VhostError) -> bool {
 
 /// One frontend's stream of requests, as the serve loop takes them: each
 /// is peeked at first (descriptor count, the requests this crate handles
-/// itself: [`super::raw_requests`]), handed to the `vhost` crate's handler
+/// itself: `SEND_RARP`, `SET_LOG_FD`), handed to the `vhost` crate's handler
 /// over the port's [`Connection`], and its outcome classified: refused and
 /// answered (the connection goes on), or the end of the connection (the
 /// reason logged once). The fuzz target drives the same code.
