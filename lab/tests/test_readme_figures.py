@@ -3,8 +3,8 @@
 README.md quotes rows of the "Headline goals" table that `vadapt bench`
 generates in BENCHMARKS.md. This test fails when a quoted row's goal is not
 one of that table's goals, when a number quoted in it does not appear in the
-cited row (its "measured" and "from" cells), when its verdict differs, or when the README cites another
-revision than the generated section's.
+cited row (its "measured" and "from" cells), when its verdict differs, or
+when the README cites another revision than the generated section's.
 """
 
 from __future__ import annotations
