@@ -165,6 +165,23 @@ pub struct CoreEvents {
     pub core_periods: [u64; 4],
     /// Best-effort VM CPU time, core-seconds.
     pub be_core_s: f64,
+    /// vSPACE's threshold explorer (Algorithm 3) at the end of the run;
+    /// `None` for the other allocators.
+    pub explorer: Option<ExplorerState>,
+}
+
+/// Where Algorithm 3 stood at the end of a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExplorerState {
+    /// Exploration rounds completed (one per `samples_per_round` periods
+    /// with a P95 report).
+    pub rounds: u64,
+    /// False once the explorer halted on stable thresholds (converged).
+    pub exploring: bool,
+    /// `Th_vCPU` in force, fraction of a core (initial 0.7).
+    pub th_vcpu: f64,
+    /// `Th_NQ` in force, fraction of a core (initial 0.7).
+    pub th_nq: f64,
 }
 
 /// What the allocator saw over one control period.
@@ -240,6 +257,19 @@ impl Allocator {
             }
         }
         a
+    }
+
+    /// vSPACE's threshold explorer as it stands; `None` for other allocators.
+    pub(crate) fn explorer_state(&self) -> Option<ExplorerState> {
+        self.vspace.as_ref().map(|(m, _)| {
+            let e = m.explorer();
+            ExplorerState {
+                rounds: e.rounds(),
+                exploring: e.is_exploring(),
+                th_vcpu: e.thresholds().vcpu,
+                th_nq: e.thresholds().nq,
+            }
+        })
     }
 
     /// True when the allocator acts every period.
