@@ -33,13 +33,17 @@ def judge(rows: list[Row]) -> list[Goal]:
     ratio = pick(rows, "vSPACE", "Fig. 8")
     knee = pick(rows, "vSPACE", "Fig. 2/8")
     if ratio and knee:
-        r, k = ratio[0].sim_value, knee[0].sim_value
+        # Judged on the last rows: with the NIC's softIRQ cost when it ran.
+        r, k = ratio[-1].sim_value, knee[-1].sim_value
         goals.append(
             Goal(
                 "vSPACE",
                 "max QPS vSPACE-P ÷ static 20vCPU-20NQ ≥ 3.5× (paper 4.2×); 20vCPU-1NQ's knee "
                 "within 25 % of ~110 kQPS",
-                f"{value(ratio[0])}× and a knee at {value(knee[0])} kQPS",
+                " / ".join(f"{value(x)}×" for x in ratio)
+                + " and a knee at "
+                + " / ".join(f"{value(x)}" for x in knee)
+                + " kQPS (default calibration / with the NIC's softIRQ cost of Fig. 11)",
                 None if r is None or k is None else (r >= 3.5 and within(k, 110.0)),
             )
         )
