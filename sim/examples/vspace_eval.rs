@@ -83,6 +83,18 @@ fn allocators() -> Vec<Alloc> {
             alloc: CoreAllocSpec::CoreNapLike,
             be_vm: false,
         },
+        Alloc {
+            label: "Demeter-like(1NQ)",
+            queues: 1,
+            alloc: CoreAllocSpec::DemeterLike,
+            be_vm: true,
+        },
+        Alloc {
+            label: "Demeter-like(20NQ)",
+            queues: 20,
+            alloc: CoreAllocSpec::DemeterLike,
+            be_vm: true,
+        },
         v("vSPACE-P", VspaceMode::Performance),
         v("vSPACE-E", VspaceMode::Energy),
         v("vSPACE-R", VspaceMode::Resource),

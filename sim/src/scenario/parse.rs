@@ -541,6 +541,7 @@ fn parse_core_alloc(
     let alloc = match kind {
         "time-sharing" => CoreAllocSpec::TimeSharing,
         "corenap-like" => CoreAllocSpec::CoreNapLike,
+        "demeter-like" => CoreAllocSpec::DemeterLike,
         "isolated" => {
             let need = |v: &Option<Spanned<i64>>, key: &str| {
                 v.as_ref().map_or_else(
@@ -588,7 +589,7 @@ fn parse_core_alloc(
                 &r.kind.span(),
                 "host.core_alloc.kind",
                 format!(
-                    "unknown allocator `{other}` (expected time-sharing, isolated, corenap-like or vspace)"
+                    "unknown allocator `{other}` (expected time-sharing, isolated, corenap-like, demeter-like or vspace)"
                 ),
             ))
         }
