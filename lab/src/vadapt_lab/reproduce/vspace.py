@@ -45,7 +45,9 @@ FULL = Plan(
     only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P,vSPACE-E,vSPACE-R,Demeter-like(1NQ),Demeter-like(20NQ)",
     duration_s=6,
     warmup_s=3,
-    long_s=600,
+    # At +3 % a rewarded round, 0.7 reaches the 0.95 ceiling in 11 rounds of
+    # 100 s, and the explorer halts after 3 stable rounds more.
+    long_s=1500,
     long_qps="50",
     softirq_qps="100,150,200,250,300",
     softirq_only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P",
@@ -293,7 +295,13 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
                     f"Th vCPU {r['th_vcpu']:.3f}, NQ {r['th_nq']:.3f}"
                 ),
                 judged="agrees" if ok else "disagrees",
-                note="" if ok else "did not halt with moved thresholds within the run",
+                note=(
+                    ""
+                    if ok
+                    else "did not halt within the run: with no SLO violation every round is "
+                    "rewarded (+3 %), and a rewarded round below the 0.95 ceiling is not "
+                    "stable, so it needs 11 rounds to the ceiling and 3 stable ones"
+                ),
                 scenario=SCENARIO,
                 command=cmd,
                 daemon=DAEMON,
