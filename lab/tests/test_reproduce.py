@@ -19,6 +19,7 @@ def test_verdicts():
     assert row(-19.6, 3.0, neutral=0).verdict() == "disagrees"
     assert row(1.03, 1.0, neutral=1, tie=0.02).verdict() == "disagrees"
     assert row(1.0, 1.01, neutral=1, tie=0.02).verdict() == "agrees"
+    assert row(0.0, -1e-6, neutral=0, tie=0.1).verdict() == "agrees"
     assert row(5.5, None).verdict() == "not run"
     assert row(None, None, judged="agrees").verdict() == "agrees"
 

@@ -198,6 +198,22 @@ def rows(sim: Sim, out: Path, quick: bool) -> list[Row]:
             note="by construction: platform_w is calibrated from NAPI's 170 W",
         ),
     ]
+    c_off = "EE-KBP, C-states off, no frequency control (c)"
+    result.append(
+        Row(
+            "EE-KBP",
+            "Fig. 8, no traffic: EE-KBP with C-states off − on, whole server",
+            "W",
+            25.0,
+            "ee-kbp.txt §5.1 (about 25 W more)",
+            w(c_off, "idle") - w(e_on, "idle"),
+            daemon=no_power,
+            neutral=0.0,
+            scenario=scen,
+            command=cmd,
+            note="by construction: shallow_idle_w is calibrated from this figure",
+        )
+    )
     saturated = (
         "at 2 Mpps the model's ring never empties, so EE-KBP polls like KBP; the paper's "
         "threads still slept, its guest kernel stack being the limit there (ms delays and "

@@ -65,10 +65,11 @@ class Row:
         if self.sim_value is None or self.paper_value is None:
             return "not run"
         if self.neutral is not None:
-            if side(self.paper_value, self.neutral, self.tie) != side(
-                self.sim_value, self.neutral, self.tie
-            ):
+            paper_side = side(self.paper_value, self.neutral, self.tie)
+            if paper_side != side(self.sim_value, self.neutral, self.tie):
                 return "disagrees"
+            if paper_side == 0:
+                return "agrees"  # both "no effect"
         if within(self.sim_value, self.paper_value):
             return "agrees"
         return "same direction, different size"
