@@ -18,7 +18,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="$ROOT/.venv"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release package systemd-unit lab fuzz-smoke interop soak-smoke stall-hunt-smoke vspace-eval-smoke bench-quick)
+STEPS=(deps guest-image fmt imports clippy doc cargo-test build-release package systemd-unit lab reproduce-quick fuzz-smoke interop soak-smoke stall-hunt-smoke vspace-eval-smoke bench-quick)
 declare -A TIMES=()
 DONE=()
 
@@ -99,6 +99,16 @@ step_lab() {
     "$VENV/bin/ruff" check --config scripts/ruff.toml scripts packaging/libvirt-hook-qemu
     "$VENV/bin/ruff" format --check --config scripts/ruff.toml scripts packaging/libvirt-hook-qemu
     (cd lab && "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check . && pytest_run -q)
+}
+# The papers' figures in the simulator, in short (python -m vadapt_lab reproduce
+# --quick, under 3 minutes): every scenario of PAPERS.md must run and be
+# verdicted; its figures are not the record and PAPERS.md is not rewritten.
+step_reproduce_quick() {
+    local out
+    out="$(mktemp -d /tmp/vadapt-reproduce-quick.XXXXXX)"
+    PYTHONPATH="$ROOT/lab/src" "$VENV/bin/python" -m vadapt_lab reproduce --quick --out "$out"
+    grep -q '^## EE-KBP' "$out/PAPERS.md"
+    rm -rf "$out"
 }
 # Every fuzz target for 30 s (nightly, libFuzzer, ASan): a crash fails the step.
 step_fuzz_smoke() { bash scripts/fuzz.sh --smoke; }

@@ -25,6 +25,51 @@
 //! after a wake runs at whatever frequency the core had. If that pass empties
 //! the rings the worker goes back to sleep without ever raising it, which
 //! saves a pointless pair of frequency switches for a lone packet.
+//!
+//! # Why EE-KBP equals `interrupt` mode on a vhost-user ring
+//!
+//! With its defaults, EE-KBP makes the same choice as
+//! [`Interrupt`](crate::interrupt::Interrupt) after every pass: poll again
+//! while a ring has work left, and re-enable notifications, re-check and
+//! block on the kick eventfd once every ring is empty. BENCHMARKS.md's
+//! recorded run shows it: EE-KBP's rate, CPU, kicks and latency are
+//! interrupt mode's within the round-to-round spread in B1–B5 and B9 (B3
+//! low rate: p99 233.5 against 215.6 µs; B4 idle: 0.06 against 0.07 % of a
+//! core). That is not a flaw of either. The paper's three paths differ in
+//! *where* the receive work runs, and a vhost-user backend has only one
+//! place for it:
+//!
+//! - NAPI (the paper's baseline) does the protocol work in `NET_RX_SOFTIRQ`
+//!   on whatever core took the hardIRQ, competing with timer and block
+//!   softIRQs and with `ksoftirqd`'s scheduling: the ms-scale delays and the
+//!   1.4–3.1× lower throughput the paper measures against EE-KBP.
+//! - KBP and EE-KBP move that work into a dedicated kernel thread that
+//!   busy-polls; EE-KBP adds the sleep on an empty `poll_list` and the
+//!   hardIRQ wake-up.
+//! - A vhost-user queue worker already *is* such a dedicated thread: the
+//!   guest's kick is an eventfd the worker blocks on, and no softIRQ sits
+//!   between the kick and the service pass. Interrupt mode is therefore
+//!   already EE-KBP's sleep-and-wake loop, and busy-poll is KBP.
+//!
+//! Where they do differ:
+//!
+//! - **Quota.** 64 packets a queue a pass (NAPI's weight) against
+//!   vhost-net's 256 packets / 512 KiB: more, smaller passes, which matters
+//!   only when one worker serves several busy queues (fairness between
+//!   them), not to the rate of a single queue.
+//! - **Frequency control.** [`FreqHint::Min`] while asleep and
+//!   [`FreqHint::Max`] once a pass after a wake leaves work behind; interrupt
+//!   mode sends none. On a host with cpufreq's `userspace` governor this is
+//!   the paper's 2.5–3.5 W saved per polling thread; on hosts without
+//!   cpufreq (the development machines) it does nothing, which is why the
+//!   benchmarks cannot tell the two policies apart. The simulator's power
+//!   model shows the difference (PAPERS.md, EE-KBP). Several ports' hints
+//!   and vSPACE-E may address one CPU: who owns its frequency then is
+//!   written in `docs/cpu-frequency.md`.
+//! - **A NIC uplink** (the AF_XDP uplink, once its issue lands). There the
+//!   host kernel's NAPI does sit between the NIC and vadapt, and busy-polling
+//!   the AF_XDP socket (`SO_BUSY_POLL`-style) against waiting for its
+//!   wake-up is the paper's EE-KBP-against-NAPI comparison again.
 
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause};

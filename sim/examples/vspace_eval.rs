@@ -83,6 +83,18 @@ fn allocators() -> Vec<Alloc> {
             alloc: CoreAllocSpec::CoreNapLike,
             be_vm: false,
         },
+        Alloc {
+            label: "Demeter-like(1NQ)",
+            queues: 1,
+            alloc: CoreAllocSpec::DemeterLike,
+            be_vm: true,
+        },
+        Alloc {
+            label: "Demeter-like(20NQ)",
+            queues: 20,
+            alloc: CoreAllocSpec::DemeterLike,
+            be_vm: true,
+        },
         v("vSPACE-P", VspaceMode::Performance),
         v("vSPACE-E", VspaceMode::Energy),
         v("vSPACE-R", VspaceMode::Resource),
@@ -100,6 +112,9 @@ struct Point {
     preempt_per_req: f64,
     slice_per_req: f64,
     migrations_per_s: f64,
+    /// Algorithm 3 at the end of the point: "rounds, halted or exploring,
+    /// Th_vCPU/Th_NQ", or "-" for allocators without it.
+    explorer: String,
 }
 
 fn point(base: &Scenario, a: &Alloc, kqps: f64, args: &Args) -> Result<Point, String> {
@@ -139,6 +154,15 @@ fn point(base: &Scenario, a: &Alloc, kqps: f64, args: &Args) -> Result<Point, St
         preempt_per_req: ev.preemptions as f64 / reqs,
         slice_per_req: ev.slice_waits as f64 / reqs,
         migrations_per_s: ev.migrations as f64 / args.duration_s.max(span),
+        explorer: ev.explorer.map_or("-".into(), |e| {
+            format!(
+                "{} rounds, {}, {:.3}/{:.3}",
+                e.rounds,
+                if e.exploring { "exploring" } else { "halted" },
+                e.th_vcpu,
+                e.th_nq
+            )
+        }),
     })
 }
 
@@ -187,11 +211,11 @@ fn main() -> ExitCode {
     });
     let slo = base.host.core_mgmt.slo_us;
     println!("# points (P95 in µs; cores = mean per control period: vCPU|shared, NQ, BE, parked)");
-    println!("| allocator | kQPS | served kQPS | P95 µs | power W | cores v/nq/be/parked | preempt/req | slice waits/req | migrations/s |");
-    println!("|---|---:|---:|---:|---:|---|---:|---:|---:|");
+    println!("| allocator | kQPS | served kQPS | P95 µs | power W | cores v/nq/be/parked | preempt/req | slice waits/req | migrations/s | Algorithm 3: rounds, state, Th vCPU/NQ |");
+    println!("|---|---:|---:|---:|---:|---|---:|---:|---:|---|");
     for p in &pts {
         println!(
-            "| {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1}/{:.1}/{:.1}/{:.1} | {:.3} | {:.4} | {:.1} |",
+            "| {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.1}/{:.1}/{:.1}/{:.1} | {:.3} | {:.4} | {:.1} | {} |",
             allocs[p.alloc].label,
             p.kqps,
             p.served_kqps,
@@ -203,7 +227,8 @@ fn main() -> ExitCode {
             p.cores[3],
             p.preempt_per_req,
             p.slice_per_req,
-            p.migrations_per_s
+            p.migrations_per_s,
+            p.explorer
         );
     }
     println!();

@@ -78,6 +78,14 @@
 //!   period whose P95 was under half the SLO; growth is immediate, shrinking
 //!   is at most one core a period. vCPU threads and workers time-share the
 //!   `A` cores (with the preemption costs above); the rest are parked.
+//! * [`CoreAllocSpec::DemeterLike`], *our* definition for vSPACE-R's
+//!   comparison (Demeter's paper is not available here; the vSPACE paper
+//!   says it co-allocates the LC and BE VMs' pCPUs "overlooking packet
+//!   processing", §5.2): the LC VM gets `A = max(ceil(vCPU CPU time / 0.7),
+//!   floor)` time-shared cores (its queue workers' CPU time is not counted;
+//!   `floor` moves with the P95 as in the CoreNap-like allocator), and every
+//!   other core is lent to the best-effort VM. Demeter(1NQ) and (20NQ) are
+//!   the same allocator over one queue pair or twenty.
 
 use vadapt_policy::vspace::{
     CoreAllocation, CoreSets, PeriodMeasurement, VspaceConfig, VspaceManager, VspaceMode,
@@ -99,6 +107,10 @@ pub enum CoreAllocSpec {
     },
     /// The CoreNap-like time-sharing allocator (module docs).
     CoreNapLike,
+    /// The Demeter-like allocator for mode R's comparison (module docs):
+    /// the LC VM's time-shared group sized by its vCPUs' load alone, the
+    /// other cores lent to the best-effort VM.
+    DemeterLike,
     /// vSPACE in mode P, E or R.
     Vspace {
         /// The mode.
@@ -165,6 +177,23 @@ pub struct CoreEvents {
     pub core_periods: [u64; 4],
     /// Best-effort VM CPU time, core-seconds.
     pub be_core_s: f64,
+    /// vSPACE's threshold explorer (Algorithm 3) at the end of the run;
+    /// `None` for the other allocators.
+    pub explorer: Option<ExplorerState>,
+}
+
+/// Where Algorithm 3 stood at the end of a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExplorerState {
+    /// Exploration rounds completed (one per `samples_per_round` periods
+    /// with a P95 report).
+    pub rounds: u64,
+    /// False once the explorer halted on stable thresholds (converged).
+    pub exploring: bool,
+    /// `Th_vCPU` in force, fraction of a core (initial 0.7).
+    pub th_vcpu: f64,
+    /// `Th_NQ` in force, fraction of a core (initial 0.7).
+    pub th_nq: f64,
 }
 
 /// What the allocator saw over one control period.
@@ -212,7 +241,9 @@ impl Allocator {
             groups: all,
         };
         match spec.alloc {
-            CoreAllocSpec::TimeSharing | CoreAllocSpec::CoreNapLike => {}
+            CoreAllocSpec::TimeSharing
+            | CoreAllocSpec::CoreNapLike
+            | CoreAllocSpec::DemeterLike => {}
             CoreAllocSpec::Isolated {
                 vcpu_cores,
                 nq_cores,
@@ -242,11 +273,24 @@ impl Allocator {
         a
     }
 
+    /// vSPACE's threshold explorer as it stands; `None` for other allocators.
+    pub(crate) fn explorer_state(&self) -> Option<ExplorerState> {
+        self.vspace.as_ref().map(|(m, _)| {
+            let e = m.explorer();
+            ExplorerState {
+                rounds: e.rounds(),
+                exploring: e.is_exploring(),
+                th_vcpu: e.thresholds().vcpu,
+                th_nq: e.thresholds().nq,
+            }
+        })
+    }
+
     /// True when the allocator acts every period.
     pub(crate) fn is_dynamic(&self) -> bool {
         matches!(
             self.spec.alloc,
-            CoreAllocSpec::CoreNapLike | CoreAllocSpec::Vspace { .. }
+            CoreAllocSpec::CoreNapLike | CoreAllocSpec::DemeterLike | CoreAllocSpec::Vspace { .. }
         )
     }
 
@@ -256,6 +300,25 @@ impl Allocator {
         let total = self.total;
         match self.spec.alloc {
             CoreAllocSpec::TimeSharing | CoreAllocSpec::Isolated { .. } => (0, 0),
+            CoreAllocSpec::DemeterLike => {
+                let slo = self.spec.slo_us;
+                if let Some(p95) = m.p95_us {
+                    if p95 > slo {
+                        self.floor = (self.floor.max(self.groups.vcpu_cores) + 1).min(total);
+                    } else if p95 < slo / 2.0 {
+                        self.floor = self.floor.saturating_sub(1).max(1);
+                    }
+                }
+                // Packet processing is not counted: Demeter sizes the LC VM
+                // by its own (vCPU) demand.
+                let need = ((m.vcpu_util.max(0.0) / 0.7) - 1e-9).ceil().max(1.0) as u32;
+                let prev = self.groups.vcpu_cores;
+                let a = need.max(self.floor).min(total);
+                self.groups.vcpu_cores = a;
+                self.groups.be_cores = total - a;
+                self.groups.parked = 0;
+                (prev.saturating_sub(a), 0)
+            }
             CoreAllocSpec::CoreNapLike => {
                 let slo = self.spec.slo_us;
                 if let Some(p95) = m.p95_us {

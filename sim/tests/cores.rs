@@ -100,6 +100,16 @@ fn corenap_like_time_shares_fewer_cores_than_the_host_has() {
 }
 
 #[test]
+fn demeter_like_lends_every_core_it_does_not_give_the_lc_vm() {
+    let r = run_scenario(&rr(20.0, "kind = \"demeter-like\"\nbe_vm = true"), 1).unwrap();
+    let ev = r.core_events;
+    assert_eq!(ev.core_periods[1], 0, "one shared group: {ev:?}");
+    assert_eq!(ev.core_periods[3], 0, "nothing parked: {ev:?}");
+    assert!(ev.core_periods[2] > 0, "{ev:?}");
+    assert!(ev.be_core_s > 0.0, "{ev:?}");
+}
+
+#[test]
 fn same_seed_same_core_events() {
     let sc = rr(40.0, "kind = \"vspace\"\nmode = \"p\"");
     assert_eq!(

@@ -203,7 +203,7 @@ impl CoreManager {
         } else {
             cfg.cpus
                 .iter()
-                .map(|&c| CpuFreq::probe(sysfs_root, c))
+                .map(|&c| CpuFreq::probe_owner(sysfs_root, c))
                 .collect()
         };
         let applier = match cfg.apply {

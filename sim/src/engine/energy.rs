@@ -1,6 +1,10 @@
 //! Frequencies and energy (optional `[host.power]`): a worker's work goes
-//! slower at a lower frequency, and power integrates busy, idle and parked
-//! cores.
+//! slower at a lower frequency, and power integrates the platform, busy,
+//! idle and parked cores. A core a worker owns idles at that worker's
+//! frequency, in a shallow state until it has been idle for the deep
+//! state's residency (or always, with C-states off): the model behind
+//! EE-KBP's frequency hints (the lab's `vadapt_lab/reproduce/eekbp.py`
+//! writes the scenarios and cites each constant).
 
 use super::workers::WorkerState;
 use super::Engine;
@@ -15,6 +19,22 @@ impl Engine<'_> {
         }
     }
 
+    /// Extra wake-up latency of a worker after `idle_ns` idle on a
+    /// core it owns: the deep idle state's exit latency once the core has
+    /// been idle for its residency (C-states on), else 0.
+    pub(super) fn cstate_exit_ns(&self, idle_ns: f64) -> u64 {
+        let Some(p) = &self.scenario.host.power else {
+            return 0;
+        };
+        let g = self.cores.allocator.groups;
+        let owns_core = !g.shared && g.nq_cores as usize >= self.queues.len();
+        if owns_core && p.cstates && idle_ns >= p.deep_residency_us * 1e3 {
+            (p.deep_exit_us * 1e3).round() as u64
+        } else {
+            0
+        }
+    }
+
     /// Add the energy of the next `dt` ns at the current shares.
     pub(super) fn account_energy(&mut self, dt: f64) {
         let Some(p) = &self.scenario.host.power else {
@@ -22,11 +42,22 @@ impl Engine<'_> {
         };
         let top = p.freqs_mhz.len() - 1;
         let mut busy = 0.0;
-        let mut watts = 0.0;
+        let mut watts = p.platform_w;
+        let g = self.cores.allocator.groups;
+        // A worker that owns its core (isolated NQ group with a core per
+        // worker, as the EE-KBP paper's isolcpus) leaves that core idle at
+        // the worker's own frequency while it waits, deep or shallow by how
+        // long it has waited.
+        let own_cores = !g.shared && g.nq_cores as usize >= self.queues.len();
+        let mut owned_idle = 0.0;
         for q in &self.queues {
             if q.worker.state == WorkerState::Running {
                 busy += self.cpu.worker;
                 watts += self.cpu.worker * p.active_w[q.worker.freq_index];
+            } else if own_cores {
+                let idle_ns = self.now.saturating_sub(q.worker.wait_start) as f64;
+                watts += p.idle_core_w(q.worker.freq_index, idle_ns);
+                owned_idle += 1.0;
             }
         }
         let (dv, _) = self.demand();
@@ -36,7 +67,6 @@ impl Engine<'_> {
         // at the top frequency (wake-ups keep landing on them); parked cores
         // are at the lowest frequency, in the lowest state; cores lent to a
         // CPU-bound best-effort VM are busy.
-        let g = self.cores.allocator.groups;
         let be = if self.scenario.host.core_mgmt.be_vm {
             f64::from(g.be_cores)
         } else {
@@ -45,8 +75,9 @@ impl Engine<'_> {
         watts += be * p.active_w[top];
         let parked = f64::from(g.parked) + f64::from(g.be_cores) - be;
         let active = f64::from(g.vcpu_cores + g.nq_cores);
-        let idle = (active - busy - vcpu_busy).max(0.0);
-        watts += idle * p.idle_w[top] + parked * p.idle_w[0];
+        let idle = (active - busy - vcpu_busy - owned_idle).max(0.0);
+        watts +=
+            idle * p.idle_core_w(top, f64::INFINITY) + parked * p.idle_core_w(0, f64::INFINITY);
         self.energy_joules += watts * dt / 1e9;
     }
 }

@@ -6,6 +6,7 @@ use super::events::Event;
 use super::sampling::worker_summaries;
 use super::workers::WorkerState;
 use super::{ns, Engine, SimError, Trace};
+use crate::cores::CoreEvents;
 use crate::result::SimResult;
 use vadapt_policy::WakeCause;
 
@@ -204,6 +205,9 @@ impl Engine<'_> {
             self.energy_joules,
             self.latencies.per_period,
         )
-        .with_core_events(self.cores.events)
+        .with_core_events(CoreEvents {
+            explorer: self.cores.allocator.explorer_state(),
+            ..self.cores.events
+        })
     }
 }

@@ -191,7 +191,8 @@ impl Engine<'_> {
         let Some(cause) = self.queues[q].worker.wait.cause(woke) else {
             return;
         };
-        let lat = self.jitter(self.calibration.wake_latency_ns);
+        let idle_ns = self.now.saturating_sub(self.queues[q].worker.wait_start) as f64;
+        let lat = self.jitter(self.calibration.wake_latency_ns) + self.cstate_exit_ns(idle_ns);
         self.queues[q].worker.pass.wake = Some(cause);
         let generation = self.queues[q].worker.begin_waking();
         self.events.push(

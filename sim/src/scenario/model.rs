@@ -81,6 +81,44 @@ pub struct PowerModel {
     pub idle_w: Vec<f64>,
     /// Power of a busy core at each state, watts.
     pub active_w: Vec<f64>,
+    /// Power of the rest of the server (fans, memory, uncore, disks), watts;
+    /// a constant added to every instant (default 0: cores only).
+    #[serde(default)]
+    pub platform_w: f64,
+    /// Idle states (C-states) on: an idle core that has stayed idle for
+    /// `deep_residency_us` draws `idle_w`; off (or before that), it draws
+    /// `shallow_idle_w` at its frequency. Default on.
+    #[serde(default = "cstates_default")]
+    pub cstates: bool,
+    /// Power of an idle core in a shallow state (C0/C1: C-states off, or an
+    /// idle gap shorter than the deep state's residency) at each frequency
+    /// state, watts. Default: `idle_w` (no shallow state modelled).
+    #[serde(default)]
+    pub shallow_idle_w: Vec<f64>,
+    /// How long a core must have been idle before it counts as in the deep
+    /// state, µs (the deep C-state's target residency). Default 0.
+    #[serde(default)]
+    pub deep_residency_us: f64,
+    /// Wake-up latency added when a worker's core leaves the deep state, µs
+    /// (the deep C-state's exit latency). Default 0.
+    #[serde(default)]
+    pub deep_exit_us: f64,
+}
+
+fn cstates_default() -> bool {
+    true
+}
+
+impl PowerModel {
+    /// Power of one idle core at frequency state `freq` that has been idle
+    /// for `idle_ns`, watts.
+    pub fn idle_core_w(&self, freq: usize, idle_ns: f64) -> f64 {
+        let shallow = !self.cstates || idle_ns < self.deep_residency_us * 1e3;
+        match self.shallow_idle_w.get(freq) {
+            Some(&w) if shallow => w,
+            _ => self.idle_w[freq],
+        }
+    }
 }
 
 /// Closed-loop bulk senders (netperf TCP_STREAM-like) in one VM.
@@ -279,5 +317,47 @@ impl Scenario {
     /// Total worker threads (one per queue pair of every VM).
     pub fn workers(&self) -> usize {
         self.vms.iter().map(|v| v.queues as usize).sum()
+    }
+}
+
+#[cfg(test)]
+mod power_tests {
+    use super::PowerModel;
+
+    fn xeon(cstates: bool) -> PowerModel {
+        PowerModel {
+            freqs_mhz: vec![1200.0, 2800.0],
+            idle_w: vec![0.0, 0.0],
+            active_w: vec![2.357, 5.5],
+            platform_w: 170.0,
+            cstates,
+            shallow_idle_w: vec![0.893, 2.083],
+            deep_residency_us: 400.0,
+            deep_exit_us: 133.0,
+        }
+    }
+
+    #[test]
+    fn an_idle_core_is_shallow_until_the_deep_residency_then_deep() {
+        let p = xeon(true);
+        assert_eq!(p.idle_core_w(1, 100e3), 2.083);
+        assert_eq!(p.idle_core_w(0, 100e3), 0.893);
+        assert_eq!(p.idle_core_w(1, 400e3), 0.0);
+    }
+
+    #[test]
+    fn without_cstates_an_idle_core_stays_shallow() {
+        let p = xeon(false);
+        assert_eq!(p.idle_core_w(1, 1e12), 2.083);
+        assert_eq!(p.idle_core_w(0, f64::INFINITY), 0.893);
+    }
+
+    #[test]
+    fn without_a_shallow_table_idle_is_idle_w() {
+        let p = PowerModel {
+            shallow_idle_w: vec![],
+            ..xeon(false)
+        };
+        assert_eq!(p.idle_core_w(1, 0.0), 0.0);
     }
 }

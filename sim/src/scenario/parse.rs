@@ -480,12 +480,20 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
                     .chain(&v.idle_w)
                     .chain(&v.active_w)
                     .all(|x| x.is_finite() && *x >= 0.0)
-                && v.freqs_mhz[0] > 0.0;
+                && v.freqs_mhz[0] > 0.0
+                && (v.shallow_idle_w.is_empty() || v.shallow_idle_w.len() == n)
+                && v.shallow_idle_w.iter().all(|x| x.is_finite() && *x >= 0.0)
+                && v.platform_w.is_finite()
+                && v.platform_w >= 0.0
+                && v.deep_residency_us.is_finite()
+                && v.deep_residency_us >= 0.0
+                && v.deep_exit_us.is_finite()
+                && v.deep_exit_us >= 0.0;
             if !ok {
                 return Err(cx.err(
                     &p.span(),
                     "host.power",
-                    "needs freqs_mhz (ascending, > 0), idle_w and active_w of the same length, all >= 0",
+                    "needs freqs_mhz (ascending, > 0), idle_w and active_w (and shallow_idle_w if given) of the same length, all >= 0",
                 ));
             }
             Some(v.clone())
@@ -533,6 +541,7 @@ fn parse_core_alloc(
     let alloc = match kind {
         "time-sharing" => CoreAllocSpec::TimeSharing,
         "corenap-like" => CoreAllocSpec::CoreNapLike,
+        "demeter-like" => CoreAllocSpec::DemeterLike,
         "isolated" => {
             let need = |v: &Option<Spanned<i64>>, key: &str| {
                 v.as_ref().map_or_else(
@@ -580,7 +589,7 @@ fn parse_core_alloc(
                 &r.kind.span(),
                 "host.core_alloc.kind",
                 format!(
-                    "unknown allocator `{other}` (expected time-sharing, isolated, corenap-like or vspace)"
+                    "unknown allocator `{other}` (expected time-sharing, isolated, corenap-like, demeter-like or vspace)"
                 ),
             ))
         }

@@ -4,7 +4,7 @@ Three workloads -- C1: 3 VMs x 2 threads x 128 B, C2: 2 VMs x 5 threads x
 96 B, C3: 4 VMs x 1 thread x 192 B (C2 and C3 are off the training grid) --
 on the training host (24 cores, 10 GbE, 6-vCPU VMs, ``sim/scenarios/
 netap-ml-grid.toml``). Each run lasts 30 s: a fixed 2100 µs interval for
-0-10 s, then NetAP or NetAP-ML (paper defaults, no ring-full safety net),
+0-10 s, then NetAP or NetAP-ML (paper defaults: no ring-full safety net, no kick-driven check),
 "during" = 10-20 s, "after" = 20-30 s. Throughput is sampled every 2 s (two
 1-s samples of the simulator averaged). Ten runs (seeds 1-10) per case and
 policy; mean and standard deviation over all 2-s samples of a window and all
@@ -82,12 +82,14 @@ to_s = 30
 def scenario_text(case: str, policy: str, calibration: Path) -> str:
     """The scenario of ``case`` under ``policy`` (``netap`` or ``netap-ml``)."""
     vms, threads, size = CASES[case]
+    # The paper's NetAP: no ring-full safety net, no kick-driven check.
+    netap = "kick_threshold_permille = 0, kick_probe = false"
     if policy == "netap":
-        toml = '{ kind = "netap", kick_threshold_permille = 0 }'
+        toml = f'{{ kind = "netap", {netap} }}'
     else:
         toml = (
             f'{{ kind = "netap-ml", vms = {vms}, threads = {threads}, msg_size = {size}, '
-            "netap = { kick_threshold_permille = 0 } }"
+            f"netap = {{ {netap} }} }}"
         )
     return TEMPLATE.format(
         case=case,

@@ -1,0 +1,171 @@
+"""NetAP (netap.txt): Tables 1–4 in the simulator.
+
+Table 1 (gain of the best fixed interval over VirtIO) and Table 2 (NetAP
+against the best fixed interval, after and while adapting, 1 s rounds) come
+from each Table 2 scenario run once and swept over the interval
+(``sim/scenarios/netap-{1vm-6t,2vm-3t,3vm-2t,6vm-1t}.toml``); Tables 3–4
+(VirtIO → Adapted: bandwidth, host and guest CPU) from the 60-s scenarios
+``netap-{2vm-4t,3vm-3t,4vm-2t,5vm-1t}.toml``. The scenarios run the paper's
+NetAP: no ring-full safety net (``kick_threshold_permille = 0``), and, as
+the paper's NetAP has none, no kick-driven check.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .rows import Row
+from .runner import Sim
+
+TABLE2 = {
+    # scenario: (after adapting %, while adapting %), netap.txt Table 2, 1 s rounds
+    "1vm-6t": (100.27, 94.32),
+    "2vm-3t": (100.15, 98.76),
+    "3vm-2t": (100.89, 97.13),
+    "6vm-1t": (80.58, 81.30),
+}
+TABLE1 = {"1vm-6t": 128.0, "3vm-2t": 142.0, "6vm-1t": 163.0}
+"""Best interval's bandwidth against VirtIO, %, netap.txt Table 1 (V VMs × T threads)."""
+TABLES34 = {
+    # scenario: (bandwidth, guest CPU, host CPU), Adapted ÷ VirtIO in %, netap.txt Tables 3–4
+    "2vm-4t": (114.91, 103.77, 35.15),
+    "3vm-3t": (110.31, 102.35, 54.60),
+    "4vm-2t": (114.16, 102.65, 66.54),
+    "5vm-1t": (130.37, 101.22, 54.70),
+}
+
+DAEMON_TABLES34 = (
+    "B9 recorded (rev a67b906, TCP stream, 2×3 and 6×1 shapes): NetAP ÷ interrupt "
+    "bandwidth 1.35–1.57×, CPU/GB 0.19–0.52× (BENCHMARKS.md, B9)"
+)
+NO_DAEMON = "not on 2 cores: the paper's 6-core, 10 GbE host"
+
+
+def periods(result: Path) -> dict[str, dict]:
+    """The run's `periods` rows by name."""
+    rows = json.loads(result.read_text())["rows"]
+    return {r["variant"]: r for r in rows if r["table"] == "periods"}
+
+
+def paper_scenario(sim: Sim, src: Path, out: Path) -> Path:
+    """``src`` with NetAP's kick-driven check off (the paper has none), written to ``out``."""
+    text = src.read_text()
+    text = text.replace('include = "../', f'include = "{src.parent.parent.resolve()}/')
+    text = text.replace(
+        "kick_threshold_permille = 0 }", "kick_threshold_permille = 0, kick_probe = false }"
+    )
+    if "kick_probe = false" not in text:
+        raise ValueError(f"{src}: no NetAP policy line with kick_threshold_permille = 0")
+    out.write_text(text)
+    return out
+
+
+def rows(sim: Sim, out: Path) -> list[Row]:
+    """Every NetAP row."""
+    out.mkdir(parents=True, exist_ok=True)
+    result: list[Row] = []
+    for name, (after_p, during_p) in TABLE2.items():
+        src = sim.repo / f"sim/scenarios/netap-{name}.toml"
+        sc = paper_scenario(sim, src, out / f"netap-{name}.toml")
+        run_dir, sweep_dir = out / f"run-{name}", out / f"sweep-{name}"
+        sim.run([sim.simrun, "sim", sc, "--out", run_dir])
+        sim.run(
+            [sim.simrun, "sim", "sweep", sc, "--param", "interval=50..4000:50", "--out", sweep_dir]
+        )
+        sweep = json.loads((sweep_dir / "sweep.json").read_text())
+        best = sweep["best_gbps"]
+        p = periods(run_dir / "result.json")
+        cmd = "; ".join(sim.log[-2:])
+        common = {"scenario": f"sim/scenarios/netap-{name}.toml (kick_probe off)", "command": cmd}
+        shape = name.upper()
+        note_6vm = (
+            "inside the 25 % band, but the paper's NetAP fell about 19 % short of the best "
+            "and the model's does not: its six identical VMs see one flat plateau, and their "
+            "searches do not disturb each other as the paper's did (no noise between rounds)"
+        )
+        result.append(
+            Row(
+                "NetAP",
+                f"Table 2, {shape}, after adapting (90–120 s), % of the best fixed interval",
+                "%",
+                after_p,
+                "netap.txt Table 2 (a), 1 s",
+                100 * p["adapted"]["gbps"] / best,
+                daemon=NO_DAEMON,
+                note=note_6vm if name == "6vm-1t" else "",
+                **common,
+            )
+        )
+        result.append(
+            Row(
+                "NetAP",
+                f"Table 2, {shape}, while adapting (30–60 s), % of the best fixed interval",
+                "%",
+                during_p,
+                "netap.txt Table 2 (b), 1 s",
+                100 * p["adapting"]["gbps"] / best,
+                daemon=NO_DAEMON,
+                note=note_6vm if name == "6vm-1t" else "",
+                **common,
+            )
+        )
+        if name in TABLE1:
+            base = sweep.get("baseline", {}).get("gbps")
+            result.append(
+                Row(
+                    "NetAP",
+                    f"Table 1, {shape}: best fixed interval's bandwidth, % of VirtIO",
+                    "%",
+                    TABLE1[name],
+                    "netap.txt Table 1",
+                    100 * best / base if base else None,
+                    daemon=NO_DAEMON,
+                    neutral=100.0,
+                    tie=2.0,
+                    note=(
+                        "the model's interrupt mode loses little with idle cores; the paper's "
+                        "paid costs the model lacks (kick latency on the ACK clock, RX)"
+                    ),
+                    **common,
+                )
+            )
+    for name, (bw_p, guest_p, host_p) in TABLES34.items():
+        src = sim.repo / f"sim/scenarios/netap-{name}.toml"
+        sc = paper_scenario(sim, src, out / f"netap-{name}.toml")
+        run_dir = out / f"run-{name}"
+        sim.run([sim.simrun, "sim", sc, "--out", run_dir])
+        p = periods(run_dir / "result.json")
+        v, a = p["VirtIO"], p["adapted"]
+        common = {
+            "scenario": f"sim/scenarios/netap-{name}.toml (kick_probe off)",
+            "command": sim.log[-1],
+            "neutral": 100.0,
+            "tie": 1.0,
+        }
+        shape = name.upper()
+        for label, key, paper_value, daemon in (
+            ("bandwidth", "gbps", bw_p, DAEMON_TABLES34),
+            ("guest CPU", "guest_cpu_pct", guest_p, NO_DAEMON),
+            ("host CPU", "host_cpu_pct", host_p, NO_DAEMON),
+        ):
+            result.append(
+                Row(
+                    "NetAP",
+                    f"Tables 3–4, {shape}: {label}, Adapted ÷ VirtIO, %",
+                    "%",
+                    paper_value,
+                    "netap.txt Tables 3–4",
+                    100 * a[key] / v[key],
+                    daemon=daemon,
+                    note=(
+                        "the calibration's wake-up CPU (27 µs, measured in nested VMs) is "
+                        "several times a bare-metal host's, so the model's interrupt mode "
+                        "burns more host CPU"
+                        if key == "host_cpu_pct"
+                        else ""
+                    ),
+                    **common,
+                )
+            )
+    return result

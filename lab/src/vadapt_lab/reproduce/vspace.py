@@ -1,0 +1,310 @@
+"""vSPACE (vspace.txt): §5.2's memcached figures in the simulator.
+
+Every allocator of ``sim/examples/vspace_eval.rs`` on
+``sim/scenarios/vspace-memcached.toml`` (20 cores, one 20-vCPU VM, a
+memcached-like RR load), at constant loads; then Algorithm 3's threshold
+explorer in long runs (it needs 1000 samples, 100 s, a round and halts after
+3 stable rounds), which the 6-s points cannot show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..vspace_sim import parse_points
+from .rows import Row
+from .runner import Sim
+
+SCENARIO = "sim/scenarios/vspace-memcached.toml"
+SOFTIRQ = "sim/scenarios/vspace-memcached-softirq.toml"
+"""The same with the NIC's softIRQ cost per packet from the paper's Fig. 11."""
+SLO_US = 1000.0
+DAEMON = "not on 2 CPUs: each group keeps a core, so vSPACE has one split to give (docs/vspace.md)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Loads, allocators and run lengths of one evaluation."""
+
+    qps: str
+    only: str
+    duration_s: float
+    warmup_s: float
+    long_s: float
+    long_qps: str
+    softirq_qps: str
+    softirq_only: str
+
+
+FULL = Plan(
+    # The allocators and loads the rows read (the whole sweep, every allocator
+    # at 25..300 step 25: sim/scripts/vspace-eval.sh, docs/simulation.md).
+    qps="50,100,125,150,200,250,300",
+    only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P,vSPACE-E,vSPACE-R,Demeter-like(1NQ),Demeter-like(20NQ)",
+    duration_s=6,
+    warmup_s=3,
+    # At +3 % a rewarded round, 0.7 reaches the 0.95 ceiling in 11 rounds of
+    # 100 s, and the explorer halts after 3 stable rounds more.
+    long_s=1500,
+    long_qps="50",
+    softirq_qps="100,150,200,250,300",
+    softirq_only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P",
+)
+QUICK = Plan(
+    qps="50,100,125,150",
+    only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P,vSPACE-E,vSPACE-R,Demeter-like(1NQ)",
+    duration_s=3,
+    warmup_s=1,
+    long_s=30,
+    long_qps="50",
+    softirq_qps="150,200,250",
+    softirq_only="20vCPU-1NQ",
+)
+
+
+def evaluate(
+    sim: Sim, plan: Plan, scenario: str = SCENARIO, qps: str = "", only: str = ""
+) -> tuple[pd.DataFrame, str]:
+    """The points table of one ``vspace_eval`` run, and its command."""
+    args: list = [sim.vspace_eval, scenario, "--qps", qps or plan.qps]
+    args += ["--duration-s", plan.duration_s, "--warmup-s", plan.warmup_s, "--threads", "2"]
+    if only or plan.only:
+        args += ["--only", only or plan.only]
+    text = sim.run(args)
+    return parse_points(text), sim.log[-1]
+
+
+def explorer(sim: Sim, plan: Plan) -> tuple[list[dict], str]:
+    """Algorithm 3 at the end of a ``plan.long_s`` run per vSPACE mode."""
+    args: list = [sim.vspace_eval, SCENARIO, "--qps", plan.long_qps]
+    args += ["--duration-s", plan.long_s, "--warmup-s", plan.long_s - 1, "--threads", "2"]
+    args += ["--only", "vSPACE-P,vSPACE-E"]
+    text = sim.run(args)
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 10 and cells[0].startswith("vSPACE-"):
+            rounds, state, th = (c.strip() for c in cells[9].split(","))
+            vcpu, nq = (float(x) for x in th.split("/"))
+            out.append(
+                {
+                    "allocator": cells[0],
+                    "rounds": int(rounds.split()[0]),
+                    "halted": state == "halted",
+                    "th_vcpu": vcpu,
+                    "th_nq": nq,
+                }
+            )
+    return out, sim.log[-1]
+
+
+def max_under_slo(points: pd.DataFrame, allocator: str) -> tuple[float | None, bool]:
+    """Highest load before the first that violates the SLO, and whether it is the
+    top of the sweep (then a lower bound)."""
+    mine = points[points["allocator"] == allocator].sort_values("kqps")
+    best = None
+    for _, p in mine.iterrows():
+        if p["p95_us"] <= SLO_US and p["served"] >= 0.98 * p["kqps"]:
+            best = p["kqps"]
+        else:
+            return best, False
+    return best, True
+
+
+def at(points: pd.DataFrame, allocator: str, kqps: float) -> pd.Series | None:
+    """The point of ``allocator`` at ``kqps``."""
+    m = points[(points["allocator"] == allocator) & (points["kqps"] == kqps)]
+    return None if m.empty else m.iloc[0]
+
+
+def rows(sim: Sim, plan: Plan) -> list[Row]:
+    """Every vSPACE row."""
+    points, cmd = evaluate(sim, plan)
+    common = {"scenario": SCENARIO, "command": cmd, "daemon": DAEMON}
+    p_max, p_top = max_under_slo(points, "vSPACE-P")
+    s_max, _ = max_under_slo(points, "20vCPU-20NQ")
+    one_max, one_top = max_under_slo(points, "20vCPU-1NQ")
+    bound = " (the top of the sweep: a lower bound)"
+    result = [
+        Row(
+            "vSPACE",
+            "Fig. 8, memcached: max QPS under the P95 SLO, vSPACE-P ÷ static 20vCPU-20NQ",
+            "×",
+            4.18,
+            "vspace.txt §5.2 (+318 %)",
+            p_max / s_max if p_max and s_max else None,
+            neutral=1.0,
+            note=(
+                "static 20vCPU-1NQ reaches the same load (and 16vCPU-4NQ did in "
+                "docs/simulation.md's full sweep): isolation is free of preemption in the "
+                "model, so the gain is isolation's, not dynamic allocation's"
+                + (bound if p_top else "")
+            ),
+            **common,
+        ),
+        Row(
+            "vSPACE",
+            "Fig. 2/8: static 20vCPU-1NQ's knee, max kQPS under the SLO",
+            "kQPS",
+            110.0,
+            "vspace.txt Fig. 2 (1pNQ-1vNQ violates from ~110 kQPS)",
+            one_max,
+            note=(
+                "one NQ core costs ~0.7 µs a request in the model (18 ns/packet copy, no "
+                "pIRQ/softIRQ, no vhost-net copy), so it does not saturate"
+                + (bound if one_top else "")
+            ),
+            **common,
+        ),
+        Row(
+            "vSPACE",
+            "Fig. 4/14: time-shared 20vCPU-20NQ, max kQPS under the SLO",
+            "kQPS",
+            150.0,
+            "vspace.txt §3 (violates beyond 150 kQPS; 160 in Fig. 14)",
+            s_max,
+            **common,
+        ),
+    ]
+    soft, soft_cmd = evaluate(sim, plan, SOFTIRQ, plan.softirq_qps, plan.softirq_only)
+    knee, knee_top = max_under_slo(soft, "20vCPU-1NQ")
+    result.append(
+        Row(
+            "vSPACE",
+            "Fig. 2/8: static 20vCPU-1NQ's knee, max kQPS under the SLO, with the NIC's "
+            "softIRQ cost of Fig. 11 on the NQ core",
+            "kQPS",
+            110.0,
+            "vspace.txt Fig. 2 (1pNQ-1vNQ violates from ~110 kQPS)",
+            knee,
+            scenario=SOFTIRQ,
+            command=soft_cmd,
+            daemon=DAEMON,
+            note=(
+                "1.906 µs a packet from the paper's own Fig. 11 (ES2's pNQ core 95.3 % busy at "
+                "250 kQPS) moves the knee down; vhost-net's copies and vIRQ injection on that "
+                "core, which the paper's 1NQ also carried, are not modelled"
+                + (" (the top of the sweep: a lower bound)" if knee_top else "")
+                + (" (the lowest load swept already violates)" if knee is None else "")
+            ),
+        )
+    )
+    if "vSPACE-P" in plan.softirq_only:
+        sp, _ = max_under_slo(soft, "vSPACE-P")
+        ss, _ = max_under_slo(soft, "20vCPU-20NQ")
+        result.append(
+            Row(
+                "vSPACE",
+                "Fig. 8, with the NIC's softIRQ cost of Fig. 11: max QPS vSPACE-P ÷ 20vCPU-20NQ",
+                "×",
+                4.18,
+                "vspace.txt §5.2 (+318 %)",
+                sp / ss if sp and ss else None,
+                neutral=1.0,
+                scenario=SOFTIRQ,
+                command=soft_cmd,
+                daemon=DAEMON,
+                note="a lower bound when vSPACE-P holds the SLO at the top of the sweep",
+            )
+        )
+    e50, p50, s50 = (at(points, a, 50.0) for a in ("vSPACE-E", "vSPACE-P", "20vCPU-20NQ"))
+    power_note = (
+        "PLACEHOLDER power model (5.5 W busy, 1.2 W idle, 1.0 W parked per core, no P-/C-state "
+        "figures of the paper's Xeon Gold 6138): parked and idle cores differ by 0.2 W"
+    )
+    for other, ref, paper_value in ((p50, "vSPACE-P", -19.6), (s50, "20vCPU-20NQ", -24.4)):
+        sim_value = None
+        if e50 is not None and other is not None:
+            sim_value = 100 * (e50["power_w"] / other["power_w"] - 1)
+        result.append(
+            Row(
+                "vSPACE",
+                f"Fig. 12, memcached 50 kQPS: vSPACE-E energy against {ref}, %",
+                "%",
+                paper_value,
+                "vspace.txt §5.2 Energy",
+                sim_value,
+                neutral=0.0,
+                tie=1.0,
+                note=power_note,
+                **common,
+            )
+        )
+    result.append(
+        Row(
+            "vSPACE",
+            "§5.2, memcached 50 kQPS: vSPACE-E's active cores (vCPU + NQ groups)",
+            "cores",
+            5.0,
+            "vspace.txt §5.2 (an average of 5 pCPUs)",
+            None if e50 is None else e50["vcpu"] + e50["nq"],
+            **common,
+        )
+    )
+    r50, d50, d20 = (
+        at(points, a, 50.0) for a in ("vSPACE-R", "Demeter-like(1NQ)", "Demeter-like(20NQ)")
+    )
+    be_gain, be_note = None, "no Demeter-like point at 50 kQPS"
+    if r50 is not None and d50 is not None and d50["be"] > 0:
+        be_gain = 100 * (r50["be"] / d50["be"] - 1)
+        ok = d50["p95_us"] <= SLO_US and d50["served"] >= 0.98 * d50["kqps"]
+        be_note = (
+            f"BE cores vSPACE-R {r50['be']:.1f}, Demeter-like(1NQ) {d50['be']:.1f} at P95 "
+            f"{d50['p95_us']:.0f} µs ({'meets' if ok else 'violates'} the SLO)"
+        )
+        if d20 is not None:
+            be_note += f"; Demeter-like(20NQ) {d20['be']:.1f} at P95 {d20['p95_us']:.0f} µs"
+        if not ok:
+            be_note += (
+                ". Sized by its vCPUs' load alone (our definition, sim/src/cores.rs), the "
+                "Demeter-like group is too small for the packet work it time-shares and "
+                "violates the SLO where the paper's Demeter held it: the comparison is not "
+                "like for like"
+            )
+    result.append(
+        Row(
+            "vSPACE",
+            "Fig. 13, memcached 50 kQPS: vSPACE-R's cores for the best-effort VM against "
+            "Demeter-like(1NQ), %",
+            "%",
+            20.9,
+            "vspace.txt §5.2 (+20.9 % memcached, up to +30.5 % ferret)",
+            be_gain,
+            neutral=0.0,
+            tie=1.0,
+            note=be_note,
+            **common,
+        )
+    )
+    runs, cmd = explorer(sim, plan)
+    for r in runs:
+        moved = abs(r["th_vcpu"] - 0.7) > 1e-9 or abs(r["th_nq"] - 0.7) > 1e-9
+        ok = r["halted"] and moved
+        result.append(
+            Row(
+                "vSPACE",
+                f"Algorithm 3, {r['allocator']} at {plan.long_qps} kQPS for {plan.long_s:.0f} s: "
+                "converges, thresholds move from 0.7",
+                "",
+                None,
+                "vspace.txt Algorithm 3 (explores until stable)",
+                sim_text=(
+                    f"{r['rounds']} rounds, {'halted (stable)' if r['halted'] else 'exploring'}, "
+                    f"Th vCPU {r['th_vcpu']:.3f}, NQ {r['th_nq']:.3f}"
+                ),
+                judged="agrees" if ok else "disagrees",
+                note=(
+                    ""
+                    if ok
+                    else "did not halt within the run: with no SLO violation every round is "
+                    "rewarded (+3 %), and a rewarded round below the 0.95 ceiling is not "
+                    "stable, so it needs 11 rounds to the ceiling and 3 stable ones"
+                ),
+                scenario=SCENARIO,
+                command=cmd,
+                daemon=DAEMON,
+            )
+        )
+    return result
