@@ -29,5 +29,6 @@ mod guest_memory;
 pub mod handler;
 pub mod memory_file;
 mod raw_requests;
+mod received_fds;
 pub mod serve;
 mod unshared_memory;

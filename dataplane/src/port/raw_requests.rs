@@ -20,6 +20,7 @@
 //! (the stream's framing cannot be trusted).
 
 use super::handler::Connection;
+use super::received_fds::recv_closing_fds;
 use std::os::fd::RawFd;
 use vadapt_wire::Mac;
 
@@ -86,43 +87,8 @@ pub fn serve_raw(
 /// it carried and returns their number.
 fn read_message(fd: RawFd) -> std::io::Result<([u8; HDR_LEN + PAYLOAD_LEN], usize)> {
     let mut data = [0u8; HDR_LEN + PAYLOAD_LEN];
-    // Room for vhost-user's 32 descriptors; u64 keeps cmsghdr aligned.
-    let mut control = [0u64; (32 * 4 + 64) / 8];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; every pointer set below points
-    // into buffers on this stack frame that outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: `msg` describes valid buffers owned by this frame.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL | libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut fds = 0;
-    // SAFETY: the CMSG_* walk stays within the `msg_controllen` bytes the
-    // kernel filled in; each SCM_RIGHTS payload is an array of descriptors
-    // that are ours now, closed here.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let p = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                for i in 0..len / std::mem::size_of::<libc::c_int>() {
-                    libc::close(p.add(i).read_unaligned());
-                    fds += 1;
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    if (n as usize) < data.len() {
+    let (n, fds) = recv_closing_fds(fd, &mut data, libc::MSG_WAITALL)?;
+    if n < data.len() {
         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
     }
     Ok((data, fds))

@@ -6,6 +6,7 @@
 use super::frontend_socket::FrontendSocket;
 use super::handler::Connection;
 use super::raw_requests;
+use super::received_fds::recv_closing_fds;
 use crate::queue::VmPort;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -31,49 +32,13 @@ struct Peeked {
 /// Peek at the next message on `fd` (see [`Peeked`]). `None` when the peer
 /// is gone or sent less than a header.
 fn peek_message(fd: std::os::fd::RawFd) -> Option<Peeked> {
-    /// Room for the kernel's limit of descriptors on one message (SCM_MAX_FD).
-    const MAX_PEEK_FDS: usize = 253;
     let mut data = [0u8; 20];
-    // u64 elements keep the control buffer aligned for cmsghdr.
-    let mut control = [0u64; (MAX_PEEK_FDS * 4 + 64) / 8];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; every pointer set below points
-    // into buffers on this stack frame that outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: `msg` describes valid buffers; MSG_PEEK leaves the data in
-    // the socket. Waiting for the header only: a message with a shorter
-    // payload than 8 bytes returns what there is.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_PEEK) };
-    if n < 0 {
-        return None;
-    }
-    // The duplicates are closed whatever the message's length: a short
-    // header with descriptors, then the end of the stream, must not leave
-    // them open in the daemon.
-    let mut fds = 0;
-    // SAFETY: the CMSG_* walk stays within `msg_controllen` bytes the kernel
-    // filled in; each SCM_RIGHTS payload is an array of ints we own now.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let p = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                for i in 0..len / std::mem::size_of::<libc::c_int>() {
-                    libc::close(p.add(i).read_unaligned());
-                    fds += 1;
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
+    // MSG_PEEK leaves the data in the socket; the duplicated descriptors
+    // are closed whatever the message's length (a short header with
+    // descriptors, then the end of the stream, must not leave them open).
+    // Waiting for the header only: a message with a shorter payload than
+    // 8 bytes returns what there is.
+    let (n, fds) = recv_closing_fds(fd, &mut data, libc::MSG_PEEK).ok()?;
     if n < 12 {
         return None;
     }
