@@ -338,3 +338,49 @@ fn a_reload_applies_the_difference_and_leaves_a_connected_port_alone() {
     assert_eq!(drops(&s, "a"), 0);
     d.shutdown();
 }
+
+#[test]
+fn a_daemon_starts_with_no_ports_and_takes_them_at_run_time() {
+    // As under the libvirt hook: every port comes with its VM.
+    let _one = serial();
+    let tmp = tmpdir("empty");
+    let dir = tmp.path();
+    let control = dir.join("control.sock");
+    let d = Daemon::start(DaemonConfig {
+        control: control.clone(),
+        ..DaemonConfig::default()
+    })
+    .expect("a daemon with no ports starts");
+    let stats = |c: &Path| match ask(c, Request::Stats) {
+        Response::Stats { stats } => stats,
+        r => panic!("{r:?}"),
+    };
+    assert!(stats(&control).ports.is_empty());
+    for port in [
+        PortSpec::Sink(sink("s", SINK)),
+        PortSpec::Vm(Box::new(vm(dir, "a", 1))),
+    ] {
+        assert_eq!(ask(&control, Request::AddPort { port }), Response::Ok);
+    }
+    let names: Vec<String> = stats(&control).ports.into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["s", "a"]);
+    assert!(dir.join("a.sock").exists());
+    // The traffic of a guest on the added port reaches the added sink.
+    let r = run(
+        guest(&dir.join("a.sock"), Load::Rate { pps: 2000.0 }, SINK, 300),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let sent = r.totals.sent_packets;
+    assert!(sent > 0);
+    settled(&d, |s| rx(s, "s") == sent);
+    // And the last ports go again: the daemon is empty, and still serves.
+    for port in ["a", "s"] {
+        assert_eq!(
+            ask(&control, Request::DelPort { port: port.into() }),
+            Response::Ok
+        );
+    }
+    assert!(stats(&control).ports.is_empty());
+    assert!(!dir.join("a.sock").exists());
+    d.shutdown();
+}
