@@ -15,7 +15,9 @@ use vadapt_virtq::driver::DriverQueue;
 use vadapt_virtq::layout::QueueLayout;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::RingFeatures;
-use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserHeaderFlag};
+use vhost::vhost_user::message::{
+    VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserVringAddrFlags,
+};
 use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -28,7 +30,7 @@ use super::ctrl_queue::{send_vq_pairs_set, CtrlMq};
 use super::dirty_log::FrontendLog;
 use super::error::{proto, FrontendError};
 use super::features::{
-    has_feature, negotiate_features, tx_offloads, VHOST_USER_F_PROTOCOL_FEATURES,
+    has_feature, negotiate_features, tx_offloads, VHOST_F_LOG_ALL, VHOST_USER_F_PROTOCOL_FEATURES,
 };
 use super::memory_plan::{plan_memory, CtrlPlan, TxBufs};
 use super::net_config::NetConfig;
@@ -36,11 +38,6 @@ use super::queue_pair::build_pair;
 use super::watchdog::Watchdog;
 use crate::config::{GuestConfig, Mode, MTU};
 use crate::driver::queue::{Notifiers, QueuePair, RX_BUF_LEN};
-
-/// `VHOST_F_LOG_ALL`: the device logs its writes to guest memory.
-const VHOST_F_LOG_ALL_BIT: u32 = 26;
-/// `VHOST_VRING_F_LOG`: the ring's used-ring writes are logged.
-const VHOST_VRING_F_LOG: u32 = 1;
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
 /// rings started.
@@ -118,7 +115,16 @@ impl Connection {
         if !has_feature(offered, VIRTIO_F_VERSION_1) {
             return Err(FrontendError::NoVersion1);
         }
-        let features = negotiate_features(offered, cfg.mode);
+        let mut features = negotiate_features(offered, cfg.mode);
+        if cfg.dirty_log {
+            // Logging needs the protocol features (for LOG_SHMFD, below) and LOG_ALL.
+            if !(has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES)
+                && has_feature(offered, VHOST_F_LOG_ALL))
+            {
+                return Err(FrontendError::NoDirtyLog);
+            }
+            features |= 1 << VHOST_F_LOG_ALL;
+        }
         if cfg.mode == Mode::TcpStream {
             let off = tx_offloads(features);
             if !(off.csum && off.tso4) {
@@ -144,9 +150,7 @@ impl Connection {
                     | VhostUserProtocolFeatures::CONFIG
                     | VhostUserProtocolFeatures::REPLY_ACK);
             if cfg.dirty_log {
-                if !offered_p.contains(VhostUserProtocolFeatures::LOG_SHMFD)
-                    || !has_feature(offered, VHOST_F_LOG_ALL_BIT)
-                {
+                if !offered_p.contains(VhostUserProtocolFeatures::LOG_SHMFD) {
                     return Err(FrontendError::NoDirtyLog);
                 }
                 acked_p |= VhostUserProtocolFeatures::LOG_SHMFD;
@@ -196,15 +200,6 @@ impl Connection {
             .unwrap_or(cfg.threads.min(u32::from(u16::MAX)) as u16)
             .min(max_pairs);
 
-        if cfg.dirty_log && !has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES) {
-            return Err(FrontendError::NoDirtyLog);
-        }
-        let features = features
-            | if cfg.dirty_log {
-                1 << VHOST_F_LOG_ALL_BIT
-            } else {
-                0
-            };
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
         let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
@@ -321,7 +316,11 @@ impl Connection {
         let addr = VringConfigData {
             queue_max_size: l.size,
             queue_size: l.size,
-            flags: if logged { VHOST_VRING_F_LOG } else { 0 },
+            flags: if logged {
+                VhostUserVringAddrFlags::VHOST_VRING_F_LOG.bits()
+            } else {
+                0
+            },
             desc_table_addr: uva(l.desc),
             used_ring_addr: uva(l.used),
             avail_ring_addr: uva(l.avail),

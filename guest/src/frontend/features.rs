@@ -13,6 +13,8 @@ use vadapt_wire::tcp_build::TxOffloads;
 
 /// `VHOST_USER_F_PROTOCOL_FEATURES`: the backend speaks protocol-feature negotiation.
 pub(super) const VHOST_USER_F_PROTOCOL_FEATURES: u32 = 30;
+/// `VHOST_F_LOG_ALL`: the device logs its writes to guest memory (`--dirty-log`).
+pub(super) const VHOST_F_LOG_ALL: u32 = 26;
 
 /// The feature bits a Linux virtio-net driver (behind QEMU) acknowledges when offered, for
 /// what this guest uses in `mode`: raw frames need no checksum or segmentation offloads (they
