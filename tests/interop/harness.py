@@ -556,6 +556,12 @@ class Guest:
                 return parse_result(line)
         raise HarnessError(f"{command!r} printed no result with {key}=\n" + self.proc.tail())
 
+    def wait_file(self, path: str, key: str, timeout: float) -> dict[str, str]:
+        """The result line with `key` that a background command writes to
+        `path` in the guest, once it is there."""
+        cmd = f"while ! grep -q {key}= {path}; do sleep 0.2; done; cat {path}"
+        return self.shell_result(cmd, key, timeout=timeout)
+
     def poweroff(self, timeout: float = 30) -> int:
         self.proc.send("exit")
         return self.proc.wait_exit(timeout)

@@ -38,8 +38,7 @@ def stream(a: Guest, b: Guest, n: int) -> None:
     want = pattern(STREAM_N)
     b.shell(f"vrecv {PORT} >/tmp/recv{n}.txt 2>&1 &")
     sent = a.shell_result(f"vsend {IP_B} {PORT} {STREAM_N}", "send_bytes", timeout=150)
-    wait = f"while ! grep -q recv_bytes= /tmp/recv{n}.txt; do sleep 0.2; done; cat /tmp/recv{n}.txt"
-    got = b.shell_result(wait, "recv_bytes", timeout=60)
+    got = b.wait_file(f"/tmp/recv{n}.txt", "recv_bytes", timeout=60)
     assert sent["rc"] == "0", sent
     assert (int(sent["send_bytes"]), sent["send_md5"]) == want, sent
     assert (int(got["recv_bytes"]), got["recv_md5"]) == want, got

@@ -190,13 +190,6 @@ def ping_replies(lines: list[str]) -> list[tuple[int, float]]:
     ]
 
 
-def wait_file(g: Guest, path: str, key: str, timeout: float) -> dict[str, str]:
-    """The result line with `key` that a background helper writes to `path`
-    in the guest, once it is there."""
-    cmd = f"while ! grep -q {key}= {path}; do sleep 0.2; done; cat {path}"
-    return g.shell_result(cmd, key, timeout=timeout)
-
-
 def out_dir(tmp_path: Path) -> Path:
     d = Path(os.environ.get("VADAPT_MIGRATION_OUT") or tmp_path)
     d.mkdir(parents=True, exist_ok=True)
@@ -345,11 +338,11 @@ def test_live_migration_under_traffic(
     a.proc.stop()
 
     # Both streams complete, after the switch-over, whole.
-    got_a, got_b = (wait_file(g, "/tmp/recv.txt", "recv_bytes", 300) for g in (a2, b))
+    got_a, got_b = (g.wait_file("/tmp/recv.txt", "recv_bytes", 300) for g in (a2, b))
     assert (int(got_a["recv_bytes"]), got_a["recv_md5"]) == (want_bytes, want_md5), got_a
     assert (int(got_b["recv_bytes"]), got_b["recv_md5"]) == (want_bytes, want_md5), got_b
     for g in (a2, b):
-        sent = wait_file(g, "/tmp/send.txt", "send_bytes", 120)
+        sent = g.wait_file("/tmp/send.txt", "send_bytes", 120)
         assert (sent["rc"], int(sent["send_bytes"])) == ("0", want_bytes), (g.name, sent)
     st = d.stats()
     # Some of each stream crossed after the switch-over: into A through vma2,
