@@ -29,6 +29,10 @@ pub struct Switch {
     /// By [`PortId`]; `None`: a removed port's slot, free for the next.
     ports: RwLock<Vec<Option<PortEntry>>>,
     fdb: Mutex<HashMap<Mac, FdbEntry>>,
+    /// Moves at every change of ports or table. Each switch counts in its
+    /// own range of 2^32 ([`Switch::new`]): a worker's cache is
+    /// thread-local, and a cache filled from one switch must never look
+    /// current to another (two switches in one process: tests, fuzzing).
     generation: AtomicU64,
     ageing: Duration,
 }
@@ -72,10 +76,12 @@ const LEARN_REFRESH: Duration = Duration::from_secs(1);
 impl Switch {
     /// A switch whose learned entries expire after `ageing`.
     pub fn new(ageing: Duration) -> Self {
+        static SWITCHES: AtomicU64 = AtomicU64::new(0);
+        let first = (SWITCHES.fetch_add(1, Ordering::Relaxed) << 32) | 1;
         Switch {
             ports: RwLock::new(Vec::new()),
             fdb: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(1),
+            generation: AtomicU64::new(first),
             ageing,
         }
     }
