@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// frames over 1518 bytes dropped). Repeatable.
     #[arg(long = "tap", value_name = "SPEC")]
     pub taps: Vec<String>,
+    /// An uplink to the physical network over AF_XDP (no NIC unbinding, no hugepages):
+    /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N]`.
+    /// One AF_XDP socket and queue worker per NIC queue `0..N`, running POLICY (default:
+    /// `--policy`). libxdp attaches its redirect program to IFACE and detaches it at stop;
+    /// one a killed vadapt left is replaced at the next start. Repeatable.
+    #[arg(long = "uplink", value_name = "SPEC")]
+    pub uplinks: Vec<String>,
     /// Default policy of VM ports: interrupt, busy-poll, netap, netap-ml, growshrink,
     /// eekbp [default: netap, or the config file's].
     #[arg(long, value_name = "POLICY")]
@@ -209,10 +216,11 @@ pub struct StatsArgs {
 /// `vadapt add-port`: one port, as `serve` takes it.
 #[derive(Debug, Args)]
 #[command(
-    group(clap::ArgGroup::new("port").required(true).args(["vm", "sink", "echo", "tap"])),
+    group(clap::ArgGroup::new("port").required(true).args(["vm", "sink", "echo", "tap", "uplink"])),
     after_help = "EXAMPLES:\n  \
     vadapt add-port --vm name=vm3,socket=/run/vadapt/vm3.sock,queues=2,policy=netap\n  \
-    vadapt add-port --sink sink1\n\n\
+    vadapt add-port --sink sink1\n  \
+    vadapt add-port --uplink name=up0,iface=eth1,queues=2,policy=eekbp\n\n\
     The port is checked as `serve` checks its ports (a name or socket already taken, or a\n  \
     sink's or echo's MAC, is refused, naming the port). A VM port may have another VM port's\n  \
     MAC: the destination port of a live migration has the VM's. It is not written to the config file: a `reload` of a file\n  \
@@ -231,6 +239,9 @@ pub struct AddPortArgs {
     /// A TAP port, as `serve --tap` takes it.
     #[arg(long, value_name = "SPEC")]
     pub tap: Option<String>,
+    /// An uplink, as `serve --uplink` takes it.
+    #[arg(long, value_name = "SPEC")]
+    pub uplink: Option<String>,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
     pub control: PathBuf,

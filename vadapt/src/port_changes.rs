@@ -4,7 +4,9 @@
 use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs};
 use std::path::Path;
 use std::process::ExitCode;
-use vadapt_dataplane::config::{parse_local_spec, parse_tap_spec, parse_vm_spec, PortSpec};
+use vadapt_dataplane::config::{
+    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, PortSpec,
+};
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_harness::cli_util::{chain, fail};
 
@@ -22,7 +24,10 @@ fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {
             .map(PortSpec::Echo)
             .map_err(err),
         (_, _, _, Some(t)) => parse_tap_spec(t).map(PortSpec::Tap).map_err(err),
-        _ => Err("name a port: --vm, --sink, --echo or --tap".into()),
+        _ => match &a.uplink {
+            Some(u) => parse_uplink_spec(u).map(PortSpec::Uplink).map_err(err),
+            None => Err("name a port: --vm, --sink, --echo, --tap or --uplink".into()),
+        },
     }
 }
 

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vadapt_dataplane::config::{parse_local_spec, parse_tap_spec, parse_vm_spec, DaemonConfig};
+use vadapt_dataplane::config::{
+    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, DaemonConfig,
+};
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_dataplane::Daemon;
 use vadapt_harness::cli_util::{chain, fail};
@@ -35,6 +37,10 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     }
     for t in &a.taps {
         cfg.tap.push(parse_tap_spec(t).map_err(|e| e.to_string())?);
+    }
+    for u in &a.uplinks {
+        cfg.uplink
+            .push(parse_uplink_spec(u).map_err(|e| e.to_string())?);
     }
     if let Some(m) = &a.netap_ml_model {
         cfg.netap_ml_model = Some(m.clone());

@@ -32,6 +32,7 @@ pub mod cores;
 mod error;
 mod host_port;
 mod port_spec;
+mod uplink_port;
 mod vm_port;
 
 use error::field;
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+pub use uplink_port::{parse_uplink_spec, UplinkPortConfig, XskMode, MAX_UPLINK_QUEUES};
 use vadapt_policy::PolicyConfig;
 pub use vm_port::{
     parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_MTU, MAX_QUEUE_PAIRS,
@@ -64,6 +66,9 @@ pub struct DaemonConfig {
     /// TAP ports.
     #[serde(default)]
     pub tap: Vec<TapPortConfig>,
+    /// Uplink ports (AF_XDP on a NIC's queues).
+    #[serde(default)]
+    pub uplink: Vec<UplinkPortConfig>,
     /// Default policy of VM ports.
     #[serde(default = "default_policy")]
     pub policy: PolicyConfig,
@@ -120,6 +125,7 @@ impl Default for DaemonConfig {
             sink: Vec::new(),
             echo: Vec::new(),
             tap: Vec::new(),
+            uplink: Vec::new(),
             policy: default_policy(),
             control: default_control(),
             metrics: None,
@@ -140,7 +146,12 @@ impl DaemonConfig {
         let sinks = self.sink.iter().cloned().map(PortSpec::Sink);
         let echoes = self.echo.iter().cloned().map(PortSpec::Echo);
         let taps = self.tap.iter().cloned().map(PortSpec::Tap);
-        vms.chain(sinks).chain(echoes).chain(taps).collect()
+        let uplinks = self.uplink.iter().cloned().map(PortSpec::Uplink);
+        vms.chain(sinks)
+            .chain(echoes)
+            .chain(taps)
+            .chain(uplinks)
+            .collect()
     }
 
     /// Add `port` to its kind's list.
@@ -150,17 +161,20 @@ impl DaemonConfig {
             PortSpec::Sink(l) => self.sink.push(l),
             PortSpec::Echo(l) => self.echo.push(l),
             PortSpec::Tap(t) => self.tap.push(t),
+            PortSpec::Uplink(u) => self.uplink.push(u),
         }
     }
 
     /// Remove the port named `name`, of whatever kind; whether there was one.
     pub fn remove_port(&mut self, name: &str) -> bool {
-        let count = |c: &Self| c.vm.len() + c.sink.len() + c.echo.len() + c.tap.len();
+        let count =
+            |c: &Self| c.vm.len() + c.sink.len() + c.echo.len() + c.tap.len() + c.uplink.len();
         let before = count(self);
         self.vm.retain(|v| v.name != name);
         self.sink.retain(|l| l.name != name);
         self.echo.retain(|l| l.name != name);
         self.tap.retain(|t| t.name != name);
+        self.uplink.retain(|u| u.name != name);
         count(self) != before
     }
 
@@ -171,6 +185,7 @@ impl DaemonConfig {
             sink: Vec::new(),
             echo: Vec::new(),
             tap: Vec::new(),
+            uplink: Vec::new(),
             ..self.clone()
         }
     }
@@ -226,7 +241,8 @@ impl DaemonConfig {
             .map(|v| ("vm", &v.name))
             .chain(self.sink.iter().map(|p| ("sink", &p.name)))
             .chain(self.echo.iter().map(|p| ("echo", &p.name)))
-            .chain(self.tap.iter().map(|p| ("tap", &p.name)));
+            .chain(self.tap.iter().map(|p| ("tap", &p.name)))
+            .chain(self.uplink.iter().map(|p| ("uplink", &p.name)));
         for (kind, name) in all_names {
             if name.is_empty() || name.len() > 32 || !name.chars().all(is_name_char) {
                 return Err(field(
@@ -310,6 +326,16 @@ impl DaemonConfig {
                 ));
             }
             vm_port::check_mtu("tap.mtu", &t.name, t.mtu)?;
+        }
+        let mut ifaces = HashSet::new();
+        for u in &self.uplink {
+            u.validate()?;
+            if !ifaces.insert(u.iface.as_str()) {
+                return Err(field(
+                    "uplink.iface",
+                    format!("`{}` is served by two uplinks", u.iface),
+                ));
+            }
         }
         self.policy
             .validate()

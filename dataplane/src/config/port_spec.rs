@@ -2,6 +2,7 @@
 //! compares them.
 
 use super::host_port::{LocalPortConfig, TapPortConfig};
+use super::uplink_port::UplinkPortConfig;
 use super::vm_port::VmPortConfig;
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +18,8 @@ pub enum PortSpec {
     Echo(LocalPortConfig),
     /// A TAP port (`--tap`, `[[tap]]`).
     Tap(TapPortConfig),
+    /// An uplink port (`--uplink`, `[[uplink]]`).
+    Uplink(UplinkPortConfig),
 }
 
 impl PortSpec {
@@ -26,16 +29,18 @@ impl PortSpec {
             PortSpec::Vm(v) => &v.name,
             PortSpec::Sink(l) | PortSpec::Echo(l) => &l.name,
             PortSpec::Tap(t) => &t.name,
+            PortSpec::Uplink(u) => &u.name,
         }
     }
 
-    /// `vm`, `sink`, `echo` or `tap`.
+    /// `vm`, `sink`, `echo`, `tap` or `uplink`.
     pub fn kind(&self) -> &'static str {
         match self {
             PortSpec::Vm(_) => "vm",
             PortSpec::Sink(_) => "sink",
             PortSpec::Echo(_) => "echo",
             PortSpec::Tap(_) => "tap",
+            PortSpec::Uplink(_) => "uplink",
         }
     }
 }

@@ -17,6 +17,15 @@ pub enum DaemonError {
     /// A TAP port could not be created.
     #[error(transparent)]
     Tap(#[from] TapError),
+    /// An uplink could not be started.
+    #[error("cannot start uplink `{port}`")]
+    Uplink {
+        /// The port.
+        port: String,
+        /// Cause.
+        #[source]
+        source: crate::uplink::UplinkError,
+    },
     /// The control socket could not be created.
     #[error(transparent)]
     Control(#[from] control::ControlError),

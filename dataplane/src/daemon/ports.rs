@@ -53,6 +53,8 @@ pub(super) struct RunningHost {
     id: PortId,
     /// A TAP port's reader.
     reader: Option<TapReader>,
+    /// An uplink's queue workers.
+    uplink: Option<crate::uplink::RunningUplink>,
 }
 
 /// A TAP port's reader thread, and its stop flag.
@@ -162,12 +164,16 @@ impl PortMaker {
 
     /// A sink, echo or TAP port, on the switch and in the counters.
     pub(super) fn host(&self, spec: &PortSpec) -> Result<RunningHost, DaemonError> {
-        let (id, reader) = match spec {
-            PortSpec::Sink(s) => (self.sink(s), None),
-            PortSpec::Echo(e) => (self.echo(e), None),
+        let (id, reader, uplink) = match spec {
+            PortSpec::Sink(s) => (self.sink(s), None, None),
+            PortSpec::Echo(e) => (self.echo(e), None, None),
             PortSpec::Tap(t) => {
                 let (id, reader) = self.tap(t)?;
-                (id, Some(reader))
+                (id, Some(reader), None)
+            }
+            PortSpec::Uplink(u) => {
+                let running = self.uplink(u)?;
+                (running.port.port_id(), None, Some(running))
             }
             PortSpec::Vm(v) => unreachable!("VM port `{}` made as a host port", v.name),
         };
@@ -175,6 +181,7 @@ impl PortMaker {
             spec: spec.clone(),
             id,
             reader,
+            uplink,
         })
     }
 
@@ -184,6 +191,9 @@ impl PortMaker {
         if let Some(r) = host.reader {
             r.stop.store(true, Ordering::Relaxed);
             let _ = r.thread.join();
+        }
+        if let Some(u) = host.uplink {
+            u.stop();
         }
         self.detach(host.id, host.spec.name());
     }
@@ -235,6 +245,32 @@ impl PortMaker {
                 })
             }
         }
+    }
+
+    /// An uplink: on the switch and in the counters, its interface taken,
+    /// a socket and a worker per NIC queue.
+    fn uplink(
+        &self,
+        u: &crate::config::UplinkPortConfig,
+    ) -> Result<crate::uplink::RunningUplink, DaemonError> {
+        let port =
+            crate::uplink::Uplink::new(u.clone(), self.settings.backlog).map_err(|source| {
+                DaemonError::Port {
+                    port: u.name.clone(),
+                    source,
+                }
+            })?;
+        let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
+        port.attach(self.switch.ingress(id));
+        self.registry.add_port(Arc::clone(&port.stats));
+        let dir = crate::uplink::program::default_record_dir();
+        crate::uplink::start(port, self.settings.policy, &dir).map_err(|source| {
+            self.detach(id, &u.name);
+            DaemonError::Uplink {
+                port: u.name.clone(),
+                source,
+            }
+        })
     }
 
     /// Port `id`, named `name`, leaves the switch and the counters.

@@ -114,6 +114,13 @@ pub struct QueueStats {
     /// GSO frames passed whole to this port's receiver (a guest with
     /// `GUEST_TSO*`, a TAP).
     pub gso_whole: AtomicU64,
+    /// An uplink queue: passes that found the AF_XDP fill ring empty (the
+    /// NIC had no buffer for a frame arriving then).
+    pub fill_ring_empty: AtomicU64,
+    /// An uplink queue: passes whose frames found the AF_XDP TX ring (or
+    /// its free frames) exhausted; the frames that did not fit are
+    /// dropped as `backlog_full`.
+    pub tx_ring_full: AtomicU64,
 }
 
 impl QueueStats {

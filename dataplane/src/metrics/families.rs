@@ -54,6 +54,15 @@ pub const QUEUE_OFFLOADS: Family = Family {
     doc: "a sender's offloads at this port's egress (issue #15): `kind=\"segmented\"` GSO frames cut into MSS frames in software, `kind=\"checksum\"` partial checksums completed in software (the receiver does not take them), `kind=\"gso_whole\"` GSO frames passed whole (a guest with `GUEST_TSO*`, a TAP)",
 };
 
+/// An uplink queue's AF_XDP ring events, by kind.
+pub const QUEUE_XDP_EVENTS: Family = Family {
+    name: "vadapt_queue_xdp_events",
+    kind: Kind::Counter,
+    labels: &["port", "queue", "kind"],
+    help: "An uplink queue's AF_XDP ring events, by kind.",
+    doc: "an uplink queue's AF_XDP rings (issue #27): `kind=\"fill_ring_empty\"` passes that found no buffer in the fill ring for the NIC, `kind=\"tx_ring_full\"` passes whose frames found the TX ring full (the rest dropped as `backlog_full`); wake-ups by the NIC are `vadapt_queue_kicks_total`, TX wake-ups of the kernel (`sendto`) `vadapt_queue_calls_total`",
+};
+
 /// Drops, by reason.
 pub const QUEUE_DROPPED: Family = Family {
     name: "vadapt_queue_dropped",
@@ -185,12 +194,13 @@ pub const WORKER_SLEEP_OVERSHOOT: Family = Family {
 };
 
 /// Every family above, in the order the export writes them.
-pub const ALL: [&Family; 19] = [
+pub const ALL: [&Family; 20] = [
     &QUEUE_PACKETS,
     &QUEUE_BYTES,
     &QUEUE_KICKS,
     &QUEUE_CALLS,
     &QUEUE_OFFLOADS,
+    &QUEUE_XDP_EVENTS,
     &QUEUE_DROPPED,
     &QUEUE_POLL_INTERVAL,
     &NETAP_ML_PREDICTED_INTERVAL,

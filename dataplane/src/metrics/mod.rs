@@ -28,6 +28,7 @@
 //! | `vadapt_queue_kicks_total` | counter | port, queue | guest notifications received (kick eventfd counts) |
 //! | `vadapt_queue_calls_total` | counter | port, queue | interrupts sent to the guest (call eventfd writes) |
 //! | `vadapt_queue_offloads_total` | counter | port, queue, kind | a sender's offloads at this port's egress (issue #15): `kind="segmented"` GSO frames cut into MSS frames in software, `kind="checksum"` partial checksums completed in software (the receiver does not take them), `kind="gso_whole"` GSO frames passed whole (a guest with `GUEST_TSO*`, a TAP) |
+//! | `vadapt_queue_xdp_events_total` | counter | port, queue, kind | an uplink queue's AF_XDP rings (issue #27): `kind="fill_ring_empty"` passes that found no buffer in the fill ring for the NIC, `kind="tx_ring_full"` passes whose frames found the TX ring full (the rest dropped as `backlog_full`); wake-ups by the NIC are `vadapt_queue_kicks_total`, TX wake-ups of the kernel (`sendto`) `vadapt_queue_calls_total` |
 //! | `vadapt_queue_dropped_total` | counter | port, queue, reason | packets/chains dropped, by reason |
 //! | `vadapt_queue_poll_interval_seconds` | gauge | port, queue | the policy's current interval (NetAP) or poll window (grow/shrink); 0 when it has none |
 //! | `vadapt_netap_ml_predicted_interval_seconds` | gauge | port | NetAP-ML's predicted best interval (NetAP-ML ports only) |

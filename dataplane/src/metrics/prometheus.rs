@@ -85,6 +85,18 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
             m.counter(&[port, &qi, kind], c.load(Relaxed))?;
         }
     }
+    let mut m = f::QUEUE_XDP_EVENTS.encode(enc)?;
+    for p in ports.iter().filter(|p| p.kind == "uplink") {
+        for (qi, q) in p.queues.iter().enumerate() {
+            let qi = qi.to_string();
+            for (kind, c) in [
+                ("fill_ring_empty", &q.fill_ring_empty),
+                ("tx_ring_full", &q.tx_ring_full),
+            ] {
+                m.counter(&[&p.name, &qi, kind], c.load(Relaxed))?;
+            }
+        }
+    }
     let mut m = f::QUEUE_DROPPED.encode(enc)?;
     for (port, qi, q) in queues() {
         for (r, c) in DropReason::ALL.iter().zip(&q.drops) {

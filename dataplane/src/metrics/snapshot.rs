@@ -73,6 +73,12 @@ pub struct QueueSnapshot {
     /// GSO frames passed whole to this port's receiver.
     #[serde(default)]
     pub gso_whole: u64,
+    /// An uplink queue: passes that found the AF_XDP fill ring empty.
+    #[serde(default)]
+    pub fill_ring_empty: u64,
+    /// An uplink queue: passes that found the AF_XDP TX ring full.
+    #[serde(default)]
+    pub tx_ring_full: u64,
     /// Drops by reason (only non-zero reasons).
     pub dropped: BTreeMap<String, u64>,
 }
@@ -139,6 +145,8 @@ impl PortSnapshot {
                     gso_frames: q.gso_frames.load(Relaxed),
                     csum_completed: q.csum_completed.load(Relaxed),
                     gso_whole: q.gso_whole.load(Relaxed),
+                    fill_ring_empty: q.fill_ring_empty.load(Relaxed),
+                    tx_ring_full: q.tx_ring_full.load(Relaxed),
                     dropped: DropReason::ALL
                         .iter()
                         .zip(&q.drops)

@@ -43,28 +43,37 @@ impl Waiter {
     /// An epoll set over `wake`, a new timerfd (disarmed) and the kick
     /// eventfd of every running ring of `pairs`.
     pub fn new(wake: &EventFd, pairs: &[Pair]) -> io::Result<Self> {
+        let kicks: Vec<_> = pairs
+            .iter()
+            .flat_map(|p| [&p.rx, &p.tx])
+            .flatten()
+            .map(|r| r.kick.as_raw_fd())
+            .collect();
+        Self::over(wake, &kicks)
+    }
+
+    /// An epoll set over `wake`, a new timerfd (disarmed) and `kicks`:
+    /// descriptors whose readability is a kick (a ring's kick eventfd, an
+    /// AF_XDP socket with frames), borrowed for the waiter's life.
+    pub fn over(wake: &EventFd, kicks: &[std::os::fd::RawFd]) -> io::Result<Self> {
         let epoll = Epoll::new()?;
         let timer = TimerFd::new()?;
-        let add = |fd: &dyn AsRawFd, token: u64| {
+        let add = |fd: std::os::fd::RawFd, token: u64| {
             epoll.ctl(
                 ControlOperation::Add,
-                fd.as_raw_fd(),
+                fd,
                 EpollEvent::new(EventSet::IN, token),
             )
         };
-        add(wake, TOKEN_WAKE)?;
-        add(&timer, TOKEN_TIMER)?;
-        for (p, pair) in pairs.iter().enumerate() {
-            for (i, ring) in [(2 * p, &pair.rx), (2 * p + 1, &pair.tx)] {
-                if let Some(r) = ring {
-                    add(&r.kick, TOKEN_KICK0 + i as u64)?;
-                }
-            }
+        add(wake.as_raw_fd(), TOKEN_WAKE)?;
+        add(timer.as_raw_fd(), TOKEN_TIMER)?;
+        for (i, &fd) in kicks.iter().enumerate() {
+            add(fd, TOKEN_KICK0 + i as u64)?;
         }
         Ok(Waiter {
             epoll,
             timer,
-            events: vec![EpollEvent::default(); 2 + 2 * pairs.len() + 2],
+            events: vec![EpollEvent::default(); 2 + kicks.len() + 2],
         })
     }
 

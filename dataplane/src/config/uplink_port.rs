@@ -1,0 +1,200 @@
+//! The uplink port (`[[uplink]]`, `--uplink`): AF_XDP sockets on a NIC's
+//! queues, on the switch like any port.
+
+use super::error::{field, ConfigError};
+use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
+use serde::{Deserialize, Serialize};
+use vadapt_policy::PolicyConfig;
+
+/// How an uplink's AF_XDP sockets move frames to and from the NIC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XskMode {
+    /// Zero-copy where the driver has it, copy mode otherwise.
+    #[default]
+    Auto,
+    /// The kernel copies frames between its buffers and the UMEM.
+    Copy,
+    /// The NIC reads and writes the UMEM itself; fails where the driver
+    /// cannot.
+    Zerocopy,
+}
+
+impl std::fmt::Display for XskMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XskMode::Auto => "auto",
+            XskMode::Copy => "copy",
+            XskMode::Zerocopy => "zerocopy",
+        })
+    }
+}
+
+impl std::str::FromStr for XskMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(XskMode::Auto),
+            "copy" => Ok(XskMode::Copy),
+            "zerocopy" => Ok(XskMode::Zerocopy),
+            other => Err(format!("`{other}` is not auto, copy or zerocopy")),
+        }
+    }
+}
+
+/// Most NIC queues an uplink serves.
+pub const MAX_UPLINK_QUEUES: u16 = 64;
+
+/// An uplink port: AF_XDP sockets on queues `0..queues` of `iface`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkPortConfig {
+    /// Port name, unique in the daemon.
+    pub name: String,
+    /// The network interface (a NIC, or one end of a veth pair).
+    pub iface: String,
+    /// NIC queues served, from queue 0, one queue worker each.
+    #[serde(default = "one")]
+    pub queues: u16,
+    /// Zero-copy, copy, or zero-copy where the driver has it.
+    #[serde(default)]
+    pub mode: XskMode,
+    /// Policy of the queue workers; default: the daemon's `policy`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+    /// Largest frame taken either way is `mtu` + 18 bytes (1518 without);
+    /// longer ones are counted drops (`over_mtu`). The interface's own MTU
+    /// is left as it is.
+    #[serde(default)]
+    pub mtu: Option<u16>,
+}
+
+fn one() -> u16 {
+    1
+}
+
+impl UplinkPortConfig {
+    /// Uplink `name` on one queue of `iface`, auto mode, the daemon's policy.
+    pub fn new(name: impl Into<String>, iface: impl Into<String>) -> Self {
+        UplinkPortConfig {
+            name: name.into(),
+            iface: iface.into(),
+            queues: 1,
+            mode: XskMode::Auto,
+            policy: None,
+            mtu: None,
+        }
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.iface.is_empty() || self.iface.len() > 15 || self.iface.contains(['/', '\0', ' ']) {
+            return Err(field(
+                "uplink.iface",
+                format!(
+                    "`{}` is not an interface name (1-15 bytes, no `/` or spaces)",
+                    self.iface
+                ),
+            ));
+        }
+        if self.queues == 0 || self.queues > MAX_UPLINK_QUEUES {
+            return Err(field(
+                "uplink.queues",
+                format!("{} is not 1..={MAX_UPLINK_QUEUES}", self.queues),
+            ));
+        }
+        check_mtu("uplink.mtu", &self.name, self.mtu)?;
+        if let Some(p) = &self.policy {
+            p.validate()
+                .map_err(|e| field("uplink.policy", e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N]` spec.
+pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
+    let mut name = None;
+    let mut iface = None;
+    let mut cfg = UplinkPortConfig::new("", "");
+    for kv in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| field("--uplink", format!("`{kv}` is not key=value")))?;
+        match k {
+            "name" => name = Some(v.to_string()),
+            "iface" => iface = Some(v.to_string()),
+            "queues" => {
+                cfg.queues = v
+                    .parse()
+                    .map_err(|_| field("--uplink queues", format!("`{v}` is not a number")))?
+            }
+            "mode" => cfg.mode = v.parse().map_err(|e: String| field("--uplink mode", e))?,
+            "policy" => {
+                cfg.policy = Some(
+                    v.parse::<PolicyConfig>()
+                        .map_err(|e| field("--uplink policy", e.to_string()))?,
+                )
+            }
+            "mtu" => {
+                cfg.mtu = Some(v.parse::<u16>().map_err(|_| {
+                    field(
+                        "--uplink mtu",
+                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                    )
+                })?)
+            }
+            other => {
+                return Err(field(
+                    "--uplink",
+                    format!(
+                        "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu)"
+                    ),
+                ))
+            }
+        }
+    }
+    cfg.iface = iface.ok_or_else(|| field("--uplink", "missing iface=IFACE"))?;
+    cfg.name = name.unwrap_or_else(|| cfg.iface.clone());
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_ones_say_why() {
+        let u =
+            parse_uplink_spec("name=up0,iface=eth1,queues=2,mode=copy,policy=busy-poll").unwrap();
+        assert_eq!(
+            (u.name.as_str(), u.iface.as_str(), u.queues),
+            ("up0", "eth1", 2)
+        );
+        assert_eq!(u.mode, XskMode::Copy);
+        assert_eq!(u.policy.unwrap().kind().to_string(), "busy-poll");
+        assert_eq!(parse_uplink_spec("iface=eth1").unwrap().name, "eth1");
+        for (bad, says) in [
+            ("name=up0", "missing iface"),
+            ("iface=eth1,queues=0", "1..=64"),
+            ("iface=eth1,mode=fast", "auto, copy or zerocopy"),
+            ("iface=a/b", "interface name"),
+            ("iface=eth1,ring=3", "unknown key"),
+            ("iface=eth1,mtu=20", "mtu"),
+        ] {
+            let e = parse_uplink_spec(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn toml_takes_the_same_fields() {
+        let u: UplinkPortConfig =
+            toml::from_str("name = \"up0\"\niface = \"eth1\"\nmode = \"zerocopy\"\n").unwrap();
+        assert_eq!((u.queues, u.mode), (1, XskMode::Zerocopy));
+        assert!(
+            toml::from_str::<UplinkPortConfig>("name = \"a\"\niface = \"b\"\nx = 1\n").is_err()
+        );
+    }
+}

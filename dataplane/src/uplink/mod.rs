@@ -1,0 +1,142 @@
+//! The uplink port: a port on the switch whose queues are AF_XDP sockets
+//! on a NIC's queues, served by queue workers that step the same executor
+//! and policies as a VM ring (EE-KBP's NIC-to-VM path).
+//!
+//! * [`port`] — the uplink as the switch sees it ([`Uplink`]): a backlog
+//!   and a wake-up per NIC queue.
+//! * [`worker`] — one NIC queue as a [`QueueIo`](crate::queue::drive::QueueIo):
+//!   what each policy's waits mean on a NIC queue.
+//! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
+//! * [`program`] — the XDP program on the interface: its owner record, and
+//!   taking over one a killed daemon left.
+//! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
+//!   accessors of `<xdp/xsk.h>`.
+
+pub(crate) mod libxdp;
+pub mod port;
+pub mod program;
+pub mod worker;
+pub mod xsk;
+
+#[cfg(test)]
+mod tests;
+
+pub use port::Uplink;
+pub use xsk::{XskError, XskQueue};
+
+use program::{OwnerRecord, ProgramError};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use vadapt_host::cpufreq::CpuFreq;
+use vadapt_policy::PolicyConfig;
+
+/// Errors starting an uplink.
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    /// The interface could not be taken.
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    /// A queue's AF_XDP socket could not be opened.
+    #[error(transparent)]
+    Socket(#[from] XskError),
+    /// The policy could not be built.
+    #[error("bad policy for the uplink: {0}")]
+    Policy(String),
+    /// A queue worker's thread or epoll set could not be made.
+    #[error("cannot start a queue worker")]
+    Worker(#[source] std::io::Error),
+}
+
+/// An uplink that runs: a worker thread per NIC queue, and the owner
+/// record of its interface.
+#[derive(Debug)]
+pub struct RunningUplink {
+    /// The port.
+    pub port: Arc<Uplink>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    owner: Option<OwnerRecord>,
+}
+
+/// Start `port` (already on the switch): take its interface (records in
+/// `record_dir`), open an AF_XDP socket per queue, and start each queue's
+/// worker with the port's policy, or `default_policy`.
+pub fn start(
+    port: Arc<Uplink>,
+    default_policy: PolicyConfig,
+    record_dir: &Path,
+) -> Result<RunningUplink, UplinkError> {
+    libxdp::log_to_tracing();
+    let cfg = &port.cfg;
+    let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
+    let policy = cfg.policy.unwrap_or(default_policy);
+    *port.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+    let mut sockets = Vec::new();
+    for q in 0..u32::from(cfg.queues) {
+        sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
+    }
+    tracing::info!(
+        port = cfg.name.as_str(),
+        iface = cfg.iface.as_str(),
+        queues = cfg.queues,
+        mode = %sockets[0].mode(),
+        policy = %policy.kind(),
+        "uplink open: an AF_XDP socket per NIC queue"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut running = RunningUplink {
+        port: Arc::clone(&port),
+        stop: Arc::clone(&stop),
+        threads: Vec::new(),
+        owner: Some(owner),
+    };
+    let freq = Arc::new(CpuFreq::unavailable(
+        "uplink queue workers are not pinned to a CPU",
+    ));
+    for (q, xsk) in sockets.into_iter().enumerate() {
+        let p = policy
+            .build()
+            .map_err(|e| UplinkError::Policy(e.to_string()))?;
+        let io = worker::UplinkQueue::new(
+            Arc::clone(&port),
+            q,
+            xsk,
+            Arc::clone(&stop),
+            Arc::clone(&freq),
+        )
+        .map_err(UplinkError::Worker)?;
+        let t = std::thread::Builder::new()
+            .name(format!("vadapt-x-{}-{q}", cfg.name))
+            .spawn(move || io.run(p))
+            .map_err(UplinkError::Worker)?;
+        running.threads.push(t);
+    }
+    Ok(running)
+}
+
+impl RunningUplink {
+    /// Stop the workers and close the sockets (libxdp detaches its program
+    /// with the last one), then drop the owner record.
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for q in 0..self.port.queues.len() {
+            self.port.kick_worker(q);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.owner.take();
+    }
+}
+
+impl Drop for RunningUplink {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}

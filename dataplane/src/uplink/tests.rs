@@ -1,0 +1,296 @@
+//! Tests over a veth pair whose far end is in a network namespace the
+//! test makes (the "wire"); they need root, and say so and do nothing
+//! where they cannot make one.
+
+use super::xsk::{XskMode, XskQueue};
+use crate::config::UplinkPortConfig;
+use crate::metrics::{DropReason, PortStats};
+use crate::switch::{Echo, Switch};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_wire::Mac;
+
+/// A veth pair `host`–`wire`, `wire` in namespace `ns` with `10.77.N.2/24`.
+pub(crate) struct Wire {
+    pub ns: String,
+    pub host: String,
+    /// The far end, inside `ns`.
+    pub peer: String,
+}
+
+impl Wire {
+    pub fn new(tag: &str, queues: u32) -> Option<Wire> {
+        let id = std::process::id() % 10_000;
+        let w = Wire {
+            ns: format!("vaw{tag}{id}"),
+            host: format!("vah{tag}{id}"),
+            peer: format!("vap{tag}{id}"),
+        };
+        let peer = w.peer.clone();
+        let q = queues.to_string();
+        let ok = sh(&["ip", "netns", "add", &w.ns])
+            && sh(&[
+                "ip",
+                "link",
+                "add",
+                &w.host,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ])
+            && sh(&["ip", "link", "set", &peer, "netns", &w.ns])
+            && sh(&[
+                "ip",
+                "-n",
+                &w.ns,
+                "addr",
+                "add",
+                "10.77.0.2/24",
+                "dev",
+                &peer,
+            ])
+            && sh(&["ip", "-n", &w.ns, "link", "set", &peer, "up"])
+            && sh(&["ip", "link", "set", &w.host, "up"]);
+        if !ok {
+            eprintln!("skipped: cannot make a veth wire here (root and `ip netns` needed)");
+            return None;
+        }
+        Some(w)
+    }
+
+    /// Run `python3 -c script args..` inside the namespace; its stdout.
+    pub fn python(&self, script: &str, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "python3", "-c", script])
+            .args(args)
+            .output()
+            .expect("ip netns exec");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.host]);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+    }
+}
+
+fn sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The namespace's ARP requests arrive on the AF_XDP socket, and a frame
+/// sent through it reaches the namespace's stack.
+#[test]
+fn a_socket_receives_the_wires_frames() {
+    let Some(w) = Wire::new("a", 1) else { return };
+    let mut q = XskQueue::open(&w.host, 0, XskMode::Auto).expect("an AF_XDP socket on veth");
+    assert_eq!(q.mode(), XskMode::Copy, "veth has no zero-copy");
+    let child = std::thread::spawn({
+        let ns = w.ns.clone();
+        move || {
+            // No ping on these machines: a datagram makes the stack ARP.
+            for _ in 0..3 {
+                sh(&[
+                    "ip",
+                    "netns",
+                    "exec",
+                    &ns,
+                    "bash",
+                    "-c",
+                    "echo x > /dev/udp/10.77.0.9/9",
+                ]);
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+        }
+    });
+    let is_arp = |f: &Vec<u8>| f.len() >= 42 && f[12..14] == [0x08, 0x06];
+    let mut got = Vec::new();
+    for _ in 0..400 {
+        q.receive(64, |f| got.push(f.to_vec()));
+        if got.iter().any(is_arp) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.join();
+    let arp = got.iter().find(|f| is_arp(f));
+    let arp = arp.expect("the namespace's ARP request came through the socket");
+    assert_eq!(&arp[38..42], &[10, 77, 0, 9]);
+}
+
+/// From the wire's far end: send `count` frames of `len` bytes to `dst`
+/// (EtherType 0x88b5, a sequence number in the payload), then count the
+/// frames addressed back to us for up to 2 s. Prints "sent received".
+const SEND_AND_COUNT: &str = r#"
+import socket, struct, sys, time
+iface, dst, count, length = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88b5))
+s.bind((iface, 0x88b5))
+me = s.getsockname()[4]
+sent = 0
+for i in range(count):
+    f = dst + me + b"\x88\xb5" + struct.pack("!I", i)
+    f += bytes(max(0, length - len(f)))
+    try:
+        s.send(f)
+        sent += 1
+    except OSError:
+        pass
+s.settimeout(0.2)
+got, end = set(), time.time() + 2
+while time.time() < end and len(got) < sent:
+    try:
+        r = s.recv(65536)
+    except socket.timeout:
+        continue
+    if r[:6] == me and r[12:14] == b"\x88\xb5":
+        got.add(struct.unpack("!I", r[14:18])[0])
+print(sent, len(got))
+"#;
+
+fn hex(m: Mac) -> String {
+    m.0.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An uplink on the wire with an echo port behind it: what the far end
+/// sends to the echo comes back through the uplink's RX and TX rings,
+/// under every policy (each waits its own way on the NIC queue).
+#[test]
+fn every_policy_serves_the_nic_queue_both_ways() {
+    let Some(w) = Wire::new("b", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for kind in [
+        PolicyKind::Interrupt,
+        PolicyKind::BusyPoll,
+        PolicyKind::Netap,
+        PolicyKind::Eekbp,
+    ] {
+        let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+        let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+        cfg.policy = Some(PolicyConfig::default_for(kind));
+        let up = super::Uplink::new(cfg, 1024).unwrap();
+        let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+        up.attach(sw.ingress(id));
+        let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
+        let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
+        let eid = sw.add_port(echo.clone(), echo_stats);
+        echo.attach(sw.ingress(eid));
+        let mac = Mac::from_name("echo");
+        sw.add_static(mac, eid);
+        let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+        let out = w.python(SEND_AND_COUNT, &[&w.peer, &hex(mac), "200", "60"]);
+        running.stop();
+        let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v[0], 200, "{kind}: the far end sent");
+        let snap = |st: &PortStats| {
+            let q = &st.queues[0];
+            let drops: Vec<u64> = q.drops.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+            format!(
+                "tx {} rx {} kicks {} calls {} fill_empty {} tx_full {} drops {drops:?}",
+                q.packets[0].load(Ordering::Relaxed),
+                q.packets[1].load(Ordering::Relaxed),
+                q.kicks.load(Ordering::Relaxed),
+                q.calls.load(Ordering::Relaxed),
+                q.fill_ring_empty.load(Ordering::Relaxed),
+                q.tx_ring_full.load(Ordering::Relaxed),
+            )
+        };
+        assert_eq!(
+            v[1],
+            200,
+            "{kind}: every frame came back through the uplink; uplink: {}",
+            snap(&up.stats)
+        );
+        let q = &up.stats.queues[0];
+        assert!(
+            q.packets[0].load(Ordering::Relaxed) >= 200,
+            "{kind}: RX counted"
+        );
+        assert!(
+            q.packets[1].load(Ordering::Relaxed) >= 200,
+            "{kind}: TX counted"
+        );
+        assert!(
+            !std::fs::read_dir(dir.path()).unwrap().any(|_| true),
+            "{kind}: the owner record went with the uplink"
+        );
+    }
+}
+
+/// Frames from the wire over the uplink's MTU + 18 bytes are counted
+/// drops (`over_mtu`), and never reach the switch.
+#[test]
+fn oversize_frames_from_the_wire_are_counted_drops() {
+    let Some(w) = Wire::new("c", 1) else { return };
+    assert!(sh(&[
+        "ip", "-n", &w.ns, "link", "set", &w.peer, "mtu", "3000"
+    ]));
+    assert!(sh(&["ip", "link", "set", &w.host, "mtu", "3000"]));
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 1024).unwrap();
+    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+    up.attach(sw.ingress(id));
+    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
+    let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
+    let eid = sw.add_port(echo.clone(), Arc::clone(&echo_stats));
+    echo.attach(sw.ingress(eid));
+    sw.add_static(Mac::from_name("echo"), eid);
+    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let out = w.python(
+        SEND_AND_COUNT,
+        &[&w.peer, &hex(Mac::from_name("echo")), "20", "2000"],
+    );
+    running.stop();
+    assert!(out.starts_with("20 0"), "{out}");
+    let over = DropReason::ALL
+        .iter()
+        .position(|r| *r == DropReason::OverMtu)
+        .unwrap();
+    assert_eq!(up.stats.queues[0].drops[over].load(Ordering::Relaxed), 20);
+}
+
+/// A queue closed is free again at once (libxdp unmaps its rings through
+/// the pointers it kept: they must not have moved), and the program goes
+/// with the last socket.
+#[test]
+fn a_queue_reopens_and_the_program_goes_with_the_last_socket() {
+    let Some(w) = Wire::new("z", 1) else { return };
+    let index = super::program::ifindex(&w.host).unwrap();
+    for _ in 0..3 {
+        let q = XskQueue::open(&w.host, 0, XskMode::Copy).expect("the queue is free again");
+        assert!(matches!(
+            super::program::attached(index),
+            super::program::Attached::Programs(_)
+        ));
+        drop(q);
+        assert_eq!(
+            super::program::attached(index),
+            super::program::Attached::Nothing
+        );
+    }
+}

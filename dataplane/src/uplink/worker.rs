@@ -1,0 +1,317 @@
+//! An uplink queue's worker: one NIC queue's AF_XDP socket as a
+//! [`QueueIo`], so that [`drive`] runs the same policies on it as on a VM
+//! ring.
+//!
+//! What each policy's waits mean on a NIC queue:
+//! * waiting for a kick ([`QueueIo::wait_kick`]): blocking in epoll on the
+//!   socket (readable when the RX ring has frames: the NIC's interrupt,
+//!   through the kernel's `XDP_USE_NEED_WAKEUP` protocol) and on the
+//!   queue's wake eventfd (frames from the switch to transmit). This is
+//!   interrupt mode's and EE-KBP's sleep on an empty queue;
+//! * a timed sleep ([`QueueIo::sleep`]): the socket is not watched, so the
+//!   NIC's interrupt wakes nobody: NetAP's periodic service with the
+//!   notification suppressed;
+//! * no wait: busy-poll.
+
+use super::port::Uplink;
+use super::xsk::{XskQueue, MAX_XSK_FRAME};
+use crate::clock::monotonic_now;
+use crate::frames::FrameBatch;
+use crate::log_limit::LogLimit;
+use crate::metrics::{Dir, DropReason};
+use crate::net::MIN_FRAME;
+use crate::offload::Cutter;
+use crate::queue::drive::{drive, Control, QueueIo, Wait};
+use crate::queue::waiting::{sleep_until, Waiter};
+use crate::switch::{FdbCache, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use vadapt_host::cpufreq::CpuFreq;
+use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, Policy, WakeCause};
+
+/// Frames forwarded into the switch at once.
+const BATCH: usize = 64;
+
+/// One NIC queue's world.
+pub struct UplinkQueue {
+    port: Arc<Uplink>,
+    q: usize,
+    xsk: XskQueue,
+    waiter: Waiter,
+    stop: Arc<AtomicBool>,
+    sender: Option<Sender>,
+    /// Frames from the wire, on their way into the switch.
+    batch: FrameBatch,
+    /// Frames from the switch, on their way to the TX ring.
+    out: FrameBatch,
+    /// (frame of `out`, segment of it) to write, this pass.
+    plan: Vec<(u16, u16)>,
+    cache: FdbCache,
+    freq: Arc<CpuFreq>,
+    log: LogLimit,
+}
+
+impl std::fmt::Debug for UplinkQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UplinkQueue")
+            .field("port", &self.port.name())
+            .field("q", &self.q)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UplinkQueue {
+    /// The worker's world for queue `q` of `port`, over `xsk`.
+    pub fn new(
+        port: Arc<Uplink>,
+        q: usize,
+        xsk: XskQueue,
+        stop: Arc<AtomicBool>,
+        freq: Arc<CpuFreq>,
+    ) -> std::io::Result<Self> {
+        let waiter = Waiter::over(&port.queues[q].wake, &[xsk.fd()])?;
+        let sender = port.ingress().and_then(|i| i.sender());
+        let cap = port.queues[q].backlog.capacity();
+        Ok(UplinkQueue {
+            q,
+            xsk,
+            waiter,
+            stop,
+            sender,
+            batch: FrameBatch::new(BATCH),
+            out: FrameBatch::new(cap),
+            plan: Vec::with_capacity(cap),
+            cache: FdbCache::default(),
+            freq,
+            log: LogLimit::per_second(),
+            port,
+        })
+    }
+
+    /// Serve the queue with `policy` until stopped.
+    pub fn run(mut self, policy: Box<dyn Policy>) {
+        drive(&mut self, policy);
+    }
+
+    fn emit(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let qs = &self.port.stats.queues[self.q];
+        qs.add(Dir::Tx, self.batch.len() as u64, self.batch.bytes());
+        if let Some(s) = &self.sender {
+            s.forward(self.q as u16, &self.batch, &mut self.cache);
+        }
+        self.batch.clear();
+    }
+
+    /// Wire → switch: up to `max` frames off the RX ring.
+    fn receive(&mut self, max: u32) -> (u64, u64, bool) {
+        let port = Arc::clone(&self.port);
+        let qs = &port.stats.queues[self.q];
+        if self.xsk.fill_level() == 0 {
+            qs.fill_ring_empty.fetch_add(1, Ordering::Relaxed);
+        }
+        let max_frame = self.port.max_frame();
+        let (mut n, mut bytes, mut runts, mut over, mut foreign) = (0u64, 0u64, 0u64, 0u64, 0u32);
+        let mut taken = 0u32;
+        // In chunks of a batch: each chunk goes into the switch whole.
+        while taken < max {
+            let batch = &mut self.batch;
+            let got = self.xsk.receive((max - taken).min(BATCH as u32), |f| {
+                if f.len() < MIN_FRAME {
+                    runts += 1;
+                } else if f.len() > max_frame {
+                    over += 1;
+                } else {
+                    batch.push(f);
+                    n += 1;
+                    bytes += f.len() as u64;
+                }
+            });
+            taken += got.frames;
+            foreign += got.foreign;
+            self.emit();
+            if got.frames < BATCH as u32 {
+                break;
+            }
+        }
+        if runts > 0 {
+            qs.drop(DropReason::Undersize, runts);
+        }
+        if over > 0 {
+            qs.drop(DropReason::OverMtu, over);
+            if let Some(held_back) = self.log.allow(std::time::Instant::now()) {
+                tracing::warn!(
+                    port = self.port.name(),
+                    queue = self.q,
+                    max_frame,
+                    held_back,
+                    "dropped frames from the wire longer than the uplink's MTU + 18 bytes"
+                );
+            }
+        }
+        if foreign > 0 {
+            qs.drop(DropReason::BadAddress, u64::from(foreign));
+        }
+        if self.xsk.fill_needs_wakeup() {
+            self.xsk.wake_rx();
+        }
+        (n, bytes, taken == max)
+    }
+
+    /// Switch → wire: the backlog into the TX ring, offloads done in
+    /// software (AF_XDP carries plain frames).
+    fn transmit(&mut self) -> (u64, u64) {
+        let port = Arc::clone(&self.port);
+        let qs = &port.stats.queues[self.q];
+        self.port.queues[self.q].backlog.take_into(&mut self.out);
+        if self.out.is_empty() {
+            if self.xsk.flush_tx() {
+                qs.calls.fetch_add(1, Ordering::Relaxed);
+            }
+            return (0, 0);
+        }
+        let max_frame = self.port.max_frame();
+        self.plan.clear();
+        let (mut over, mut refused) = (0u64, 0u64);
+        for i in 0..self.out.len() {
+            let f = self.out.get(i);
+            match self.out.offloaded(i) {
+                None if f.len() > max_frame.min(MAX_XSK_FRAME) => over += 1,
+                None => self.plan.push((i as u16, 0)),
+                Some(k) => match Cutter::new(f, k.offload) {
+                    Ok(c) => {
+                        if c.segments() {
+                            qs.gso_frames.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            qs.csum_completed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        for s in 0..c.count() {
+                            if c.len(s) > max_frame.min(MAX_XSK_FRAME) {
+                                over += 1;
+                            } else {
+                                self.plan.push((i as u16, s as u16));
+                            }
+                        }
+                    }
+                    Err(_) => refused += 1,
+                },
+            }
+        }
+        let (out, plan) = (&self.out, &self.plan);
+        let mut bytes = 0u64;
+        let (sent, kicked) = self.xsk.transmit(plan.len(), |k, buf| {
+            let (i, s) = plan[k];
+            let (i, s) = (usize::from(i), usize::from(s));
+            let f = out.get(i);
+            let len = match out.offloaded(i) {
+                None => {
+                    buf[..f.len()].copy_from_slice(f);
+                    f.len()
+                }
+                Some(kept) => match Cutter::new(f, kept.offload) {
+                    Ok(c) => c.write(s, buf),
+                    Err(_) => 0, // checked above: not reached
+                },
+            };
+            bytes += len as u64;
+            len
+        });
+        if kicked {
+            qs.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        if sent < plan.len() {
+            qs.tx_ring_full.fetch_add(1, Ordering::Relaxed);
+            qs.drop(DropReason::BacklogFull, (plan.len() - sent) as u64);
+        }
+        if over > 0 {
+            qs.drop(DropReason::OverMtu, over);
+        }
+        if refused > 0 {
+            qs.drop(DropReason::BadVnetHdr, refused);
+        }
+        qs.add(Dir::Rx, sent as u64, bytes);
+        self.out.clear();
+        (sent as u64, bytes)
+    }
+}
+
+impl QueueIo for UplinkQueue {
+    fn now(&mut self) -> Instant {
+        monotonic_now()
+    }
+
+    fn service(&mut self, budget: Budget) -> PassStats {
+        let (rn, rb, rx_more) = self.receive(budget.packets.max(1));
+        let (tn, tb) = self.transmit();
+        let tx_more = self.port.queues[self.q].backlog.has_frames();
+        PassStats {
+            packets: rn + tn,
+            bytes: rb + tb,
+            more_work: rx_more || tx_more,
+            max_fill_permille: 0,
+        }
+    }
+
+    fn sleep(&mut self, deadline: Instant, _kick_threshold: Option<u16>) -> Wait {
+        let start = monotonic_now();
+        sleep_until(deadline);
+        Wait {
+            cause: WakeCause::Timer,
+            waited: monotonic_now().saturating_since(start),
+        }
+    }
+
+    fn wait_kick(&mut self, until: Instant) -> Wait {
+        let start = monotonic_now();
+        let slot = &self.port.queues[self.q];
+        slot.waiting.store(true, Ordering::Relaxed);
+        // Pairs with the switch's fence in `deliver`: either it sees
+        // `waiting` and wakes us, or we see its frames here.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.xsk.rx_ready() || slot.backlog.has_frames() || self.stop.load(Ordering::Relaxed) {
+            slot.waiting.store(false, Ordering::Relaxed);
+            return Wait {
+                cause: WakeCause::Kick,
+                waited: Duration::ZERO,
+            };
+        }
+        let left = until.saturating_since(start);
+        // A stop wakes the worker through `wake` (see `UplinkWorkers::stop`).
+        let _ = self.waiter.arm_timer(left);
+        let woken = self.waiter.wait(&slot.wake);
+        self.waiter.disarm_timer();
+        slot.waiting.store(false, Ordering::Relaxed);
+        let cause = match woken {
+            Ok(w) if w.kick => {
+                self.port.stats.queues[self.q]
+                    .kicks
+                    .fetch_add(1, Ordering::Relaxed);
+                WakeCause::Kick
+            }
+            Ok(w) if w.wake => WakeCause::Kick,
+            _ => WakeCause::Timer,
+        };
+        Wait {
+            cause,
+            waited: monotonic_now().saturating_since(start),
+        }
+    }
+
+    fn set_freq(&mut self, hint: FreqHint) {
+        if let Err(e) = self.freq.apply(hint) {
+            if let Some(held_back) = self.log.allow(std::time::Instant::now()) {
+                tracing::warn!(port = self.port.name(), error = %e, held_back, "CPU-frequency hint failed");
+            }
+        }
+    }
+
+    fn control(&mut self) -> Control {
+        if self.stop.load(Ordering::Relaxed) {
+            Control::Stop
+        } else {
+            Control::Continue
+        }
+    }
+}
