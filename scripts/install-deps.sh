@@ -52,11 +52,13 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   libvirt-clients virsh
 #   systemd         systemd-analyze: `verify` of the packaged unit
 #   man-db          man: systemd-analyze verify checks the unit's Documentation=
+#   libxdp1         libxdp.so.1 (and its default AF_XDP program): loaded at run
+#                   time by an uplink port (`--uplink`); the build never needs it
 DEB_PACKAGES=(
     dpdk-dev qemu-system-x86 openvswitch-switch-dpdk openvswitch-switch
     openvswitch-common prometheus busybox-static cpio xz-utils zstd dpkg apt
     iproute2 util-linux git python3-venv ca-certificates fonts-dejavu-core
-    libvirt-daemon-system libvirt-daemon libvirt-clients systemd man-db
+    libvirt-daemon-system libvirt-daemon libvirt-clients systemd man-db libxdp1
 )
 
 # Every external program the tests and benchmarks start, and the package in

@@ -1,5 +1,5 @@
 //! The part of the distribution's libxdp (Debian's `libxdp1`, 1.3) that
-//! the uplink calls, declared by hand, and the AF_XDP ring accessors that
+//! the uplink calls, loaded at run time (`dlopen`), and the AF_XDP ring accessors that
 //! `<xdp/xsk.h>` defines as inline functions (so no library exports them).
 //!
 //! Why the system library and not a Rust binding crate: `libxdp-sys` (and
@@ -137,40 +137,102 @@ pub struct XdpProgram {
 /// as the pointer it is on x86-64 and aarch64.
 pub type PrintFn = unsafe extern "C" fn(c_int, *const c_char, *mut c_void) -> c_int;
 
-#[link(name = "xdp")]
-extern "C" {
-    pub(crate) fn xsk_umem__create(
-        umem: *mut *mut XskUmem,
-        area: *mut c_void,
-        size: u64,
-        fill: *mut XskRing,
-        comp: *mut XskRing,
-        config: *const XskUmemConfig,
-    ) -> c_int;
-    pub(crate) fn xsk_umem__delete(umem: *mut XskUmem) -> c_int;
-    pub(crate) fn xsk_socket__create(
-        xsk: *mut *mut XskSocket,
-        ifname: *const c_char,
-        queue_id: u32,
-        umem: *mut XskUmem,
-        rx: *mut XskRing,
-        tx: *mut XskRing,
-        config: *const XskSocketConfig,
-    ) -> c_int;
-    pub(crate) fn xsk_socket__delete(xsk: *mut XskSocket);
-    pub(crate) fn xsk_socket__fd(xsk: *const XskSocket) -> c_int;
-    pub(crate) fn xdp_multiprog__get_from_ifindex(ifindex: c_int) -> *mut XdpMultiprog;
-    pub(crate) fn xdp_multiprog__next_prog(
-        prog: *const XdpProgram,
-        mp: *const XdpMultiprog,
-    ) -> *mut XdpProgram;
-    pub(crate) fn xdp_multiprog__main_prog(mp: *const XdpMultiprog) -> *mut XdpProgram;
-    pub(crate) fn xdp_multiprog__is_legacy(mp: *const XdpMultiprog) -> bool;
-    pub(crate) fn xdp_multiprog__detach(mp: *mut XdpMultiprog) -> c_int;
-    pub(crate) fn xdp_multiprog__close(mp: *mut XdpMultiprog);
-    pub(crate) fn xdp_program__name(prog: *const XdpProgram) -> *const c_char;
-    pub(crate) fn libxdp_get_error(ptr: *const c_void) -> std::ffi::c_long;
-    pub(crate) fn libxdp_set_print(f: Option<PrintFn>) -> Option<PrintFn>;
+/// The entry points of libxdp (and libbpf's print hook), loaded at run
+/// time: a host without libxdp runs every other port, and an uplink there
+/// fails with one line naming the package.
+// Fields named as the C functions they hold.
+#[allow(clippy::type_complexity, non_snake_case)]
+pub(crate) struct Libxdp {
+    pub(crate) xsk_umem__create: unsafe extern "C" fn(
+        *mut *mut XskUmem,
+        *mut c_void,
+        u64,
+        *mut XskRing,
+        *mut XskRing,
+        *const XskUmemConfig,
+    ) -> c_int,
+    pub(crate) xsk_umem__delete: unsafe extern "C" fn(*mut XskUmem) -> c_int,
+    pub(crate) xsk_socket__create: unsafe extern "C" fn(
+        *mut *mut XskSocket,
+        *const c_char,
+        u32,
+        *mut XskUmem,
+        *mut XskRing,
+        *mut XskRing,
+        *const XskSocketConfig,
+    ) -> c_int,
+    pub(crate) xsk_socket__delete: unsafe extern "C" fn(*mut XskSocket),
+    pub(crate) xsk_socket__fd: unsafe extern "C" fn(*const XskSocket) -> c_int,
+    pub(crate) xdp_multiprog__get_from_ifindex: unsafe extern "C" fn(c_int) -> *mut XdpMultiprog,
+    pub(crate) xdp_multiprog__next_prog:
+        unsafe extern "C" fn(*const XdpProgram, *const XdpMultiprog) -> *mut XdpProgram,
+    pub(crate) xdp_multiprog__main_prog:
+        unsafe extern "C" fn(*const XdpMultiprog) -> *mut XdpProgram,
+    pub(crate) xdp_multiprog__is_legacy: unsafe extern "C" fn(*const XdpMultiprog) -> bool,
+    pub(crate) xdp_multiprog__detach: unsafe extern "C" fn(*mut XdpMultiprog) -> c_int,
+    pub(crate) xdp_multiprog__close: unsafe extern "C" fn(*mut XdpMultiprog),
+    pub(crate) xdp_program__name: unsafe extern "C" fn(*const XdpProgram) -> *const c_char,
+    pub(crate) libxdp_get_error: unsafe extern "C" fn(*const c_void) -> std::ffi::c_long,
+    libxdp_set_print: unsafe extern "C" fn(Option<PrintFn>) -> Option<PrintFn>,
+    libbpf_set_print: unsafe extern "C" fn(Option<PrintFn>) -> Option<PrintFn>,
+}
+
+/// The library file loaded (Debian's `libxdp1`).
+pub const LIBXDP: &str = "libxdp.so.1";
+const LIBBPF: &str = "libbpf.so.1";
+
+/// libxdp, loaded on first use; the error says what is missing.
+pub(crate) fn libxdp() -> Result<&'static Libxdp, String> {
+    static LIB: std::sync::OnceLock<Result<Libxdp, String>> = std::sync::OnceLock::new();
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+fn open(name: &str) -> Result<*mut c_void, String> {
+    let c = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: dlopen of a NUL-terminated name; the handle is never closed.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return Err(format!(
+            "cannot load {name}: the uplink needs libxdp (Debian/Ubuntu: apt install libxdp1)"
+        ));
+    }
+    Ok(h)
+}
+
+fn load() -> Result<Libxdp, String> {
+    let xdp = open(LIBXDP)?;
+    let bpf = open(LIBBPF)?;
+    macro_rules! sym {
+        ($h:expr, $name:ident) => {{
+            let c = concat!(stringify!($name), "\0");
+            // SAFETY: dlsym on a live handle with a NUL-terminated name.
+            let p = unsafe { libc::dlsym($h, c.as_ptr().cast()) };
+            if p.is_null() {
+                return Err(format!("{} has no `{}`", LIBXDP, stringify!($name)));
+            }
+            // SAFETY: the symbol is the function declared in <xdp/xsk.h>
+            // or <xdp/libxdp.h> (<bpf/libbpf.h> for the print hook) with
+            // the signature of the field it goes into.
+            unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        }};
+    }
+    Ok(Libxdp {
+        xsk_umem__create: sym!(xdp, xsk_umem__create),
+        xsk_umem__delete: sym!(xdp, xsk_umem__delete),
+        xsk_socket__create: sym!(xdp, xsk_socket__create),
+        xsk_socket__delete: sym!(xdp, xsk_socket__delete),
+        xsk_socket__fd: sym!(xdp, xsk_socket__fd),
+        xdp_multiprog__get_from_ifindex: sym!(xdp, xdp_multiprog__get_from_ifindex),
+        xdp_multiprog__next_prog: sym!(xdp, xdp_multiprog__next_prog),
+        xdp_multiprog__main_prog: sym!(xdp, xdp_multiprog__main_prog),
+        xdp_multiprog__is_legacy: sym!(xdp, xdp_multiprog__is_legacy),
+        xdp_multiprog__detach: sym!(xdp, xdp_multiprog__detach),
+        xdp_multiprog__close: sym!(xdp, xdp_multiprog__close),
+        xdp_program__name: sym!(xdp, xdp_program__name),
+        libxdp_get_error: sym!(xdp, libxdp_get_error),
+        libxdp_set_print: sym!(xdp, libxdp_set_print),
+        libbpf_set_print: sym!(bpf, libbpf_set_print),
+    })
 }
 
 impl XskRing {
@@ -267,11 +329,6 @@ impl XskRing {
     }
 }
 
-#[link(name = "bpf")]
-extern "C" {
-    fn libbpf_set_print(f: Option<PrintFn>) -> Option<PrintFn>;
-}
-
 extern "C" {
     fn vsnprintf(buf: *mut c_char, n: usize, fmt: *const c_char, ap: *mut c_void) -> c_int;
 }
@@ -296,11 +353,11 @@ unsafe extern "C" fn print_to_tracing(level: c_int, fmt: *const c_char, ap: *mut
 }
 
 /// Route libxdp's and libbpf's messages to our log (once per process).
-pub(crate) fn log_to_tracing() {
+pub(crate) fn log_to_tracing(lib: &Libxdp) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: installs callbacks with the signature both libraries expect.
     ONCE.call_once(|| unsafe {
-        libxdp_set_print(Some(print_to_tracing));
-        libbpf_set_print(Some(print_to_tracing));
+        (lib.libxdp_set_print)(Some(print_to_tracing));
+        (lib.libbpf_set_print)(Some(print_to_tracing));
     });
 }

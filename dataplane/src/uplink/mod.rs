@@ -68,7 +68,8 @@ pub fn start(
     default_policy: PolicyConfig,
     record_dir: &Path,
 ) -> Result<RunningUplink, UplinkError> {
-    libxdp::log_to_tracing();
+    let lib = libxdp::libxdp().map_err(XskError::Library)?;
+    libxdp::log_to_tracing(lib);
     let cfg = &port.cfg;
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
     let policy = cfg.policy.unwrap_or(default_policy);

@@ -74,31 +74,34 @@ pub enum Attached {
 
 /// The XDP programs attached to `ifindex`, by name.
 pub fn attached(ifindex: u32) -> Attached {
+    let Ok(lib) = libxdp::libxdp() else {
+        return Attached::Nothing;
+    };
     // SAFETY: libxdp returns an owned multiprog, an error pointer or null;
     // it is closed below and its programs are only borrowed until then.
     unsafe {
-        let mp = libxdp::xdp_multiprog__get_from_ifindex(ifindex as i32);
-        if mp.is_null() || libxdp::libxdp_get_error(mp.cast()) != 0 {
+        let mp = (lib.xdp_multiprog__get_from_ifindex)(ifindex as i32);
+        if mp.is_null() || (lib.libxdp_get_error)(mp.cast()) != 0 {
             return Attached::Nothing;
         }
         let mut names = Vec::new();
         let name = |p: *const libxdp::XdpProgram| {
-            let n = libxdp::xdp_program__name(p);
+            let n = (lib.xdp_program__name)(p);
             (!n.is_null()).then(|| CStr::from_ptr(n).to_string_lossy().into_owned())
         };
-        if libxdp::xdp_multiprog__is_legacy(mp) {
-            let main = libxdp::xdp_multiprog__main_prog(mp);
+        if (lib.xdp_multiprog__is_legacy)(mp) {
+            let main = (lib.xdp_multiprog__main_prog)(mp);
             if !main.is_null() {
                 names.extend(name(main));
             }
         } else {
-            let mut p = libxdp::xdp_multiprog__next_prog(std::ptr::null(), mp);
+            let mut p = (lib.xdp_multiprog__next_prog)(std::ptr::null(), mp);
             while !p.is_null() {
                 names.extend(name(p));
-                p = libxdp::xdp_multiprog__next_prog(p, mp);
+                p = (lib.xdp_multiprog__next_prog)(p, mp);
             }
         }
-        libxdp::xdp_multiprog__close(mp);
+        (lib.xdp_multiprog__close)(mp);
         if names.is_empty() {
             Attached::Nothing
         } else {
@@ -108,14 +111,15 @@ pub fn attached(ifindex: u32) -> Attached {
 }
 
 fn detach_all(ifindex: u32) -> std::io::Result<()> {
+    let lib = libxdp::libxdp().map_err(std::io::Error::other)?;
     // SAFETY: as in `attached`; the multiprog is closed after the detach.
     unsafe {
-        let mp = libxdp::xdp_multiprog__get_from_ifindex(ifindex as i32);
-        if mp.is_null() || libxdp::libxdp_get_error(mp.cast()) != 0 {
+        let mp = (lib.xdp_multiprog__get_from_ifindex)(ifindex as i32);
+        if mp.is_null() || (lib.libxdp_get_error)(mp.cast()) != 0 {
             return Ok(());
         }
-        let r = libxdp::xdp_multiprog__detach(mp);
-        libxdp::xdp_multiprog__close(mp);
+        let r = (lib.xdp_multiprog__detach)(mp);
+        (lib.xdp_multiprog__close)(mp);
         if r < 0 {
             return Err(std::io::Error::from_raw_os_error(-r));
         }

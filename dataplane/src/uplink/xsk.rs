@@ -50,6 +50,9 @@ pub enum XskError {
         #[source]
         source: std::io::Error,
     },
+    /// libxdp could not be loaded.
+    #[error("{0}")]
+    Library(String),
     /// The interface name has a NUL byte.
     #[error("interface name `{0}` has a NUL byte")]
     BadName(String),
@@ -138,6 +141,7 @@ impl XskQueue {
     }
 
     fn open_in(name: &CString, iface: &str, queue: u32, mode: XskMode) -> Result<Self, XskError> {
+        let lib = libxdp::libxdp().map_err(XskError::Library)?;
         let bytes = FRAMES * u64::from(FRAME_SIZE);
         // SAFETY: a fresh private anonymous mapping; checked below.
         let area = unsafe {
@@ -179,7 +183,7 @@ impl XskQueue {
         // UMEM (unmapped in Drop after the UMEM is deleted); the rings are
         // boxed fields of `q`, which libxdp fills in and keeps pointers to.
         let r = unsafe {
-            libxdp::xsk_umem__create(
+            (lib.xsk_umem__create)(
                 &mut q.umem,
                 area,
                 bytes,
@@ -205,7 +209,7 @@ impl XskQueue {
         // SAFETY: `name` is NUL-terminated; the UMEM is live; the rings are
         // boxed fields of `q`, which libxdp fills in and keeps pointers to.
         let r = unsafe {
-            libxdp::xsk_socket__create(
+            (lib.xsk_socket__create)(
                 &mut q.xsk,
                 name.as_ptr(),
                 queue,
@@ -224,7 +228,7 @@ impl XskQueue {
             });
         }
         // SAFETY: the socket was just created.
-        q.fd = unsafe { libxdp::xsk_socket__fd(q.xsk) };
+        q.fd = unsafe { (lib.xsk_socket__fd)(q.xsk) };
         q.refill
             .extend((0..u64::from(RING_SIZE)).map(|i| i * u64::from(FRAME_SIZE)));
         q.give_back();
@@ -441,11 +445,13 @@ impl Drop for XskQueue {
         // SAFETY: each object was created by libxdp and is deleted once;
         // the socket before its UMEM, the UMEM before its memory.
         unsafe {
-            if !self.xsk.is_null() {
-                libxdp::xsk_socket__delete(self.xsk);
-            }
-            if !self.umem.is_null() {
-                libxdp::xsk_umem__delete(self.umem);
+            if let Ok(lib) = libxdp::libxdp() {
+                if !self.xsk.is_null() {
+                    (lib.xsk_socket__delete)(self.xsk);
+                }
+                if !self.umem.is_null() {
+                    (lib.xsk_umem__delete)(self.umem);
+                }
             }
             libc::munmap(self.area.cast(), (FRAMES * u64::from(FRAME_SIZE)) as usize);
         }
