@@ -199,6 +199,8 @@ fn open(name: &str) -> Result<*mut c_void, String> {
     Ok(h)
 }
 
+// Each transmute's target is the type of the field it initialises.
+#[allow(clippy::missing_transmute_annotations)]
 fn load() -> Result<Libxdp, String> {
     let xdp = open(LIBXDP)?;
     let bpf = open(LIBBPF)?;
