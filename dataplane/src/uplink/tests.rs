@@ -142,35 +142,8 @@ fn a_socket_receives_the_wires_frames() {
     assert_eq!(&arp[38..42], &[10, 77, 0, 9]);
 }
 
-/// From the wire's far end: send `count` frames of `len` bytes to `dst`
-/// (EtherType 0x88b5, a sequence number in the payload), then count the
-/// frames addressed back to us for up to 2 s. Prints "sent received".
-const SEND_AND_COUNT: &str = r#"
-import socket, struct, sys, time
-iface, dst, count, length = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88b5))
-s.bind((iface, 0x88b5))
-me = s.getsockname()[4]
-sent = 0
-for i in range(count):
-    f = dst + me + b"\x88\xb5" + struct.pack("!I", i)
-    f += bytes(max(0, length - len(f)))
-    try:
-        s.send(f)
-        sent += 1
-    except OSError:
-        pass
-s.settimeout(0.2)
-got, end = set(), time.time() + 2
-while time.time() < end and len(got) < sent:
-    try:
-        r = s.recv(65536)
-    except socket.timeout:
-        continue
-    if r[:6] == me and r[12:14] == b"\x88\xb5":
-        got.add(struct.unpack("!I", r[14:18])[0])
-print(sent, len(got))
-"#;
+/// The far end's traffic: see the script's docstring.
+const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py");
 
 fn hex(m: Mac) -> String {
     m.0.iter().map(|b| format!("{b:02x}")).collect()

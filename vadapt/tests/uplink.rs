@@ -1,0 +1,152 @@
+//! `vadapt serve --uplink` on one end of a veth pair whose far end is in a
+//! network namespace the test makes (the "wire"), with an echo port behind
+//! it: the far end's frames come back through the daemon. The daemon is
+//! killed with SIGKILL (no chance to detach its XDP program): the program
+//! stays, the next start replaces it, and traffic flows again; a SIGTERM
+//! then leaves the interface without a program and without an owner
+//! record. Needs root and `ip netns`; says so and does nothing elsewhere.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vadapt_wire::Mac;
+
+mod common;
+use common::tmpdir;
+
+const SEND_AND_COUNT: &str = include_str!("../../tests/wire/send_and_count.py");
+
+fn sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Wire {
+    ns: String,
+    host: String,
+    peer: String,
+}
+
+impl Wire {
+    fn new() -> Option<Wire> {
+        let id = std::process::id() % 10_000;
+        let w = Wire {
+            ns: format!("vaw-it{id}"),
+            host: format!("vah-it{id}"),
+            peer: format!("vap-it{id}"),
+        };
+        let ok = sh(&["ip", "netns", "add", &w.ns])
+            && sh(&[
+                "ip", "link", "add", &w.host, "type", "veth", "peer", "name", &w.peer,
+            ])
+            && sh(&["ip", "link", "set", &w.peer, "netns", &w.ns])
+            && sh(&["ip", "-n", &w.ns, "link", "set", &w.peer, "up"])
+            && sh(&["ip", "link", "set", &w.host, "up"]);
+        if !ok {
+            eprintln!("skipped: cannot make a veth wire here (root and `ip netns` needed)");
+            return None;
+        }
+        Some(w)
+    }
+
+    /// Frames sent to `dst` from the far end, and how many came back.
+    fn echo_round(&self, dst: Mac, count: u32) -> (u32, u32) {
+        let dst: String = dst.0.iter().map(|b| format!("{b:02x}")).collect();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "python3", "-c", SEND_AND_COUNT])
+            .args([&self.peer, &dst, &count.to_string(), "60"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<u32> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        assert_eq!(
+            v.len(),
+            2,
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (v[0], v[1])
+    }
+
+    /// True if the host end has an XDP program attached.
+    fn has_xdp(&self) -> bool {
+        let out = Command::new("ip")
+            .args(["link", "show", "dev", &self.host])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.host]);
+        let _ = sh(&["ip", "netns", "del", &self.ns]);
+    }
+}
+
+/// `vadapt serve` with the uplink and an echo; its log goes to `log`.
+fn serve(dir: &Path, iface: &str, log: &str) -> Child {
+    let _ = std::fs::remove_file(dir.join("control.sock"));
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["serve", "--echo", "echo0", "--policy", "eekbp", "--uplink"])
+        .arg(format!("name=up0,iface={iface}"))
+        .arg("--control")
+        .arg(dir.join("control.sock"))
+        .env("RUNTIME_DIRECTORY", dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(dir.join("control.sock")).is_err() {
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+#[test]
+fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
+    let Some(w) = Wire::new() else { return };
+    let dir = tmpdir("uplink");
+    let echo = Mac::from_name("echo0");
+    let record = dir.path().join(format!("uplink-{}.pid", w.host));
+
+    let mut first = serve(dir.path(), &w.host, "first.log");
+    assert_eq!(w.echo_round(echo, 100), (100, 100), "through the uplink");
+    assert!(w.has_xdp() && record.exists());
+    signal(&first, libc::SIGKILL);
+    first.wait().unwrap();
+    assert!(w.has_xdp(), "a killed daemon leaves its program");
+    assert!(record.exists(), "and its owner record");
+
+    let mut second = serve(dir.path(), &w.host, "second.log");
+    assert_eq!(
+        w.echo_round(echo, 100),
+        (100, 100),
+        "after the stale program was replaced"
+    );
+    signal(&second, libc::SIGTERM);
+    assert!(second.wait().unwrap().success());
+    let log = std::fs::read_to_string(dir.path().join("second.log")).unwrap();
+    assert!(
+        log.contains("replacing the AF_XDP program a stopped vadapt left"),
+        "{log}"
+    );
+    assert!(log.contains("uplink open"), "{log}");
+    assert!(!w.has_xdp(), "the program goes with the daemon");
+    assert!(!record.exists(), "and its owner record");
+}
