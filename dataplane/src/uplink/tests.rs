@@ -73,7 +73,21 @@ impl Wire {
 
     /// Run `python3 -c script args..` inside the namespace; its stdout.
     pub fn python(&self, script: &str, args: &[&str]) -> String {
-        let out = Command::new("ip")
+        self.python_on(None, script, args)
+    }
+
+    /// As [`Wire::python`], pinned to `cpu` if given (AF_PACKET picks the
+    /// TX queue, hence the veth RX queue, by the sending CPU).
+    pub fn python_on(&self, cpu: Option<usize>, script: &str, args: &[&str]) -> String {
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut c0 = Command::new("taskset");
+                c0.args(["-c", &c.to_string(), "ip"]);
+                c0
+            }
+            None => Command::new("ip"),
+        };
+        let out = cmd
             .args(["netns", "exec", &self.ns, "python3", "-c", script])
             .args(args)
             .output()
@@ -264,6 +278,60 @@ fn a_queue_reopens_and_the_program_goes_with_the_last_socket() {
         assert_eq!(
             super::program::attached(index),
             super::program::Attached::Nothing
+        );
+    }
+}
+
+/// A two-queue veth: frames sent from each CPU arrive on their own queue
+/// (AF_PACKET's TX queue is the sending CPU's), and both queues' workers
+/// serve them both ways.
+#[test]
+fn both_queues_of_a_two_queue_nic_are_served() {
+    let cpus = vadapt_host::cputime::current_affinity().unwrap_or_default();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let Some(w) = Wire::new("m", 2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+    let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+    cfg.queues = 2;
+    let up = super::Uplink::new(cfg, 1024).unwrap();
+    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+    up.attach(sw.ingress(id));
+    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
+    let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
+    let eid = sw.add_port(echo.clone(), echo_stats);
+    echo.attach(sw.ingress(eid));
+    sw.add_static(Mac::from_name("echo"), eid);
+    // XPS: each sending CPU transmits on its own queue of the far end,
+    // which veth delivers on the same queue of ours.
+    for (q, cpu) in cpus[..2].iter().enumerate() {
+        let set = format!(
+            "echo {:x} > /sys/class/net/{}/queues/tx-{q}/xps_cpus",
+            1u64 << cpu,
+            w.peer
+        );
+        assert!(
+            sh(&["ip", "netns", "exec", &w.ns, "sh", "-c", &set]),
+            "{set}"
+        );
+    }
+    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    for cpu in &cpus[..2] {
+        let out = w.python_on(
+            Some(*cpu),
+            SEND_AND_COUNT,
+            &[&w.peer, &hex(Mac::from_name("echo")), "100", "60"],
+        );
+        assert_eq!(out.trim(), "100 100", "sent from CPU {cpu}");
+    }
+    running.stop();
+    for (q, qs) in up.stats.queues.iter().enumerate() {
+        assert!(
+            qs.packets[0].load(Ordering::Relaxed) >= 100,
+            "queue {q} took frames from the wire"
         );
     }
 }
