@@ -21,6 +21,8 @@
 //!   software TSO.
 //! * [`rarp`] — the RARP frame that announces a migrated VM's MAC
 //!   ([`rarp::rarp_announcement`]), sent for a guest that cannot announce.
+//! * [`toeplitz`] — receive-side scaling's Toeplitz hash of a flow's
+//!   addresses and ports, as NICs spread flows over their queues.
 //! * [`stamped_frame`] — the synthetic guest's own frames: Ethernet with a
 //!   [`stamped_frame::Stamp`] that times a reply against its request.
 //! * `test_frames` (feature `test-utils`) — sample TCP frames as a Linux
@@ -47,6 +49,7 @@ pub mod tcp_cut;
 mod tcp_cut_tests;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_frames;
+pub mod toeplitz;
 pub mod vnet_hdr;
 #[cfg(test)]
 mod vnet_hdr_tests;

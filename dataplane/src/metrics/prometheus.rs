@@ -210,6 +210,7 @@ mod tests {
         let p = Arc::new(PortStats::new("vm1", "vm", 1));
         p.predicted_us.store(1000, Relaxed);
         reg.add_port(p);
+        reg.add_port(Arc::new(PortStats::new("up0", "uplink", 1)));
         reg.add_worker(Arc::new(WorkerStats::new("vm1")));
         let t = reg.openmetrics_text();
         let meta: Vec<&str> = t

@@ -176,13 +176,51 @@ impl VmPort {
 }
 
 impl Egress for VmPort {
+    /// Frames onto the backlogs of the receive queues they are steered
+    /// to: with more than one queue pair, by the Toeplitz hash of each
+    /// frame's addresses and ports ([`rss_queue`]), so one flow stays on
+    /// one queue as on a NIC; a frame with no flow (not IP) by the
+    /// sender's queue `flow`.
     fn deliver(&self, frames: &FrameBatch, which: &[u16], flow: u16) {
         let pairs = self.rx_pairs.load(Ordering::Acquire);
         if pairs == 0 {
             self.stats.queues[0].drop(DropReason::PortDown, which.len() as u64);
             return;
         }
-        let q = usize::from(flow % pairs);
+        if pairs == 1 {
+            self.push(0, frames, which);
+            return;
+        }
+        let mut by_queue: Vec<Vec<u16>> = vec![Vec::new(); usize::from(pairs)];
+        for &i in which {
+            let q = rss_queue(frames.get(usize::from(i)), pairs).unwrap_or(flow % pairs);
+            by_queue[usize::from(q)].push(i);
+        }
+        for (q, which) in by_queue.iter().enumerate() {
+            if !which.is_empty() {
+                self.push(q, frames, which);
+            }
+        }
+    }
+}
+
+/// Entries of the default RSS indirection table (a NIC's usual 128):
+/// entry `h % 128` holds queue `(h % 128) % pairs`.
+const RSS_TABLE: u32 = 128;
+
+/// The receive queue of `frame` among `pairs` by receive-side scaling:
+/// the Toeplitz hash of its flow under the default key, through the
+/// default indirection table; `None` for a frame with no flow.
+pub fn rss_queue(frame: &[u8], pairs: u16) -> Option<u16> {
+    use vadapt_wire::toeplitz::{toeplitz, RssInput, DEFAULT_KEY};
+    let input = RssInput::of_frame(frame)?;
+    let entry = toeplitz(&DEFAULT_KEY, input.as_bytes()) % RSS_TABLE;
+    Some((entry % u32::from(pairs)) as u16)
+}
+
+impl VmPort {
+    /// Frames `which` onto queue `q`'s backlog; the worker woken if it waits.
+    fn push(&self, q: usize, frames: &FrameBatch, which: &[u16]) {
         let (_, dropped) = self.backlogs[q].push(frames, which);
         if dropped > 0 {
             self.stats.queues[q].drop(DropReason::BacklogFull, dropped);
@@ -192,5 +230,78 @@ impl Egress for VmPort {
         if self.waiting.load(Ordering::Relaxed) {
             self.kick_worker();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vadapt_host::cpufreq::CpuFreq;
+
+    /// An IPv4 UDP frame of flow (`sport`, `dport`).
+    fn udp(sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + 10];
+        f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[14 + 9] = 17;
+        f[14 + 12..14 + 16].copy_from_slice(&[10, 0, 0, 1]);
+        f[14 + 16..14 + 20].copy_from_slice(&[10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    /// With four queue pairs, each flow's frames all land on the queue
+    /// its Toeplitz hash picks, whatever queue they came from, and the
+    /// flows spread over more than one queue; a frame with no flow follows
+    /// the sender's queue.
+    #[test]
+    fn frames_are_steered_by_flow_not_by_the_senders_queue() {
+        let mut cfg = VmPortConfig::new("rss", "/nonexistent/rss.sock");
+        cfg.queues = 4;
+        let port = VmPort::new(
+            cfg,
+            PolicyConfig::BusyPoll,
+            1024,
+            None,
+            Arc::new(CpuFreq::unavailable("test")),
+            None,
+        )
+        .unwrap();
+        port.rx_pairs.store(4, Ordering::Release);
+        let mut used = std::collections::BTreeSet::new();
+        for sport in 1000..1016u16 {
+            let f = udp(sport, 80);
+            let want = rss_queue(&f, 4).expect("an IP flow");
+            used.insert(want);
+            let mut b = FrameBatch::new(4);
+            for _ in 0..4 {
+                assert!(b.push(&f));
+            }
+            for (sender_queue, i) in (0..4u16).zip(0..4u16) {
+                port.deliver(&b, &[i], sender_queue);
+            }
+            let mut out = FrameBatch::new(1024);
+            for q in 0..4 {
+                let n = port.backlogs[q].take_into(&mut out);
+                assert_eq!(
+                    n,
+                    if q == usize::from(want) { 4 } else { 0 },
+                    "flow {sport}, queue {q}"
+                );
+                out.clear();
+            }
+        }
+        assert!(used.len() > 1, "16 flows all on one queue: {used:?}");
+        let mut arp = vec![0u8; 60];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut b = FrameBatch::new(1);
+        assert!(b.push(&arp));
+        port.deliver(&b, &[0], 6);
+        assert!(
+            port.backlogs[2].has_frames(),
+            "no flow: the sender's queue 6 % 4"
+        );
     }
 }
