@@ -118,7 +118,10 @@ mod tests {
     /// Hash Calculation"): IPv4 rows, with and without TCP ports.
     #[test]
     fn the_specifications_ipv4_vectors() {
-        let rows: [([u8; 4], u16, [u8; 4], u16, u32, u32); 5] = [
+        // Source, its port, destination, its port, hash of the addresses,
+        // hash with the ports.
+        type Row = ([u8; 4], u16, [u8; 4], u16, u32, u32);
+        let rows: [Row; 5] = [
             (
                 [66, 9, 149, 187],
                 2794,
