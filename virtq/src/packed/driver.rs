@@ -527,3 +527,26 @@ impl PackedDriverQueue {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ahead_counts_over_the_two_lap_cycle() {
+        let p = |idx, wrap| RingPos { idx, wrap };
+        assert_eq!(ahead(p(2, true), p(2, true), 5), 0);
+        assert_eq!(ahead(p(2, true), p(4, true), 5), 2);
+        assert_eq!(ahead(p(4, true), p(1, false), 5), 2, "across the end");
+        assert_eq!(
+            ahead(p(4, false), p(1, true), 5),
+            2,
+            "across the end, back to wrap 1"
+        );
+        assert_eq!(
+            ahead(p(2, true), p(1, true), 5),
+            9,
+            "a lap and more behind is far ahead"
+        );
+    }
+}
