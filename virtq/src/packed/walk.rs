@@ -7,6 +7,12 @@
 //! more, to the end of the buffer (the first descriptor without `NEXT`),
 //! so that the buffer can still be returned by id and the device's
 //! position stays where the driver's is.
+//!
+//! Only the first descriptor's `AVAIL`/`USED` bits are checked: the driver
+//! publishes a whole buffer with that one flag store, so the descriptors
+//! after it are read under its Acquire, as DPDK and QEMU read them. A
+//! driver that chains into descriptors it never made available only
+//! hands the device its own stale buffers, which the checks still cover.
 
 use super::desc::PackedDescriptor;
 use super::pos::RingPos;
