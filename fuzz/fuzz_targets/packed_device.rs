@@ -7,4 +7,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| vadapt_fuzz::packed_ring::device(data));
+fuzz_target!(|data: &[u8]| {
+    vadapt_fuzz::packed_ring::device(data);
+});
