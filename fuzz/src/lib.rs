@@ -2,6 +2,8 @@
 //! each target is a few lines that decode the fuzzer's bytes into one of
 //! these inputs and hand it to its driver.
 //!
+//! * [`packed_ring`] — the packed virtqueue's device side on arbitrary
+//!   rings, and its driver and device on arbitrary operations.
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
 //!   real backend request handler, over a real socket pair, its queue
 //!   worker stepped in-process.
@@ -15,6 +17,7 @@
 
 pub mod config;
 pub mod control;
+pub mod packed_ring;
 pub mod qga;
 pub mod qmp;
 pub mod vhost_user;

@@ -365,7 +365,8 @@ impl Chain {
         copied
     }
 
-    fn reset(&mut self, head: u16, mem: &GuestMemory) {
+    /// Empties the chain for a new walk that will report `head`.
+    pub(crate) fn reset(&mut self, head: u16, mem: &GuestMemory) {
         self.segs.clear();
         self.head = head;
         self.readable = 0;
@@ -376,7 +377,8 @@ impl Chain {
         }
     }
 
-    fn push(&mut self, mem: &GuestMemory, d: &Descriptor) -> Result<(), ChainErrorKind> {
+    /// Checks and translates one descriptor's buffer and appends it.
+    pub(crate) fn push(&mut self, mem: &GuestMemory, d: &Descriptor) -> Result<(), ChainErrorKind> {
         let ptr = mem
             .translate(d.addr, u64::from(d.len))
             .ok_or(ChainErrorKind::AddressOutOfRange)?;
@@ -440,6 +442,12 @@ impl Chain {
                 return Err(ChainErrorKind::DescIndexOutOfRange);
             }
         }
+    }
+
+    /// Sets the id [`head`](Self::head) reports: the packed ring learns a
+    /// buffer's id only from its last descriptor.
+    pub(crate) fn set_head(&mut self, head: u16) {
+        self.head = head;
     }
 
     fn walk_indirect(

@@ -1,5 +1,5 @@
-//! Hand-written, bounds-checked split virtqueue data path (virtio 1.2,
-//! section 2.7), for both sides:
+//! Hand-written, bounds-checked virtqueue data path, split (virtio 1.2,
+//! section 2.7) and packed (section 2.8), for both sides:
 //!
 //! * [`device::DeviceQueue`] — the backend's view, used by the vadapt
 //!   daemon's queue workers;
@@ -8,7 +8,8 @@
 //! * [`raw::RawRing`] — unchecked field access for tests and fuzzers;
 //! * `mock::MockQueue` (feature `test-utils`) — a driver and a device over
 //!   one ring in anonymous memory, for tests of code that serves rings;
-//! * [`packed`] — the named home of the packed ring, empty until its issue.
+//! * [`packed`] — the same for the packed ring (spec 2.8):
+//!   [`PackedDeviceQueue`], [`PackedDriverQueue`] and `PackedMockQueue`.
 //!
 //! What travels in the buffers (the virtio-net header, frames, checksums)
 //! is `vadapt_wire`'s, not this crate's.
@@ -104,4 +105,5 @@ pub use event_idx::vring_need_event;
 pub use features::RingFeatures;
 pub use layout::{is_valid_size, QueueLayout};
 pub use mem::{GuestMemory, MemError, Region};
+pub use packed::{PackedDeviceQueue, PackedDriverQueue, PackedLayout, RingPos};
 pub use ring::QueueError;

@@ -32,11 +32,24 @@ pub enum QueueError {
     /// The queue size is not a power of two in `1..=32768`.
     #[error("queue size {0} is not a power of two in 1..=32768")]
     InvalidSize(u16),
+    /// A packed queue's size is not in `1..=32768`.
+    #[error("packed queue size {0} is not in 1..=32768")]
+    InvalidPackedSize(u16),
+    /// A packed queue's starting position (vhost-user `SET_VRING_BASE`,
+    /// position in bits 0–14) is not inside the ring.
+    #[error("ring base {base:#x} is outside a packed ring of {size} descriptors")]
+    InvalidBase {
+        /// The base as given.
+        base: u16,
+        /// The queue size.
+        size: u16,
+    },
     /// A ring part is not aligned as the spec requires (in guest or in
     /// host address space).
     #[error("{part} ring at {addr:#x} is not {align}-byte aligned")]
     Misaligned {
-        /// `"descriptor"`, `"available"` or `"used"`.
+        /// `"descriptor"`, `"available"`, `"used"`, or for a packed ring
+        /// `"driver event"` or `"device event"`.
         part: &'static str,
         /// The offending address.
         addr: u64,
@@ -46,7 +59,8 @@ pub enum QueueError {
     /// A ring part is not entirely inside one memory region.
     #[error("{part} ring at {addr:#x} ({len} bytes) is not inside guest memory")]
     OutsideMemory {
-        /// `"descriptor"`, `"available"` or `"used"`.
+        /// `"descriptor"`, `"available"`, `"used"`, or for a packed ring
+        /// `"driver event"` or `"device event"`.
         part: &'static str,
         /// Its address.
         addr: u64,
@@ -75,7 +89,7 @@ pub(crate) struct RingPtrs {
     pub(crate) size: u16,
 }
 
-fn check_part(
+pub(crate) fn check_part(
     mem: &GuestMemory,
     uva: bool,
     part: &'static str,
