@@ -52,6 +52,8 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   libvirt-clients virsh
 #   systemd         systemd-analyze: `verify` of the packaged unit
 #   man-db          man: systemd-analyze verify checks the unit's Documentation=
+#   ethtool         ethtool: the uplink tests turn off a veth's TX checksum offload
+#                   (veth hands XDP frames with the partial checksum its sender left)
 #   libxdp1         libxdp.so.1 (and its default AF_XDP program): loaded at run
 #                   time by an uplink port (`--uplink`); the build never needs it
 DEB_PACKAGES=(
@@ -59,6 +61,7 @@ DEB_PACKAGES=(
     openvswitch-common prometheus busybox-static cpio xz-utils zstd dpkg apt
     iproute2 util-linux git python3-venv ca-certificates fonts-dejavu-core
     libvirt-daemon-system libvirt-daemon libvirt-clients systemd man-db libxdp1
+    ethtool
 )
 
 # Every external program the tests and benchmarks start, and the package in
@@ -86,6 +89,7 @@ PROGRAMS=(
     virsh=libvirt-clients
     systemd-analyze=systemd
     man=man-db
+    ethtool=ethtool
 )
 
 # cargo-deb builds the Debian package (scripts/package.sh); pinned, from

@@ -336,9 +336,28 @@ extern "C" {
 }
 
 /// libxdp's messages, as log lines of ours (target `libxdp`) instead of
-/// its own lines on stderr: warnings as WARN, information as INFO, debug
-/// as DEBUG; control characters escaped.
+/// its own lines on stderr: warnings and information as INFO (its
+/// "warnings" include the normal "no dispatcher" of a legacy program),
+/// debug as DEBUG; control characters escaped. What fails reaches the log
+/// as our own error, from libxdp's return value.
 unsafe extern "C" fn print_to_tracing(level: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    // SAFETY: libxdp's format and va_list, passed on.
+    unsafe { print_at(level, fmt, ap) }
+}
+
+/// libbpf's messages: DEBUG whatever their level (its failures reach us,
+/// and the log, through libxdp's messages and return values).
+unsafe extern "C" fn print_libbpf(_level: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    // SAFETY: as print_to_tracing's.
+    unsafe { print_at(2, fmt, ap) }
+}
+
+/// Format and log one message.
+///
+/// # Safety
+/// `fmt` and `ap` are a printf format and its `va_list`, as the libraries
+/// pass them.
+unsafe fn print_at(level: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
     let mut buf = [0 as c_char; 512];
     // SAFETY: libxdp passes a printf format and its va_list; the output is
     // bounded by the buffer and NUL-terminated by vsnprintf.
@@ -347,8 +366,7 @@ unsafe extern "C" fn print_to_tracing(level: c_int, fmt: *const c_char, ap: *mut
     let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
     let text = text.trim_end().escape_debug().to_string();
     match level {
-        0 => tracing::warn!(target: "libxdp", "{text}"),
-        1 => tracing::info!(target: "libxdp", "{text}"),
+        0 | 1 => tracing::info!(target: "libxdp", "{text}"),
         _ => tracing::debug!(target: "libxdp", "{text}"),
     }
     n
@@ -360,6 +378,6 @@ pub(crate) fn log_to_tracing(lib: &Libxdp) {
     // SAFETY: installs callbacks with the signature both libraries expect.
     ONCE.call_once(|| unsafe {
         (lib.libxdp_set_print)(Some(print_to_tracing));
-        (lib.libbpf_set_print)(Some(print_to_tracing));
+        (lib.libbpf_set_print)(Some(print_libbpf));
     });
 }
