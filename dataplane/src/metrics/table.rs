@@ -61,6 +61,13 @@ impl StatsSnapshot {
                 for (r, n) in &q.dropped {
                     let _ = writeln!(s, "{:>24} dropped {r}: {n}", "");
                 }
+                if p.kind == "uplink" {
+                    let _ = writeln!(
+                        s,
+                        "{:>24} AF_XDP: fill ring found empty {}, TX ring found full {}",
+                        "", q.fill_ring_empty, q.tx_ring_full
+                    );
+                }
             }
             if p.memory_regions > 0 {
                 let _ = writeln!(
