@@ -115,9 +115,9 @@ pub struct ServeArgs {
     #[arg(long = "tap", value_name = "SPEC")]
     pub taps: Vec<String>,
     /// An uplink to the physical network over AF_XDP (no NIC unbinding, no hugepages):
-    /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N]`.
+    /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N][,cpus=A:B]`.
     /// One AF_XDP socket and queue worker per NIC queue `0..N`, running POLICY (default:
-    /// `--policy`). libxdp attaches its redirect program to IFACE and detaches it at stop;
+    /// `--policy`), queue q pinned to the q-th of `cpus` (round-robin; default: not pinned). libxdp attaches its redirect program to IFACE and detaches it at stop;
     /// one a killed vadapt left is replaced at the next start. Repeatable.
     #[arg(long = "uplink", value_name = "SPEC")]
     pub uplinks: Vec<String>,

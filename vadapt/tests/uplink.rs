@@ -128,6 +128,13 @@ fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
     let mut first = serve(dir.path(), &w.host, "first.log");
     assert_eq!(w.echo_round(echo, 100), (100, 100), "through the uplink");
     assert!(w.has_xdp() && record.exists());
+    let stats = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["stats", "--json", "--control"])
+        .arg(dir.path().join("control.sock"))
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.contains("\"up0/0\""), "the queue worker's counters: {stats}");
     signal(&first, libc::SIGKILL);
     first.wait().unwrap();
     assert!(w.has_xdp(), "a killed daemon leaves its program");

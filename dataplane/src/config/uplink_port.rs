@@ -67,6 +67,11 @@ pub struct UplinkPortConfig {
     /// is left as it is.
     #[serde(default)]
     pub mtu: Option<u16>,
+    /// CPUs the queue workers are pinned to, queue `q` to `cpus[q % len]`;
+    /// empty: not pinned. A pinned worker's EE-KBP frequency hints drive
+    /// its CPU's cpufreq (see docs/cpu-frequency.md).
+    #[serde(default)]
+    pub cpus: Vec<usize>,
 }
 
 fn one() -> u16 {
@@ -83,6 +88,7 @@ impl UplinkPortConfig {
             mode: XskMode::Auto,
             policy: None,
             mtu: None,
+            cpus: Vec::new(),
         }
     }
 
@@ -112,7 +118,7 @@ impl UplinkPortConfig {
     }
 }
 
-/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N]` spec.
+/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B]` spec.
 pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
     let mut name = None;
     let mut iface = None;
@@ -144,12 +150,24 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
                     )
                 })?)
             }
+            "cpus" => {
+                cfg.cpus = v
+                    .split(':')
+                    .map(|c| c.parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| {
+                        field(
+                            "--uplink cpus",
+                            format!("`{v}` is not CPU numbers separated by `:`"),
+                        )
+                    })?
+            }
             other => {
                 return Err(field(
                     "--uplink",
                     format!(
-                        "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu)"
-                    ),
+                    "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, cpus)"
+                ),
                 ))
             }
         }
@@ -182,6 +200,8 @@ mod tests {
             ("iface=a/b", "interface name"),
             ("iface=eth1,ring=3", "unknown key"),
             ("iface=eth1,mtu=20", "mtu"),
+            ("iface=eth1,cpus=1,2", "not key=value"),
+            ("iface=eth1,cpus=a", "CPU numbers"),
         ] {
             let e = parse_uplink_spec(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -264,13 +264,17 @@ impl PortMaker {
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));
         let dir = crate::uplink::program::default_record_dir();
-        crate::uplink::start(port, self.settings.policy, &dir).map_err(|source| {
+        let running = crate::uplink::start(port, self.settings.policy, &dir).map_err(|source| {
             self.detach(id, &u.name);
             DaemonError::Uplink {
                 port: u.name.clone(),
                 source,
             }
-        })
+        })?;
+        for w in &running.workers {
+            self.registry.add_worker(Arc::clone(w));
+        }
+        Ok(running)
     }
 
     /// Port `id`, named `name`, leaves the switch and the counters.

@@ -24,6 +24,7 @@ mod tests;
 pub use port::Uplink;
 pub use xsk::{XskError, XskQueue};
 
+use crate::metrics::WorkerStats;
 use program::{OwnerRecord, ProgramError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,8 @@ pub enum UplinkError {
 pub struct RunningUplink {
     /// The port.
     pub port: Arc<Uplink>,
+    /// Its queue workers' counters (`<port>/<queue>`), for the registry.
+    pub workers: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     owner: Option<OwnerRecord>,
@@ -89,23 +92,32 @@ pub fn start(
     let stop = Arc::new(AtomicBool::new(false));
     let mut running = RunningUplink {
         port: Arc::clone(&port),
+        workers: Vec::new(),
         stop: Arc::clone(&stop),
         threads: Vec::new(),
         owner: Some(owner),
     };
-    let freq = Arc::new(CpuFreq::unavailable(
-        "uplink queue workers are not pinned to a CPU",
-    ));
     for (q, xsk) in sockets.into_iter().enumerate() {
         let p = policy
             .build()
             .map_err(|e| UplinkError::Policy(e.to_string()))?;
+        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[q % cfg.cpus.len()]);
+        let freq = Arc::new(match cpu {
+            Some(c) => CpuFreq::probe(Path::new("/sys"), c),
+            None => CpuFreq::unavailable(
+                "uplink queue worker not pinned to a CPU (see the uplink's cpus=)",
+            ),
+        });
+        let stats = Arc::new(WorkerStats::new(&format!("{}/{q}", cfg.name)));
+        running.workers.push(Arc::clone(&stats));
         let io = worker::UplinkQueue::new(
             Arc::clone(&port),
             q,
             xsk,
             Arc::clone(&stop),
-            Arc::clone(&freq),
+            cpu,
+            freq,
+            stats,
         )
         .map_err(UplinkError::Worker)?;
         let t = std::thread::Builder::new()
