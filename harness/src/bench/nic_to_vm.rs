@@ -243,7 +243,8 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         }
         Err(msg) => {
             ctx.say(msg);
-            f.notes.push(format!("{msg}: no saturating sender and no DPDK anchor"));
+            f.notes
+                .push(format!("{msg}: no saturating sender and no DPDK anchor"));
             None
         }
     };
@@ -407,7 +408,13 @@ impl Bench<'_> {
     }
 
     /// CPU with the guest connected and nothing sent.
-    fn idle(&mut self, f: &mut ResultFile, up: &mut Up, sys: System, run: u32) -> Result<(), BenchError> {
+    fn idle(
+        &mut self,
+        f: &mut ResultFile,
+        up: &mut Up,
+        sys: System,
+        run: u32,
+    ) -> Result<(), BenchError> {
         up.start()?;
         let a = up.sample()?;
         self.ctx.sleep(self.window)?;
@@ -421,7 +428,14 @@ impl Bench<'_> {
     }
 
     /// Request/response from the wire to the echo guest at `rate`.
-    fn rr(&mut self, f: &mut ResultFile, up: &mut Up, sys: System, run: u32, rate: f64) -> Result<(), BenchError> {
+    fn rr(
+        &mut self,
+        f: &mut ResultFile,
+        up: &mut Up,
+        sys: System,
+        run: u32,
+        rate: f64,
+    ) -> Result<(), BenchError> {
         up.start()?;
         let a = up.sample()?;
         let rt = veth_wire::request_response(
@@ -446,7 +460,13 @@ impl Bench<'_> {
     }
 
     /// testpmd txonly from the wire as fast as it goes.
-    fn saturation(&mut self, f: &mut ResultFile, up: &mut Up, sys: System, run: u32) -> Result<(), BenchError> {
+    fn saturation(
+        &mut self,
+        f: &mut ResultFile,
+        up: &mut Up,
+        sys: System,
+        run: u32,
+    ) -> Result<(), BenchError> {
         let Some(sender) = self.sender.as_deref_mut() else {
             return Ok(());
         };
@@ -469,9 +489,19 @@ impl Bench<'_> {
                 "cycles_per_pkt",
                 dpdk_cycles.unwrap_or(if pk > 0 { busy / pk as f64 } else { f64::NAN }),
             )
-            .set("cpu_ns_per_pkt", if pk > 0 { cpu * 1e9 / pk as f64 } else { f64::NAN })
+            .set(
+                "cpu_ns_per_pkt",
+                if pk > 0 {
+                    cpu * 1e9 / pk as f64
+                } else {
+                    f64::NAN
+                },
+            )
             .set("cpu_pct", cpu / dt * 100.0)
-            .set("sender_mpps", sent.tx as f64 / (dt + SETTLE.as_secs_f64()) / 1e6);
+            .set(
+                "sender_mpps",
+                sent.tx as f64 / (dt + SETTLE.as_secs_f64()) / 1e6,
+            );
         f.rows.push(r);
         Ok(())
     }
@@ -517,7 +547,14 @@ impl Bench<'_> {
         r.set("offered_kpps", reference * load / 1e3)
             .set("sent_kpps", sent.sent as f64 / sent.elapsed.max(1e-9) / 1e3)
             .set("delivered_kpps", pk as f64 / dt / 1e3)
-            .set("cpu_ns_per_pkt", if pk > 0 { cpu * 1e9 / pk as f64 } else { f64::NAN })
+            .set(
+                "cpu_ns_per_pkt",
+                if pk > 0 {
+                    cpu * 1e9 / pk as f64
+                } else {
+                    f64::NAN
+                },
+            )
             .set("cpu_pct", cpu / dt * 100.0);
         f.rows.push(r);
         Ok(())
@@ -546,9 +583,19 @@ impl Bench<'_> {
         let pk = w1.saturating_sub(w0);
         let mut r = sys.row("saturation", "vm-to-nic", run);
         r.set("mpps", pk as f64 / res.elapsed.max(1e-9) / 1e6)
-            .set("cpu_ns_per_pkt", if pk > 0 { cpu * 1e9 / pk as f64 } else { f64::NAN })
+            .set(
+                "cpu_ns_per_pkt",
+                if pk > 0 {
+                    cpu * 1e9 / pk as f64
+                } else {
+                    f64::NAN
+                },
+            )
             .set("cpu_pct", cpu / dt * 100.0)
-            .set("guest_sent_mpps", res.sent_packets as f64 / res.elapsed.max(1e-9) / 1e6);
+            .set(
+                "guest_sent_mpps",
+                res.sent_packets as f64 / res.elapsed.max(1e-9) / 1e6,
+            );
         f.rows.push(r);
         Ok(())
     }
@@ -588,13 +635,16 @@ pub fn render(f: &ResultFile) -> String {
         b.backend == "dpdk-af-xdp" && b.variant == r.variant && b.table == r.table
     };
     for (v, what) in [
-        ("nic-to-vm", "NIC → VM, testpmd txonly on net_af_xdp in the namespace"),
-        ("vm-to-nic", "VM → NIC, the synthetic guest's closed-loop stream"),
+        (
+            "nic-to-vm",
+            "NIC → VM, testpmd txonly on net_af_xdp in the namespace",
+        ),
+        (
+            "vm-to-nic",
+            "VM → NIC, the synthetic guest's closed-loop stream",
+        ),
     ] {
-        let rows: Vec<&Row> = f
-            .table("saturation")
-            .filter(|r| r.variant == v)
-            .collect();
+        let rows: Vec<&Row> = f.table("saturation").filter(|r| r.variant == v).collect();
         if rows.is_empty() {
             continue;
         }
@@ -699,10 +749,17 @@ mod tests {
             f.rows.extend([d, v, k]);
         }
         add_ratios(&mut f);
-        let v = f.rows.iter().find(|r| r.backend == "vadapt-uplink").unwrap();
+        let v = f
+            .rows
+            .iter()
+            .find(|r| r.backend == "vadapt-uplink")
+            .unwrap();
         assert_eq!((v.m["ratio_mpps"], v.m["ratio_cycles"]), (0.5, 2.0));
         let t = render(&f);
-        assert!(t.contains("| vadapt uplink busy-poll | 0.500 (0.500–0.500)"), "{t}");
+        assert!(
+            t.contains("| vadapt uplink busy-poll | 0.500 (0.500–0.500)"),
+            "{t}"
+        );
         assert!(t.contains("kernel bridge→TAP"), "{t}");
     }
 }

@@ -4,8 +4,8 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::{
-    adaptation, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep, papers_workload, partial_load,
-    saturation, timer, vm_to_vm,
+    adaptation, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep, papers_workload,
+    partial_load, saturation, timer, vm_to_vm,
 };
 use vadapt_results::ResultFile;
 

@@ -64,8 +64,8 @@ impl VethWire {
         let mac = vadapt_wire::Mac(WIRE_MAC).to_string();
         // From here on, Drop removes what was made.
         ip(&[
-            "ip", "link", "add", &w.host, "type", "veth", "peer", "name", &w.peer, "address",
-            &mac, "netns", &w.ns,
+            "ip", "link", "add", &w.host, "type", "veth", "peer", "name", &w.peer, "address", &mac,
+            "netns", &w.ns,
         ])?;
         ip(&["ip", "-n", &w.ns, "link", "set", &w.peer, "up"])?;
         ip(&["ip", "link", "set", &w.host, "up"])?;
@@ -76,7 +76,10 @@ impl VethWire {
     pub fn peer_rx_packets(&self) -> Result<u64, BenchError> {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.ns, "cat"])
-            .arg(format!("/sys/class/net/{}/statistics/rx_packets", self.peer))
+            .arg(format!(
+                "/sys/class/net/{}/statistics/rx_packets",
+                self.peer
+            ))
             .output()
             .map_err(|e| BenchError::Failed(format!("cannot run `ip netns exec`: {e}")))?;
         String::from_utf8_lossy(&out.stdout)
@@ -185,7 +188,10 @@ impl WireSocket {
         .join()
         .map_err(|_| BenchError::Failed("the namespace thread panicked".into()))?;
         let fd = r.map_err(|e| {
-            BenchError::Failed(format!("cannot open an AF_PACKET socket on {}: {e}", wire.peer))
+            BenchError::Failed(format!(
+                "cannot open an AF_PACKET socket on {}: {e}",
+                wire.peer
+            ))
         })?;
         Ok(WireSocket { fd })
     }
@@ -436,7 +442,10 @@ mod tests {
         let f = request_frame(guest, 64, st);
         assert_eq!(f.len(), 64);
         let parsed = vadapt_wire::stamped_frame::parse_frame(&f).unwrap();
-        assert_eq!((parsed.dst, parsed.src, parsed.stamp), (guest, WIRE_MAC, Some(st)));
+        assert_eq!(
+            (parsed.dst, parsed.src, parsed.stamp),
+            (guest, WIRE_MAC, Some(st))
+        );
         // Our own request, seen leaving: not a reply.
         assert_eq!(reply_stamp(&f), None);
         // The echo's answer: addresses swapped, stamp kept.
