@@ -30,6 +30,7 @@
 //! | `b7` | `memory_per_port.rs` | the daemon's memory per VM port |
 //! | `b8` | `vm_to_vm.rs` | forwarding between two VMs on one backend |
 //! | `b9` | `papers_workload/` | the NetAP paper's TCP workload, on the daemon and in the simulator |
+//! | `b10` | `nic_to_vm.rs` | what a packet from the NIC costs into a VM: AF_XDP uplink vs DPDK and the kernel |
 //! | `timer` | `timer.rs` | how late NetAP's timed sleeps wake |
 //!
 //! What several benchmarks use lives in `shared.rs`: no benchmark imports
@@ -39,7 +40,7 @@
 //! benchmarks); the report imports the benchmarks for their `render`; a
 //! benchmark imports only what is below it — [`ctx::Ctx`], `shared.rs`, [`table`] (the
 //! markdown tables), the process wrappers ([`vadapt_proc`],
-//! [`testpmd`], `ovs.rs`, [`child`]) — and never this file, the suite or the
+//! [`testpmd`], `ovs.rs`, [`child`], `veth_wire.rs`) — and never this file, the suite or the
 //! report (`scripts/check-imports.py` checks it).
 
 mod adaptation;
@@ -49,6 +50,7 @@ pub mod error;
 mod idle;
 mod latency;
 mod memory_per_port;
+mod nic_to_vm;
 mod ovs;
 mod ovs_pmd_sleep;
 mod papers_workload;
@@ -61,6 +63,7 @@ pub mod table;
 pub mod testpmd;
 mod timer;
 pub mod vadapt_proc;
+mod veth_wire;
 mod vm_to_vm;
 
 use crate::cli_util::chain;
@@ -88,7 +91,7 @@ pub struct BenchArgs {
     /// Never rewrites BENCHMARKS.md (implies `--no-write`).
     #[arg(long)]
     pub quick: bool,
-    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 b9 timer.
+    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 timer.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub only: Vec<String>,
     /// Directory for the raw JSON results and logs.

@@ -166,6 +166,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             "b7" => super::memory_per_port::render(f),
             "b8" => super::vm_to_vm::render(f),
             "b9" => super::papers_workload::render::render(f),
+            "b10" => super::nic_to_vm::render(f),
             _ => String::new(),
         };
         s.push_str(&body);

@@ -4,8 +4,8 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::{
-    adaptation, idle, latency, memory_per_port, ovs_pmd_sleep, papers_workload, partial_load,
-    saturation, timer, vm_to_vm,
+    adaptation, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep, papers_workload,
+    partial_load, saturation, timer, vm_to_vm,
 };
 use vadapt_results::ResultFile;
 
@@ -21,7 +21,7 @@ pub(super) struct Bench {
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-pub(super) const SUITE: [Bench; 10] = [
+pub(super) const SUITE: [Bench; 11] = [
     Bench {
         name: "b1",
         title: saturation::TITLE,
@@ -61,6 +61,11 @@ pub(super) const SUITE: [Bench; 10] = [
         name: "b9",
         title: papers_workload::TITLE,
         run: papers_workload::run,
+    },
+    Bench {
+        name: "b10",
+        title: nic_to_vm::TITLE,
+        run: nic_to_vm::run,
     },
     Bench {
         name: "timer",

@@ -139,8 +139,26 @@ impl Testpmd {
         app: &[String],
         wait_socket: Option<&Path>,
     ) -> Result<Testpmd, BenchError> {
+        Testpmd::spawn_in(ctx, name, None, lcores, eal, app, wait_socket)
+    }
+
+    /// [`Testpmd::spawn`] inside network namespace `netns` when given
+    /// (`ip netns exec`): a sender on the far end of a veth wire.
+    pub fn spawn_in(
+        ctx: &Ctx,
+        name: &str,
+        netns: Option<&str>,
+        lcores: &str,
+        eal: &[String],
+        app: &[String],
+        wait_socket: Option<&Path>,
+    ) -> Result<Testpmd, BenchError> {
         let prefix = format!("vb{}-{name}", std::process::id());
-        let mut argv: Vec<String> = vec![
+        let mut argv: Vec<String> = match netns {
+            Some(ns) => vec!["ip".into(), "netns".into(), "exec".into(), ns.into()],
+            None => Vec::new(),
+        };
+        argv.extend([
             // testpmd writes with stdio: line-buffer it, else the pipe holds
             // the `stop` report back.
             "stdbuf".into(),
@@ -153,7 +171,7 @@ impl Testpmd {
             "1024".into(),
             "--no-pci".into(),
             format!("--file-prefix={prefix}"),
-        ];
+        ]);
         argv.extend(eal.iter().cloned());
         argv.extend(["--".into(), "-i".into(), "--total-num-mbufs=8192".into()]);
         argv.extend(app.iter().cloned());
@@ -205,8 +223,13 @@ impl Testpmd {
 
     /// `show port stats 0`.
     pub fn port_stats(&mut self) -> Result<PortCounters, BenchError> {
+        self.port_stats_of(0)
+    }
+
+    /// `show port stats PORT`.
+    pub fn port_stats_of(&mut self, port: u16) -> Result<PortCounters, BenchError> {
         let mark = self.child.mark();
-        self.child.send("show port stats 0")?;
+        self.child.send(&format!("show port stats {port}"))?;
         let (end, _) = self
             .child
             .wait_line("port stats", mark, Duration::from_secs(20), |l| {

@@ -79,6 +79,25 @@ impl Daemon {
         vms: &[VmPort],
         workers: Workers,
     ) -> Result<Daemon, BenchError> {
+        let ports = [
+            "--sink".into(),
+            format!("sink0,mac={SINK_MAC}"),
+            "--echo".into(),
+            format!("echo0,mac={ECHO_MAC}"),
+        ];
+        Daemon::spawn_ports(ctx, name, vms, workers, &ports)
+    }
+
+    /// A daemon with `vms` and the other ports `ports` (`--uplink …`,
+    /// `--tap …`) instead of the sink and the echo: a benchmark whose
+    /// frames flood to every port but their source needs no third port.
+    pub fn spawn_ports(
+        ctx: &Ctx,
+        name: &str,
+        vms: &[VmPort],
+        workers: Workers,
+        ports: &[String],
+    ) -> Result<Daemon, BenchError> {
         let control = ctx.work.join(format!("{name}-control.sock"));
         let mut argv: Vec<String> = vec![
             "taskset".into(),
@@ -94,11 +113,8 @@ impl Daemon {
             }
             .into(),
             ctx.backend_cpu.to_string(),
-            "--sink".into(),
-            format!("sink0,mac={SINK_MAC}"),
-            "--echo".into(),
-            format!("echo0,mac={ECHO_MAC}"),
         ];
+        argv.extend(ports.iter().cloned());
         for v in vms {
             argv.push("--vm".into());
             // DPDK virtio-user (B1–B3's sender) shares guest memory that is
@@ -117,6 +133,9 @@ impl Daemon {
         let command = argv.clone();
         let mut s = Spawn::new(name, argv, &ctx.work);
         s.env.push(("RUST_LOG".into(), "info".into()));
+        // An uplink's owner record goes here, not into the host's /run/vadapt.
+        s.env
+            .push(("RUNTIME_DIRECTORY".into(), ctx.work.display().to_string()));
         let mut child = Child::spawn(s, &ctx.stop)?;
         wait_path(&control, Duration::from_secs(20), &mut child)?;
         for v in vms {
