@@ -429,6 +429,11 @@ impl Backlog {
             .capacity()
     }
 
+    /// Frames held now (read without the lock: a moment's value).
+    pub fn held(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
     /// True when frames are waiting.
     pub fn has_frames(&self) -> bool {
         !self

@@ -134,7 +134,10 @@ fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
         .output()
         .unwrap();
     let stats = String::from_utf8_lossy(&stats.stdout);
-    assert!(stats.contains("\"up0/0\""), "the queue worker's counters: {stats}");
+    assert!(
+        stats.contains("\"up0/0\""),
+        "the queue worker's counters: {stats}"
+    );
     signal(&first, libc::SIGKILL);
     first.wait().unwrap();
     assert!(w.has_xdp(), "a killed daemon leaves its program");

@@ -304,6 +304,12 @@ impl XskRing {
         self.cached_prod != self.cached_cons
     }
 
+    /// Consumer: entries ready now (one load of the producer index).
+    pub fn ready(&mut self) -> u32 {
+        self.cached_prod = Self::atomic(self.producer).load(Ordering::Acquire);
+        self.cached_prod.wrapping_sub(self.cached_cons)
+    }
+
     /// Consumer: hand `n` peeked entries back (`xsk_ring_cons__release`).
     pub fn release(&mut self, n: u32) {
         let c = Self::atomic(self.consumer);

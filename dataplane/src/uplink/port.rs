@@ -7,7 +7,7 @@ use crate::config::UplinkPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats};
 use crate::switch::{Egress, Ingress, PortId};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -20,6 +20,10 @@ pub(crate) struct QueueSlot {
     pub(crate) wake: EventFd,
     /// True while the worker is blocked.
     pub(crate) waiting: AtomicBool,
+    /// While the worker sleeps a timed sleep with a kick threshold
+    /// (NetAP's ring-full safety net): the backlog length that wakes it
+    /// early; 0 otherwise.
+    pub(crate) wake_at: AtomicUsize,
 }
 
 /// An uplink port on the switch.
@@ -44,6 +48,7 @@ impl Uplink {
                     backlog: Backlog::new(backlog),
                     wake: EventFd::new(libc::EFD_NONBLOCK)?,
                     waiting: AtomicBool::new(false),
+                    wake_at: AtomicUsize::new(0),
                 })
             })
             .collect::<std::io::Result<_>>()?;
@@ -96,9 +101,11 @@ impl Egress for Uplink {
         if dropped > 0 {
             self.stats.queues[q].drop(DropReason::BacklogFull, dropped);
         }
-        // Pairs with the worker's store of `waiting` before its re-check.
+        // Pairs with the worker's store of `waiting` (or `wake_at`) before
+        // its re-check.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if slot.waiting.load(Ordering::Relaxed) {
+        let at = slot.wake_at.load(Ordering::Relaxed);
+        if slot.waiting.load(Ordering::Relaxed) || (at > 0 && slot.backlog.held() >= at) {
             self.kick_worker(q);
         }
     }

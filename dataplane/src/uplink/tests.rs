@@ -335,3 +335,40 @@ fn both_queues_of_a_two_queue_nic_are_served() {
         );
     }
 }
+
+/// NetAP's ring-full safety net on a NIC queue: a timed sleep with a kick
+/// threshold of 500‰ ends with a kick once frames from the switch fill
+/// half the backlog, not at its deadline; one without a threshold does not.
+#[test]
+fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
+    use crate::frames::FrameBatch;
+    use crate::queue::drive::QueueIo;
+    use crate::switch::Egress;
+    use vadapt_policy::WakeCause;
+
+    let Some(w) = Wire::new("s", 1) else { return };
+    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 64).unwrap();
+    let xsk = XskQueue::open(&w.host, 0, XskMode::Copy).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stats = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
+    let freq = Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test"));
+    let mut io =
+        super::worker::UplinkQueue::new(up.clone(), 0, xsk, stop, None, freq, stats).unwrap();
+    let mut frames = FrameBatch::new(64);
+    for _ in 0..64 {
+        assert!(frames.push(&[0x5a; 60]));
+    }
+    let feeder = {
+        let up = up.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            up.deliver(&frames, &(0..40).collect::<Vec<u16>>(), 0);
+        })
+    };
+    let far = io.now() + vadapt_policy::Duration::from_millis(20_000);
+    let woke = io.sleep(far, Some(500));
+    feeder.join().unwrap();
+    assert_eq!(woke.cause, WakeCause::Kick, "40 of 64 frames is over 500‰");
+    let near = io.now() + vadapt_policy::Duration::from_millis(50);
+    assert_eq!(io.sleep(near, None).cause, WakeCause::Timer);
+}

@@ -37,7 +37,11 @@ pub struct UplinkQueue {
     port: Arc<Uplink>,
     q: usize,
     xsk: XskQueue,
+    /// Waits on the socket, the wake eventfd and a timer.
     waiter: Waiter,
+    /// Waits on the wake eventfd and a timer only: a timed sleep, the
+    /// NIC's interrupt suppressed.
+    sleeper: Waiter,
     stop: Arc<AtomicBool>,
     sender: Option<Sender>,
     /// Frames from the wire, on their way into the switch.
@@ -77,12 +81,14 @@ impl UplinkQueue {
         stats: Arc<WorkerStats>,
     ) -> std::io::Result<Self> {
         let waiter = Waiter::over(&port.queues[q].wake, &[xsk.fd()])?;
+        let sleeper = Waiter::over(&port.queues[q].wake, &[])?;
         let sender = port.ingress().and_then(|i| i.sender());
         let cap = port.queues[q].backlog.capacity();
         Ok(UplinkQueue {
             q,
             xsk,
             waiter,
+            sleeper,
             stop,
             sender,
             batch: FrameBatch::new(BATCH),
@@ -268,6 +274,9 @@ impl QueueIo for UplinkQueue {
 
     fn service(&mut self, budget: Budget) -> PassStats {
         let t0 = cycles();
+        let slot = &self.port.queues[self.q];
+        let backlog_permille = (slot.backlog.held() * 1000 / slot.backlog.capacity().max(1)) as u16;
+        let fill = self.xsk.rx_fill_permille().max(backlog_permille);
         let (rn, rb, rx_more) = self.receive(budget.packets.max(1));
         let (tn, tb) = self.transmit();
         let tx_more = self.port.queues[self.q].backlog.has_frames();
@@ -282,15 +291,56 @@ impl QueueIo for UplinkQueue {
             packets: rn + tn,
             bytes: rb + tb,
             more_work: rx_more || tx_more,
-            max_fill_permille: 0,
+            max_fill_permille: fill,
         }
     }
 
-    fn sleep(&mut self, deadline: Instant, _kick_threshold: Option<u16>) -> Wait {
+    /// A timed sleep, the socket unwatched (the NIC's interrupt wakes
+    /// nobody). With a kick threshold of p permille, frames from the switch
+    /// filling p‰ of the backlog wake the worker early (NetAP's ring-full
+    /// safety net, as a guest's kick at p‰ of its ring does on a VM port).
+    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
         let start = monotonic_now();
-        sleep_until(deadline);
+        let slot = &self.port.queues[self.q];
+        let threshold = kick_threshold
+            .filter(|&p| p > 0)
+            .map(|p| (usize::from(p) * slot.backlog.capacity() / 1000).max(1));
+        let Some(at) = threshold else {
+            sleep_until(deadline);
+            return Wait {
+                cause: WakeCause::Timer,
+                waited: monotonic_now().saturating_since(start),
+            };
+        };
+        slot.wake_at.store(at, Ordering::Relaxed);
+        // Pairs with the switch's fence in `deliver`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let mut cause = WakeCause::Timer;
+        if slot.backlog.held() >= at {
+            cause = WakeCause::Kick;
+        } else {
+            let _ = self.sleeper.arm_timer(deadline.saturating_since(start));
+            loop {
+                match self.sleeper.wait(&slot.wake) {
+                    Ok(w) if w.wake && slot.backlog.held() >= at => {
+                        cause = WakeCause::Kick;
+                        break;
+                    }
+                    Ok(w) if w.timer => break,
+                    Ok(_) if self.stop.load(Ordering::Relaxed) => break,
+                    Ok(_) if monotonic_now() >= deadline => break,
+                    Ok(_) => {}
+                    Err(_) => {
+                        sleep_until(deadline);
+                        break;
+                    }
+                }
+            }
+            self.sleeper.disarm_timer();
+        }
+        slot.wake_at.store(0, Ordering::Relaxed);
         Wait {
-            cause: WakeCause::Timer,
+            cause,
             waited: monotonic_now().saturating_since(start),
         }
     }

@@ -250,6 +250,11 @@ impl XskQueue {
         self.rings.rx.has_entries()
     }
 
+    /// Frames waiting in the RX ring, permille of its size.
+    pub fn rx_fill_permille(&mut self) -> u16 {
+        (u64::from(self.rings.rx.ready().min(RING_SIZE)) * 1000 / u64::from(RING_SIZE)) as u16
+    }
+
     /// Take up to `max` frames off the RX ring, handing each to `take`, and
     /// give their frames back to the fill ring.
     pub fn receive(&mut self, max: u32, mut take: impl FnMut(&[u8])) -> Received {
