@@ -203,7 +203,10 @@ struct Bench<'a> {
     ctx: &'a Ctx,
     wire: &'a VethWire,
     sock: &'a WireSocket,
-    sender: Option<&'a mut Testpmd>,
+    /// testpmd is here to saturate the wire (it is started for each
+    /// saturation cell only: its XDP program on the far end takes every
+    /// frame the far end receives, the request/response client's too).
+    has_sender: bool,
     window: Duration,
     tsc_per_ns: f64,
     /// DPDK's saturation rate, pps (the first measured), for the partial loads.
@@ -221,33 +224,11 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     ));
     let sock = WireSocket::open(&wire)?;
     let dpdk = testpmd::available();
-    let mut sender = match &dpdk {
-        Ok(()) => {
-            let s = Testpmd::spawn_in(
-                ctx,
-                "b10-sender",
-                Some(&wire.ns),
-                &format!("0@{},1@{}", ctx.backend_cpu, ctx.frontend_cpu),
-                &af_xdp_vdev(&wire.peer),
-                &[
-                    "--forward-mode=txonly".into(),
-                    format!("--txpkts={FRAME}"),
-                    format!("--eth-peer=0,{}", vadapt_wire::Mac(GUEST_MAC)),
-                    // The PMD's UMEM comes from this pool: 8192 stalls its TX.
-                    "--total-num-mbufs=65536".into(),
-                ],
-                None,
-            )?;
-            f.commands.push(ctx.show(&s.child.argv));
-            Some(s)
-        }
-        Err(msg) => {
-            ctx.say(msg);
-            f.notes
-                .push(format!("{msg}: no saturating sender and no DPDK anchor"));
-            None
-        }
-    };
+    if let Err(msg) = &dpdk {
+        ctx.say(msg);
+        f.notes
+            .push(format!("{msg}: no saturating sender and no DPDK anchor"));
+    }
     let mut systems = Vec::new();
     if dpdk.is_ok() {
         systems.push(System::Dpdk);
@@ -258,7 +239,7 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         ctx,
         wire: &wire,
         sock: &sock,
-        sender: sender.as_mut(),
+        has_sender: dpdk.is_ok(),
         window,
         tsc_per_ns: vadapt_dataplane::clock::calibrate_tsc(100),
         ref_pps: None,
@@ -274,9 +255,6 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             ));
             b.system(f, sys, run)?;
         }
-    }
-    if let Some(s) = sender {
-        s.quit();
     }
     add_ratios(f);
     Ok(())
@@ -459,6 +437,27 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// The saturating sender: testpmd `txonly` on `net_af_xdp` on the far
+    /// end, in the namespace.
+    fn spawn_sender(&self) -> Result<Testpmd, BenchError> {
+        let ctx = self.ctx;
+        Testpmd::spawn_in(
+            ctx,
+            "b10-sender",
+            Some(&self.wire.ns),
+            &format!("0@{},1@{}", ctx.backend_cpu, ctx.frontend_cpu),
+            &af_xdp_vdev(&self.wire.peer),
+            &[
+                "--forward-mode=txonly".into(),
+                format!("--txpkts={FRAME}"),
+                format!("--eth-peer=0,{}", vadapt_wire::Mac(GUEST_MAC)),
+                // The PMD's UMEM comes from this pool: 8192 stalls its TX.
+                "--total-num-mbufs=65536".into(),
+            ],
+            None,
+        )
+    }
+
     /// testpmd txonly from the wire as fast as it goes.
     fn saturation(
         &mut self,
@@ -467,9 +466,13 @@ impl Bench<'_> {
         sys: System,
         run: u32,
     ) -> Result<(), BenchError> {
-        let Some(sender) = self.sender.as_deref_mut() else {
+        if !self.has_sender {
             return Ok(());
-        };
+        }
+        let mut sender = self.spawn_sender()?;
+        if run == 0 && sys == System::Dpdk {
+            f.commands.push(self.ctx.show(&sender.child.argv));
+        }
         up.start()?;
         sender.start()?;
         self.ctx.sleep(SETTLE)?;
@@ -477,6 +480,7 @@ impl Bench<'_> {
         self.ctx.sleep(self.window)?;
         let b = up.sample()?;
         let sent = sender.stop()?;
+        sender.quit();
         let dpdk_cycles = up.stop()?;
         let (pk, dt, cpu, busy) = diff(&a, &b, self.tsc_per_ns);
         let pps = pk as f64 / dt;
