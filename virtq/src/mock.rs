@@ -8,8 +8,10 @@
 
 use crate::device::{Chain, DeviceQueue};
 use crate::driver::{DriverQueue, Seg};
+use crate::features::RingFeatures;
+use crate::layout::QueueLayout;
+use crate::mem::GuestMemory;
 use crate::raw::RawRing;
-use crate::{GuestMemory, QueueLayout, RingFeatures};
 
 /// Guest memory size, bytes.
 pub const MEM_SIZE: u64 = 4 << 20;

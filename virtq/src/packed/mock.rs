@@ -4,10 +4,14 @@
 //! [`BUF_BASE`]).
 
 use super::desc::{EventSuppression, PackedDescriptor};
-use super::{PackedDeviceQueue, PackedDriverQueue, PackedLayout, RingPos};
+use super::device::PackedDeviceQueue;
+use super::driver::PackedDriverQueue;
+use super::layout::PackedLayout;
+use super::pos::RingPos;
 use crate::chain::Chain;
+use crate::features::RingFeatures;
+use crate::mem::GuestMemory;
 use crate::mock::{BUF_BASE, MEM_SIZE};
-use crate::{GuestMemory, RingFeatures};
 
 /// One packed ring seen from both sides, over the same memory.
 #[derive(Debug)]
