@@ -59,7 +59,9 @@ impl PortBook {
             self.roster.add(Arc::clone(&running.port));
             self.vms.push(running);
         } else {
-            self.hosts.push(self.maker.host(&port)?);
+            let host = self.maker.host(&port)?;
+            self.roster.add_nic_workers(port.name(), host.nic_workers());
+            self.hosts.push(host);
         }
         self.config = candidate;
         Ok(())
@@ -74,6 +76,7 @@ impl PortBook {
             self.maker.remove_vm(vm);
         } else if let Some(i) = self.hosts.iter().position(|h| h.spec.name() == name) {
             let host = self.hosts.remove(i);
+            self.roster.remove_nic_workers(name);
             self.maker.remove_host(host);
         } else {
             let names: Vec<_> = self
@@ -163,6 +166,7 @@ impl PortBook {
             self.maker.remove_vm(v);
         }
         for h in std::mem::take(&mut self.hosts) {
+            self.roster.remove_nic_workers(h.spec.name());
             self.maker.remove_host(h);
         }
     }

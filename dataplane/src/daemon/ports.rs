@@ -284,6 +284,13 @@ impl PortMaker {
     }
 }
 
+impl RunningHost {
+    /// An uplink's queue workers' counters (none for other kinds).
+    pub(super) fn nic_workers(&self) -> &[Arc<crate::metrics::WorkerStats>] {
+        self.uplink.as_ref().map_or(&[], |u| &u.workers)
+    }
+}
+
 impl RunningVm {
     /// Stop serving the frontend: the port's blocked read is ended (only our
     /// reading side: the serve loop stops the worker before the socket

@@ -1,4 +1,5 @@
-//! The VM ports a daemon runs now. Ports come and go at run time
+//! The VM ports a daemon runs now, and the uplinks' queue workers (which
+//! vSPACE's NQ group covers as it covers VM ports' workers). Ports come and go at run time
 //! (`vadapt add-port`, `del-port`, `reload`); whatever follows them (the
 //! control socket, the core manager, NetAP-ML's workload loop) reads the
 //! roster when it needs the list instead of keeping its own copy.
@@ -9,6 +10,7 @@
 //! that keeps state per port whether anything changed since it last looked.
 
 use super::vm_port::VmPort;
+use crate::metrics::WorkerStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -17,6 +19,8 @@ use std::sync::{Arc, RwLock};
 pub struct Roster {
     ports: RwLock<Arc<Vec<Arc<VmPort>>>>,
     generation: AtomicU64,
+    /// The uplinks' queue workers, by port name.
+    nic_workers: RwLock<Vec<(String, Arc<WorkerStats>)>>,
 }
 
 impl Roster {
@@ -25,7 +29,31 @@ impl Roster {
         Roster {
             ports: RwLock::new(Arc::new(ports)),
             generation: AtomicU64::new(0),
+            nic_workers: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Uplink `port`'s queue workers, from now on among the NQ group's
+    /// threads.
+    pub fn add_nic_workers(&self, port: &str, workers: &[Arc<WorkerStats>]) {
+        let mut v = self.nic_workers.write().unwrap_or_else(|e| e.into_inner());
+        v.extend(workers.iter().map(|w| (port.to_string(), Arc::clone(w))));
+    }
+
+    /// Uplink `port`'s queue workers leave (the port is removed).
+    pub fn remove_nic_workers(&self, port: &str) {
+        let mut v = self.nic_workers.write().unwrap_or_else(|e| e.into_inner());
+        v.retain(|(p, _)| p != port);
+    }
+
+    /// The thread ids of the uplinks' queue workers running now.
+    pub fn nic_worker_tids(&self) -> Vec<u32> {
+        let v = self.nic_workers.read().unwrap_or_else(|e| e.into_inner());
+        v.iter()
+            .map(|(_, w)| w.tid.load(Ordering::Acquire))
+            .filter(|&t| t > 0)
+            .map(|t| t as u32)
+            .collect()
     }
 
     /// The ports now, in the order they were added.
@@ -85,6 +113,18 @@ mod tests {
             None,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn uplink_workers_are_listed_while_their_port_runs() {
+        let r = Roster::default();
+        let w = Arc::new(WorkerStats::new("up0/0"));
+        r.add_nic_workers("up0", &[Arc::clone(&w)]);
+        assert!(r.nic_worker_tids().is_empty(), "not running yet");
+        w.tid.store(4242, Ordering::Release);
+        assert_eq!(r.nic_worker_tids(), [4242]);
+        r.remove_nic_workers("up0");
+        assert!(r.nic_worker_tids().is_empty());
     }
 
     #[test]

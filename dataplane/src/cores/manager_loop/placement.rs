@@ -41,7 +41,8 @@ impl CoreManager {
             };
             v.extend(vm.vcpus.iter().map(|&task| GroupThread { group, task }));
         }
-        // Our own queue workers; one that just exited is left out.
+        // Our own queue workers (VM ports', the pool's, and the uplinks'
+        // NIC queues'); one that just exited is left out.
         let pid = std::process::id();
         let workers = self
             .ports
@@ -49,7 +50,8 @@ impl CoreManager {
             .map(|p| p.worker_stats.tid.load(Ordering::Acquire))
             .filter(|&tid| tid > 0)
             .map(|tid| tid as u32)
-            .chain(self.pool_tids());
+            .chain(self.pool_tids())
+            .chain(self.roster.nic_worker_tids());
         for tid in workers {
             if let Ok(task) = TaskId::of_process(&self.proc_root, pid, tid) {
                 v.push(GroupThread {

@@ -85,5 +85,6 @@ impl CoreManager {
             s.nq_workers = pool.status();
             s.queue_set_moves = pool.moves();
         }
+        s.worker_tids.extend(self.roster.nic_worker_tids());
     }
 }

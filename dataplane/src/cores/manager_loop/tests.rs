@@ -517,3 +517,43 @@ fn idle_cpus_get_the_lowest_frequency_and_the_others_the_highest() {
         "the governor is put back"
     );
 }
+
+/// An uplink's queue workers are NQ threads: the manager places them on
+/// the NQ group, as it places VM ports' workers (vSPACE's network-queue
+/// cores serve NIC queues too).
+#[test]
+fn uplink_queue_workers_are_placed_on_the_nq_group() {
+    let cpus = vadapt_host::cputime::current_affinity().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs");
+        return;
+    }
+    let (tids, stop, hs) = parked(1);
+    let roster = Arc::new(Roster::new(vec![port("name=vm1,socket=/nonexistent.sock")]));
+    let w = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
+    w.tid.store(tids[0] as i32, Ordering::Release);
+    roster.add_nic_workers("up0", &[w]);
+    let status = Arc::new(CoresStatus::default());
+    let mut m = CoreManager::new(
+        CoresConfig {
+            mode: VspaceMode::Performance,
+            cpus: cpus[..2].to_vec(),
+            ..CoresConfig::default()
+        },
+        Arc::clone(&roster),
+        Arc::clone(&status),
+        Path::new("/proc"),
+        Path::new("/nonexistent"),
+    );
+    let (s, _) = step_until(&mut m, &status, Instant::now(), |s| {
+        !s.sets.nq.is_empty() && s.worker_tids.contains(&tids[0])
+    });
+    m.step(Instant::now() + Duration::from_millis(100));
+    assert_eq!(allowed(tids[0]), status.snapshot().sets.nq, "{s:?}");
+    roster.remove_nic_workers("up0");
+    drop(m);
+    drop(stop);
+    for h in hs {
+        h.join().unwrap();
+    }
+}
