@@ -51,7 +51,7 @@ fn main() {
         ..
     } = MockQueue::new(SIZE, RingFeatures::default());
     let mut ring = Ring {
-        q: device,
+        q: vadapt_virtq::AnyDeviceQueue::Split(device),
         // The pass never reads kicks and, without a call descriptor, calls nobody.
         kick: std::fs::File::open("/dev/null").expect("/dev/null"),
         call: None,

@@ -27,7 +27,12 @@ pub struct RingLog {
     /// Guest-physical address of the used ring.
     pub used_gpa: u64,
     /// Its length, bytes (`6 + 8 * size`: flags, idx, elements, avail_event).
+    /// On a packed ring, the descriptor ring the device writes used
+    /// descriptors into (`16 * size`).
     pub used_len: u64,
+    /// A packed ring's device event suppression area (guest-physical
+    /// address, 4 bytes), which the device writes too.
+    pub device_event_gpa: Option<u64>,
 }
 
 impl RingLog {
@@ -35,6 +40,9 @@ impl RingLog {
     /// rather than tracking which of its bytes moved.
     pub fn used(&self) {
         self.log.mark(self.used_gpa, self.used_len);
+        if let Some(e) = self.device_event_gpa {
+            self.log.mark(e, 4);
+        }
     }
 
     /// Marks the pages of the first `written` bytes of `chain`'s writable

@@ -61,6 +61,8 @@ pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// `VIRTIO_F_IN_ORDER`.
 pub const VIRTIO_F_IN_ORDER: u64 = 1 << 35;
+/// `VIRTIO_F_RING_PACKED` (bit 34): packed virtqueues.
+pub const VIRTIO_F_RING_PACKED: u64 = 1 << 34;
 
 /// Every device feature vadapt offers to every port (issue #2's list, and issue #15's
 /// offloads). Host side: the transmit path checks each frame's partial
@@ -90,13 +92,18 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VHOST_F_LOG_ALL
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
-/// The features a port with `mtu` offers: [`OFFERED_FEATURES`], and
-/// `VIRTIO_NET_F_MTU` if it has one.
-pub fn offered_features(mtu: Option<u16>) -> u64 {
-    match mtu {
-        Some(_) => OFFERED_FEATURES | VIRTIO_NET_F_MTU,
-        None => OFFERED_FEATURES,
+/// The features a port with `mtu` offers: [`OFFERED_FEATURES`],
+/// `VIRTIO_NET_F_MTU` if it has one, and `VIRTIO_F_RING_PACKED` unless
+/// `packed` is off.
+pub fn offered_features(mtu: Option<u16>, packed: bool) -> u64 {
+    let mut f = OFFERED_FEATURES;
+    if mtu.is_some() {
+        f |= VIRTIO_NET_F_MTU;
     }
+    if packed {
+        f |= VIRTIO_F_RING_PACKED;
+    }
+    f
 }
 
 /// `VIRTIO_NET_S_LINK_UP` in the config space's status field.
@@ -279,10 +286,14 @@ mod tests {
     #[test]
     fn f_mtu_is_offered_only_with_an_mtu() {
         assert_eq!(VIRTIO_NET_F_MTU, 1 << 3);
-        assert_eq!(offered_features(None) & VIRTIO_NET_F_MTU, 0);
-        assert_eq!(offered_features(None), OFFERED_FEATURES);
+        assert_eq!(offered_features(None, false) & VIRTIO_NET_F_MTU, 0);
+        assert_eq!(offered_features(None, false), OFFERED_FEATURES);
         assert_eq!(
-            offered_features(Some(9000)),
+            offered_features(None, true),
+            OFFERED_FEATURES | VIRTIO_F_RING_PACKED
+        );
+        assert_eq!(
+            offered_features(Some(9000), false),
             OFFERED_FEATURES | VIRTIO_NET_F_MTU
         );
     }

@@ -9,7 +9,9 @@
 //! * `mock::MockQueue` (feature `test-utils`) — a driver and a device over
 //!   one ring in anonymous memory, for tests of code that serves rings;
 //! * [`packed`] — the same for the packed ring (spec 2.8):
-//!   [`PackedDeviceQueue`], [`PackedDriverQueue`] and `PackedMockQueue`.
+//!   [`PackedDeviceQueue`], [`PackedDriverQueue`] and `PackedMockQueue`;
+//! * [`AnyDeviceQueue`] — either device queue behind one type, for a
+//!   worker that serves both ring kinds alike.
 //!
 //! What travels in the buffers (the virtio-net header, frames, checksums)
 //! is `vadapt_wire`'s, not this crate's.
@@ -82,6 +84,7 @@
 
 #![deny(missing_docs)]
 
+pub mod any_device;
 pub mod chain;
 pub mod device;
 pub mod dirty_log;
@@ -97,6 +100,7 @@ pub mod raw;
 mod ring;
 pub mod spec;
 
+pub use any_device::AnyDeviceQueue;
 pub use chain::{Chain, ChainError, ChainErrorKind, Segment};
 pub use device::DeviceQueue;
 pub use dirty_log::{DirtyLog, DirtyLogError, LOG_PAGE};

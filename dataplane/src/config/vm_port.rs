@@ -37,6 +37,11 @@ pub struct VmPortConfig {
     /// Policy of this port's worker; default: the daemon's `policy`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
+    /// Offer `VIRTIO_F_RING_PACKED` (default): a frontend that asks for it
+    /// (QEMU `packed=on`, DPDK virtio-user `packed_vq=1`) gets packed
+    /// rings; `false` offers split rings only.
+    #[serde(default = "yes")]
+    pub packed: bool,
     /// Guest-memory files not sealed against shrinking: `refuse` (default)
     /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
     /// [`crate::port::memory_file`].
@@ -100,6 +105,10 @@ fn one() -> u16 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
 impl VmPortConfig {
     /// Port `name` on `socket` with every other field at its default (as a
     /// config file that gives only `name` and `socket`): server mode, one
@@ -113,6 +122,7 @@ impl VmPortConfig {
             queues: one(),
             mac: None,
             policy: None,
+            packed: true,
             unsealed_memory: UnsealedMemory::default(),
             qmp: None,
             qemu_pidfile: None,
@@ -186,6 +196,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut mac = None;
     let mut policy = None;
     let mut unsealed_memory = UnsealedMemory::default();
+    let mut packed = true;
     let mut mode = SocketMode::default();
     let mut qmp = None;
     let mut qemu_pidfile = None;
@@ -217,6 +228,13 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                         .map_err(|e| field("--vm policy", e.to_string()))?,
                 )
             }
+            "packed" => {
+                packed = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(field("--vm packed", format!("`{v}` is not on or off"))),
+                }
+            }
             "unsealed_memory" => {
                 unsealed_memory = v
                     .parse()
@@ -240,7 +258,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
                     ),
                 ))
             }
@@ -262,6 +280,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         queues,
         mac,
         policy,
+        packed,
         unsealed_memory,
         qmp,
         qemu_pidfile,

@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion};
+use vadapt_virtq::{AnyDeviceQueue, PackedDeviceQueue, PackedLayout};
 use vadapt_virtq::{DirtyLog, RingFeatures};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
@@ -254,13 +255,26 @@ impl Connection {
             }
             let v = &self.vrings[i];
             let (desc, used, avail) = v.addrs.expect("ready implies addrs");
-            let layout = QueueLayout {
-                size: v.num,
-                desc,
-                avail,
-                used,
+            // A packed ring's driver and device areas come in the split
+            // ring's avail and used addresses (vhost-user, as vhost).
+            let q = if self.features & net::VIRTIO_F_RING_PACKED != 0 {
+                let layout = PackedLayout {
+                    size: v.num,
+                    desc,
+                    driver_event: avail,
+                    device_event: used,
+                };
+                PackedDeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Packed)
+            } else {
+                let layout = QueueLayout {
+                    size: v.num,
+                    desc,
+                    avail,
+                    used,
+                };
+                DeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Split)
             };
-            let q = match DeviceQueue::new(&mem, layout, true, rf, v.base) {
+            let q = match q {
                 Ok(q) => q,
                 Err(e) => {
                     tracing::error!(port = self.port.name(), ring = i, error = %e,
@@ -343,12 +357,24 @@ impl Connection {
             );
             return None;
         };
-        let (_, used, _) = v.addrs?;
+        let (desc, used, _) = v.addrs?;
         let used_gpa = v.log_addr.or_else(|| mem.uva_to_gpa(used))?;
+        if self.features & net::VIRTIO_F_RING_PACKED != 0 {
+            // The device writes used descriptors into the descriptor ring,
+            // and its event suppression into the device area (`log_addr`,
+            // or the used address, points there).
+            return Some(RingLog {
+                log: Arc::clone(log),
+                used_gpa: mem.uva_to_gpa(desc)?,
+                used_len: 16 * u64::from(v.num),
+                device_event_gpa: Some(used_gpa),
+            });
+        }
         Some(RingLog {
             log: Arc::clone(log),
             used_gpa,
             used_len: 6 + 8 * u64::from(v.num),
+            device_event_gpa: None,
         })
     }
 
@@ -485,11 +511,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_features(&mut self) -> VhostResult<u64> {
-        Ok(net::offered_features(self.port.cfg.mtu))
+        Ok(net::offered_features(
+            self.port.cfg.mtu,
+            self.port.cfg.packed,
+        ))
     }
 
     fn set_features(&mut self, features: u64) -> VhostResult<()> {
-        if features & !net::offered_features(self.port.cfg.mtu) != 0 {
+        if features & !net::offered_features(self.port.cfg.mtu, self.port.cfg.packed) != 0 {
             tracing::warn!(
                 port = self.port.name(),
                 features = format_args!("{features:#x}"),
@@ -562,8 +591,14 @@ impl VhostUserBackendReqHandlerMut for Connection {
         Ok(())
     }
 
+    /// A split ring's base is its next available index (16 bits). A
+    /// packed ring's is the avail position and wrap counter in bits 0-15
+    /// and the used ones in bits 16-31 (QEMU and DPDK): the used half is
+    /// not kept, the device's used position starts at the avail one (as
+    /// DPDK's), every buffer before it having been used.
     fn set_vring_base(&mut self, index: u32, base: u32) -> VhostResult<()> {
-        if base > u32::from(u16::MAX) {
+        let packed = self.features & net::VIRTIO_F_RING_PACKED != 0;
+        if !packed && base > u32::from(u16::MAX) {
             return Err(VhostError::InvalidParam);
         }
         self.vring(index)?;
@@ -584,9 +619,16 @@ impl VhostUserBackendReqHandlerMut for Connection {
         let v = &mut self.vrings[index as usize];
         v.started = false;
         v.kick = None;
-        let base = v.base;
+        let base = u32::from(v.base);
         self.start_worker();
-        Ok(VhostUserVringState::new(index, u32::from(base)))
+        // A packed ring's used position, in the upper half, is the avail
+        // one: the worker flushed every buffer it took when it stopped.
+        let base = if self.features & net::VIRTIO_F_RING_PACKED != 0 {
+            base | base << 16
+        } else {
+            base
+        };
+        Ok(VhostUserVringState::new(index, base))
     }
 
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VhostResult<()> {

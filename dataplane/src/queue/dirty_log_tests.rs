@@ -34,6 +34,7 @@ fn log_on(r: &mut Ring, g: &Guest) -> Arc<DirtyLog> {
         log: Arc::clone(&log),
         used_gpa: g.layout.used,
         used_len: 6 + 8 * u64::from(g.layout.size),
+        device_event_gpa: None,
     });
     log
 }

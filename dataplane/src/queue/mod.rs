@@ -40,6 +40,8 @@ pub mod fault_injector;
 #[cfg(test)]
 mod guest_offload_tests;
 pub mod guest_offloads;
+#[cfg(test)]
+mod packed_ring_tests;
 pub mod pending_wait;
 pub mod policy_slot;
 pub mod pool;

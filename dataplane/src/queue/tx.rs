@@ -62,6 +62,17 @@ fn flush(
     batch.clear();
 }
 
+/// `pending` of a ring of `size` entries, permille. A split ring's size
+/// is a power of two (a shift); a packed ring's may be any (a division).
+fn fill_permille(pending: u16, size: u16) -> u16 {
+    let n = u32::from(pending) * 1000;
+    if size.is_power_of_two() {
+        (n >> size.trailing_zeros()) as u16
+    } else {
+        (n / u32::from(size.max(1))) as u16
+    }
+}
+
 impl TxService {
     /// A service for frames behind a `hdr_len`-byte header without
     /// offloads, handing the switch batches of at most `batch_frames` frames.
@@ -132,9 +143,8 @@ impl TxService {
         mut forward: impl FnMut(&FrameBatch),
     ) -> RingPass {
         let mut pass = RingPass {
-            // Sizes are powers of two: a shift instead of a division per pass.
             fill_permille: match ring.q.avail_pending() {
-                Ok(n) => ((u32::from(n) * 1000) >> ring.q.size().trailing_zeros()) as u16,
+                Ok(n) => fill_permille(n, ring.q.size()),
                 Err(_) => 1000,
             },
             ..RingPass::default()
