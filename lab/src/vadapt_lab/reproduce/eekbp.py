@@ -553,7 +553,10 @@ def fig14_rows(sim: Sim, out: Path, quick: bool) -> list[Row]:
                 0.954,
                 "ee-kbp.txt §5.3 (at most 4.6 % below KBP)",
                 kb[0],
-                daemon="EE-KBP ÷ busy-poll: BENCHMARKS.md B1 (rev a67b906)",
+                daemon=(
+                    "saturation, EE-KBP ÷ busy-poll 0.91–1.19× (BENCHMARKS.md B1, rev a67b906, "
+                    "DPDK sender, 64 and 1518 B, medians; a vhost-user sink, not RFC 2544)"
+                ),
                 neutral=1.0,
                 tie=0.05,
                 scenario=scen,
