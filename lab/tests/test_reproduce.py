@@ -41,3 +41,18 @@ def test_render_has_every_row_and_goal():
         is False
     )
     assert any(m is None for m in goals.values())
+
+
+def test_fig14_goal_needs_every_frame_size_in_the_papers_range():
+    def fig14(which, v):
+        return Row("EE-KBP", f"Fig. 14: throughput, EE-KBP ÷ NAPI, {which}", "×", 1.4, "p", v,
+                   neutral=1.0, tie=0.02)  # fmt: skip
+
+    goal = "throughput against the NAPI-like path: 1.4–3.1× (every frame size)"
+    met = {g.goal: g.met for g in judge([fig14("smallest", 1.5), fig14("largest", 2.9)])}
+    assert met[goal] is True
+    met = {g.goal: g.met for g in judge([fig14("smallest", 1.0), fig14("largest", 1.27)])}
+    assert met[goal] is False
+    assert fig14("smallest", 1.01).verdict() == "disagrees"
+    met = {g.goal: g.met for g in judge([fig14("smallest", None)])}
+    assert met[goal] is None

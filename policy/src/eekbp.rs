@@ -42,7 +42,9 @@
 //! - NAPI (the paper's baseline) does the protocol work in `NET_RX_SOFTIRQ`
 //!   on whatever core took the hardIRQ, competing with timer and block
 //!   softIRQs and with `ksoftirqd`'s scheduling: the ms-scale delays and the
-//!   1.4–3.1× lower throughput the paper measures against EE-KBP.
+//!   1.4–3.1× lower throughput the paper measures against EE-KBP. The
+//!   simulator models that path in front of a worker (`[host.napi]`,
+//!   `vadapt_sim::napi`) for PAPERS.md's Fig. 14 rows.
 //! - KBP and EE-KBP move that work into a dedicated kernel thread that
 //!   busy-polls; EE-KBP adds the sleep on an empty `poll_list` and the
 //!   hardIRQ wake-up.

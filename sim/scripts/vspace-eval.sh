@@ -8,5 +8,5 @@
 set -eu
 cd "$(dirname "$0")/../.."
 nice -n 19 cargo build --release -p vadapt-sim --example vspace_eval >&2
-exec nice -n 19 target/release/examples/vspace_eval sim/scenarios/vspace-memcached.toml \
+exec nice -n 19 "${CARGO_TARGET_DIR:-target}/release/examples/vspace_eval" sim/scenarios/vspace-memcached.toml \
     --duration-s 6 --warmup-s 3 "$@"

@@ -80,6 +80,12 @@
 //!   FIFO with an exp / const / lognormal service time (scaled by the vCPU's
 //!   CPU share at dispatch), responses go back through the TX ring (kicking a
 //!   waiting worker) and the NIC. Latency = departure − arrival.
+//! * **NAPI-like receive** (optional `[host.napi]`, [`napi`]): a
+//!   request/response load's packets land in a NIC RX ring and reach the
+//!   worker through a hardIRQ and softIRQ polls on the worker's core (64
+//!   packets a poll, rounds of 300 or 2 ms, deferral to ksoftirqd), which
+//!   preempt or share that core with the worker: the baseline (NAPI) of
+//!   the EE-KBP paper.
 //! * **Frequency and power** (optional `[host.power]`): the policy's
 //!   `FreqHint` sets its worker's frequency (slower work at lower
 //!   frequencies); energy integrates `active_w` for busy core time (vCPUs at
@@ -104,6 +110,7 @@ pub mod calibration;
 pub mod cli;
 pub mod cores;
 mod engine;
+pub mod napi;
 pub mod nic;
 mod output;
 pub mod plot;

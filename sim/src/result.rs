@@ -6,6 +6,7 @@
 //! `result_file.rs` builds ([`SimResult::to_result_file`]).
 
 use crate::cores::CoreEvents;
+use crate::napi::NapiTotals;
 use crate::output::{create_dir, write_file};
 use crate::plot::{line_chart, Series};
 use crate::scenario::Scenario;
@@ -187,6 +188,8 @@ pub struct SimResult {
     /// Core groups over the run: scheduling events and cores per group
     /// (see the `cores` module).
     pub core_events: CoreEvents,
+    /// The NAPI-like receive path over the run (`[host.napi]` only).
+    pub napi: Option<NapiTotals>,
 }
 
 /// Each VM's workload kind once, in VM order, joined with `+`.
@@ -267,7 +270,13 @@ impl SimResult {
             periods,
             workers,
             core_events: CoreEvents::default(),
+            napi: None,
         }
+    }
+
+    pub(crate) fn with_napi(mut self, napi: Option<NapiTotals>) -> SimResult {
+        self.napi = napi;
+        self
     }
 
     pub(crate) fn with_core_events(mut self, ev: CoreEvents) -> SimResult {

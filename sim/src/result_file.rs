@@ -28,8 +28,10 @@
 //!   `cpu_s` (s).
 //!
 //! Metadata: `bench` is the scenario's name; `params` hold `seed`,
-//! `duration_s` (simulated, s), `events`, `energy_j` (J, power model only)
-//! and a sweep point's parameter value under the parameter's name; `notes`
+//! `duration_s` (simulated, s), `events`, `energy_j` (J, power model only),
+//! the NAPI-like receive path's totals (`[host.napi]` only: `napi_interrupts`,
+//! `napi_polls`, `napi_deferrals`, `napi_dropped_ring`, `napi_dropped_socket`,
+//! `napi_cpu_s`) and a sweep point's parameter value under the parameter's name; `notes`
 //! hold the strings as `key: value` lines (`file`, `calibration_machine`,
 //! `param`); `commands` the `vadapt sim` invocation of a single run. No wall
 //! clock: equal runs give byte-identical files.
@@ -51,6 +53,11 @@ impl SimResult {
         params.insert("events".to_string(), self.events as f64);
         if let Some(e) = self.energy_j {
             params.insert("energy_j".to_string(), e);
+        }
+        if let Some(n) = &self.napi {
+            for (k, v) in n.params() {
+                params.insert(k.to_string(), v);
+            }
         }
         let mut notes = vec![
             format!("file: {}", self.file),
@@ -236,6 +243,7 @@ mod tests {
                 served_qps: None,
             }],
             core_events: Default::default(),
+            napi: None,
             workers: vec![WorkerSummary {
                 vm: "vm1".into(),
                 workload: "rr".into(),

@@ -38,18 +38,35 @@ impl Engine<'_> {
     }
 
     /// Each group's processor-sharing share for the threads runnable now.
+    /// The NIC's receive work (NAPI, [`crate::napi`]) lands on the workers'
+    /// group: softIRQ context takes a core from its threads while it runs,
+    /// ksoftirqd is one more thread sharing them.
     pub(super) fn update_shares(&mut self) {
         let (dv, dw) = self.demand();
+        let (softirq, ksoftirqd) = self.receive_demand();
         let g = self.cores.allocator.groups;
         if g.shared {
-            let s = self.group_scheduler(g.vcpu_cores).share(dv + dw);
+            let s = self
+                .group_scheduler_without(g.vcpu_cores, softirq)
+                .share(dv + dw + ksoftirqd);
             self.cpu.vcpu = s;
             self.cpu.worker = s;
         } else {
             self.cpu.vcpu = self.group_scheduler(g.vcpu_cores).share(dv);
-            self.cpu.worker = self.group_scheduler(g.nq_cores).share(dw);
+            self.cpu.worker = self
+                .group_scheduler_without(g.nq_cores, softirq)
+                .share(dw + ksoftirqd);
         }
         self.assign_slices(dw);
+    }
+
+    /// The scheduler of a group of `cores` cores, `taken` of them running
+    /// softIRQs (no thread runs there meanwhile).
+    fn group_scheduler_without(&self, cores: u32, taken: f64) -> Scheduler {
+        Scheduler {
+            cores: (f64::from(cores) - taken).max(0.0),
+            ..self.cpu.scheduler
+        }
     }
 
     /// With `host.vcpu_sched = "slices"`: which senders have a core now

@@ -51,13 +51,19 @@ impl Engine<'_> {
         let own_cores = !g.shared && g.nq_cores as usize >= self.queues.len();
         let mut owned_idle = 0.0;
         for q in &self.queues {
+            // The NIC's receive work (NAPI) on the worker's core.
+            let rx = q.napi.as_ref().map_or(0.0, |n| n.cpu_rate(self.cpu.worker));
+            busy += rx;
+            watts += rx * p.active_w[q.worker.freq_index];
             if q.worker.state == WorkerState::Running {
                 busy += self.cpu.worker;
                 watts += self.cpu.worker * p.active_w[q.worker.freq_index];
             } else if own_cores {
+                // Idle for the part of the core the receive path leaves.
                 let idle_ns = self.now.saturating_sub(q.worker.wait_start) as f64;
-                watts += p.idle_core_w(q.worker.freq_index, idle_ns);
-                owned_idle += 1.0;
+                let left = (1.0 - rx).max(0.0);
+                watts += left * p.idle_core_w(q.worker.freq_index, idle_ns);
+                owned_idle += left;
             }
         }
         let (dv, _) = self.demand();

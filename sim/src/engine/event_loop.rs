@@ -7,6 +7,7 @@ use super::sampling::worker_summaries;
 use super::workers::WorkerState;
 use super::{ns, Engine, SimError, Trace};
 use crate::cores::CoreEvents;
+use crate::napi::NapiTotals;
 use crate::result::SimResult;
 use vadapt_policy::WakeCause;
 
@@ -34,6 +35,7 @@ impl Engine<'_> {
             let step = self.queues[q].worker.executor.step();
             self.queues[q].worker.policy_label = first.label();
             self.carry_out(q, step);
+            self.arm_nic_interrupt(q);
         }
         self.update_shares();
         loop {
@@ -45,7 +47,17 @@ impl Engine<'_> {
             if self.now >= self.end {
                 break;
             }
-            // Passes that completed, in queue order (deterministic).
+            // Receive polls (NAPI) and passes that completed, in queue
+            // order (deterministic).
+            for q in 0..self.queues.len() {
+                if self.queues[q]
+                    .napi
+                    .as_ref()
+                    .is_some_and(|n| n.running && n.work_left <= 1e-6)
+                {
+                    self.end_poll(q);
+                }
+            }
             for q in 0..self.queues.len() {
                 let w = &self.queues[q].worker;
                 if w.state == WorkerState::Running && w.work_left <= 1e-6 {
@@ -67,9 +79,17 @@ impl Engine<'_> {
     fn next_internal_event(&self) -> u64 {
         let mut t = u64::MAX;
         for (i, q) in self.queues.iter().enumerate() {
-            if q.worker.state == WorkerState::Running {
-                let rate = self.cpu.worker * self.freq_factor(q.worker.freq_index);
+            let ff = self.freq_factor(q.worker.freq_index);
+            if q.worker.state == WorkerState::Running && self.cpu.worker > 0.0 {
+                let rate = self.cpu.worker * ff;
                 t = t.min(self.now + ns(q.worker.work_left / rate).max(1));
+            }
+            if let Some(n) = &q.napi {
+                // The softIRQ runs on the worker's core, at its frequency.
+                let rate = n.cpu_rate(self.cpu.worker) * ff;
+                if rate > 0.0 {
+                    t = t.min(self.now + ns(n.work_left / rate).max(1));
+                }
             }
             if let Some(p) = &q.senders {
                 if p.stalled {
@@ -111,6 +131,11 @@ impl Engine<'_> {
                 if w.state == WorkerState::Running {
                     w.work_left -= worker_share * ff * dt;
                     w.busy_ns += worker_share * dt;
+                }
+                if let Some(n) = &mut self.queues[q].napi {
+                    let rate = n.cpu_rate(worker_share);
+                    n.work_left -= rate * ff * dt;
+                    n.busy_ns += rate * dt;
                 }
                 let vm = self.queues[q].vm;
                 let rate = self.sender_rate(q);
@@ -158,6 +183,7 @@ impl Engine<'_> {
             Event::GuestResume { queue } => self.restart_stopped_queue(queue),
             Event::RequestArrives { queue, generation } => self.request_arrived(queue, generation),
             Event::ResponsePosted { queue, generation } => self.response_posted(queue, generation),
+            Event::NicInterrupt { queue, generation } => self.nic_interrupt(queue, generation),
             Event::PolicySwitch { index } => self.switch_policy(index),
             Event::Sample => {
                 self.sample();
@@ -209,5 +235,11 @@ impl Engine<'_> {
             explorer: self.cores.allocator.explorer_state(),
             ..self.cores.events
         })
+        .with_napi(
+            self.queues
+                .iter()
+                .filter_map(|q| q.napi.as_ref().map(|n| n.totals()))
+                .reduce(NapiTotals::plus),
+        )
     }
 }

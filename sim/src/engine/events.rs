@@ -29,6 +29,9 @@ pub(super) enum Event {
         generation: u64,
         woke: bool,
     },
+    /// Request/response with NAPI: the NIC queue's RX interrupt, armed as
+    /// `generation`, fires (a packet arrived).
+    NicInterrupt { queue: usize, generation: u64 },
     /// Timeline entry `index` takes effect.
     PolicySwitch { index: usize },
     /// Take a time-series sample.

@@ -20,9 +20,10 @@
 //! * [`policies`]: the timeline's policy switches;
 //! * [`cpu`]: CPU shares, vCPU slices, and the control period's migrations;
 //! * [`energy`]: frequencies and the energy integral;
+//! * [`softirq`]: the NAPI-like receive path (`[host.napi]`);
 //!
 //! and its state into types of their own: [`events`], [`workers`],
-//! [`queues`], [`guests`], [`request_response`], [`core_control`],
+//! [`queues`], [`nic_rx`], [`guests`], [`request_response`], [`core_control`],
 //! [`sampling`], [`trace`].
 
 mod core_control;
@@ -32,11 +33,13 @@ mod error;
 mod event_loop;
 mod events;
 mod guests;
+mod nic_rx;
 mod passes;
 mod policies;
 mod queues;
 mod request_response;
 mod sampling;
+mod softirq;
 mod trace;
 mod waiting;
 mod workers;
@@ -54,6 +57,7 @@ use crate::vcpu_slices::Slices;
 use core_control::CoreControl;
 use events::{Event, EventBudget, EventQueue};
 use guests::SimulatedVm;
+use nic_rx::NapiRx;
 use queues::{QueueCounters, SimulatedQueue};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -289,6 +293,8 @@ fn simulated_queues(scenario: &Scenario, seed: u64) -> Result<Vec<SimulatedQueue
                 vm: vm_index,
                 ring: Ring::new(vm.ring_size),
                 senders,
+                napi: (scenario.host.napi.is_some() && request_response.is_some())
+                    .then(NapiRx::new),
                 request_response,
                 worker: QueueWorker::new(executor, first.label(), top_freq),
                 counters: QueueCounters::default(),

@@ -61,12 +61,11 @@ impl Engine<'_> {
             per_byte_bytes = info.bytes;
             info.more_work = queue.ring.pending() > 0;
         }
+        self.pull_arrivals(q);
         if let (Some(rr), Some(load)) = (
             &mut self.queues[q].request_response,
             &self.vms[vm].request_response,
         ) {
-            let queues = f64::from(self.scenario.vms[vm].queues);
-            rr.pull_arrivals(load, queues, now);
             let rx = (rr.backlog.len() as u64).min(u64::from(budget.packets));
             let ready = rr.ready_responses(now);
             let tx = ready.min(u64::from(budget.packets)).min(nic_free);
@@ -79,9 +78,16 @@ impl Engine<'_> {
             info.fill_permille = (ready * 1000 / size).min(1000) as u16;
         }
         let c = self.calibration;
-        let pkts = (info.tx + info.rx) as f64;
+        // With NAPI the softIRQ has done the received packets' hand-off
+        // from the NIC (`nic_packet_ns`).
+        let rx_nic_ns = if self.queues[q].napi.is_some() {
+            0.0
+        } else {
+            c.nic_packet_ns
+        };
         let mut work = c.pass_overhead_ns
-            + pkts * (c.per_packet_ns + c.nic_packet_ns)
+            + info.tx as f64 * (c.per_packet_ns + c.nic_packet_ns)
+            + info.rx as f64 * (c.per_packet_ns + rx_nic_ns)
             + per_byte_bytes as f64 * c.per_byte_ps / 1000.0;
         if woke {
             work += c.wakeup_cpu_ns + c.context_switch_ns;

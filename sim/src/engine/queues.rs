@@ -1,6 +1,7 @@
 //! One simulated queue: its virtqueue ring, the guest load on it, the host
 //! worker serving it, and its counters.
 
+use super::nic_rx::NapiRx;
 use super::request_response::RequestResponseQueue;
 use super::workers::QueueWorker;
 use crate::producer::Producer;
@@ -34,6 +35,9 @@ pub(super) struct SimulatedQueue {
     pub(super) senders: Option<Producer>,
     /// Requests and responses (request/response loads).
     pub(super) request_response: Option<RequestResponseQueue>,
+    /// The NIC RX queue under NAPI (request/response loads with
+    /// `[host.napi]`).
+    pub(super) napi: Option<NapiRx>,
     /// The host's queue worker.
     pub(super) worker: QueueWorker,
     /// What happened on it.

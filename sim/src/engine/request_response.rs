@@ -71,6 +71,29 @@ impl RequestResponseQueue {
         }
     }
 
+    /// Move the requests that arrived by `now` into `ring`, which holds at
+    /// most `cap`; returns how many found it full (dropped).
+    pub(super) fn pull_arrivals_into(
+        &mut self,
+        load: &RrLoad,
+        queues: f64,
+        now: u64,
+        ring: &mut VecDeque<u64>,
+        cap: usize,
+    ) -> u64 {
+        let mut dropped = 0;
+        while self.next_arrival <= now {
+            let a = self.next_arrival;
+            if ring.len() < cap {
+                ring.push_back(a);
+            } else {
+                dropped += 1;
+            }
+            self.next_arrival = self.arrival_after(load, queues, a);
+        }
+        dropped
+    }
+
     /// Responses ready by `now`.
     pub(super) fn ready_responses(&self, now: u64) -> u64 {
         self.responses.iter().filter(|r| r.0 .0 <= now).count() as u64

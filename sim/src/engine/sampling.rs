@@ -46,7 +46,11 @@ impl Totals {
         Totals {
             t,
             nic: nic_sent_payload.to_vec(),
-            host: queues.iter().map(|q| q.worker.busy_ns).sum(),
+            // The NIC's softIRQ and ksoftirqd time (NAPI) is host CPU too.
+            host: queues
+                .iter()
+                .map(|q| q.worker.busy_ns + q.napi.as_ref().map_or(0.0, |n| n.busy_ns))
+                .sum(),
             guest: vms.iter().map(|v| v.guest_busy).sum(),
             kicks: queues.iter().map(|q| q.counters.kicks).sum(),
             calls: queues.iter().map(|q| q.counters.calls).sum(),

@@ -95,7 +95,9 @@ impl Engine<'_> {
         if let Some(rr) = &self.queues[q].request_response {
             let rx = rr.next_arrival;
             let tx = rr.first_response_at();
-            if rx != u64::MAX {
+            // With NAPI, requests reach the worker through the softIRQ,
+            // which signals it (`end_poll`).
+            if rx != u64::MAX && self.queues[q].napi.is_none() {
                 self.events.push(
                     rx.max(self.now),
                     Event::RequestArrives {
@@ -130,20 +132,15 @@ impl Engine<'_> {
         );
     }
 
-    /// Whether queue `q` has work: chains pending, requests arrived or
-    /// responses ready.
+    /// Whether queue `q` has work: chains pending, requests arrived (with
+    /// NAPI: handed on by the softIRQ) or responses ready.
     fn has_work(&mut self, q: usize) -> bool {
         let now = self.now;
-        let vm = self.queues[q].vm;
         if self.queues[q].ring.pending() > 0 {
             return true;
         }
-        if let (Some(rr), Some(load)) = (
-            &mut self.queues[q].request_response,
-            &self.vms[vm].request_response,
-        ) {
-            let queues = f64::from(self.scenario.vms[vm].queues);
-            rr.pull_arrivals(load, queues, now);
+        self.pull_arrivals(q);
+        if let Some(rr) = &self.queues[q].request_response {
             return !rr.backlog.is_empty() || rr.first_response_at().is_some_and(|t| t <= now);
         }
         false
@@ -187,7 +184,7 @@ impl Engine<'_> {
 
     /// Wake queue `q`'s worker if `woke` ends its wait: it runs after the
     /// wake-up latency.
-    fn wake_worker(&mut self, q: usize, woke: Woke) {
+    pub(super) fn wake_worker(&mut self, q: usize, woke: Woke) {
         let Some(cause) = self.queues[q].worker.wait.cause(woke) else {
             return;
         };

@@ -3,6 +3,7 @@
 
 use crate::calibration::Calibration;
 use crate::cores::CoreMgmtSpec;
+use crate::napi::NapiSpec;
 use serde::Deserialize;
 use vadapt_policy::{Duration, PolicyConfig};
 
@@ -54,6 +55,9 @@ pub struct Host {
     pub core_mgmt: CoreMgmtSpec,
     /// How stream senders share oversubscribed vCPU cores.
     pub vcpu_sched: VcpuSched,
+    /// The NAPI-like receive path for request/response loads (`[host.napi]`,
+    /// module [`crate::napi`]); none: packets reach the worker from the wire.
+    pub napi: Option<NapiSpec>,
 }
 
 /// How stream senders' vCPU threads share the vCPU cores when more of them

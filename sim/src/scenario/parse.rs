@@ -5,6 +5,7 @@
 use super::model::*;
 use crate::calibration::Calibration;
 use crate::cores::{CoreAllocSpec, CoreMgmtSpec};
+use crate::napi::NapiSpec;
 use serde::Deserialize;
 use std::ops::Range;
 use std::path::Path;
@@ -44,6 +45,7 @@ struct RawHost {
     power: Option<Spanned<PowerModel>>,
     core_alloc: Option<Spanned<RawCoreAlloc>>,
     vcpu_sched: Option<Spanned<String>>,
+    napi: Option<Spanned<NapiSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -509,6 +511,17 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         "scheduler",
         &[("shares", VcpuSched::Shares), ("slices", VcpuSched::Slices)],
     )?;
+    let napi = match &h.napi {
+        None => None,
+        Some(n) if n.get_ref().is_valid() => Some(n.get_ref().clone()),
+        Some(n) => {
+            return Err(cx.err(
+                &n.span(),
+                "host.napi",
+                "weight, budget, max_restart, rx_ring and socket_queue must be >= 1, budget_us and max_softirq_us > 0, irq_ns >= 0",
+            ))
+        }
+    };
     Ok(Host {
         cores,
         line_rate_bps: gbps * 1e9,
@@ -518,6 +531,7 @@ fn parse_host(cx: &Ctx<'_>, h: &RawHost) -> Result<Host, ScenarioError> {
         power,
         core_mgmt,
         vcpu_sched,
+        napi,
     })
 }
 

@@ -103,15 +103,15 @@ def judge(rows: list[Row]) -> list[Goal]:
                 else (within(i, 5.5) and all(1 <= f <= 2 for f in fs)),
             )
         )
-    napi = pick(rows, "EE-KBP", "Fig. 14")
+    napi = pick(rows, "EE-KBP", "Fig. 14: throughput, EE-KBP ÷ NAPI")
     if napi:
-        t = napi[0].sim_value
+        ts = [r.sim_value for r in napi]
         goals.append(
             Goal(
                 "EE-KBP",
-                "throughput against the NAPI-like path: 1.4–3.1×",
-                f"{value(napi[0])}×",
-                None if t is None else 1.4 <= t <= 3.1,
+                "throughput against the NAPI-like path: 1.4–3.1× (every frame size)",
+                "–".join(f"{value(r)}×" for r in napi) + " (smallest–largest over frame sizes)",
+                None if None in ts else all(1.4 <= t <= 3.1 for t in ts),
             )
         )
     netap = pick(rows, "NetAP", "Table")
