@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from test_dpdk import FRAME, RUN_S, UNSEALED
 from test_qemu import pattern
 
@@ -102,7 +103,12 @@ def test_a_packed_guest_and_a_split_guest_on_one_switch(vadapt_bin, qemu, procs)
         vadapt_bin,
         procs.workdir,
         procs,
-        ["--vm", f"name=vma,socket={a_sock},queues=1", "--vm", f"name=vmb,socket={b_sock},queues=1"],
+        [
+            "--vm",
+            f"name=vma,socket={a_sock},queues=1",
+            "--vm",
+            f"name=vmb,socket={b_sock},queues=1",
+        ],
         cpus=None,
     ).start([a_sock, b_sock])
     a = Guest(procs, "guest-a", a_sock, MAC_A, f"{IP_A}/24", "shell", net_opts=",packed=on")
