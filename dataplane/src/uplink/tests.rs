@@ -372,3 +372,43 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
     let near = io.now() + vadapt_policy::Duration::from_millis(50);
     assert_eq!(io.sleep(near, None).cause, WakeCause::Timer);
 }
+
+/// From the wire: an 802.3 frame whose length field says more than it
+/// holds is counted (`undersize`) and dropped; one that says the truth
+/// reaches the switch.
+#[test]
+fn a_frame_whose_length_field_lies_is_counted_and_dropped() {
+    let Some(w) = Wire::new("l", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 1024).unwrap();
+    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+    up.attach(sw.ingress(id));
+    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    // 60-byte frames: 46 bytes after the header; the length says 46 or 1000.
+    let send = r#"
+import socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+for length in (46, 1000, 1000, 1000):
+    f = bytes.fromhex("020000000099") + s.getsockname()[4] + length.to_bytes(2, "big")
+    s.send(f + bytes(60 - len(f)))
+"#;
+    w.python(send, &[&w.peer]);
+    std::thread::sleep(Duration::from_millis(300));
+    running.stop();
+    let q = &up.stats.queues[0];
+    let under = DropReason::ALL
+        .iter()
+        .position(|r| *r == DropReason::Undersize)
+        .unwrap();
+    assert_eq!(
+        q.drops[under].load(Ordering::Relaxed),
+        3,
+        "the three that lie"
+    );
+    assert!(
+        q.packets[0].load(Ordering::Relaxed) >= 1,
+        "the true one went on"
+    );
+}

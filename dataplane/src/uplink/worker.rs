@@ -29,6 +29,15 @@ use std::sync::Arc;
 use vadapt_host::cpufreq::CpuFreq;
 use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, Policy, WakeCause};
 
+/// True for an IEEE 802.3 frame (a length, not an EtherType, after the
+/// addresses) shorter than that length says: the wire cut it, or its
+/// sender lied; counted as undersize. (Longer is fine: the minimum frame
+/// pads short payloads.)
+fn lies_about_its_length(frame: &[u8]) -> bool {
+    let field = u16::from_be_bytes([frame[12], frame[13]]);
+    field <= 1500 && MIN_FRAME + usize::from(field) > frame.len()
+}
+
 /// Frames forwarded into the switch at once.
 const BATCH: usize = 64;
 
@@ -149,7 +158,7 @@ impl UplinkQueue {
         while taken < max {
             let batch = &mut self.batch;
             let got = self.xsk.receive((max - taken).min(BATCH as u32), |f| {
-                if f.len() < MIN_FRAME {
+                if f.len() < MIN_FRAME || lies_about_its_length(f) {
                     runts += 1;
                 } else if f.len() > max_frame {
                     over += 1;
@@ -395,5 +404,24 @@ impl QueueIo for UplinkQueue {
         } else {
             Control::Continue
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lies_about_its_length;
+
+    #[test]
+    fn an_8023_length_beyond_the_frame_is_a_lie_and_ethertypes_are_not_lengths() {
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&46u16.to_be_bytes());
+        assert!(
+            !lies_about_its_length(&f),
+            "46 bytes after the header: true"
+        );
+        f[12..14].copy_from_slice(&1000u16.to_be_bytes());
+        assert!(lies_about_its_length(&f), "1000 said, 46 there");
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert!(!lies_about_its_length(&f), "an EtherType");
     }
 }

@@ -115,7 +115,9 @@ struct Sample {
     to_vm: u64,
     /// The backend process's CPU, s.
     cpu_s: f64,
-    /// The VM port worker's busy cycles and CPU, s (vadapt only).
+    /// The queue workers' busy cycles (cycles of passes that moved
+    /// packets, as DPDK's `--record-core-cycles` counts) and CPU, s: the
+    /// VM port's worker and the uplink's (vadapt only).
     vm_busy_cycles: u64,
     vm_cpu_s: f64,
 }
@@ -151,9 +153,13 @@ impl Up {
             Up::Vadapt { daemon, .. } => {
                 let st: StatsSnapshot = daemon.stats()?;
                 s.to_vm = st.port_total("vm", |q| q.rx_packets).unwrap_or(0);
-                if let Some(w) = st.workers.iter().find(|w| w.name == "vm") {
-                    s.vm_busy_cycles = w.busy_cycles;
-                    s.vm_cpu_s = w.cpu_seconds;
+                for w in st
+                    .workers
+                    .iter()
+                    .filter(|w| w.name == "vm" || w.name.starts_with("up0/"))
+                {
+                    s.vm_busy_cycles += w.busy_cycles;
+                    s.vm_cpu_s += w.cpu_seconds;
                 }
             }
         }
@@ -185,7 +191,8 @@ impl Up {
 }
 
 /// `b - a`: frames, seconds, CPU seconds, and vadapt's busy cycles
-/// (VM worker's busy cycles + the other threads' CPU in cycles).
+/// (the queue workers' busy cycles + the other threads' CPU in cycles: a
+/// TAP reader, for the kernel's path).
 fn diff(a: &Sample, b: &Sample, tsc_per_ns: f64) -> (u64, f64, f64, f64) {
     let dt = match (a.at, b.at) {
         (Some(x), Some(y)) => y.duration_since(x).as_secs_f64(),
