@@ -67,7 +67,7 @@ impl Uplink {
 
     /// Largest frame taken either way (not a GSO frame), bytes.
     pub fn max_frame(&self) -> usize {
-        usize::from(self.cfg.mtu.unwrap_or(1500)) + 18
+        crate::net::max_frame(self.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU))
     }
 
     /// Our way into the switch: set once, right after the switch attached us.

@@ -159,6 +159,21 @@ fn a_socket_receives_the_wires_frames() {
 /// The far end's traffic: see the script's docstring.
 const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py");
 
+/// A switch with uplink `cfg` (backlogs of 1024 frames) and an echo port
+/// at the MAC of the name "echo" behind it; the switch is kept by the caller.
+fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
+    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+    let up = super::Uplink::new(cfg, 1024).unwrap();
+    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+    up.attach(sw.ingress(id));
+    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
+    let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
+    let eid = sw.add_port(echo.clone(), echo_stats);
+    echo.attach(sw.ingress(eid));
+    sw.add_static(Mac::from_name("echo"), eid);
+    (sw, up)
+}
+
 fn hex(m: Mac) -> String {
     m.0.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -176,18 +191,10 @@ fn every_policy_serves_the_nic_queue_both_ways() {
         PolicyKind::Netap,
         PolicyKind::Eekbp,
     ] {
-        let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
         cfg.policy = Some(PolicyConfig::default_for(kind));
-        let up = super::Uplink::new(cfg, 1024).unwrap();
-        let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
-        up.attach(sw.ingress(id));
-        let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
-        let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
-        let eid = sw.add_port(echo.clone(), echo_stats);
-        echo.attach(sw.ingress(eid));
+        let (_sw, up) = uplink_and_echo(cfg);
         let mac = Mac::from_name("echo");
-        sw.add_static(mac, eid);
         let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
         let out = w.python(SEND_AND_COUNT, &[&w.peer, &hex(mac), "200", "60"]);
         running.stop();
@@ -238,15 +245,7 @@ fn oversize_frames_from_the_wire_are_counted_drops() {
     ]));
     assert!(sh(&["ip", "link", "set", &w.host, "mtu", "3000"]));
     let dir = tempfile::tempdir().unwrap();
-    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
-    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 1024).unwrap();
-    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
-    up.attach(sw.ingress(id));
-    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
-    let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
-    let eid = sw.add_port(echo.clone(), Arc::clone(&echo_stats));
-    echo.attach(sw.ingress(eid));
-    sw.add_static(Mac::from_name("echo"), eid);
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
     let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
     let out = w.python(
         SEND_AND_COUNT,
@@ -294,17 +293,9 @@ fn both_queues_of_a_two_queue_nic_are_served() {
     }
     let Some(w) = Wire::new("m", 2) else { return };
     let dir = tempfile::tempdir().unwrap();
-    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
     let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
     cfg.queues = 2;
-    let up = super::Uplink::new(cfg, 1024).unwrap();
-    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
-    up.attach(sw.ingress(id));
-    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
-    let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
-    let eid = sw.add_port(echo.clone(), echo_stats);
-    echo.attach(sw.ingress(eid));
-    sw.add_static(Mac::from_name("echo"), eid);
+    let (_sw, up) = uplink_and_echo(cfg);
     // XPS: each sending CPU transmits on its own queue of the far end,
     // which veth delivers on the same queue of ours.
     for (q, cpu) in cpus[..2].iter().enumerate() {
@@ -380,10 +371,7 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
 fn a_frame_whose_length_field_lies_is_counted_and_dropped() {
     let Some(w) = Wire::new("l", 1) else { return };
     let dir = tempfile::tempdir().unwrap();
-    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
-    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 1024).unwrap();
-    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
-    up.attach(sw.ingress(id));
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
     let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
     // 60-byte frames: 46 bytes after the header; the length says 46 or 1000.
     let send = r#"
