@@ -61,6 +61,7 @@ mod prometheus;
 mod registry;
 mod snapshot;
 mod table;
+mod tally;
 mod text004;
 
 pub use counters::{
@@ -72,4 +73,5 @@ pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
 pub use registry::Registry;
 pub use snapshot::{PortSnapshot, QueueSnapshot, StatsSnapshot, WorkerSnapshot};
+pub use tally::{PassTally, PUBLISH_EVERY};
 pub use text004::openmetrics_to_prometheus;

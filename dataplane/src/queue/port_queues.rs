@@ -18,7 +18,7 @@ use super::tx::{TxService, TX_BATCH};
 use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
-use crate::metrics::{Dir, QueueStats};
+use crate::metrics::{Dir, PassTally, QueueStats};
 use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
 use crate::switch::{FdbCache, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,6 +57,8 @@ pub struct PortQueues {
     rx_pending: Vec<RxPending>,
     fdb: FdbCache,
     passes: u64,
+    /// Passes, busy cycles and packets not yet in the port's counters.
+    tally: PassTally,
     /// How late timed sleeps woke, ns; merged into the port's histogram
     /// about once a second. Made at the first timed wake: a worker starts
     /// at every ring message of a frontend's start-up, and most of those
@@ -81,6 +83,12 @@ impl std::fmt::Debug for PortQueues {
     }
 }
 
+impl Drop for PortQueues {
+    fn drop(&mut self) {
+        self.publish_counts();
+    }
+}
+
 impl PortQueues {
     /// Build the worker's world. `pairs` hold the rings that are running.
     pub fn new(
@@ -98,6 +106,7 @@ impl PortQueues {
                 r.q.disable_notifications();
             }
         }
+        let pair_count = pairs.len();
         let hdr_len = crate::net::hdr_len(features);
         let max_frame = crate::net::max_frame(port.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU));
         Ok(PortQueues {
@@ -123,6 +132,7 @@ impl PortQueues {
             pairs,
             fdb: FdbCache::default(),
             passes: 0,
+            tally: PassTally::new(pair_count),
             overshoot: None,
             last_merge: Instant(0),
             log_limit: crate::log_limit::LogLimit::per_second(),
@@ -160,6 +170,13 @@ impl PortQueues {
         v
     }
 
+    /// Publishes the tallied counts (before every wait and at the end,
+    /// and every [`crate::metrics::PUBLISH_EVERY`] passes).
+    fn publish_counts(&mut self) {
+        self.tally
+            .publish(&self.port.worker_stats, &self.port.stats.queues);
+    }
+
     fn qstats(&self, pair: usize) -> &QueueStats {
         &self.port.stats.queues[pair.min(self.port.stats.queues.len() - 1)]
     }
@@ -182,7 +199,11 @@ impl PortQueues {
     /// bad chains (rate-limited); `wrong_direction` names the bad chains
     /// the pass counts in `drops.wrong_direction`, if they are worth a line.
     fn count_pass(&mut self, p: usize, dir: Dir, pass: &RingPass, wrong_direction: Option<&str>) {
-        pass.count_into(self.qstats(p), dir);
+        if pass.is_quiet() {
+            return;
+        }
+        self.tally.moved(p, dir, pass.packets, pass.bytes);
+        pass.count_events_into(self.qstats(p));
         let dir = match dir {
             Dir::Tx => "tx",
             Dir::Rx => "rx",
@@ -229,6 +250,12 @@ impl PortQueues {
         let Some(ring) = self.pairs[p].tx.as_mut().filter(|r| !r.broken) else {
             return (0, 0, false, 0);
         };
+        if ring.q.avail_pending() == Ok(0) {
+            // Most passes of a polling worker: one load of the driver's
+            // index, and nothing to flush, log, call for or count (a pass
+            // that moved something did all of that before it ended).
+            return (0, 0, false, 0);
+        }
         let (sender, fdb) = (&self.sender, &mut self.fdb);
         let pass = self.tx.serve(ring, &self.mem, budget, |batch| {
             if let Some(s) = sender {
@@ -257,6 +284,10 @@ impl PortQueues {
     /// Host → guest: copy up to `budget` backlog frames of pair `p` into the
     /// guest's receive buffers. Returns (packets, bytes, more_work).
     fn service_rx(&mut self, p: usize, budget: Budget) -> (u64, u64, bool) {
+        if self.rx_pending[p].remaining() == 0 && self.port.backlogs[p].held() == 0 {
+            // Nothing for the guest (one load, as for an empty transmit ring).
+            return (0, 0, false);
+        }
         let ring = self.pairs[p].rx.as_mut().filter(|r| !r.broken);
         let pass = self.rx.serve(
             ring,
@@ -386,6 +417,7 @@ impl PortQueues {
     /// Begins the wait `wake` asks for: what [`QueueIo::sleep`] and
     /// [`QueueIo::wait_kick`] do before they block.
     pub fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        self.publish_counts();
         let start = monotonic_now();
         match wait_protocol::begin_wait(wake, self) {
             Begun::Ready { kind, cause } => PendingWait {
@@ -555,12 +587,13 @@ impl QueueIo for PortQueues {
             s.bytes += b;
             s.more_work |= more;
         }
-        let ws = &self.port.worker_stats;
-        ws.passes.fetch_add(1, Ordering::Relaxed);
-        if s.packets > 0 {
-            ws.busy_cycles
-                .fetch_add(cycles().wrapping_sub(t0), Ordering::Relaxed);
-            ws.busy_packets.fetch_add(s.packets, Ordering::Relaxed);
+        let busy = if s.packets > 0 {
+            cycles().wrapping_sub(t0)
+        } else {
+            0
+        };
+        if self.tally.pass(s.packets, busy) {
+            self.publish_counts();
         }
         self.passes += 1;
         if self.passes % KICK_DRAIN_EVERY == 0 {
@@ -570,6 +603,7 @@ impl QueueIo for PortQueues {
     }
 
     fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
+        self.publish_counts();
         let start = monotonic_now();
         let target = self
             .early_wake
@@ -613,6 +647,7 @@ impl QueueIo for PortQueues {
     }
 
     fn wait_kick(&mut self, until: Instant) -> Wait {
+        self.publish_counts();
         let start = monotonic_now();
         let begun = wait_protocol::begin_wait(Wake::Kick { until }, self);
         let cause = match begun {

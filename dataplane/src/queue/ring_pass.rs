@@ -37,13 +37,31 @@ pub struct RingPass {
 }
 
 impl RingPass {
+    /// Nothing moved, called or dropped: a pass with nothing to count or
+    /// log (most passes of a polling worker).
+    pub fn is_quiet(&self) -> bool {
+        self.packets == 0
+            && self.calls == 0
+            && !self.broke_ring
+            && self.gso_frames == 0
+            && self.csum_completed == 0
+            && self.gso_whole == 0
+            && self.drops.is_empty()
+    }
+
     /// Adds the pass to `stats`: calls, packets and bytes in direction
     /// `dir`, drops by reason.
     pub fn count_into(&self, stats: &QueueStats, dir: Dir) {
+        stats.add(dir, self.packets, self.bytes);
+        self.count_events_into(stats);
+    }
+
+    /// Adds all but the packets and bytes to `stats` (a worker tallies
+    /// those itself: [`crate::metrics::PassTally`]).
+    pub fn count_events_into(&self, stats: &QueueStats) {
         if self.calls > 0 {
             stats.calls.fetch_add(self.calls, Ordering::Relaxed);
         }
-        stats.add(dir, self.packets, self.bytes);
         if self.gso_frames > 0 {
             stats
                 .gso_frames
@@ -92,6 +110,18 @@ pub struct Drops {
 }
 
 impl Drops {
+    /// Nothing dropped.
+    pub fn is_empty(&self) -> bool {
+        self.undersize == 0
+            && self.oversize == 0
+            && self.over_mtu == 0
+            && self.wrong_direction == 0
+            && self.no_rx_buffer == 0
+            && self.port_down == 0
+            && self.chain_errors.is_empty()
+            && self.bad_vnet_hdr == 0
+    }
+
     /// Adds every drop to `stats` under its [`DropReason`].
     pub fn count_into(&self, stats: &QueueStats) {
         for (reason, n) in [
@@ -194,6 +224,76 @@ mod tests {
         assert_eq!(dropped(&st, DropReason::PortDown), 5);
         assert_eq!(dropped(&st, DropReason::BadVnetHdr), 6);
         assert_eq!(dropped(&st, DropReason::BadAddress), 2);
+    }
+
+    #[test]
+    fn a_pass_with_anything_to_count_is_not_quiet() {
+        assert!(RingPass::default().is_quiet());
+        // `fill_permille` and `more_work` are not counted: still quiet.
+        let noted = RingPass {
+            fill_permille: 500,
+            more_work: true,
+            ..RingPass::default()
+        };
+        assert!(noted.is_quiet());
+        let drops = |f: fn(&mut Drops)| {
+            let mut d = Drops::default();
+            f(&mut d);
+            RingPass {
+                drops: d,
+                ..RingPass::default()
+            }
+        };
+        let loud = [
+            RingPass {
+                packets: 1,
+                ..RingPass::default()
+            },
+            RingPass {
+                calls: 1,
+                ..RingPass::default()
+            },
+            RingPass {
+                broke_ring: true,
+                ..RingPass::default()
+            },
+            RingPass {
+                gso_frames: 1,
+                ..RingPass::default()
+            },
+            RingPass {
+                csum_completed: 1,
+                ..RingPass::default()
+            },
+            RingPass {
+                gso_whole: 1,
+                ..RingPass::default()
+            },
+            drops(|d| d.undersize = 1),
+            drops(|d| d.oversize = 1),
+            drops(|d| d.over_mtu = 1),
+            drops(|d| d.wrong_direction = 1),
+            drops(|d| d.no_rx_buffer = 1),
+            drops(|d| d.port_down = 1),
+            drops(|d| d.chain_errors.push(ChainErrorKind::ChainTooLong)),
+            drops(|d| d.bad_vnet_hdr = 1),
+        ];
+        for (i, pass) in loud.iter().enumerate() {
+            assert!(!pass.is_quiet(), "case {i}: {pass:?}");
+            // What is not quiet leaves a trace in the counters.
+            let st = QueueStats::default();
+            pass.count_into(&st, Dir::Tx);
+            let counted = st.calls.load(Ordering::Relaxed)
+                + st.packets[Dir::Tx as usize].load(Ordering::Relaxed)
+                + st.gso_frames.load(Ordering::Relaxed)
+                + st.csum_completed.load(Ordering::Relaxed)
+                + st.gso_whole.load(Ordering::Relaxed)
+                + st.drops
+                    .iter()
+                    .map(|d| d.load(Ordering::Relaxed))
+                    .sum::<u64>();
+            assert!(counted > 0 || pass.broke_ring, "case {i} counted nothing");
+        }
     }
 
     #[test]
