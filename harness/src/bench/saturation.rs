@@ -18,7 +18,7 @@ use super::ctx::Ctx;
 use super::error::BenchError;
 use super::shared::{pct, per_mpkt};
 use super::table::{label, metric_table, LabelCol};
-use super::testpmd::{self, Testpmd};
+use super::testpmd::{self, Testpmd, UserRing};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort};
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
@@ -76,22 +76,22 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         }
         Err(_) => None,
     };
-    // DPDK virtio-user sender: both IN_ORDER settings (it was worth a few Mpps
-    // to DPDK and changed vadapt's rate in one run; see DESIGN.md). Only the
-    // default in the quick run.
+    // DPDK virtio-user sender: both IN_ORDER settings on a split ring (it was
+    // worth a few Mpps to DPDK and changed vadapt's rate in one run; see
+    // DESIGN.md), and the packed ring, which both DPDK's vhost library and
+    // vadapt offer. Only the default in the quick run.
     if be.is_some() {
-        let orders: &[bool] = if ctx.quick { &[true] } else { &[true, false] };
-        for &in_order in orders {
-            dpdk_sender(
-                ctx,
-                f,
-                &mut d,
-                be.as_mut(),
-                &be_sock,
-                &vms[0],
-                in_order,
-                window,
-            )?;
+        let rings: &[UserRing] = if ctx.quick {
+            &[UserRing::split(true)]
+        } else {
+            &[
+                UserRing::split(true),
+                UserRing::split(false),
+                UserRing::packed(true),
+            ]
+        };
+        for &ring in rings {
+            dpdk_sender(ctx, f, &mut d, be.as_mut(), &be_sock, &vms[0], ring, window)?;
         }
     }
     guest_sender(ctx, f, &mut d, be.as_mut(), &be_sock, &vms[1], window)?;
@@ -110,7 +110,7 @@ fn dpdk_sender(
     mut be: Option<&mut Testpmd>,
     be_sock: &std::path::Path,
     vm: &VmPort,
-    in_order: bool,
+    ring: UserRing,
     window: Duration,
 ) -> Result<(), BenchError> {
     let lcores = format!("0@{},1@{}", ctx.backend_cpu, ctx.frontend_cpu);
@@ -120,13 +120,13 @@ fn dpdk_sender(
             format!("--txpkts={frame}"),
         ]
     };
-    let variant = format!("in_order={}", u8::from(in_order));
+    let variant = ring.label();
     let mut fe_d = match be {
         Some(_) => Some(Testpmd::spawn(
             ctx,
-            &format!("b1-fe-dpdk-io{}", u8::from(in_order)),
+            &format!("b1-fe-dpdk-{}", ring.tag()),
             &lcores,
-            &testpmd::virtio_user_vdev(be_sock, in_order),
+            &testpmd::virtio_user_vdev(be_sock, ring),
             &app(64),
             None,
         )?),
@@ -134,9 +134,9 @@ fn dpdk_sender(
     };
     let mut fe_v = Testpmd::spawn(
         ctx,
-        &format!("b1-fe-vadapt-io{}", u8::from(in_order)),
+        &format!("b1-fe-vadapt-{}", ring.tag()),
         &lcores,
-        &testpmd::virtio_user_vdev(&vm.socket, in_order),
+        &testpmd::virtio_user_vdev(&vm.socket, ring),
         &app(64),
         None,
     )?;

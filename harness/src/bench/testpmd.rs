@@ -80,16 +80,64 @@ pub fn vhost_vdev(sock: &Path) -> Vec<String> {
     ]
 }
 
+/// The ring a DPDK virtio-user frontend drives, and in which order it
+/// expects buffers back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRing {
+    /// `packed_vq=1`: the packed ring (`VIRTIO_F_RING_PACKED`).
+    pub packed: bool,
+    /// `in_order=1`: `VIRTIO_F_IN_ORDER` offered.
+    pub in_order: bool,
+}
+
+impl UserRing {
+    /// A split ring.
+    pub const fn split(in_order: bool) -> Self {
+        UserRing {
+            packed: false,
+            in_order,
+        }
+    }
+
+    /// A packed ring.
+    pub const fn packed(in_order: bool) -> Self {
+        UserRing {
+            packed: true,
+            in_order,
+        }
+    }
+
+    /// How results name it: `in_order=1` (split), `packed, in_order=1`.
+    pub fn label(self) -> String {
+        let order = format!("in_order={}", u8::from(self.in_order));
+        if self.packed {
+            format!("packed, {order}")
+        } else {
+            order
+        }
+    }
+
+    /// A short tag for file and process names: `io1`, `pio1`.
+    pub fn tag(self) -> String {
+        format!(
+            "{}io{}",
+            if self.packed { "p" } else { "" },
+            u8::from(self.in_order)
+        )
+    }
+}
+
 /// The `--vdev` of a virtio-user frontend port on `sock`.
-pub fn virtio_user_vdev(sock: &Path, in_order: bool) -> Vec<String> {
+pub fn virtio_user_vdev(sock: &Path, ring: UserRing) -> Vec<String> {
     vec![
         // One memfd per segment: the backend maps the frontend's memory.
         "--single-file-segments".into(),
         "--vdev".into(),
         format!(
-            "net_virtio_user0,path={},queues=1,in_order={}",
+            "net_virtio_user0,path={},queues=1,in_order={}{}",
             sock.display(),
-            u8::from(in_order)
+            u8::from(ring.in_order),
+            if ring.packed { ",packed_vq=1" } else { "" }
         ),
     ]
 }
@@ -383,11 +431,16 @@ mod tests {
 
     #[test]
     fn vdev_arguments() {
-        let v = virtio_user_vdev(Path::new("/tmp/a.sock"), false);
+        let v = virtio_user_vdev(Path::new("/tmp/a.sock"), UserRing::split(false));
         assert!(
             v[2].ends_with("path=/tmp/a.sock,queues=1,in_order=0"),
             "{v:?}"
         );
+        let p = virtio_user_vdev(Path::new("/tmp/a.sock"), UserRing::packed(true));
+        assert!(p[2].ends_with("in_order=1,packed_vq=1"), "{p:?}");
+        assert_eq!(UserRing::packed(true).label(), "packed, in_order=1");
+        assert_eq!(UserRing::split(true).label(), "in_order=1");
+        assert_ne!(UserRing::packed(true).tag(), UserRing::split(true).tag());
         assert_eq!(
             vhost_vdev(Path::new("/x"))[1],
             "net_vhost0,iface=/x,queues=1"
