@@ -63,6 +63,12 @@ impl AnyDeviceQueue {
         either!(self, q => q.needs_call())
     }
 
+    /// See [`DeviceQueue::has_avail`].
+    #[inline]
+    pub fn has_avail(&self) -> bool {
+        either!(self, q => q.has_avail())
+    }
+
     /// See [`DeviceQueue::avail_pending`].
     pub fn avail_pending(&self) -> Result<u16, QueueError> {
         either!(self, q => q.avail_pending())

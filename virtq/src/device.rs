@@ -101,6 +101,15 @@ impl DeviceQueue {
         Ok(q)
     }
 
+    /// Whether [`pop`](Self::pop) has anything to look at: an entry made
+    /// available and not consumed, or a corrupt `avail.idx` (which `pop`
+    /// reports). One Acquire load of `avail.idx` at most, no arithmetic:
+    /// the check of a polling worker's empty pass.
+    #[inline]
+    pub fn has_avail(&self) -> bool {
+        self.shadow_avail != self.last_avail || self.ring.load_avail_idx() != self.last_avail
+    }
+
     /// Number of available entries not yet consumed (Acquire load of
     /// `avail.idx`). Errors if the driver moved `avail.idx` more than the
     /// queue size ahead: the ring is corrupt.

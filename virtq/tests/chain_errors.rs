@@ -207,6 +207,7 @@ fn every_chain_error_kind_is_detected() {
         assert_eq!(s.device.last_avail(), 0);
     }
     assert!(s.device.avail_pending().is_err());
+    assert!(s.device.has_avail(), "a corrupt index is for pop to report");
     seen.insert(ChainErrorKind::AvailIndexAhead);
 
     // Length overflow needs buffers whose sum exceeds 4 GiB: a 3 GiB

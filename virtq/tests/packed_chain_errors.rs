@@ -235,6 +235,7 @@ fn more_available_than_the_ring_holds_is_a_corrupt_ring() {
         (None, ChainErrorKind::AvailIndexAhead)
     );
     assert!(q.device.avail_pending().is_err());
+    assert!(q.device.has_avail(), "a corrupt ring is for pop to report");
     // Giving one back makes room again.
     q.device.push_used(0, 0);
     assert_eq!(q.device.pop(&q.mem, &mut q.chain), Ok(Some(0)));

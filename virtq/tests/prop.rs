@@ -189,6 +189,8 @@ proptest! {
                 Op::DeviceDisable => s.device.disable_notifications(),
                 Op::DeviceEnable => { prop_assert!(s.device.enable_notifications().is_ok()); }
             }
+            // The empty-pass check agrees with the count.
+            prop_assert_eq!(s.device.has_avail(), s.device.avail_pending() != Ok(0));
         }
         // Drain: everything added comes back exactly once.
         s.driver.publish();
@@ -259,6 +261,8 @@ proptest! {
             r.set_avail_entry(start.wrapping_add(i as u16), *h);
         }
         r.set_avail_idx(start.wrapping_add(ahead));
+        // Anything made available, or an index run ahead, is seen.
+        prop_assert_eq!(s.device.has_avail(), ahead > 0);
         let mut popped = 0u32;
         for _ in 0..(3 * u32::from(size) + 3) {
             match s.device.pop(&s.mem, &mut s.chain) {

@@ -250,7 +250,7 @@ impl PortQueues {
         let Some(ring) = self.pairs[p].tx.as_mut().filter(|r| !r.broken) else {
             return (0, 0, false, 0);
         };
-        if ring.q.avail_pending() == Ok(0) {
+        if !ring.q.has_avail() {
             // Most passes of a polling worker: one load of the driver's
             // index, and nothing to flush, log, call for or count (a pass
             // that moved something did all of that before it ended).

@@ -132,6 +132,15 @@ impl PackedDeviceQueue {
         is_avail(flags, self.last_avail.wrap).then_some(flags)
     }
 
+    /// Whether [`pop`](Self::pop) has anything to look at: descriptors
+    /// already seen available, or the one at the device's position (one
+    /// Acquire load of its flags). A corrupt ring (available with every
+    /// descriptor in flight) is `true`, for `pop` to report.
+    #[inline]
+    pub fn has_avail(&self) -> bool {
+        self.known_avail.get() > 0 || self.head_is_avail().is_some()
+    }
+
     /// Number of ring descriptors available and not yet consumed: for
     /// buffers of one descriptor, the buffers pending. Scans the flag words
     /// (Acquire loads) from where the previous call stopped, so each
