@@ -53,6 +53,24 @@ impl AnyDeviceQueue {
         either!(self, q => q.push_used(head, written))
     }
 
+    /// Whether buffers the device writes nothing into (transmit) are best
+    /// given back in batches with [`push_used_batch_in_order`](Self::push_used_batch_in_order):
+    /// a packed ring with `VIRTIO_F_IN_ORDER`. One used descriptor then
+    /// stands for a batch (spec 2.8.9), which in-order packed drivers
+    /// follow (DPDK's `virtio_xmit_cleanup_inorder_packed` walks from the
+    /// last id it freed to the one written). Not a split ring: DPDK 22.11's
+    /// in-order split cleanup reads the id of every used entry, so it would
+    /// never free the skipped buffers.
+    pub fn batches_used_in_order(&self) -> bool {
+        matches!(self, AnyDeviceQueue::Packed(q) if q.features().in_order)
+    }
+
+    /// See [`PackedDeviceQueue::push_used_batch_in_order`] (and
+    /// [`DeviceQueue::push_used_batch_in_order`]).
+    pub fn push_used_batch_in_order(&mut self, last_head: u16, count: u16) -> bool {
+        either!(self, q => q.push_used_batch_in_order(last_head, count))
+    }
+
     /// See [`DeviceQueue::flush_used`].
     pub fn flush_used(&mut self) -> u16 {
         either!(self, q => q.flush_used())

@@ -10,7 +10,7 @@ use super::tx::TxService;
 use crate::frames::{Backlog, FrameBatch};
 use crate::net::GuestOffloads;
 use vadapt_virtq::mock::{buf, readable, writable};
-use vadapt_virtq::packed::PackedMockQueue;
+use vadapt_virtq::packed::{PackedDescriptor, PackedMockQueue};
 use vadapt_virtq::{AnyDeviceQueue, GuestMemory, PackedDriverQueue, RingFeatures};
 use vadapt_wire::vnet_hdr::HDR_LEN_MRG;
 
@@ -22,12 +22,18 @@ struct Guest {
 
 /// A running packed ring of `size` entries, and the guest that drives it.
 fn packed_ring(size: u16) -> (Ring, Guest) {
+    packed_ring_with(size, RingFeatures::default()).0
+}
+
+/// [`packed_ring`] with `features`; also where its descriptors lie.
+fn packed_ring_with(size: u16, features: RingFeatures) -> ((Ring, Guest), u64) {
     let PackedMockQueue {
         mem,
         driver,
         device,
+        layout,
         ..
-    } = PackedMockQueue::new(size, RingFeatures::default());
+    } = PackedMockQueue::new(size, features);
     let ring = Ring {
         q: AnyDeviceQueue::Packed(device),
         kick: eventfd(),
@@ -35,7 +41,7 @@ fn packed_ring(size: u16) -> (Ring, Guest) {
         broken: false,
         log: None,
     };
-    (ring, Guest { mem, driver })
+    ((ring, Guest { mem, driver }), layout.desc)
 }
 
 /// Frames sent by the guest reach the switch in order, whole, for many
@@ -110,5 +116,50 @@ fn received_frames_land_in_the_guests_buffers() {
             g.mem.read(buf(slot) + HDR_LEN_MRG as u64, &mut b).unwrap();
             assert_eq!(&b, f, "lap {lap}");
         }
+    }
+}
+
+/// With IN_ORDER a transmit pass gives its buffers back with one used
+/// descriptor naming the last of them (spec 2.8.9), written where the
+/// first one lay; the driver takes all of them back, in order, and over
+/// laps of a ring whose size is not a power of two.
+#[test]
+fn in_order_transmit_gives_a_pass_back_with_one_used_descriptor() {
+    let features = RingFeatures {
+        in_order: true,
+        ..RingFeatures::default()
+    };
+    let ((mut r, mut g), desc) = packed_ring_with(7, features);
+    let mut tx = TxService::new(HDR_LEN_MRG, 8);
+    let mut first_slot = 0u64;
+    for lap in 0..10u8 {
+        let mut ids = Vec::new();
+        for k in 0..3u64 {
+            let f = frame(lap.wrapping_add(k as u8), 60);
+            let at = buf(k);
+            g.mem.write(at, &[0; HDR_LEN_MRG]).unwrap();
+            g.mem.write(at + HDR_LEN_MRG as u64, &f).unwrap();
+            ids.push(
+                g.driver
+                    .add(&[readable(at, (HDR_LEN_MRG + f.len()) as u32)])
+                    .unwrap(),
+            );
+        }
+        g.driver.publish();
+        let pass = tx.serve(&mut r, &g.mem, UNLIMITED, |_| {});
+        assert_eq!(pass.packets, 3, "lap {lap}");
+        let mut raw = [0u8; 16];
+        g.mem.read(desc + 16 * first_slot, &mut raw).unwrap();
+        let used = PackedDescriptor::from_bytes(raw);
+        assert_eq!(
+            used.id, ids[2],
+            "lap {lap}: the batch's one used descriptor names its last buffer"
+        );
+        let back: Vec<u16> = std::iter::from_fn(|| g.driver.pop_used())
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(back, ids, "lap {lap}");
+        assert_eq!(g.driver.bad_used_entries(), 0);
+        first_slot = (first_slot + 3) % 7;
     }
 }

@@ -186,12 +186,19 @@ impl TxService {
                 pass: &mut pass,
                 forward: &mut forward,
             };
+            let batched = out.ring.q.batches_used_in_order();
             for (chain, head) in &self.gathered[..n] {
                 out.take(chain, hdr, self.offloads, self.max_frame);
-                out.ring.q.push_used(*head, 0);
+                if !batched {
+                    out.ring.q.push_used(*head, 0);
+                }
                 if out.batch.is_full() {
                     out.flush();
                 }
+            }
+            if let Some(&(_, last)) = self.gathered[..n].last().filter(|_| batched) {
+                // Every frame is copied out: one used descriptor for all.
+                ring.q.push_used_batch_in_order(last, n as u16);
             }
             // A rejected chain is given back after the chains before it, so
             // that used entries stay in the order taken (IN_ORDER).
