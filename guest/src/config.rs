@@ -51,6 +51,20 @@ pub enum Mode {
     Echo,
 }
 
+/// Whether the guest drives packed virtqueues (`VIRTIO_F_RING_PACKED`, bit 34) or split ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackedRing {
+    /// Packed when the backend offers it, split otherwise (a Linux guest's virtio-net driver
+    /// acknowledges the bit whenever the device offers it).
+    #[default]
+    Auto,
+    /// Packed, and refuse to run against a backend that does not offer it.
+    On,
+    /// Split, whatever the backend offers (QEMU's `packed=off`).
+    Off,
+}
+
 /// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestConfig {
@@ -111,6 +125,8 @@ pub struct GuestConfig {
     /// Log dirty pages as QEMU does during a live migration, and check at the end that the
     /// backend marked every page it wrote (see [`crate::frontend::FrontendLog`]).
     pub dirty_log: bool,
+    /// Packed or split virtqueues.
+    pub packed: PackedRing,
 }
 
 impl GuestConfig {
@@ -121,7 +137,8 @@ impl GuestConfig {
 
     /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
     /// the measured write cost ([`DEFAULT_WRITE_COST_NS`], [`DEFAULT_WRITE_COST_NS_PER_KIB`];
-    /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports (period 100 ms).
+    /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports
+    /// (period 100 ms), packed rings when the backend offers them.
     pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
         GuestConfig {
             socket: socket.into(),
@@ -147,6 +164,7 @@ impl GuestConfig {
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
             dirty_log: false,
+            packed: PackedRing::Auto,
         }
     }
 

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use vadapt_virtq::driver::{DriverQueue, Seg};
+use vadapt_virtq::driver::Seg;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::AnyDriverQueue;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_OK,
 };
@@ -41,7 +42,7 @@ const CTRL_TIMEOUT_MS: u64 = 1000;
 /// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
 pub(super) fn send_vq_pairs_set(
     mem: &GuestMemory,
-    vq: &mut DriverQueue,
+    vq: &mut AnyDriverQueue,
     notify: &Notifiers,
     plan: CtrlPlan,
     index: usize,
