@@ -80,8 +80,8 @@ pub struct GuestArgs {
     /// Queue pairs to use (default: one per thread, capped by the backend).
     #[arg(long, value_name = "N")]
     pub queues: Option<u16>,
-    /// Descriptors per virtqueue (power of two; QEMU allows up to 1024 with
-    /// `tx_queue_size`/`rx_queue_size`).
+    /// Descriptors per virtqueue (power of two, or any size up to 32768 with `--packed on`;
+    /// QEMU allows up to 1024 with `tx_queue_size`/`rx_queue_size`).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub ring_size: u16,
     /// Packets per publish/kick decision (1 = one sendmsg per packet; more emulates

@@ -108,7 +108,8 @@ fn every_policy_moves_frames_both_ways_on_packed_rings_with_nothing_lost() {
         assert_eq!(sr.ring, RingKind::Packed, "{kind}");
         assert_eq!(r.queue_pairs, 2, "{kind}");
         let sent = r.totals.sent_packets;
-        assert!(sent > 100, "{kind}: {:?}", r.totals);
+        // Some each way is the point, not a rate: the machine is shared.
+        assert!(sent > 20, "{kind}: {:?}", r.totals);
         assert_eq!(r.totals.lost_requests, 0, "{kind}: {:?}", r.totals);
         assert_eq!(
             r.totals.recv_packets, sent,
@@ -210,5 +211,55 @@ fn a_port_without_packed_gives_auto_split_rings_and_on_a_clear_refusal() {
     let both = r.totals.sent_packets + r2.totals.sent_packets;
     let s = settled(&d, |s| total(s, "packed", |q| q.tx_packets) == both);
     assert_eq!(total(&s, "packed", |q| q.tx_packets), both);
+    d.shutdown();
+}
+
+#[test]
+fn a_packed_ring_of_a_size_no_power_of_two_carries_frames_both_ways() {
+    let tmp = tmpdir("packed-100");
+    let dir = tmp.path();
+    let d = daemon(
+        dir,
+        vec![vm(dir, "vm1", 1, 1, true), vm(dir, "vm2", 1, 2, true)],
+        PolicyKind::Eekbp,
+    );
+    let odd = |cfg: GuestConfig| GuestConfig {
+        ring_size: 100,
+        ..cfg
+    };
+    let server = Guest::connect(odd(GuestConfig {
+        duration: Duration::from_secs(5),
+        ..guest_cfg(&dir.join("vm2.sock"), 1, Load::ClosedLoop, Mode::Echo, SINK)
+    }))
+    .expect("server connects");
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = Arc::clone(&stop);
+    let srv = std::thread::spawn(move || server.run(st));
+    // Closed loop: requests go round both rings many laps.
+    let r = run(odd(GuestConfig {
+        duration: Duration::from_secs(1),
+        ..guest_cfg(
+            &dir.join("vm1.sock"),
+            1,
+            Load::ClosedLoop,
+            Mode::RequestResponse,
+            vm_mac(2),
+        )
+    }));
+    stop.store(true, Ordering::Relaxed);
+    let sr = srv.join().unwrap().unwrap();
+    assert_eq!(r.ring, RingKind::Packed);
+    let sent = r.totals.sent_packets;
+    assert!(
+        sent > 300,
+        "three laps of a 100-entry ring at least: {:?}",
+        r.totals
+    );
+    assert_eq!(r.totals.lost_requests, 0);
+    assert_eq!(r.totals.recv_packets, sent);
+    assert_eq!(sr.totals.recv_packets, sent);
+    let s = d.registry().snapshot();
+    assert_eq!(total(&s, "vm1", |q| q.tx_packets), sent);
+    assert_eq!(total(&s, "vm1", |q| q.rx_packets), sent);
     d.shutdown();
 }
