@@ -8,8 +8,9 @@ negotiates VIRTIO_F_RING_PACKED and drives vm1's transmit ring with
 vhost_raw.PackedRing.
 
 - ring level: sizes (a packed ring may be any of 1..=32768, not only a
-  power of two), addresses of the three parts outside guest memory,
-  SET_VRING_BASE beyond the ring with and without the wrap bit;
+  power of two), addresses of the three parts outside guest memory or on
+  top of one another, SET_VRING_BASE beyond the ring with and without the
+  wrap bit;
 - descriptor level: a chain longer than the ring, a buffer or an indirect
   table outside memory, indirect tables of bad length or nested, a
   device-writable buffer and a zero-length one on a transmit ring, ids out
@@ -257,6 +258,26 @@ def test_packed_event_areas_in_the_last_bytes_of_memory_accepted(rig):
         finally:
             buf.close()
             os.close(memfd)
+
+
+def test_packed_event_areas_inside_the_descriptor_ring(rig):
+    """Both event areas on top of descriptor 0: the daemon's event writes
+    land in a descriptor, and the driver's look like one. Guest memory is
+    the guest's to spoil; the daemon does not panic or hang, and stops the
+    ring when asked."""
+    t = packed_tx(rig)
+    try:
+        desc, _, _ = t.ring.addrs()
+        t.fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(TXQ, desc, desc + 12, desc + 12))
+        t.fe.ok(vr.SET_VRING_KICK, vr.u64(TXQ), [t.kick])
+        for _ in range(8):
+            t.push([t.frame_seg()])
+        time.sleep(0.3)
+        base = get_base(t.fe)
+        assert base & 0x7FFF < RING_SIZE, f"{base:#x}"
+        still_in_sync(t.fe)
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize(
