@@ -168,6 +168,23 @@ def test_packed_ring_size_any_up_to_32768_accepted(rig, num):
         still_in_sync(fe)
 
 
+def test_packed_only_size_then_split_features(rig):
+    """RING_PACKED negotiated, a size only a packed ring may have, then the
+    features again without it: the split ring of 100 is refused when it
+    would start, the connection goes on, and GET_VRING_BASE is answered."""
+    t = packed_tx(rig, size=100)
+    try:
+        t.fe.ok(vr.SET_FEATURES, vr.u64(vr.F_PROTOCOL_FEATURES | vr.F_VERSION_1))
+        t.fe.ok(vr.SET_VRING_KICK, vr.u64(TXQ), [t.kick])
+        t.send_frame()
+        assert t.ring.wait_used(1, timeout=0.5) == []
+        get_base(t.fe)
+        still_in_sync(t.fe)
+    finally:
+        t.close()
+    rig.log("ring not started", on("vm1"))
+
+
 def test_packed_ring_of_100_carries_frames_over_several_laps(rig):
     """A size that is no power of two, driven across the end of the ring
     and both wrap counters, every frame used and forwarded."""
