@@ -1,8 +1,10 @@
 //! The synthetic guest over packed virtqueues (`VIRTIO_F_RING_PACKED`)
 //! against the daemon: under every policy frames go both ways, guest to
 //! guest on two queue pairs, and into a sink, with every one counted on
-//! both sides; a port with `packed = false` gives an `auto` guest split
-//! rings and an `on` guest a clear refusal.
+//! both sides; a ring of a size that is no power of two; busy polling
+//! suppressing transmit kicks on either ring kind; a port with
+//! `packed = false` gives an `auto` guest split rings and an `on` guest a
+//! clear refusal.
 //!
 //! No timing assertions: counts and negotiated features only.
 
@@ -262,4 +264,37 @@ fn a_packed_ring_of_a_size_no_power_of_two_carries_frames_both_ways() {
     assert_eq!(total(&s, "vm1", |q| q.tx_packets), sent);
     assert_eq!(total(&s, "vm1", |q| q.rx_packets), sent);
     d.shutdown();
+}
+
+#[test]
+fn busy_poll_leaves_the_guest_no_transmit_kick_on_either_ring_kind() {
+    // The daemon's tests elsewhere run whatever `auto` gives (packed): this
+    // keeps both kinds' kick suppression in view, the split ring's
+    // `NO_NOTIFY` / `avail_event` and the packed ring's device event `DISABLE`.
+    for (packed, ring) in [
+        (PackedRing::Off, RingKind::Split),
+        (PackedRing::On, RingKind::Packed),
+    ] {
+        let tmp = tmpdir(&format!("kicks-{}", ring.name()));
+        let dir = tmp.path();
+        let d = daemon(dir, vec![vm(dir, "vm1", 1, 1, true)], PolicyKind::BusyPoll);
+        let r = run(GuestConfig {
+            packed,
+            ..guest_cfg(
+                &dir.join("vm1.sock"),
+                1,
+                Load::ClosedLoop,
+                Mode::Stream,
+                SINK,
+            )
+        });
+        assert_eq!(r.ring, ring);
+        let sent = r.totals.sent_packets;
+        assert!(sent > 1000, "{ring:?}: {:?}", r.totals);
+        let s = settled(&d, |s| total(s, "sink0", |q| q.rx_packets) == sent);
+        assert_eq!(total(&s, "vm1", |q| q.tx_packets), sent, "{ring:?}");
+        assert_eq!(total(&s, "sink0", |q| q.rx_packets), sent, "{ring:?}");
+        assert_eq!(r.totals.tx_kicks, 0, "{ring:?}: {:?}", r.totals);
+        d.shutdown();
+    }
 }
