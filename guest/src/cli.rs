@@ -8,7 +8,7 @@ use std::time::Duration;
 use vadapt_wire::Mac;
 
 use crate::config::{
-    ConfigError, GuestConfig, Mode, DEFAULT_EXIT_COST_NS, DEFAULT_WRITE_COST_NS,
+    ConfigError, GuestConfig, Mode, PackedRing, DEFAULT_EXIT_COST_NS, DEFAULT_WRITE_COST_NS,
     DEFAULT_WRITE_COST_NS_PER_KIB,
 };
 use crate::guest::{error_chain, Guest};
@@ -80,8 +80,8 @@ pub struct GuestArgs {
     /// Queue pairs to use (default: one per thread, capped by the backend).
     #[arg(long, value_name = "N")]
     pub queues: Option<u16>,
-    /// Descriptors per virtqueue (power of two; QEMU allows up to 1024 with
-    /// `tx_queue_size`/`rx_queue_size`).
+    /// Descriptors per virtqueue (power of two, or any size up to 32768 with `--packed on`;
+    /// QEMU allows up to 1024 with `tx_queue_size`/`rx_queue_size`).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub ring_size: u16,
     /// Packets per publish/kick decision (1 = one sendmsg per packet; more emulates
@@ -116,6 +116,12 @@ pub struct GuestArgs {
     /// `dirty_log`).
     #[arg(long)]
     pub dirty_log: bool,
+    /// Packed virtqueues (`VIRTIO_F_RING_PACKED`): `auto` drives packed rings when the
+    /// backend offers them and split ones otherwise, as a Linux guest does; `on` refuses a
+    /// backend that does not offer them; `off` always drives split rings (QEMU's
+    /// `packed=off`). The report says which kind was negotiated.
+    #[arg(long, default_value = "auto", value_parser = parse_packed, value_name = "auto|on|off")]
+    pub packed: PackedRing,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -138,6 +144,18 @@ pub fn parse_mode(s: &str) -> Result<Mode, String> {
         "echo" => Ok(Mode::Echo),
         _ => Err(format!(
             "`{s}` is not a mode: use stream, tcp-stream, rr or echo"
+        )),
+    }
+}
+
+/// Parses `--packed`: `auto`, `on` or `off`.
+pub fn parse_packed(s: &str) -> Result<PackedRing, String> {
+    match s {
+        "auto" => Ok(PackedRing::Auto),
+        "on" => Ok(PackedRing::On),
+        "off" => Ok(PackedRing::Off),
+        _ => Err(format!(
+            "`{s}` is not a packed-ring choice: use auto, on or off"
         )),
     }
 }
@@ -213,6 +231,7 @@ impl GuestArgs {
             cores_control: self.cores_control.clone(),
             report_period: self.report_period,
             dirty_log: self.dirty_log,
+            packed: self.packed,
             ..GuestConfig::new(self.socket.clone())
         };
         cfg.validate()?;
@@ -296,12 +315,13 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let _ = writeln!(
         s,
-        "guest {} -> {}: {} thread(s) on {} queue pair(s), {}-byte messages, {:?}, {:.2} s\n\
+        "guest {} -> {}: {} thread(s) on {} queue pair(s) ({} rings), {}-byte messages, {:?}, {:.2} s\n\
          (sent pkts are buffers put on the TX rings: frames, or TSO segments in tcp-stream)",
         r.mac,
         cfg.socket.display(),
         cfg.threads,
         r.queue_pairs,
+        r.ring.name(),
         cfg.size,
         cfg.mode,
         secs
@@ -482,6 +502,21 @@ mod tests {
     fn defaults() {
         let c = parse(&["--socket", "/s"]).unwrap().to_config().unwrap();
         assert_eq!(c, GuestConfig::new("/s"));
+        assert_eq!(c.packed, PackedRing::Auto);
+    }
+
+    #[test]
+    fn packed_ring_choice() {
+        for (arg, want) in [
+            ("auto", PackedRing::Auto),
+            ("on", PackedRing::On),
+            ("off", PackedRing::Off),
+        ] {
+            let c = parse(&["--socket", "/s", "--packed", arg]).unwrap();
+            assert_eq!(c.to_config().unwrap().packed, want);
+        }
+        let e = parse(&["--socket", "/s", "--packed", "yes"]).unwrap_err();
+        assert!(e.to_string().contains("use auto, on or off"), "{e}");
     }
 
     #[test]

@@ -51,6 +51,20 @@ pub enum Mode {
     Echo,
 }
 
+/// Whether the guest drives packed virtqueues (`VIRTIO_F_RING_PACKED`, bit 34) or split ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackedRing {
+    /// Packed when the backend offers it, split otherwise (a Linux guest's virtio-net driver
+    /// acknowledges the bit whenever the device offers it).
+    #[default]
+    Auto,
+    /// Packed, and refuse to run against a backend that does not offer it.
+    On,
+    /// Split, whatever the backend offers (QEMU's `packed=off`).
+    Off,
+}
+
 /// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestConfig {
@@ -85,7 +99,8 @@ pub struct GuestConfig {
     pub dst_mac: [u8; 6],
     /// Queue pairs to use; `None` = one per thread. Capped by what the backend offers.
     pub queues: Option<u16>,
-    /// Descriptors per virtqueue (power of two, 2..=32768).
+    /// Descriptors per virtqueue, 2..=32768: a power of two unless `packed` is
+    /// [`PackedRing::On`] (a packed ring may have any size).
     pub ring_size: u16,
     /// Packets added per publish/kick decision: 1 is one `sendmsg` per packet as netperf
     /// does; larger values emulate `xmit_more` batching.
@@ -111,6 +126,8 @@ pub struct GuestConfig {
     /// Log dirty pages as QEMU does during a live migration, and check at the end that the
     /// backend marked every page it wrote (see [`crate::frontend::FrontendLog`]).
     pub dirty_log: bool,
+    /// Packed or split virtqueues.
+    pub packed: PackedRing,
 }
 
 impl GuestConfig {
@@ -121,7 +138,8 @@ impl GuestConfig {
 
     /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
     /// the measured write cost ([`DEFAULT_WRITE_COST_NS`], [`DEFAULT_WRITE_COST_NS_PER_KIB`];
-    /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports (period 100 ms).
+    /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports
+    /// (period 100 ms), packed rings when the backend offers them.
     pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
         GuestConfig {
             socket: socket.into(),
@@ -147,6 +165,7 @@ impl GuestConfig {
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
             dirty_log: false,
+            packed: PackedRing::Auto,
         }
     }
 
@@ -201,7 +220,13 @@ impl GuestConfig {
         if self.queues == Some(0) {
             return Err(ConfigError::ZeroQueues);
         }
-        if self.ring_size < 2 || self.ring_size > 32768 || !self.ring_size.is_power_of_two() {
+        // A packed ring may have any size (spec 2.8.10.1); under `auto` the ring may turn
+        // out split, whose size is a power of two.
+        let power_of_two_needed = self.packed != PackedRing::On;
+        if self.ring_size < 2
+            || self.ring_size > 32768
+            || (power_of_two_needed && !self.ring_size.is_power_of_two())
+        {
             return Err(ConfigError::RingSize(self.ring_size));
         }
         if self.tx_batch == 0 || self.tx_batch > self.ring_size {
@@ -264,8 +289,10 @@ pub enum ConfigError {
     /// Zero queue pairs.
     #[error("--queues must be at least 1")]
     ZeroQueues,
-    /// Ring size not a power of two in range.
-    #[error("--ring-size {0} must be a power of two in 2..=32768")]
+    /// Ring size not a power of two in range (any size in range with `--packed on`).
+    #[error(
+        "--ring-size {0} must be a power of two in 2..=32768 (any size in range with --packed on)"
+    )]
     RingSize(u16),
     /// Batch out of range.
     #[error("--tx-batch {0} must be in 1..=ring size")]
@@ -291,6 +318,16 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(GuestConfig::new("/tmp/x.sock").validate(), Ok(()));
+    }
+
+    #[test]
+    fn packed_on_takes_a_ring_size_that_is_no_power_of_two() {
+        let cfg = GuestConfig {
+            ring_size: 100,
+            packed: PackedRing::On,
+            ..GuestConfig::new("/s")
+        };
+        assert_eq!(cfg.validate(), Ok(()));
     }
 
     #[test]
@@ -436,6 +473,22 @@ mod tests {
             (
                 GuestConfig {
                     ring_size: 1,
+                    ..base.clone()
+                },
+                "--ring-size",
+            ),
+            (
+                GuestConfig {
+                    ring_size: 1,
+                    packed: PackedRing::On,
+                    ..base.clone()
+                },
+                "--ring-size",
+            ),
+            (
+                GuestConfig {
+                    ring_size: 100,
+                    packed: PackedRing::Auto,
                     ..base.clone()
                 },
                 "--ring-size",

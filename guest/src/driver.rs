@@ -4,7 +4,7 @@
 //!
 //! * **TX** (`tx.rs`) follows `start_xmit` with `napi_tx` off: free completed buffers
 //!   (`free_old_xmit_skbs`), add one buffer per packet (virtio-net header + frame; in TCP
-//!   stream one per segment), publish, and kick only when [`DriverQueue::kick_prepare`] says
+//!   stream one per segment), publish, and kick only when [`AnyDriverQueue::kick_prepare`] says
 //!   so (`NO_NOTIFY` flag or EVENT_IDX `avail_event`). When fewer than `2 + MAX_SKB_FRAGS`
 //!   (19) descriptors remain, the queue stops (a *ring-full stall*) and asks for a completion
 //!   call with `enable_cb_delayed`; the thread then sleeps on the TX call eventfd. A stop
@@ -28,7 +28,7 @@
 //!
 //! The buffers themselves, their slots in guest memory and the eventfds are [`queue`].
 //!
-//! [`DriverQueue::kick_prepare`]: vadapt_virtq::driver::DriverQueue::kick_prepare
+//! [`AnyDriverQueue::kick_prepare`]: vadapt_virtq::AnyDriverQueue::kick_prepare
 //! [`ExitCost`]: crate::clock::ExitCost
 
 pub mod queue;
@@ -109,7 +109,7 @@ impl Driver {
     pub(crate) fn new(id: u32, pair: Arc<Mutex<QueuePair>>, shared: Arc<Shared>) -> Driver {
         let (pair_index, size) = {
             let p = lock(&pair);
-            (p.index, p.tx.vq.layout().size)
+            (p.index, p.tx.vq.size())
         };
         Driver {
             id,

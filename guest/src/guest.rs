@@ -12,7 +12,7 @@ use crate::config::{ConfigError, GuestConfig, Mode};
 use crate::cores_report;
 use crate::frontend::{tx_offloads, Connection, FrontendError};
 use crate::metrics::{
-    CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, ThreadReport,
+    CoresReportStats, GuestCounters, GuestReport, LatencyHistogram, RingKind, ThreadReport,
 };
 use crate::period_latency::PeriodLatency;
 use crate::shared::{Shared, TcpStreamShared};
@@ -320,6 +320,7 @@ impl Guest {
             cpu_seconds: results.iter().map(|r| r.cpu_ns as f64 / 1e9).sum(),
             queue_pairs: self.queue_pairs(),
             features: self.frontend.features,
+            ring: RingKind::of(self.frontend.features),
             mac: format_mac(self.frontend.mac),
             threads,
             cores_reports,

@@ -20,13 +20,15 @@
 //! * **The device, as QEMU sets it up** ([`frontend`]): one memfd of guest memory shared with
 //!   `SET_MEM_TABLE`, feature negotiation as a Linux guest (`VERSION_1`, `MAC`, `MRG_RXBUF`,
 //!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered, and
-//!   `CSUM` + `HOST_TSO4` in TCP-stream mode;
+//!   `CSUM` + `HOST_TSO4` in TCP-stream mode, `RING_PACKED` unless `--packed off`;
 //!   protocol features `MQ`, `CONFIG`, `REPLY_ACK`), one queue pair per thread as far as the
 //!   backend offers pairs, rings enabled with `SET_VRING_ENABLE`.
 //! * **The driver** ([`driver`]): TX like `start_xmit` (one descriptor per packet, kicks only
 //!   when the backend's `NO_NOTIFY` flag or EVENT_IDX `avail_event` ask for one, queue stopped
 //!   with `enable_cb_delayed` when the ring runs low), RX like NAPI (budget 64, re-enable and
-//!   re-check). The notification rules themselves are `vadapt_virtq`'s `DriverQueue`.
+//!   re-check), on split or packed rings alike. The notification rules themselves are
+//!   `vadapt_virtq`'s `AnyDriverQueue` (its split `DriverQueue` or packed
+//!   `PackedDriverQueue`).
 //! * **The application** ([`app`]): netperf-like threads, stream or request/response, closed loop or a
 //!   fixed rate ([`load`]; [`load::Pacing`] says whether a paced sender spins through short
 //!   gaps, as pktgen, or sleeps between bursts, as `fq`). The stream is raw Ethernet frames, one per message (packet-rate
@@ -97,9 +99,9 @@ pub mod tcp_stream;
 mod loopback;
 
 pub use cli::{run_cli, GuestArgs};
-pub use config::{ConfigError, GuestConfig, Mode};
+pub use config::{ConfigError, GuestConfig, Mode, PackedRing};
 pub use guest::{Guest, GuestError};
 pub use load::Load;
 pub use metrics::{
-    Counts, DirtyLogReport, GuestCounters, GuestReport, LatencySummary, ThreadReport,
+    Counts, DirtyLogReport, GuestCounters, GuestReport, LatencySummary, RingKind, ThreadReport,
 };

@@ -11,7 +11,9 @@ use std::time::Duration;
 use vadapt_virtq::chain::Chain;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::packed::{PackedDeviceQueue, VIRTIO_F_RING_PACKED};
 use vadapt_virtq::RingFeatures;
+use vadapt_virtq::{AnyDeviceQueue, AnyLayout};
 use vadapt_wire::ethernet::ETH_HDR_LEN;
 use vadapt_wire::tcp_build::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use vadapt_wire::vnet_hdr::{VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, HDR_LEN_MRG};
@@ -61,8 +63,8 @@ struct BackendStats {
 
 struct Backend {
     mem: GuestMemory,
-    tx: DeviceQueue,
-    rx: DeviceQueue,
+    tx: AnyDeviceQueue,
+    rx: AnyDeviceQueue,
     tx_kick: EventFd,
     tx_call: EventFd,
     rx_call: EventFd,
@@ -103,7 +105,14 @@ impl Backend {
         notify: Notify,
     ) -> Self {
         let rf = RingFeatures::from_bits(features);
-        let dq = |l| DeviceQueue::new(mem, l, false, rf, 0).unwrap();
+        let dq = |l| match l {
+            AnyLayout::Split(l) => {
+                AnyDeviceQueue::Split(DeviceQueue::new(mem, l, false, rf, 0).unwrap())
+            }
+            AnyLayout::Packed(l) => {
+                AnyDeviceQueue::Packed(PackedDeviceQueue::new(mem, l, false, rf, 0x8000).unwrap())
+            }
+        };
         let mut tx = dq(pair.tx.vq.layout());
         if notify != Notify::Interrupt {
             // Before the guest starts: a polling backend suppresses kicks from the outset.
@@ -289,7 +298,8 @@ fn run_with(
         load,
         ..GuestConfig::new("/unused")
     };
-    let plan = plan_memory(1, cfg.ring_size, TxBufs::for_config(&cfg));
+    let packed = features & (1 << VIRTIO_F_RING_PACKED) != 0;
+    let plan = plan_memory(1, cfg.ring_size, TxBufs::for_config(&cfg), packed);
     let mem = GuestMemory::new_anonymous(plan.size).unwrap();
     let pair = build_pair(&mem, 0, &plan.pairs[0], &cfg, features, MAC).unwrap();
     let tcp = mode == Mode::TcpStream;
@@ -341,6 +351,8 @@ fn bit(b: u32) -> u64 {
 }
 
 const V1: u64 = 1 << VIRTIO_F_VERSION_1;
+/// `VIRTIO_F_RING_PACKED`: the same driver over packed rings.
+const PACKED: u64 = 1 << VIRTIO_F_RING_PACKED;
 
 #[test]
 fn busy_poll_backend_without_event_idx_gets_no_kick() {
@@ -384,7 +396,8 @@ fn busy_poll_backend_with_event_idx_gets_a_kick_per_index_wrap_at_most() {
 
 #[test]
 fn interrupt_backend_is_kicked_and_counts_everything() {
-    for f in [V1, V1 | bit(VIRTIO_RING_F_EVENT_IDX)] {
+    let ev = bit(VIRTIO_RING_F_EVENT_IDX);
+    for f in [V1, V1 | ev, V1 | PACKED, V1 | PACKED | ev] {
         let o = run(
             f,
             Mode::Stream,
@@ -405,7 +418,8 @@ fn interrupt_backend_is_kicked_and_counts_everything() {
 
 #[test]
 fn slow_backend_fills_the_ring_and_wakes_the_queue_with_a_call() {
-    for f in [V1, V1 | bit(VIRTIO_RING_F_EVENT_IDX)] {
+    let ev = bit(VIRTIO_RING_F_EVENT_IDX);
+    for f in [V1, V1 | ev, V1 | PACKED, V1 | PACKED | ev] {
         let o = run(f, Mode::Stream, Load::ClosedLoop, false, Notify::Slow, 64);
         assert_eq!(o.backend.tx_packets, o.guest.sent_packets);
         assert!(o.guest.ring_full_stalls > 0, "{:?}", o.guest);
@@ -421,6 +435,8 @@ fn request_response_through_an_echo_backend_times_every_reply() {
         V1,
         V1 | bit(VIRTIO_RING_F_EVENT_IDX),
         V1 | bit(VIRTIO_RING_F_EVENT_IDX) | bit(VIRTIO_NET_F_MRG_RXBUF),
+        V1 | PACKED,
+        V1 | PACKED | bit(VIRTIO_RING_F_EVENT_IDX) | bit(VIRTIO_NET_F_MRG_RXBUF),
     ];
     for f in features {
         for notify in [Notify::BusyPoll, Notify::Interrupt] {

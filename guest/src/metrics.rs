@@ -363,6 +363,35 @@ pub struct DirtyLogReport {
     pub device_pages_missed: u64,
 }
 
+/// Which virtqueue layout the guest drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RingKind {
+    /// Split rings (virtio 1.2, 2.7).
+    Split,
+    /// Packed rings (virtio 1.2, 2.8; `VIRTIO_F_RING_PACKED` negotiated).
+    Packed,
+}
+
+impl RingKind {
+    /// The kind negotiated `features` give.
+    pub fn of(features: u64) -> RingKind {
+        if features & (1 << vadapt_virtq::packed::VIRTIO_F_RING_PACKED) != 0 {
+            RingKind::Packed
+        } else {
+            RingKind::Split
+        }
+    }
+
+    /// `split` or `packed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RingKind::Split => "split",
+            RingKind::Packed => "packed",
+        }
+    }
+}
+
 /// What a guest run did, in total and per thread; serialises to the `--json` output.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuestReport {
@@ -380,6 +409,8 @@ pub struct GuestReport {
     pub queue_pairs: u16,
     /// Virtio feature bits acknowledged to the backend.
     pub features: u64,
+    /// The virtqueue kind those features give (`VIRTIO_F_RING_PACKED` or not).
+    pub ring: RingKind,
     /// The guest's MAC address, `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
     /// Per-thread breakdown.
@@ -466,7 +497,8 @@ mod tests {
             elapsed: Duration::from_millis(1500),
             cpu_seconds: 0.5,
             queue_pairs: 1,
-            features: 0,
+            features: 1 << 34,
+            ring: RingKind::of(1 << 34),
             mac: "02:00:00:00:00:01".into(),
             threads: vec![],
             cores_reports: None,
@@ -476,6 +508,7 @@ mod tests {
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["sent_packets"], 10);
         assert_eq!(v["elapsed"], 1.5);
+        assert_eq!(v["ring"], "packed");
         assert!((r.sent_pps() - 10.0 / 1.5).abs() < 1e-9);
     }
 }

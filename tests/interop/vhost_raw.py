@@ -6,9 +6,11 @@ fds, bad indices. Every receive has a timeout; `answer()` tells a reply
 from a closed connection and turns "neither within the timeout" into a
 test failure (a backend must never leave a frontend hanging).
 
-Also here: memfds (sealed or not) for memory tables, and `SplitRing`, the
+Also here: memfds (sealed or not) for memory tables, `SplitRing`, the
 driver side of one split virtqueue in such a memfd, enough to hand the
-daemon a transmit descriptor and see it come back used.
+daemon a transmit descriptor and see it come back used, and `PackedRing`,
+the same for a packed virtqueue, able to write any descriptor and flag
+combination.
 """
 
 from __future__ import annotations
@@ -66,8 +68,11 @@ LOG = struct.Struct("<QQ")
 NO_FD = 0x100  # "u64 with index | 0x100 = no fd" (KICK/CALL/ERR)
 
 # Virtio feature bits.
+F_INDIRECT_DESC = 1 << 28
+F_EVENT_IDX = 1 << 29
 F_PROTOCOL_FEATURES = 1 << 30
 F_VERSION_1 = 1 << 32
+F_RING_PACKED = 1 << 34
 
 # Protocol feature bits.
 PF_MQ = 1 << 0
@@ -360,6 +365,179 @@ class SplitRing:
                 return True
             time.sleep(0.01)
         return self.used_idx() == idx
+
+
+# --- a packed virtqueue in guest memory ----------------------------------------
+
+PDESC = struct.Struct("<QIHH")  # addr, len, id, flags
+VIRTQ_DESC_F_NEXT = 1
+VIRTQ_DESC_F_INDIRECT = 4
+VIRTQ_DESC_F_AVAIL = 1 << 7
+VIRTQ_DESC_F_USED = 1 << 15
+EVENT = struct.Struct("<HH")  # off_wrap, flags
+RING_EVENT_FLAGS_ENABLE = 0
+RING_EVENT_FLAGS_DISABLE = 1
+RING_EVENT_FLAGS_DESC = 2
+
+
+def avail_bits(wrap: bool) -> int:
+    """AVAIL and USED as the driver marks a descriptor available in a lap
+    whose wrap counter is `wrap` (spec 2.8.1)."""
+    return VIRTQ_DESC_F_AVAIL if wrap else VIRTQ_DESC_F_USED
+
+
+@dataclass
+class Seg:
+    """One descriptor of a packed buffer: `length` bytes at guest-physical
+    `addr`, with `flags` (WRITE, INDIRECT; NEXT and the AVAIL/USED bits are
+    added by `PackedRing.push_chain` unless it is told otherwise)."""
+
+    addr: int
+    length: int
+    flags: int = 0
+
+
+class PackedRing:
+    """The driver side of one packed virtqueue of `size` descriptors (any of
+    1..=32768) laid out at `offset` in `buf` (a mapping of the region whose
+    guest-physical address is `gpa` and frontend address `uva`): the
+    descriptor ring, then the driver event suppression structure, then the
+    device's. Both sides start at position 0 with wrap counter 1 (the
+    vhost-user base 0x8000). `push_chain` writes any descriptors, so a test
+    can hand the device bad ones; `take_used` follows the device's used
+    descriptors as a driver does."""
+
+    def __init__(self, buf: mmap.mmap, gpa: int, uva: int, offset: int, size: int):
+        assert offset % 16 == 0
+        self.buf, self.size = buf, size
+        self.desc_off = offset
+        self.driver_event_off = offset + 16 * size
+        self.device_event_off = self.driver_event_off + 4
+        self.end = self.device_event_off + 4
+        self.gpa, self.uva = gpa, uva
+        self.next_avail, self.avail_wrap = 0, True
+        self.last_used, self.used_wrap = 0, True
+        self.next_id = 0
+        # Ring descriptors each buffer id in flight took, oldest first.
+        self.in_flight: dict[int, list[int]] = {}
+        # Zeroed flags: neither available nor used in lap 1.
+        buf[offset : self.end] = bytes(self.end - offset)
+
+    def addrs(self) -> tuple[int, int, int]:
+        """(desc, used, avail) for SET_VRING_ADDR: the device area goes in
+        the used field and the driver area in the avail one."""
+        return (
+            self.uva + self.desc_off,
+            self.uva + self.device_event_off,
+            self.uva + self.driver_event_off,
+        )
+
+    @staticmethod
+    def base() -> int:
+        """SET_VRING_BASE of a fresh ring: position 0, avail wrap counter 1."""
+        return 0x8000
+
+    def start_at(self, base: int) -> None:
+        """Both sides start at `base` (SET_VRING_BASE form: position in bits
+        0-14, wrap counter in bit 15): the descriptors before the position
+        look used in this lap, the others in the previous one, as a driver
+        leaves them."""
+        pos, wrap = base & 0x7FFF, bool(base & 0x8000)
+        assert pos < self.size
+        self.next_avail, self.avail_wrap = pos, wrap
+        self.last_used, self.used_wrap = pos, wrap
+        both = VIRTQ_DESC_F_AVAIL | VIRTQ_DESC_F_USED
+        for i in range(self.size):
+            lap = wrap if i < pos else not wrap
+            self.write_desc(i, 0, 0, 0, both if lap else 0)
+
+    def write_desc(self, i: int, addr: int, length: int, id_: int, flags: int) -> None:
+        PDESC.pack_into(self.buf, self.desc_off + 16 * i, addr, length, id_, flags)
+
+    def desc(self, i: int) -> tuple[int, int, int, int]:
+        """(addr, len, id, flags) of ring descriptor `i`."""
+        return PDESC.unpack_from(self.buf, self.desc_off + 16 * i)
+
+    def push_chain(
+        self,
+        segs: list[Seg],
+        id_: int | None = None,
+        raw_flags: bool = False,
+        first_flags: int | None = None,
+    ) -> int:
+        """Make one buffer of `segs` available at the driver's position (the
+        first descriptor's flags written last) and return its id. With
+        `raw_flags` each seg's flags are written as given (no NEXT, no
+        AVAIL/USED added); `first_flags` overrides the first descriptor's."""
+        if id_ is None:
+            id_ = self.next_id
+            self.next_id = (self.next_id + 1) % self.size
+        pos, wrap = self.next_avail, self.avail_wrap
+        first = None
+        for k, s in enumerate(segs):
+            flags = s.flags
+            if not raw_flags:
+                flags |= avail_bits(wrap)
+                if k + 1 < len(segs):
+                    flags |= VIRTQ_DESC_F_NEXT
+            if k == 0:
+                first = (pos, flags if first_flags is None else first_flags)
+                # Flags 0 are available in neither lap: the body goes first.
+                self.write_desc(pos, s.addr, s.length, id_, 0)
+            else:
+                self.write_desc(pos, s.addr, s.length, id_, flags)
+            pos += 1
+            if pos == self.size:
+                pos, wrap = 0, not wrap
+        # Publish: the first descriptor's flags last. Its body is written
+        # again, unchanged, so the order of the 16 bytes' stores does not
+        # matter.
+        i, f = first
+        a, n, d_id, _ = self.desc(i)
+        self.write_desc(i, a, n, d_id, f)
+        self.next_avail, self.avail_wrap = pos, wrap
+        self.in_flight.setdefault(id_, []).append(len(segs))
+        return id_
+
+    def push(self, data_off: int, length: int, writable: bool = False, id_=None) -> int:
+        """One single-descriptor buffer: `length` bytes at offset `data_off`
+        of the region."""
+        return self.push_chain([Seg(self.gpa + data_off, length, 2 if writable else 0)], id_)
+
+    def take_used(self) -> list[tuple[int, int]]:
+        """Every used buffer the device published since the last call, as
+        (id, len); the driver's position skips the descriptors each took."""
+        out = []
+        while True:
+            _, length, id_, flags = self.desc(self.last_used)
+            avail = bool(flags & VIRTQ_DESC_F_AVAIL)
+            used = bool(flags & VIRTQ_DESC_F_USED)
+            if not (avail == used == self.used_wrap):
+                return out
+            took = self.in_flight.get(id_)
+            assert took, f"the device used id {id_}, which is not in flight"
+            n = took.pop(0)
+            if not took:
+                del self.in_flight[id_]
+            out.append((id_, length))
+            self.last_used += n
+            while self.last_used >= self.size:
+                self.last_used -= self.size
+                self.used_wrap = not self.used_wrap
+
+    def wait_used(self, n: int, timeout: float = 5.0) -> list[tuple[int, int]]:
+        """The next `n` used buffers (fewer if they do not come in time)."""
+        deadline = time.monotonic() + timeout
+        got: list[tuple[int, int]] = []
+        while True:
+            got += self.take_used()
+            if len(got) >= n or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.01)
+
+    def device_event(self) -> tuple[int, int]:
+        """(off_wrap, flags) the device wrote."""
+        return EVENT.unpack_from(self.buf, self.device_event_off)
 
 
 def frame(dst: bytes, src: bytes, size: int = 60, hdr_len: int = 12) -> bytes:

@@ -11,7 +11,8 @@
 //! * [`packed`] — the same for the packed ring (spec 2.8):
 //!   [`PackedDeviceQueue`], [`PackedDriverQueue`] and `PackedMockQueue`;
 //! * [`AnyDeviceQueue`] — either device queue behind one type, for a
-//!   worker that serves both ring kinds alike.
+//!   worker that serves both ring kinds alike; [`AnyDriverQueue`] the same
+//!   for a driver (the synthetic guest).
 //!
 //! What travels in the buffers (the virtio-net header, frames, checksums)
 //! is `vadapt_wire`'s, not this crate's.
@@ -85,6 +86,7 @@
 #![deny(missing_docs)]
 
 pub mod any_device;
+pub mod any_driver;
 pub mod chain;
 pub mod device;
 pub mod dirty_log;
@@ -101,6 +103,7 @@ mod ring;
 pub mod spec;
 
 pub use any_device::AnyDeviceQueue;
+pub use any_driver::{AnyDriverQueue, AnyLayout};
 pub use chain::{Chain, ChainError, ChainErrorKind, Segment};
 pub use device::DeviceQueue;
 pub use dirty_log::{DirtyLog, DirtyLogError, LOG_PAGE};

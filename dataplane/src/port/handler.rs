@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion};
+use vadapt_virtq::packed::is_valid_packed_size;
 use vadapt_virtq::{AnyDeviceQueue, PackedDeviceQueue, PackedLayout};
 use vadapt_virtq::{DirtyLog, RingFeatures};
 use vhost::vhost_user::message::{
@@ -395,11 +396,21 @@ impl Connection {
             return Err("no memory table yet".into());
         };
         let n = u64::from(self.vrings[index as usize].num);
-        let areas = [
-            ("descriptor table", desc, (16 * n).max(1)),
-            ("available ring", avail, (6 + 2 * n).max(1)),
-            ("used ring", used, (6 + 8 * n).max(1)),
-        ];
+        // A packed ring's driver and device areas (in the avail and used
+        // fields) are its 4-byte event suppression structures.
+        let areas = if self.features & net::VIRTIO_F_RING_PACKED != 0 {
+            [
+                ("descriptor ring", desc, (16 * n).max(1)),
+                ("driver event area", avail, 4),
+                ("device event area", used, 4),
+            ]
+        } else {
+            [
+                ("descriptor table", desc, (16 * n).max(1)),
+                ("available ring", avail, (6 + 2 * n).max(1)),
+                ("used ring", used, (6 + 8 * n).max(1)),
+            ]
+        };
         for (what, addr, len) in areas {
             if mem.translate_uva(addr, len).is_none() {
                 return Err(format!(
@@ -553,7 +564,17 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn set_vring_num(&mut self, index: u32, num: u32) -> VhostResult<()> {
-        if num > u32::from(u16::MAX) || !is_valid_size(num as u16) {
+        // A split ring's size is a power of two; a packed ring's any of
+        // 1..=32768 (spec 2.8.10.1). A frontend sets the features first
+        // (QEMU, DPDK); one that turns packed off after a size only a
+        // packed ring may have gets its ring refused when it starts.
+        let packed = self.features & net::VIRTIO_F_RING_PACKED != 0;
+        let valid = if packed {
+            is_valid_packed_size
+        } else {
+            is_valid_size
+        };
+        if num > u32::from(u16::MAX) || !valid(num as u16) {
             return Err(VhostError::InvalidParam);
         }
         self.vring(index)?;
@@ -602,6 +623,12 @@ impl VhostUserBackendReqHandlerMut for Connection {
             return Err(VhostError::InvalidParam);
         }
         self.vring(index)?;
+        // A packed position (bits 0-14) must lie inside a ring whose size
+        // is known: refused here rather than found when the ring starts.
+        let num = self.vrings[index as usize].num;
+        if packed && num != 0 && (base & 0x7FFF) >= u32::from(num) {
+            return Err(VhostError::InvalidParam);
+        }
         self.reconfigure(|c| c.vrings[index as usize].base = base as u16);
         Ok(())
     }

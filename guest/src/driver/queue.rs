@@ -13,8 +13,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-use vadapt_virtq::driver::{DriverQueue, Seg};
+use vadapt_virtq::driver::Seg;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::AnyDriverQueue;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use vadapt_wire::ethernet::ETH_HDR_LEN;
@@ -161,8 +162,8 @@ struct PayloadArea {
 /// The transmit queue of a pair.
 #[derive(Debug)]
 pub struct TxQueue {
-    /// The driver side of the split ring.
-    pub vq: DriverQueue,
+    /// The driver side of the ring (split or packed).
+    pub vq: AnyDriverQueue,
     /// Kick and call eventfds.
     pub notify: Notifiers,
     bufs: BufArea,
@@ -183,7 +184,7 @@ impl TxQueue {
     /// A TX queue over `vq` whose `count` slots of `stride` bytes start at `buf_gpa`; every
     /// slot is pre-filled with the complete packet so that a send only rewrites the stamp.
     pub(crate) fn new(
-        vq: DriverQueue,
+        vq: AnyDriverQueue,
         mem: &GuestMemory,
         buf_gpa: u64,
         stride: u32,
@@ -214,7 +215,7 @@ impl TxQueue {
     /// `VIRTIO_RING_F_INDIRECT_DESC` is negotiated and a buffer has more than one part;
     /// otherwise a chain of two descriptors.
     pub(crate) fn new_segmented(
-        vq: DriverQueue,
+        vq: AnyDriverQueue,
         mem: &GuestMemory,
         hdr_gpa: u64,
         count: u16,
@@ -384,8 +385,8 @@ pub struct RxPacket {
 /// The receive queue of a pair.
 #[derive(Debug)]
 pub struct RxQueue {
-    /// The driver side of the split ring.
-    pub vq: DriverQueue,
+    /// The driver side of the ring (split or packed).
+    pub vq: AnyDriverQueue,
     /// Kick and call eventfds.
     pub notify: Notifiers,
     bufs: BufArea,
@@ -412,7 +413,7 @@ pub struct RxPoll {
 impl RxQueue {
     /// An RX queue over `vq` with `count` buffers of [`RX_BUF_LEN`] from `buf_gpa`.
     pub(crate) fn new(
-        vq: DriverQueue,
+        vq: AnyDriverQueue,
         mem: &GuestMemory,
         buf_gpa: u64,
         count: u16,

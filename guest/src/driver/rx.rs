@@ -26,7 +26,7 @@ impl Driver {
 
     fn napi_poll(&mut self, qp: &mut QueuePair, stack: &mut impl Stack) {
         let budget = self.shared.napi_budget;
-        let refill_at = refill_at(budget, qp.rx.vq.layout().size);
+        let refill_at = refill_at(budget, qp.rx.vq.size());
         loop {
             let mut bytes = 0u64;
             let res = {

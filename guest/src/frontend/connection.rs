@@ -11,10 +11,9 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use vadapt_virtq::driver::DriverQueue;
-use vadapt_virtq::layout::QueueLayout;
 use vadapt_virtq::mem::GuestMemory;
-use vadapt_virtq::RingFeatures;
+use vadapt_virtq::packed::VIRTIO_F_RING_PACKED;
+use vadapt_virtq::{AnyDriverQueue, AnyLayout, RingFeatures};
 use vhost::vhost_user::message::{
     VhostUserConfigFlags, VhostUserHeaderFlag, VhostUserVringAddrFlags,
 };
@@ -36,7 +35,7 @@ use super::memory_plan::{plan_memory, CtrlPlan, TxBufs};
 use super::net_config::NetConfig;
 use super::queue_pair::build_pair;
 use super::watchdog::Watchdog;
-use crate::config::{GuestConfig, Mode, MTU};
+use crate::config::{GuestConfig, Mode, PackedRing, MTU};
 use crate::driver::queue::{Notifiers, QueuePair, RX_BUF_LEN};
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
@@ -63,7 +62,7 @@ pub struct Connection {
     /// What the control queue said to `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
     pub ctrl_mq: CtrlMq,
     /// The control queue, when set up (kept so its eventfds outlive the backend's use).
-    ctrl: Option<(DriverQueue, Notifiers)>,
+    ctrl: Option<(AnyDriverQueue, Notifiers)>,
     /// The dirty-page log, with `--dirty-log`.
     pub dirty_log: Option<FrontendLog>,
 }
@@ -116,6 +115,7 @@ impl Connection {
             return Err(FrontendError::NoVersion1);
         }
         let mut features = negotiate_features(offered, cfg.mode);
+        features |= packed_ring_bit(offered, cfg.packed)?;
         if cfg.dirty_log {
             // Logging needs the protocol features (for LOG_SHMFD, below) and LOG_ALL.
             if !(has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES)
@@ -202,7 +202,12 @@ impl Connection {
 
         fe.set_features(features).map_err(proto("SET_FEATURES"))?;
 
-        let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg));
+        let packed = has_feature(features, VIRTIO_F_RING_PACKED);
+        tracing::info!(
+            ring = if packed { "packed" } else { "split" },
+            "virtqueue kind negotiated"
+        );
+        let plan = plan_memory(pairs, cfg.ring_size, TxBufs::for_config(cfg), packed);
         let (mem, memfd) = GuestMemory::new_memfd(plan.size).map_err(FrontendError::Memory)?;
         let regions: Vec<VhostUserMemoryRegionInfo> = mem
             .regions()
@@ -246,10 +251,13 @@ impl Connection {
         for (i, p) in plan.pairs.iter().enumerate() {
             let pair = build_pair(&dev.mem, i as u16, p, cfg, features, mac)?;
             if let Some(log) = dev.dirty_log.as_mut() {
-                // What only the device writes: the used rings and the
+                // What only the device writes: the used rings (a packed
+                // ring's descriptors and device event area) and the
                 // receive buffers (filled after this, so watched now).
                 for l in [p.rx, p.tx] {
-                    log.watch(&dev.mem, l.used, 6 + 8 * u64::from(l.size));
+                    for (gpa, len) in l.device_written() {
+                        log.watch(&dev.mem, gpa, len);
+                    }
                 }
                 log.watch(
                     &dev.mem,
@@ -285,10 +293,10 @@ impl Connection {
     fn new_ring(
         &self,
         index: usize,
-        layout: QueueLayout,
+        layout: AnyLayout,
         features: RingFeatures,
-    ) -> Result<DriverQueue, FrontendError> {
-        DriverQueue::new(&self.mem, layout, features).map_err(|e| FrontendError::Ring {
+    ) -> Result<AnyDriverQueue, FrontendError> {
+        AnyDriverQueue::new(&self.mem, layout, features).map_err(|e| FrontendError::Ring {
             index,
             reason: format!("{e:?}"),
         })
@@ -297,7 +305,7 @@ impl Connection {
     fn start_ring(
         &mut self,
         index: usize,
-        l: QueueLayout,
+        l: AnyLayout,
         kick: &vmm_sys_util::eventfd::EventFd,
         call: &vmm_sys_util::eventfd::EventFd,
     ) -> Result<(), FrontendError> {
@@ -306,25 +314,30 @@ impl Connection {
             self.mem.translate(gpa, 1).map(|p| p as u64).unwrap_or(0)
         };
         let fe = &self.frontend;
-        fe.set_vring_num(index, l.size)
+        fe.set_vring_num(index, l.size())
             .map_err(proto("SET_VRING_NUM"))?;
-        fe.set_vring_base(index, 0)
+        // A packed ring starts at position 0 with its avail wrap counter (bit 15) set; the
+        // vhost crate sends 16 bits, which backends take as both halves (DPDK, vadapt).
+        let base = if l.is_packed() { 0x8000 } else { 0 };
+        fe.set_vring_base(index, base)
             .map_err(proto("SET_VRING_BASE"))?;
         // With logging on, the ring's used-ring writes are logged at its
         // guest-physical address (QEMU's `log_guest_addr`).
         let logged = self.dirty_log.is_some();
+        // A packed ring's driver and device areas go in the avail and used fields.
+        let (desc, avail, used) = l.vring_addrs();
         let addr = VringConfigData {
-            queue_max_size: l.size,
-            queue_size: l.size,
+            queue_max_size: l.size(),
+            queue_size: l.size(),
             flags: if logged {
                 VhostUserVringAddrFlags::VHOST_VRING_F_LOG.bits()
             } else {
                 0
             },
-            desc_table_addr: uva(l.desc),
-            used_ring_addr: uva(l.used),
-            avail_ring_addr: uva(l.avail),
-            log_addr: logged.then_some(l.used),
+            desc_table_addr: uva(desc),
+            used_ring_addr: uva(used),
+            avail_ring_addr: uva(avail),
+            log_addr: logged.then_some(used),
         };
         fe.set_vring_addr(index, &addr)
             .map_err(proto("SET_VRING_ADDR"))?;
@@ -405,6 +418,17 @@ impl Connection {
     }
 }
 
+/// The `VIRTIO_F_RING_PACKED` bit to acknowledge among `offered` under `--packed`: set when
+/// offered unless `off`; `on` without the offer is an error.
+fn packed_ring_bit(offered: u64, choice: PackedRing) -> Result<u64, FrontendError> {
+    let bit = 1u64 << VIRTIO_F_RING_PACKED;
+    match (choice, has_feature(offered, VIRTIO_F_RING_PACKED)) {
+        (PackedRing::Off, _) | (PackedRing::Auto, false) => Ok(0),
+        (PackedRing::On, false) => Err(FrontendError::NoPackedRing),
+        (PackedRing::Auto | PackedRing::On, true) => Ok(bit),
+    }
+}
+
 /// Checks that `cfg`'s messages fit the device: within its MTU if it
 /// offered one (`mtu`, from `VIRTIO_NET_F_MTU`), and over 1500 bytes only
 /// with mergeable receive buffers (the guest's are 2 KiB). In TCP stream a
@@ -432,6 +456,19 @@ fn check_message_size(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_ring_is_taken_when_offered_unless_refused_and_required_with_on() {
+        let offered = 1u64 << VIRTIO_F_RING_PACKED;
+        assert_eq!(packed_ring_bit(offered, PackedRing::Auto).unwrap(), offered);
+        assert_eq!(packed_ring_bit(offered, PackedRing::On).unwrap(), offered);
+        assert_eq!(packed_ring_bit(offered, PackedRing::Off).unwrap(), 0);
+        assert_eq!(packed_ring_bit(0, PackedRing::Auto).unwrap(), 0);
+        assert_eq!(packed_ring_bit(0, PackedRing::Off).unwrap(), 0);
+        let e = packed_ring_bit(0, PackedRing::On).unwrap_err();
+        assert!(matches!(e, FrontendError::NoPackedRing));
+        assert!(e.to_string().contains("VIRTIO_F_RING_PACKED"), "{e}");
+    }
 
     #[test]
     fn messages_fit_the_offered_mtu_and_jumbo_ones_need_mergeable_buffers() {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use vadapt_virtq::driver::{DriverQueue, Seg};
+use vadapt_virtq::driver::Seg;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::AnyDriverQueue;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_OK,
 };
@@ -41,7 +42,7 @@ const CTRL_TIMEOUT_MS: u64 = 1000;
 /// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
 pub(super) fn send_vq_pairs_set(
     mem: &GuestMemory,
-    vq: &mut DriverQueue,
+    vq: &mut AnyDriverQueue,
     notify: &Notifiers,
     plan: CtrlPlan,
     index: usize,
@@ -101,4 +102,78 @@ pub(super) fn send_vq_pairs_set(
         std::thread::sleep(Duration::from_micros(100));
     };
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::memory_plan::{plan_memory, TxBufs};
+    use vadapt_virtq::{
+        AnyDeviceQueue, AnyLayout, Chain, DeviceQueue, PackedDeviceQueue, RingFeatures,
+    };
+
+    /// Sends VQ_PAIRS_SET for 3 pairs over a control queue of either kind to a device
+    /// thread answering `status`; returns what the guest made of it and the command bytes
+    /// the device read.
+    fn exchange(packed: bool, status: u8) -> (CtrlMq, [u8; 4]) {
+        let tx = TxBufs {
+            stride: 128,
+            payload: 0,
+        };
+        let plan = plan_memory(1, 64, tx, packed);
+        let mem = GuestMemory::new_anonymous(plan.size).unwrap();
+        let f = RingFeatures::all();
+        let mut vq = AnyDriverQueue::new(&mem, plan.ctrl.ring, f).unwrap();
+        assert_eq!(vq.is_packed(), packed);
+        vq.disable_cb();
+        let mut dev = match plan.ctrl.ring {
+            AnyLayout::Split(l) => {
+                AnyDeviceQueue::Split(DeviceQueue::new(&mem, l, false, f, 0).unwrap())
+            }
+            AnyLayout::Packed(l) => {
+                AnyDeviceQueue::Packed(PackedDeviceQueue::new(&mem, l, false, f, 0x8000).unwrap())
+            }
+        };
+        let notify = Notifiers::new().unwrap();
+        let dmem = mem.clone();
+        let device = std::thread::spawn(move || {
+            let mut chain = Chain::with_capacity(64);
+            for _ in 0..5000 {
+                if let Some(head) = dev.pop(&dmem, &mut chain).unwrap() {
+                    let mut cmd = [0u8; 4];
+                    assert_eq!(chain.read_into(0, &mut cmd), 4);
+                    assert_eq!(chain.write_from(0, &[status]), 1);
+                    dev.push_used(head, 1);
+                    dev.flush_used();
+                    return cmd;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            panic!("no command on the control queue");
+        });
+        let outcome = send_vq_pairs_set(&mem, &mut vq, &notify, plan.ctrl, 2, 3).unwrap();
+        (outcome, device.join().unwrap())
+    }
+
+    #[test]
+    fn vq_pairs_set_goes_over_a_split_or_a_packed_control_queue() {
+        let want = [
+            VIRTIO_NET_CTRL_MQ as u8,
+            VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
+            3,
+            0,
+        ];
+        for packed in [false, true] {
+            assert_eq!(
+                exchange(packed, VIRTIO_NET_OK as u8),
+                (CtrlMq::Acked, want),
+                "packed {packed}"
+            );
+            assert_eq!(
+                exchange(packed, 1),
+                (CtrlMq::Refused(1), want),
+                "packed {packed}"
+            );
+        }
+    }
 }

@@ -50,6 +50,9 @@ pub enum FrontendError {
         /// The device's MTU, bytes.
         mtu: u16,
     },
+    /// `--packed on`, and the backend does not offer `VIRTIO_F_RING_PACKED`.
+    #[error("--packed on: the backend does not offer VIRTIO_F_RING_PACKED (bit 34); use --packed auto to fall back to split rings")]
+    NoPackedRing,
     /// `--dirty-log`, and the backend offers no dirty-page logging
     /// (`VHOST_F_LOG_ALL` with `VHOST_USER_PROTOCOL_F_LOG_SHMFD`).
     #[error("--dirty-log: the backend does not offer VHOST_F_LOG_ALL with VHOST_USER_PROTOCOL_F_LOG_SHMFD")]

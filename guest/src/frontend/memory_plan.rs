@@ -1,6 +1,6 @@
 //! Where every part of guest memory goes: rings first, page-aligned, then the buffers.
 
-use vadapt_virtq::layout::QueueLayout;
+use vadapt_virtq::AnyLayout;
 
 use crate::config::{GuestConfig, Mode};
 use crate::driver::queue::{RX_BUF_LEN, SEGMENT_SLOT_LEN};
@@ -25,7 +25,7 @@ pub struct MemoryPlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtrlPlan {
     /// The ring ([`CTRL_RING_SIZE`] descriptors).
-    pub ring: QueueLayout,
+    pub ring: AnyLayout,
     /// One page for the command header, its data and the ack byte.
     pub buf: u64,
 }
@@ -37,9 +37,9 @@ pub const CTRL_RING_SIZE: u16 = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PairPlan {
     /// RX ring (queue `2*i`).
-    pub rx: QueueLayout,
+    pub rx: AnyLayout,
     /// TX ring (queue `2*i+1`).
-    pub tx: QueueLayout,
+    pub tx: AnyLayout,
     /// First RX buffer; `ring_size` buffers of [`RX_BUF_LEN`].
     pub rx_bufs: u64,
     /// First TX buffer; `ring_size` buffers of [`TxBufs::stride`].
@@ -84,16 +84,16 @@ pub fn tx_stride(size: u32) -> u32 {
     (frame::packet_len(size) as u32).div_ceil(64) * 64
 }
 
-/// Lays out `pairs` queue pairs with rings of `ring_size` from guest-physical 0: rings first
-/// (page-aligned, so the backend's ring accesses never share a page with packet data), then
-/// the buffers (`tx` says how the TX buffers are laid out).
-pub fn plan_memory(pairs: u16, ring_size: u16, tx: TxBufs) -> MemoryPlan {
+/// Lays out `pairs` queue pairs with rings of `ring_size` (packed ones with `packed`) from
+/// guest-physical 0: rings first (page-aligned, so the backend's ring accesses never share a
+/// page with packet data), then the buffers (`tx` says how the TX buffers are laid out).
+pub fn plan_memory(pairs: u16, ring_size: u16, tx: TxBufs, packed: bool) -> MemoryPlan {
     let mut at = 0u64;
     let mut plans = Vec::with_capacity(usize::from(pairs));
     for _ in 0..pairs {
-        let (rx, rx_len) = QueueLayout::contiguous(ring_size, at);
+        let (rx, rx_len) = AnyLayout::contiguous(packed, ring_size, at);
         at = page_up(at + rx_len);
-        let (tx, tx_len) = QueueLayout::contiguous(ring_size, at);
+        let (tx, tx_len) = AnyLayout::contiguous(packed, ring_size, at);
         at = page_up(at + tx_len);
         plans.push(PairPlan {
             rx,
@@ -103,7 +103,7 @@ pub fn plan_memory(pairs: u16, ring_size: u16, tx: TxBufs) -> MemoryPlan {
             tx_payload: 0,
         });
     }
-    let (ring, ctrl_len) = QueueLayout::contiguous(CTRL_RING_SIZE, at);
+    let (ring, ctrl_len) = AnyLayout::contiguous(packed, CTRL_RING_SIZE, at);
     at = page_up(at + ctrl_len);
     let ctrl = CtrlPlan { ring, buf: at };
     at += PAGE;
@@ -134,7 +134,7 @@ mod tests {
             stride: SEGMENT_SLOT_LEN,
             payload: TSO_SIZE_GOAL,
         };
-        let plan = plan_memory(2, 1024, tx);
+        let plan = plan_memory(2, 1024, tx, false);
         for p in &plan.pairs {
             assert!(p.tx_payload >= p.tx_bufs + u64::from(SEGMENT_SLOT_LEN) * 1024);
             assert_eq!(p.tx_payload % PAGE, 0);
@@ -149,26 +149,30 @@ mod tests {
             stride: tx_stride(1500),
             payload: 0,
         };
-        let plan = plan_memory(3, 256, tx);
-        let mut spans = vec![];
-        for p in &plan.pairs {
-            for l in [p.rx, p.tx] {
-                assert!(l.is_valid());
-                spans.push((l.desc, l.used + 6 + 8 * 256));
+        for packed in [false, true] {
+            let plan = plan_memory(3, 256, tx, packed);
+            let mut spans = vec![];
+            for p in &plan.pairs {
+                for l in [p.rx, p.tx] {
+                    assert!(l.is_valid());
+                    assert_eq!(l.is_packed(), packed);
+                    spans.push((l.vring_addrs().0, l.end()));
+                }
+                spans.push((p.rx_bufs, p.rx_bufs + 2048 * 256));
+                spans.push((p.tx_bufs, p.tx_bufs + u64::from(tx_stride(1500)) * 256));
             }
-            spans.push((p.rx_bufs, p.rx_bufs + 2048 * 256));
-            spans.push((p.tx_bufs, p.tx_bufs + u64::from(tx_stride(1500)) * 256));
+            let c = plan.ctrl;
+            assert!(c.ring.is_valid());
+            assert_eq!(c.ring.size(), CTRL_RING_SIZE);
+            spans.push((c.ring.vring_addrs().0, c.ring.end()));
+            spans.push((c.buf, c.buf + PAGE));
+            spans.sort();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "{w:?} overlap");
+            }
+            assert!(spans.last().unwrap().1 <= plan.size);
+            assert_eq!(plan.size % PAGE, 0);
         }
-        let c = plan.ctrl;
-        assert!(c.ring.is_valid());
-        spans.push((c.ring.desc, c.ring.used + 6 + 8 * u64::from(CTRL_RING_SIZE)));
-        spans.push((c.buf, c.buf + PAGE));
-        spans.sort();
-        for w in spans.windows(2) {
-            assert!(w[0].1 <= w[1].0, "{w:?} overlap");
-        }
-        assert!(spans.last().unwrap().1 <= plan.size);
-        assert_eq!(plan.size % PAGE, 0);
         assert_eq!(tx_stride(64), 128); // 12 + 14 + 64 = 90 -> 128
     }
 }

@@ -1,9 +1,7 @@
 //! A queue pair built in guest memory as planned, ready for the rings to be started.
 
-use vadapt_virtq::driver::DriverQueue;
-use vadapt_virtq::layout::QueueLayout;
 use vadapt_virtq::mem::GuestMemory;
-use vadapt_virtq::RingFeatures;
+use vadapt_virtq::{AnyDriverQueue, AnyLayout, RingFeatures};
 use virtio_bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
 
 use super::error::FrontendError;
@@ -14,7 +12,8 @@ use crate::driver::queue::{QueuePair, RxQueue, TxQueue};
 use crate::tcp_stream;
 use vadapt_wire::stamped_frame::{self as frame, Stamp};
 
-/// Creates queue pair `index` in `mem` as planned: rings zeroed, TX buffers pre-filled with
+/// Creates queue pair `index` in `mem` as planned (split or packed rings, as `p` lays them
+/// out): rings initialised, TX buffers pre-filled with
 /// the packet template, RX buffers posted, RX callbacks on (NAPI), TX callbacks off (Linux's
 /// non-NAPI TX path: no interrupt until the queue stops on a full ring). Nothing is said to a
 /// backend: [`Connection::connect`](super::Connection::connect) does that, tests drive the rings directly.
@@ -27,8 +26,8 @@ pub fn build_pair(
     mac: [u8; 6],
 ) -> Result<QueuePair, FrontendError> {
     let ring_features = RingFeatures::from_bits(features);
-    let ring = |i: usize, l: QueueLayout| {
-        DriverQueue::new(mem, l, ring_features).map_err(|e| FrontendError::Ring {
+    let ring = |i: usize, l: AnyLayout| {
+        AnyDriverQueue::new(mem, l, ring_features).map_err(|e| FrontendError::Ring {
             index: i,
             reason: e.to_string(),
         })
