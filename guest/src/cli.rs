@@ -116,11 +116,12 @@ pub struct GuestArgs {
     /// `dirty_log`).
     #[arg(long)]
     pub dirty_log: bool,
-    /// Packed virtqueues (`VIRTIO_F_RING_PACKED`): `auto` drives packed rings when the
-    /// backend offers them and split ones otherwise, as a Linux guest does; `on` refuses a
-    /// backend that does not offer them; `off` always drives split rings (QEMU's
-    /// `packed=off`). The report says which kind was negotiated.
-    #[arg(long, default_value = "auto", value_parser = parse_packed, value_name = "auto|on|off")]
+    /// Packed virtqueues (`VIRTIO_F_RING_PACKED`): `off` (the default, QEMU's own
+    /// `packed=off` default) always drives split rings; `auto` drives packed rings when the
+    /// backend offers them and split ones otherwise, as a Linux guest does on a device with
+    /// `packed=on`; `on` refuses a backend that does not offer them. The report says which
+    /// kind was negotiated.
+    #[arg(long, default_value = "off", value_parser = parse_packed, value_name = "auto|on|off")]
     pub packed: PackedRing,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
@@ -502,7 +503,7 @@ mod tests {
     fn defaults() {
         let c = parse(&["--socket", "/s"]).unwrap().to_config().unwrap();
         assert_eq!(c, GuestConfig::new("/s"));
-        assert_eq!(c.packed, PackedRing::Auto);
+        assert_eq!(c.packed, PackedRing::Off);
     }
 
     #[test]

@@ -57,11 +57,12 @@ pub enum Mode {
 pub enum PackedRing {
     /// Packed when the backend offers it, split otherwise (a Linux guest's virtio-net driver
     /// acknowledges the bit whenever the device offers it).
-    #[default]
     Auto,
     /// Packed, and refuse to run against a backend that does not offer it.
     On,
-    /// Split, whatever the backend offers (QEMU's `packed=off`).
+    /// Split, whatever the backend offers: the default, as QEMU's virtio-net device is
+    /// `packed=off` unless told otherwise, so a Linux guest under QEMU drives split rings.
+    #[default]
     Off,
 }
 
@@ -165,7 +166,7 @@ impl GuestConfig {
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
             dirty_log: false,
-            packed: PackedRing::Auto,
+            packed: PackedRing::Off,
         }
     }
 
