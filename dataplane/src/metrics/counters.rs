@@ -151,7 +151,7 @@ pub struct PortStats {
     pub kind: &'static str,
     /// True while a frontend is connected (always true for local ports).
     pub connected: AtomicBool,
-    /// Current policy name (VM ports).
+    /// Current policy name (VM ports and uplinks).
     pub policy: Mutex<String>,
     /// Current polling interval / window in µs, 0 if none.
     pub poll_interval_us: AtomicU64,

@@ -23,7 +23,7 @@ pub struct PortSnapshot {
     pub kind: String,
     /// Frontend connected.
     pub connected: bool,
-    /// Policy name (VM ports).
+    /// Policy name (VM ports and uplinks).
     pub policy: String,
     /// Current interval / window, µs.
     pub poll_interval_us: u64,

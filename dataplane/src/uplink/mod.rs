@@ -31,7 +31,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::PolicyConfig;
 
 /// Errors starting an uplink.
 #[derive(Debug, thiserror::Error)]
@@ -65,18 +64,16 @@ pub struct RunningUplink {
 
 /// Start `port` (already on the switch): take its interface (records in
 /// `record_dir`), open an AF_XDP socket per queue, and start each queue's
-/// worker with the port's policy, or `default_policy`.
-pub fn start(
-    port: Arc<Uplink>,
-    default_policy: PolicyConfig,
-    record_dir: &Path,
-) -> Result<RunningUplink, UplinkError> {
+/// worker with the port's policy (see [`Uplink::new`]).
+pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, UplinkError> {
+    let policy = port.policy_config();
+    policy
+        .validate()
+        .map_err(|e| UplinkError::Policy(e.to_string()))?;
     let lib = libxdp::libxdp().map_err(XskError::Library)?;
     libxdp::log_to_tracing(lib);
     let cfg = &port.cfg;
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
-    let policy = cfg.policy.unwrap_or(default_policy);
-    *port.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
@@ -98,9 +95,6 @@ pub fn start(
         owner: Some(owner),
     };
     for (q, xsk) in sockets.into_iter().enumerate() {
-        let p = policy
-            .build()
-            .map_err(|e| UplinkError::Policy(e.to_string()))?;
         let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[q % cfg.cpus.len()]);
         let freq = Arc::new(match cpu {
             Some(c) => CpuFreq::probe(Path::new("/sys"), c),
@@ -122,7 +116,7 @@ pub fn start(
         .map_err(UplinkError::Worker)?;
         let t = std::thread::Builder::new()
             .name(format!("vadapt-x-{}-{q}", cfg.name))
-            .spawn(move || io.run(p))
+            .spawn(move || io.run())
             .map_err(UplinkError::Worker)?;
         running.threads.push(t);
     }

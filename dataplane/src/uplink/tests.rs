@@ -13,6 +13,13 @@ use std::time::Duration;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+/// Prepended to the names of the namespaces and veth pairs the tests make
+/// (`VADAPT_TEST_NET_PREFIX`, empty by default): engineers sharing a host
+/// keep theirs apart. Interface names stay under 16 bytes with up to 3.
+pub(crate) fn net_prefix() -> String {
+    std::env::var("VADAPT_TEST_NET_PREFIX").unwrap_or_default()
+}
+
 /// A veth pair `host`–`wire`, `wire` in namespace `ns` with `10.77.N.2/24`.
 pub(crate) struct Wire {
     pub ns: String,
@@ -25,9 +32,9 @@ impl Wire {
     pub fn new(tag: &str, queues: u32) -> Option<Wire> {
         let id = std::process::id() % 10_000;
         let w = Wire {
-            ns: format!("vaw{tag}{id}"),
-            host: format!("vah{tag}{id}"),
-            peer: format!("vap{tag}{id}"),
+            ns: format!("{}vaw{tag}{id}", net_prefix()),
+            host: format!("{}vah{tag}{id}", net_prefix()),
+            peer: format!("{}vap{tag}{id}", net_prefix()),
         };
         let peer = w.peer.clone();
         let q = queues.to_string();
@@ -163,7 +170,7 @@ const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py
 /// at the MAC of the name "echo" behind it; the switch is kept by the caller.
 fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     let sw = Arc::new(Switch::new(Duration::from_secs(300)));
-    let up = super::Uplink::new(cfg, 1024).unwrap();
+    let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt).unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
     up.attach(sw.ingress(id));
     let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
@@ -195,7 +202,7 @@ fn every_policy_serves_the_nic_queue_both_ways() {
         cfg.policy = Some(PolicyConfig::default_for(kind));
         let (_sw, up) = uplink_and_echo(cfg);
         let mac = Mac::from_name("echo");
-        let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+        let running = super::start(up.clone(), dir.path()).unwrap();
         let out = w.python(SEND_AND_COUNT, &[&w.peer, &hex(mac), "200", "60"]);
         running.stop();
         let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
@@ -246,7 +253,7 @@ fn oversize_frames_from_the_wire_are_counted_drops() {
     assert!(sh(&["ip", "link", "set", &w.host, "mtu", "3000"]));
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path()).unwrap();
     let out = w.python(
         SEND_AND_COUNT,
         &[&w.peer, &hex(Mac::from_name("echo")), "20", "2000"],
@@ -309,7 +316,7 @@ fn both_queues_of_a_two_queue_nic_are_served() {
             "{set}"
         );
     }
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path()).unwrap();
     for cpu in &cpus[..2] {
         let out = w.python_on(
             Some(*cpu),
@@ -338,7 +345,12 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
     use vadapt_policy::WakeCause;
 
     let Some(w) = Wire::new("s", 1) else { return };
-    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 64).unwrap();
+    let up = super::Uplink::new(
+        UplinkPortConfig::new("up0", w.host.clone()),
+        64,
+        PolicyConfig::Interrupt,
+    )
+    .unwrap();
     let xsk = XskQueue::open(&w.host, 0, XskMode::Copy).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stats = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
@@ -372,7 +384,7 @@ fn a_frame_whose_length_field_lies_is_counted_and_dropped() {
     let Some(w) = Wire::new("l", 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path()).unwrap();
     // 60-byte frames: 46 bytes after the header; the length says 46 or 1000.
     let send = r#"
 import socket, sys
@@ -399,4 +411,78 @@ for length in (46, 1000, 1000, 1000):
         q.packets[0].load(Ordering::Relaxed) >= 1,
         "the true one went on"
     );
+}
+
+/// `set-policy` on an uplink: every queue's worker switches after its
+/// current pass while traffic flows over the wire, and the switch shows in
+/// what it does: busy-poll passes an idle queue thousands of times, and
+/// interrupt mode blocks on it.
+#[test]
+fn set_policy_switches_every_queue_worker_while_traffic_flows() {
+    let Some(w) = Wire::new("p", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
+    let running = super::start(up.clone(), dir.path()).unwrap();
+    let stats = Arc::clone(&running.workers[0]);
+    let passes = || stats.passes.load(Ordering::Relaxed);
+    // Passes an idle queue gets in `ms` milliseconds.
+    let idle_passes = |ms| {
+        let p0 = passes();
+        std::thread::sleep(Duration::from_millis(ms));
+        passes() - p0
+    };
+    let mac = hex(Mac::from_name("echo"));
+    assert!(idle_passes(300) < 50, "interrupt mode blocks when idle");
+    for kind in [
+        PolicyKind::BusyPoll,
+        PolicyKind::Netap,
+        PolicyKind::Eekbp,
+        PolicyKind::Growshrink,
+        PolicyKind::Interrupt,
+    ] {
+        // The far end sends while the switch happens.
+        let sender = {
+            let (ns, peer, mac) = (w.ns.clone(), w.peer.clone(), mac.clone());
+            std::thread::spawn(move || {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &ns, "python3", "-c", SEND_AND_COUNT])
+                    .args([&peer, &mac, "300", "60"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        up.set_policy(PolicyConfig::default_for(kind)).unwrap();
+        let out = sender.join().unwrap();
+        let q = &up.stats.queues[0];
+        let drops: Vec<u64> = q.drops.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            out.trim(),
+            "300 300",
+            "{kind}: every frame came back; uplink rx {} tx {} tx_full {} fill_empty {} drops {drops:?}",
+            q.packets[0].load(Ordering::Relaxed),
+            q.packets[1].load(Ordering::Relaxed),
+            q.tx_ring_full.load(Ordering::Relaxed),
+            q.fill_ring_empty.load(Ordering::Relaxed),
+        );
+        assert_eq!(*up.stats.policy.lock().unwrap(), kind.to_string());
+        assert_eq!(up.policy_config().kind(), kind);
+        if kind == PolicyKind::BusyPoll {
+            assert!(idle_passes(300) > 1000, "busy-poll polls the idle queue");
+        }
+    }
+    assert!(
+        idle_passes(300) < 50,
+        "back in interrupt mode, the worker blocks again"
+    );
+    // A policy that does not validate changes nothing.
+    let mut bad = PolicyConfig::default_for(PolicyKind::Netap);
+    if let PolicyConfig::Netap(p) = &mut bad {
+        p.min_interval_us = 900;
+        p.max_interval_us = 100;
+    }
+    assert!(up.set_policy(bad).is_err());
+    assert_eq!(up.policy_config().kind(), PolicyKind::Interrupt);
+    running.stop();
 }

@@ -22,12 +22,13 @@ use crate::metrics::{Dir, DropReason, WorkerStats};
 use crate::net::MIN_FRAME;
 use crate::offload::Cutter;
 use crate::queue::drive::{drive, Control, QueueIo, Wait};
+use crate::queue::policy_slot::WorkerView;
 use crate::queue::waiting::{sleep_until, Waiter};
 use crate::switch::{FdbCache, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, Policy, WakeCause};
+use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, WakeCause};
 
 /// True for an IEEE 802.3 frame (a length, not an EtherType, after the
 /// addresses) shorter than that length says: the wire cut it, or its
@@ -66,6 +67,8 @@ pub struct UplinkQueue {
     /// The worker's counters (`<port>/<queue>`).
     stats: Arc<WorkerStats>,
     log: LogLimit,
+    /// What the worker has seen of its queue's policy slot (set by `run`).
+    policy_view: Option<WorkerView>,
 }
 
 impl std::fmt::Debug for UplinkQueue {
@@ -108,14 +111,18 @@ impl UplinkQueue {
             cpu,
             stats,
             log: LogLimit::per_second(),
+            policy_view: None,
             port,
         })
     }
 
-    /// Serve the queue with `policy` until stopped, on the calling thread
-    /// (pinned first, if the port says where).
-    pub fn run(mut self, policy: Box<dyn Policy>) {
+    /// Serve the queue with its policy (switched and retuned through the
+    /// queue's policy slot while it runs) until stopped, on the calling
+    /// thread (pinned first, if the port says where).
+    pub fn run(mut self) {
         let name = self.port.name().to_string();
+        let (policy, view) = self.port.queues[self.q].policy.take(&name);
+        self.policy_view = Some(view);
         if let Some(cpu) = self.cpu {
             if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
                 tracing::warn!(port = name.as_str(), queue = self.q, cpu, error = %e, "cannot pin the uplink's queue worker");
@@ -126,7 +133,10 @@ impl UplinkQueue {
         let tid = vadapt_host::cputime::current_tid() as i32;
         let stats = Arc::clone(&self.stats);
         stats.tid.store(tid, Ordering::Release);
-        drive(&mut self, policy);
+        let policy = drive(&mut self, policy);
+        if let Some(view) = self.policy_view.take() {
+            self.port.queues[self.q].policy.park(policy, &view);
+        }
         let cpu = crate::metrics::thread_cpu_ns(tid);
         stats.tid.store(0, Ordering::Release);
         stats.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
@@ -400,10 +410,24 @@ impl QueueIo for UplinkQueue {
 
     fn control(&mut self) -> Control {
         if self.stop.load(Ordering::Relaxed) {
-            Control::Stop
-        } else {
-            Control::Continue
+            return Control::Stop;
         }
+        let Some(view) = self.policy_view.as_mut() else {
+            return Control::Continue;
+        };
+        let port = Arc::clone(&self.port);
+        port.queues[self.q]
+            .policy
+            .control(view, port.name())
+            .unwrap_or(Control::Continue)
+    }
+
+    fn retune_refused(
+        &mut self,
+        retune: &vadapt_policy::Retune,
+        error: &vadapt_policy::RetuneError,
+    ) {
+        tracing::warn!(port = self.port.name(), queue = self.q, ?retune, %error, "retune refused by the running policy");
     }
 }
 
