@@ -117,9 +117,10 @@ pub struct QueueStats {
     /// An uplink queue: passes that found the AF_XDP fill ring empty (the
     /// NIC had no buffer for a frame arriving then).
     pub fill_ring_empty: AtomicU64,
-    /// An uplink queue: passes whose frames found the AF_XDP TX ring (or
-    /// its free frames) exhausted; the frames that did not fit are
-    /// dropped as `backlog_full`.
+    /// An uplink queue: passes that left frames waiting because the AF_XDP
+    /// TX ring (or its free frames) was full. They stay queued for a later
+    /// pass; only what overflows the port's backlog is dropped, as
+    /// `backlog_full`.
     pub tx_ring_full: AtomicU64,
 }
 

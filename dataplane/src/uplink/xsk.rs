@@ -337,9 +337,10 @@ impl XskQueue {
 
     /// Transmit frames: up to `count`, frame `i` written by `write(i, buf)`
     /// into a UMEM frame (returning its length, at most
-    /// [`MAX_XSK_FRAME`]). Returns how many went into the TX ring; the rest
-    /// found it (or the free frames) exhausted. Kicks the kernel when it
-    /// asks to be (`sendto`); returns whether it did.
+    /// [`MAX_XSK_FRAME`]). Returns how many went into the TX ring: all of
+    /// them when `count` is at most [`XskQueue::tx_room`]; the rest found
+    /// the free frames exhausted. Then kicks the kernel with one `sendto`
+    /// if it asks for one; returns whether it did.
     pub fn transmit(
         &mut self,
         count: usize,
@@ -350,6 +351,8 @@ impl XskQueue {
         if n == 0 {
             return (0, self.kick_tx());
         }
+        // Never fails: every frame in the TX ring is off the free list, and
+        // the ring is as large as the transmit half.
         let Some(at) = self.rings.tx.reserve(n) else {
             return (0, self.kick_tx());
         };
@@ -376,46 +379,42 @@ impl XskQueue {
         (used as usize, self.kick_tx())
     }
 
-    /// True if transmit frames are free (the TX side can take a frame now).
-    pub fn tx_room(&mut self) -> bool {
+    /// Frames the TX side can take now: the completion ring is reaped
+    /// first, so frames the kernel finished with count.
+    pub fn tx_room(&mut self) -> usize {
         self.reclaim();
-        !self.free_tx.is_empty()
+        self.free_tx.len()
     }
 
     /// Descriptors in the TX ring the kernel has not taken yet.
-    fn tx_pending(&mut self) -> u32 {
+    pub fn tx_pending(&mut self) -> u32 {
         RING_SIZE - self.rings.tx.prod_free(RING_SIZE).min(RING_SIZE)
     }
 
-    /// `sendto` while the kernel waits for one and the TX ring has
-    /// frames: in copy mode each call sends at most 32 (the kernel's
-    /// `TX_BATCH_SIZE`). True if any was sent.
+    /// One `sendto` if the kernel asks to be woken (`XDP_USE_NEED_WAKEUP`)
+    /// and the TX ring has frames; true if it was made. In copy mode a call
+    /// sends at most 32 (the kernel's `TX_BATCH_SIZE`): the rest wait in
+    /// the ring for the next pass's kick, and the frames behind them in the
+    /// port's backlog (see the worker's transmit).
     fn kick_tx(&mut self) -> bool {
-        let mut kicked = false;
-        for _ in 0..RING_SIZE / 32 + 1 {
-            if !self.rings.tx.needs_wakeup() || self.tx_pending() == 0 {
-                break;
-            }
-            // SAFETY: a zero-length, non-blocking sendto on our own socket.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd,
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            kicked = true;
-            if r < 0 {
-                // EAGAIN/EBUSY: the completion ring is full or the driver
-                // busy; the next pass goes on.
-                break;
-            }
-            self.reclaim();
+        if !self.rings.tx.needs_wakeup() || self.tx_pending() == 0 {
+            return false;
         }
-        kicked
+        // SAFETY: a zero-length, non-blocking sendto on our own socket.
+        // Its errors (EAGAIN: the batch limit, or the completion ring
+        // full; EBUSY: the driver busy) all mean "later": the next pass
+        // kicks again.
+        unsafe {
+            libc::sendto(
+                self.fd,
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        true
     }
 
     /// Frames still in the TX ring sent on (a pass with nothing new to
