@@ -33,6 +33,12 @@ struct Wire {
 impl Wire {
     /// A wire whose names carry `tag` (each test its own: tests run at once).
     fn new(tag: &str) -> Option<Wire> {
+        Self::with_queues(tag, 1)
+    }
+
+    /// As [`Wire::new`], each end with `queues` RX and TX queues.
+    fn with_queues(tag: &str, queues: u32) -> Option<Wire> {
+        let q = queues.to_string();
         let id = std::process::id() % 10_000;
         // Engineers sharing a host keep their names apart with a prefix.
         let pre = std::env::var("VADAPT_TEST_NET_PREFIX").unwrap_or_default();
@@ -43,7 +49,23 @@ impl Wire {
         };
         let ok = sh(&["ip", "netns", "add", &w.ns])
             && sh(&[
-                "ip", "link", "add", &w.host, "type", "veth", "peer", "name", &w.peer,
+                "ip",
+                "link",
+                "add",
+                &w.host,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &w.peer,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
             ])
             && sh(&["ip", "link", "set", &w.peer, "netns", &w.ns])
             && sh(&["ip", "-n", &w.ns, "link", "set", &w.peer, "up"])
@@ -96,11 +118,16 @@ impl Drop for Wire {
 
 /// `vadapt serve` with the uplink and an echo; its log goes to `log`.
 fn serve(dir: &Path, iface: &str, log: &str) -> Child {
+    serve_uplink(dir, &format!("name=up0,iface={iface}"), log)
+}
+
+/// `vadapt serve --uplink SPEC` with an echo; its log goes to `log`.
+fn serve_uplink(dir: &Path, spec: &str, log: &str) -> Child {
     let _ = std::fs::remove_file(dir.join("control.sock"));
     let log = std::fs::File::create(dir.join(log)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
         .args(["serve", "--echo", "echo0", "--policy", "eekbp", "--uplink"])
-        .arg(format!("name=up0,iface={iface}"))
+        .arg(spec)
         .arg("--control")
         .arg(dir.join("control.sock"))
         .env("RUNTIME_DIRECTORY", dir)
@@ -215,4 +242,52 @@ fn set_policy_switches_the_uplink_and_stats_show_it() {
     assert!(d.wait().unwrap().success());
     let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
     assert!(log.contains("policy switched"), "{log}");
+}
+
+/// `ethtool -l IFACE`'s current RX count.
+fn rx_channels(iface: &str) -> u32 {
+    let out = Command::new("ethtool")
+        .args(["-l", iface])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("Current hardware settings:")
+        .nth(1)
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("RX:")))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("ethtool -l answered")
+}
+
+/// A daemon with `--uplink ...,queues=2` on a veth with one RX channel
+/// (four at most) raises it to two, says so in one line, and a SIGTERM
+/// sets it back to one.
+#[test]
+fn the_daemon_restores_the_nics_channel_count_at_a_clean_stop() {
+    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
+        eprintln!("skipped: no ethtool to check the counts with");
+        return;
+    }
+    let Some(w) = Wire::with_queues("c", 4) else {
+        return;
+    };
+    assert!(sh(&["ethtool", "-L", &w.host, "rx", "1", "tx", "1"]));
+    // veth takes XDP only with as many RX queues as its peer has TX ones.
+    assert!(sh(&[
+        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "rx", "1", "tx", "1"
+    ]));
+    let dir = tmpdir("uplink-channels");
+    let spec = format!("name=up0,iface={},queues=2", w.host);
+    let mut d = serve_uplink(dir.path(), &spec, "daemon.log");
+    assert_eq!(rx_channels(&w.host), 2);
+    assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    assert_eq!(rx_channels(&w.host), 1, "restored at the clean stop");
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert_eq!(
+        log.matches("NIC channel count raised").count(),
+        1,
+        "one line: {log}"
+    );
+    assert!(log.contains("NIC channel count restored"), "{log}");
 }

@@ -9,9 +9,12 @@
 //! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
 //! * [`program`] — the XDP program on the interface: its owner record, and
 //!   taking over one a killed daemon left.
+//! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): raised to
+//!   the uplink's queues where the driver allows, restored at stop.
 //! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
 //!   accessors of `<xdp/xsk.h>`.
 
+pub mod channels;
 pub(crate) mod libxdp;
 pub mod port;
 pub mod program;
@@ -38,6 +41,9 @@ pub enum UplinkError {
     /// The interface could not be taken.
     #[error(transparent)]
     Program(#[from] ProgramError),
+    /// The interface cannot have as many queues as the uplink asks.
+    #[error(transparent)]
+    Channels(#[from] channels::ChannelsError),
     /// A queue's AF_XDP socket could not be opened.
     #[error(transparent)]
     Socket(#[from] XskError),
@@ -59,6 +65,9 @@ pub struct RunningUplink {
     pub workers: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Sets the NIC's channel count back (if the uplink raised it) once
+    /// the sockets are closed.
+    channels: Option<channels::ChannelGuard>,
     owner: Option<OwnerRecord>,
 }
 
@@ -74,6 +83,8 @@ pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, Upli
     libxdp::log_to_tracing(lib);
     let cfg = &port.cfg;
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
+    // Dropped after the sockets on every way out (declared before them).
+    let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name)?;
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
@@ -92,6 +103,7 @@ pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, Upli
         workers: Vec::new(),
         stop: Arc::clone(&stop),
         threads: Vec::new(),
+        channels,
         owner: Some(owner),
     };
     for (q, xsk) in sockets.into_iter().enumerate() {
@@ -125,7 +137,8 @@ pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, Upli
 
 impl RunningUplink {
     /// Stop the workers and close the sockets (libxdp detaches its program
-    /// with the last one), then drop the owner record.
+    /// with the last one), set the NIC's channel count back if the uplink
+    /// raised it, then drop the owner record.
     pub fn stop(mut self) {
         self.stop_now();
     }
@@ -138,6 +151,7 @@ impl RunningUplink {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.channels.take();
         self.owner.take();
     }
 }

@@ -569,3 +569,76 @@ fn a_burst_larger_than_the_tx_ring_reaches_the_wire_whole() {
         "only what overflowed the backlog was dropped"
     );
 }
+
+/// `ethtool -l IFACE`'s current RX and TX counts, read by the tool itself.
+fn ethtool_counts(iface: &str) -> (u32, u32) {
+    let out = Command::new("ethtool")
+        .args(["-l", iface])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let current = text
+        .split("Current hardware settings:")
+        .nth(1)
+        .expect("ethtool -l answered");
+    let field = |name: &str| {
+        current
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("RX:"), field("TX:"))
+}
+
+/// `ethtool -L`: an uplink asking for 2 queues on a veth with 1 RX channel
+/// (4 at most) raises it to 2, serves the wire, and sets it back to 1 when
+/// it stops; one asking for more than the driver's maximum is refused,
+/// naming the driver and its limit, and changes nothing.
+#[test]
+fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
+    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
+        eprintln!("skipped: no ethtool to check the counts with");
+        return;
+    }
+    let Some(w) = Wire::new("e", 4) else { return };
+    assert!(sh(&["ethtool", "-L", &w.host, "rx", "1", "tx", "1"]));
+    // veth takes an XDP program only with at least as many RX queues as
+    // its peer has TX queues (ENOSPC otherwise): the far end sends on one.
+    assert!(sh(&[
+        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "rx", "1", "tx", "1"
+    ]));
+    assert_eq!(ethtool_counts(&w.host), (1, 1));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+    cfg.queues = 2;
+    let (_sw, up) = uplink_and_echo(cfg);
+    let running = super::start(up.clone(), dir.path()).unwrap();
+    assert_eq!(ethtool_counts(&w.host), (2, 2), "raised for two queues");
+    let out = w.python(
+        SEND_AND_COUNT,
+        &[&w.peer, &hex(Mac::from_name("echo")), "100", "60"],
+    );
+    assert_eq!(out.trim(), "100 100");
+    running.stop();
+    assert_eq!(ethtool_counts(&w.host), (1, 1), "restored at stop");
+
+    let mut cfg = UplinkPortConfig::new("up1", w.host.clone());
+    cfg.queues = 8;
+    let (_sw, up) = uplink_and_echo(cfg);
+    let e = super::start(up, dir.path()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            e,
+            super::UplinkError::Channels(super::channels::ChannelsError::TooFew { max: 4, .. })
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("veth") && msg.contains("at most 4"), "{msg}");
+    assert_eq!(ethtool_counts(&w.host), (1, 1), "nothing changed");
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|_| true),
+        "the refused uplink left no owner record"
+    );
+}
