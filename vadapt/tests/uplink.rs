@@ -291,3 +291,56 @@ fn the_daemon_restores_the_nics_channel_count_at_a_clean_stop() {
     );
     assert!(log.contains("NIC channel count restored"), "{log}");
 }
+
+/// `vadapt serve --queue-workers per-nq-core`: the uplink's NIC queue is a
+/// queue set of the NQ pool (`vadapt cores` lists `up0/0` among a pool
+/// worker's ports), and the wire's frames come back through it.
+#[test]
+fn the_nq_pool_of_the_daemon_serves_the_uplinks_queue() {
+    let Some(w) = Wire::new("n") else { return };
+    let dir = tmpdir("uplink-pool");
+    let control = dir.path().join("control.sock");
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    let mut d = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args([
+            "serve",
+            "--echo",
+            "echo0",
+            "--policy",
+            "interrupt",
+            "--uplink",
+        ])
+        .arg(format!("name=up0,iface={}", w.host))
+        .args(["--cores-cpus", "0", "--queue-workers", "per-nq-core"])
+        .arg("--control")
+        .arg(&control)
+        .env("RUNTIME_DIRECTORY", dir.path())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&control).is_err() {
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["cores", "--json", "--control"])
+        .arg(&control)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let served: Vec<String> = v["nq_workers"]
+        .as_array()
+        .expect("the pool's workers")
+        .iter()
+        .flat_map(|w| w["ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p.as_str().map(str::to_string))
+        .collect();
+    assert!(served.contains(&"up0/0".to_string()), "{v}");
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    assert!(!w.has_xdp(), "the program goes with the daemon");
+}

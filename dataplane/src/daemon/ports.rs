@@ -263,7 +263,7 @@ impl PortMaker {
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));
         let dir = crate::uplink::program::default_record_dir();
-        let running = crate::uplink::start(port, &dir).map_err(|source| {
+        let running = crate::uplink::start(port, &dir, self.pool.clone()).map_err(|source| {
             self.detach(id, &u.name);
             DaemonError::Uplink {
                 port: u.name.clone(),

@@ -28,6 +28,7 @@ pub use port::Uplink;
 pub use xsk::{XskError, XskQueue};
 
 use crate::metrics::WorkerStats;
+use crate::queue::pool::{NqWorkers, QueueSet};
 use program::{OwnerRecord, ProgramError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,16 +66,33 @@ pub struct RunningUplink {
     pub workers: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// The NQ pool serving the queues, if it does.
+    pool: Option<Arc<NqWorkers>>,
+    /// The queues' set ids in the pool.
+    pooled: Vec<u64>,
     /// Sets the NIC's channel count back (if the uplink raised it) once
     /// the sockets are closed.
     channels: Option<channels::ChannelGuard>,
     owner: Option<OwnerRecord>,
 }
 
+/// The NQ pool's id of queue `q` of the uplink at switch port `port_id`:
+/// apart from VM ports' ids (their switch port ids, small numbers).
+fn pool_set_id(port_id: usize, q: usize) -> u64 {
+    (1 << 48) | ((port_id as u64 & 0xffff_ffff) << 16) | q as u64
+}
+
 /// Start `port` (already on the switch): take its interface (records in
-/// `record_dir`), open an AF_XDP socket per queue, and start each queue's
-/// worker with the port's policy (see [`Uplink::new`]).
-pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, UplinkError> {
+/// `record_dir`), open an AF_XDP socket per queue, and serve each queue
+/// with the port's policy (see [`Uplink::new`]): by a worker thread of its
+/// own, or, given the NQ pool (`[cores] queue_workers = "per-nq-core"`),
+/// as a queue set of the pool (one per NIC queue, so that the pool spreads
+/// them over its workers and moves them when the NQ group is resized).
+pub fn start(
+    port: Arc<Uplink>,
+    record_dir: &Path,
+    pool: Option<Arc<NqWorkers>>,
+) -> Result<RunningUplink, UplinkError> {
     let policy = port.policy_config();
     policy
         .validate()
@@ -103,13 +121,20 @@ pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, Upli
         workers: Vec::new(),
         stop: Arc::clone(&stop),
         threads: Vec::new(),
+        pool: pool.clone(),
+        pooled: Vec::new(),
         channels,
         owner: Some(owner),
     };
     for (q, xsk) in sockets.into_iter().enumerate() {
-        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[q % cfg.cpus.len()]);
+        // The pool places its workers itself: an uplink's cpus= is for
+        // workers of its own.
+        let cpu = (!cfg.cpus.is_empty() && pool.is_none()).then(|| cfg.cpus[q % cfg.cpus.len()]);
         let freq = Arc::new(match cpu {
             Some(c) => CpuFreq::probe(Path::new("/sys"), c),
+            None if pool.is_some() => CpuFreq::unavailable(
+                "queue workers of the NQ pool (--queue-workers per-nq-core) move between CPUs",
+            ),
             None => CpuFreq::unavailable(
                 "uplink queue worker not pinned to a CPU (see the uplink's cpus=)",
             ),
@@ -126,6 +151,12 @@ pub fn start(port: Arc<Uplink>, record_dir: &Path) -> Result<RunningUplink, Upli
             stats,
         )
         .map_err(UplinkError::Worker)?;
+        if let Some(pool) = &pool {
+            let id = pool_set_id(port.port_id(), q);
+            pool.attach(QueueSet::start(id, io));
+            running.pooled.push(id);
+            continue;
+        }
         let t = std::thread::Builder::new()
             .name(format!("vadapt-x-{}-{q}", cfg.name))
             .spawn(move || io.run())
@@ -150,6 +181,14 @@ impl RunningUplink {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(pool) = &self.pool {
+            for id in self.pooled.drain(..) {
+                // Released between two passes; the socket closes with it.
+                if let Some(set) = pool.detach(id) {
+                    let _ = set.finish();
+                }
+            }
         }
         self.channels.take();
         self.owner.take();

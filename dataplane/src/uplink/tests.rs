@@ -202,7 +202,7 @@ fn every_policy_serves_the_nic_queue_both_ways() {
         cfg.policy = Some(PolicyConfig::default_for(kind));
         let (_sw, up) = uplink_and_echo(cfg);
         let mac = Mac::from_name("echo");
-        let running = super::start(up.clone(), dir.path()).unwrap();
+        let running = super::start(up.clone(), dir.path(), None).unwrap();
         let out = w.python(SEND_AND_COUNT, &[&w.peer, &hex(mac), "200", "60"]);
         running.stop();
         let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
@@ -253,7 +253,7 @@ fn oversize_frames_from_the_wire_are_counted_drops() {
     assert!(sh(&["ip", "link", "set", &w.host, "mtu", "3000"]));
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     let out = w.python(
         SEND_AND_COUNT,
         &[&w.peer, &hex(Mac::from_name("echo")), "20", "2000"],
@@ -316,7 +316,7 @@ fn both_queues_of_a_two_queue_nic_are_served() {
             "{set}"
         );
     }
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     for cpu in &cpus[..2] {
         let out = w.python_on(
             Some(*cpu),
@@ -384,7 +384,7 @@ fn a_frame_whose_length_field_lies_is_counted_and_dropped() {
     let Some(w) = Wire::new("l", 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     // 60-byte frames: 46 bytes after the header; the length says 46 or 1000.
     let send = r#"
 import socket, sys
@@ -422,7 +422,7 @@ fn set_policy_switches_every_queue_worker_while_traffic_flows() {
     let Some(w) = Wire::new("p", 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     let stats = Arc::clone(&running.workers[0]);
     let passes = || stats.passes.load(Ordering::Relaxed);
     // Passes an idle queue gets in `ms` milliseconds.
@@ -537,7 +537,7 @@ fn a_burst_larger_than_the_tx_ring_reaches_the_wire_whole() {
             frames.clear();
         }
     }
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     line.clear();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     let _ = counter.wait();
@@ -613,7 +613,7 @@ fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
     let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
     cfg.queues = 2;
     let (_sw, up) = uplink_and_echo(cfg);
-    let running = super::start(up.clone(), dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     assert_eq!(ethtool_counts(&w.host), (2, 2), "raised for two queues");
     let out = w.python(
         SEND_AND_COUNT,
@@ -626,7 +626,7 @@ fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
     let mut cfg = UplinkPortConfig::new("up1", w.host.clone());
     cfg.queues = 8;
     let (_sw, up) = uplink_and_echo(cfg);
-    let e = super::start(up, dir.path()).unwrap_err();
+    let e = super::start(up, dir.path(), None).unwrap_err();
     let msg = e.to_string();
     assert!(
         matches!(
@@ -641,4 +641,67 @@ fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
         !std::fs::read_dir(dir.path()).unwrap().any(|_| true),
         "the refused uplink left no owner record"
     );
+}
+
+/// The NQ pool (`queue_workers = "per-nq-core"`) serves an uplink's NIC
+/// queues as queue sets, one per NIC queue, under every policy: frames
+/// from the wire come back through them, no thread of the uplink's own
+/// runs, and resizing the pool (as vSPACE resizes the NQ group) spreads
+/// the two queues over two workers, traffic flowing before and after.
+#[test]
+fn the_nq_pool_serves_the_uplinks_queues_and_moves_them_when_resized() {
+    use crate::queue::pool::NqWorkers;
+
+    let Some(w) = Wire::new("q", 2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pool = NqWorkers::new(&[0], false).unwrap();
+    let served = |pool: &NqWorkers| -> Vec<Vec<String>> {
+        pool.status().into_iter().map(|s| s.ports).collect()
+    };
+    let echo = hex(Mac::from_name("echo"));
+    for kind in [
+        PolicyKind::Interrupt,
+        PolicyKind::BusyPoll,
+        PolicyKind::Netap,
+        PolicyKind::Eekbp,
+    ] {
+        let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+        cfg.queues = 2;
+        cfg.policy = Some(PolicyConfig::default_for(kind));
+        let (_sw, up) = uplink_and_echo(cfg);
+        let running = super::start(up.clone(), dir.path(), Some(Arc::clone(&pool))).unwrap();
+        let mut one = served(&pool);
+        one[0].sort();
+        assert_eq!(
+            one,
+            [["up0/0", "up0/1"]],
+            "{kind}: both queues on the one worker"
+        );
+        let out = w.python(SEND_AND_COUNT, &[&w.peer, &echo, "200", "60"]);
+        assert_eq!(out.trim(), "200 200", "{kind}: through the pool's worker");
+        assert_eq!(pool.resize(&[0, 1]).unwrap(), 1, "{kind}: one queue moved");
+        assert_eq!(
+            served(&pool).iter().map(Vec::len).collect::<Vec<_>>(),
+            [1, 1],
+            "{kind}: a queue on each worker"
+        );
+        let out = w.python(SEND_AND_COUNT, &[&w.peer, &echo, "200", "60"]);
+        assert_eq!(out.trim(), "200 200", "{kind}: after the move");
+        pool.resize(&[0]).unwrap();
+        let worker_tids: Vec<i32> = running
+            .workers
+            .iter()
+            .map(|s| s.tid.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(worker_tids, [0, 0], "{kind}: no thread of the uplink's own");
+        let passes: u64 = running
+            .workers
+            .iter()
+            .map(|s| s.passes.load(Ordering::Relaxed))
+            .sum();
+        assert!(passes > 0, "{kind}: the queues' passes are counted");
+        running.stop();
+        assert_eq!(served(&pool), [Vec::<String>::new()], "{kind}: detached");
+    }
+    pool.shutdown();
 }

@@ -40,6 +40,8 @@ fn lies_about_its_length(frame: &[u8]) -> bool {
     field <= 1500 && MIN_FRAME + usize::from(field) > frame.len()
 }
 
+mod pooled;
+
 /// Frames forwarded into the switch at once.
 const BATCH: usize = 64;
 
@@ -47,6 +49,8 @@ const BATCH: usize = 64;
 pub struct UplinkQueue {
     port: Arc<Uplink>,
     q: usize,
+    /// `<port>/<queue>`, as the NQ pool shows it.
+    label: String,
     xsk: XskQueue,
     /// Waits on the socket, the wake eventfd and a timer.
     waiter: Waiter,
@@ -99,6 +103,7 @@ impl UplinkQueue {
         let sender = port.ingress().and_then(|i| i.sender());
         let pending = RxPending::for_backlog(&port.queues[q].backlog);
         Ok(UplinkQueue {
+            label: format!("{}/{q}", port.name()),
             q,
             xsk,
             waiter,
