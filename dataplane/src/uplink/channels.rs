@@ -57,10 +57,10 @@ pub enum ChannelsError {
         iface: String,
         /// Its driver.
         driver: String,
-        /// The count before.
-        from: Channels,
+        /// The count before (boxed, as `to`: keeps the error small).
+        from: Box<Channels>,
         /// The count asked for.
-        to: Channels,
+        to: Box<Channels>,
         /// Cause.
         #[source]
         source: std::io::Error,
@@ -262,8 +262,8 @@ pub fn write(iface: &str, to: &Channels) -> Result<(), ChannelsError> {
     result.map_err(|source| ChannelsError::Write {
         iface: iface.into(),
         driver: driver(iface),
-        from,
-        to: *to,
+        from: Box::new(from),
+        to: Box::new(*to),
         source,
     })
 }
