@@ -705,3 +705,50 @@ fn the_nq_pool_serves_the_uplinks_queues_and_moves_them_when_resized() {
     }
     pool.shutdown();
 }
+
+/// A TX ring that cannot move (the interface went down: `sendto` fails)
+/// is retried every millisecond, not spun on, and not dropped: when the
+/// link comes back, the frames held reach the far end.
+#[test]
+fn a_stalled_tx_ring_is_retried_not_spun_on() {
+    use crate::frames::FrameBatch;
+    use crate::switch::Egress;
+
+    let Some(w) = Wire::new("d", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    let stats = Arc::clone(&running.workers[0]);
+    assert!(sh(&["ip", "link", "set", &w.host, "down"]));
+    let mut frames = FrameBatch::new(100);
+    for seq in 0..100u32 {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x27, 0x88, 0xb5]);
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(60, 0);
+        assert!(frames.push(&f));
+    }
+    up.deliver(&frames, &(0..100).collect::<Vec<u16>>(), 0);
+    std::thread::sleep(Duration::from_millis(100));
+    let p0 = stats.passes.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    let passes = stats.passes.load(Ordering::Relaxed) - p0;
+    // A retry a millisecond: about 500; a spin: hundreds of thousands.
+    assert!(passes < 5_000, "{passes} passes in 0.5 s on a stalled ring");
+    let mut counter = Command::new("ip")
+        .args(["netns", "exec", &w.ns, "python3", "-c", COUNT_FRAMES])
+        .args([&w.peer, "100"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(counter.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    assert!(sh(&["ip", "link", "set", &w.host, "up"]));
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = counter.wait();
+    running.stop();
+    assert_eq!(line.trim(), "100 100", "the frames held went out");
+}

@@ -329,6 +329,23 @@ impl UplinkQueue {
             || self.port.queues[self.q].backlog.has_frames()
             || self.xsk.tx_pending() > 0
     }
+
+    /// Frames for the wire wait and the next pass can move them: not when
+    /// the last kick moved none ([`XskQueue::tx_stalled`]).
+    fn tx_work(&mut self) -> bool {
+        self.tx_waiting() && !self.xsk.tx_stalled()
+    }
+
+    /// How long a wait may last when frames for the wire wait on a
+    /// stalled TX ring: [`super::xsk::TX_STALL_RETRY`] (nothing would wake
+    /// the worker when the ring moves again), else `left`.
+    fn tx_retry(&mut self, left: Duration) -> Duration {
+        if self.tx_waiting() && self.xsk.tx_stalled() {
+            left.min(super::xsk::TX_STALL_RETRY)
+        } else {
+            left
+        }
+    }
 }
 
 impl QueueIo for UplinkQueue {
@@ -343,7 +360,7 @@ impl QueueIo for UplinkQueue {
         let fill = self.xsk.rx_fill_permille().max(backlog_permille);
         let (rn, rb, rx_more) = self.receive(budget.packets.max(1));
         let (tn, tb) = self.transmit();
-        let tx_more = self.tx_waiting();
+        let tx_more = self.tx_work();
         let ws = &self.stats;
         ws.passes.fetch_add(1, Ordering::Relaxed);
         if rn + tn > 0 {
@@ -420,14 +437,14 @@ impl QueueIo for UplinkQueue {
         // Frames for the wire still waiting (the TX ring was full) end the
         // wait at once: in copy mode the kernel sends on each kick, and
         // a zero-copy NIC completes within microseconds.
-        if self.xsk.rx_ready() || self.tx_waiting() || self.stop.load(Ordering::Relaxed) {
+        if self.xsk.rx_ready() || self.tx_work() || self.stop.load(Ordering::Relaxed) {
             slot.waiting.store(false, Ordering::Relaxed);
             return Wait {
                 cause: WakeCause::Kick,
                 waited: Duration::ZERO,
             };
         }
-        let left = until.saturating_since(start);
+        let left = self.tx_retry(until.saturating_since(start));
         // A stop wakes the worker through `wake` (see `UplinkWorkers::stop`).
         let _ = self.waiter.arm_timer(left);
         let woken = self.waiter.wait(&slot.wake);

@@ -18,6 +18,10 @@ pub const FRAME_SIZE: u32 = 4096;
 /// Entries of each ring, and frames of each half of the UMEM.
 pub const RING_SIZE: u32 = 2048;
 const FRAMES: u64 = 2 * RING_SIZE as u64;
+/// How soon a worker retries a TX ring whose last kick moved nothing
+/// ([`XskQueue::tx_stalled`]): soon enough for a zero-copy driver that
+/// completes asynchronously, far from a spin on a link that is down.
+pub const TX_STALL_RETRY: vadapt_policy::Duration = vadapt_policy::Duration::from_millis(1);
 /// The largest frame one UMEM frame holds (no multi-buffer).
 pub const MAX_XSK_FRAME: usize = FRAME_SIZE as usize;
 
@@ -100,6 +104,10 @@ pub struct XskQueue {
     refill: Vec<u64>,
     /// The mode the socket was bound in: copy or zerocopy.
     mode: XskMode,
+    /// Whether the last kick moved the TX ring (or none was needed): a
+    /// kick that moved nothing (the link down, the driver busy) is not
+    /// retried at once, see [`XskQueue::tx_stalled`].
+    tx_moved: bool,
     fd: RawFd,
 }
 
@@ -170,6 +178,7 @@ impl XskQueue {
                 .collect(),
             refill: Vec::with_capacity(RING_SIZE as usize),
             mode,
+            tx_moved: true,
             fd: -1,
         };
         let ucfg = XskUmemConfig {
@@ -397,7 +406,9 @@ impl XskQueue {
     /// the ring for the next pass's kick, and the frames behind them in the
     /// port's backlog (see the worker's transmit).
     fn kick_tx(&mut self) -> bool {
-        if !self.rings.tx.needs_wakeup() || self.tx_pending() == 0 {
+        let before = self.tx_pending();
+        if !self.rings.tx.needs_wakeup() || before == 0 {
+            self.tx_moved = true;
             return false;
         }
         // SAFETY: a zero-length, non-blocking sendto on our own socket.
@@ -414,7 +425,17 @@ impl XskQueue {
                 0,
             )
         };
+        // Copy mode sends within the call; a zero-copy driver that took
+        // the kick later shows its progress in the completion ring.
+        self.tx_moved = self.tx_pending() < before;
         true
+    }
+
+    /// True if frames wait in the TX ring and the last kick moved none of
+    /// them: kicking again at once would spin (the link down, the driver
+    /// busy); the worker retries after [`TX_STALL_RETRY`] instead.
+    pub fn tx_stalled(&mut self) -> bool {
+        !self.tx_moved && self.tx_pending() > 0
     }
 
     /// Frames still in the TX ring sent on (a pass with nothing new to

@@ -46,7 +46,14 @@ impl PooledQueues for UplinkQueue {
                 ready: Some(cause),
             },
             Begun::Blocked { kind, until } => {
-                let _ = self.waiter.arm_timer(until.saturating_since(start));
+                let left = until.saturating_since(start);
+                // A stalled TX ring is retried soon (see `tx_retry`).
+                let left = match kind {
+                    WaitKind::Kick { .. } => self.tx_retry(left),
+                    _ => left,
+                };
+                let until = start + left;
+                let _ = self.waiter.arm_timer(left);
                 PendingWait {
                     kind,
                     target: until,
@@ -140,7 +147,7 @@ impl Notifications for UplinkQueue {
         // Pairs with the switch's fence in `deliver`: either it sees
         // `waiting` and wakes us, or we see its frames here.
         fence(Ordering::SeqCst);
-        self.xsk.rx_ready() || self.tx_waiting()
+        self.xsk.rx_ready() || self.tx_work()
     }
 
     fn disable_kicks(&mut self) {
