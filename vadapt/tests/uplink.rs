@@ -260,7 +260,9 @@ fn rx_channels(iface: &str) -> u32 {
 
 /// A daemon with `--uplink ...,queues=2` on a veth with one RX channel
 /// (four at most) raises it to two, says so in one line, and a SIGTERM
-/// sets it back to one.
+/// sets it back to one. One killed with SIGKILL leaves two (more queues:
+/// traffic flows) and its record of the original; the next daemon on the
+/// interface sets it back to one at its SIGTERM.
 #[test]
 fn the_daemon_restores_the_nics_channel_count_at_a_clean_stop() {
     if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
@@ -277,17 +279,34 @@ fn the_daemon_restores_the_nics_channel_count_at_a_clean_stop() {
     ]));
     let dir = tmpdir("uplink-channels");
     let spec = format!("name=up0,iface={},queues=2", w.host);
+    let record = dir.path().join(format!("uplink-{}.channels", w.host));
+    let mut killed = serve_uplink(dir.path(), &spec, "killed.log");
+    assert_eq!(rx_channels(&w.host), 2);
+    assert!(record.exists(), "the original count is recorded");
+    signal(&killed, libc::SIGKILL);
+    killed.wait().unwrap();
+    assert_eq!(rx_channels(&w.host), 2, "a SIGKILL restores nothing");
     let mut d = serve_uplink(dir.path(), &spec, "daemon.log");
     assert_eq!(rx_channels(&w.host), 2);
     assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
     signal(&d, libc::SIGTERM);
     assert!(d.wait().unwrap().success());
-    assert_eq!(rx_channels(&w.host), 1, "restored at the clean stop");
-    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
     assert_eq!(
-        log.matches("NIC channel count raised").count(),
+        rx_channels(&w.host),
         1,
-        "one line: {log}"
+        "the killed daemon's original, restored at the clean stop"
+    );
+    assert!(!record.exists(), "and its record gone");
+    let killed_log = std::fs::read_to_string(dir.path().join("killed.log")).unwrap();
+    assert_eq!(
+        killed_log.matches("NIC channel count raised").count(),
+        1,
+        "one line: {killed_log}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert!(
+        log.contains("a stopped vadapt left the NIC's channel count raised"),
+        "{log}"
     );
     assert!(log.contains("NIC channel count restored"), "{log}");
 }

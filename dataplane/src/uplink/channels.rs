@@ -26,12 +26,16 @@
 //! and generic-netlink family resolution into the daemon for them. The
 //! kernel serves both interfaces from the same driver callbacks.
 //!
-//! Not restored after a SIGKILL (no code runs): the count stays raised,
-//! which leaves the NIC with more queues, not fewer: its traffic still
-//! flows. Changing the count resets the queues on most NICs (a moment
-//! without traffic, as `ethtool -L` by hand does).
+//! A SIGKILL runs no code: the count stays raised, which leaves the NIC
+//! with more queues, not fewer, so its traffic still flows. The original
+//! count is written to a record beside the uplink's owner record
+//! (`uplink-IFACE.channels`) before the change, so the next uplink on the
+//! interface (which takes it over only from a process that is gone) sets
+//! that count back when it stops. Changing the count resets the queues on
+//! most NICs (a moment without traffic, as `ethtool -L` by hand does).
 
 use std::ffi::c_void;
+use std::path::{Path, PathBuf};
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
@@ -281,21 +285,42 @@ pub fn driver(iface: &str) -> String {
     String::from_utf8_lossy(&name[..end]).into_owned()
 }
 
-/// Channels an uplink raised, set back to `original` when dropped.
+/// Channels an uplink raised, set back to `original` when dropped (and
+/// its record removed).
 #[derive(Debug)]
 pub struct ChannelGuard {
     iface: String,
     original: Channels,
+    record: PathBuf,
+}
+
+/// Where the original count of `iface` is kept while an uplink raised it.
+fn record_path(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("uplink-{iface}.channels"))
+}
+
+/// The counts a record holds: `rx tx other combined`.
+fn read_record(path: &Path) -> Option<[u32; 4]> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Vec<u32> = text
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    v.try_into().ok()
 }
 
 impl Drop for ChannelGuard {
     fn drop(&mut self) {
         match write(&self.iface, &self.original) {
-            Ok(()) => tracing::info!(
-                iface = self.iface.as_str(),
-                channels = %self.original,
-                "NIC channel count restored"
-            ),
+            Ok(()) => {
+                let _ = std::fs::remove_file(&self.record);
+                tracing::info!(
+                    iface = self.iface.as_str(),
+                    channels = %self.original,
+                    "NIC channel count restored"
+                )
+            }
             Err(e) => tracing::error!(
                 iface = self.iface.as_str(),
                 error = %vadapt_host::error_chain::error_chain(&e),
@@ -306,8 +331,16 @@ impl Drop for ChannelGuard {
 }
 
 /// Give `iface` at least `want` RX queues where its driver allows (see the
-/// module docs); the guard that sets the count back, if it was changed.
-pub fn ensure(iface: &str, want: u32, port: &str) -> Result<Option<ChannelGuard>, ChannelsError> {
+/// module docs), its original count recorded in `record_dir`; the guard
+/// that sets the count back, if it was changed (by this uplink, or by one
+/// killed before it could restore it).
+pub fn ensure(
+    iface: &str,
+    want: u32,
+    port: &str,
+    record_dir: &Path,
+) -> Result<Option<ChannelGuard>, ChannelsError> {
+    let record = record_path(record_dir, iface);
     let Some(now) = read(iface)? else {
         tracing::info!(
             port,
@@ -317,8 +350,31 @@ pub fn ensure(iface: &str, want: u32, port: &str) -> Result<Option<ChannelGuard>
         );
         return Ok(None);
     };
+    // A count a killed uplink raised: the original is the record's.
+    let mut original = now;
+    if let Some([rx, tx, other, combined]) = read_record(&record) {
+        (original.rx, original.tx, original.other, original.combined) = (rx, tx, other, combined);
+    }
+    let guard = |original| ChannelGuard {
+        iface: iface.into(),
+        original,
+        record: record.clone(),
+    };
     match plan(&now, want) {
-        Plan::Enough => Ok(None),
+        Plan::Enough if original != now => {
+            tracing::info!(
+                port,
+                iface,
+                now = %now,
+                original = %original,
+                "a stopped vadapt left the NIC's channel count raised; restored when this uplink stops"
+            );
+            Ok(Some(guard(original)))
+        }
+        Plan::Enough => {
+            let _ = std::fs::remove_file(&record);
+            Ok(None)
+        }
         Plan::TooFew { max } => Err(ChannelsError::TooFew {
             iface: iface.into(),
             driver: driver(iface),
@@ -327,7 +383,25 @@ pub fn ensure(iface: &str, want: u32, port: &str) -> Result<Option<ChannelGuard>
             want,
         }),
         Plan::Raise(to) => {
-            write(iface, &to)?;
+            // Recorded first: a SIGKILL between the two leaves the record.
+            let counts = format!(
+                "{} {} {} {}\n",
+                original.rx, original.tx, original.other, original.combined
+            );
+            if let Err(e) =
+                std::fs::create_dir_all(record_dir).and_then(|()| std::fs::write(&record, counts))
+            {
+                tracing::warn!(
+                    iface,
+                    record = %record.display(),
+                    error = %e,
+                    "cannot record the NIC's channel count: a killed daemon would leave it raised"
+                );
+            }
+            if let Err(e) = write(iface, &to) {
+                let _ = std::fs::remove_file(&record);
+                return Err(e);
+            }
             tracing::info!(
                 port,
                 iface,
@@ -336,10 +410,7 @@ pub fn ensure(iface: &str, want: u32, port: &str) -> Result<Option<ChannelGuard>
                 after = %to,
                 "NIC channel count raised for the uplink's queues (ethtool -L); restored when it stops"
             );
-            Ok(Some(ChannelGuard {
-                iface: iface.into(),
-                original: now,
-            }))
+            Ok(Some(guard(original)))
         }
     }
 }

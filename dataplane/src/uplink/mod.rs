@@ -102,7 +102,7 @@ pub fn start(
     let cfg = &port.cfg;
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
     // Dropped after the sockets on every way out (declared before them).
-    let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name)?;
+    let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name, record_dir)?;
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
