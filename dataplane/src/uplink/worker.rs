@@ -12,6 +12,11 @@
 //!   NIC's interrupt wakes nobody: NetAP's periodic service with the
 //!   notification suppressed;
 //! * no wait: busy-poll.
+//!
+//! On a worker thread of its own the queue runs [`drive`] ([`UplinkQueue::run`]);
+//! in the NQ pool it is a queue set whose waits do not block (`pooled`).
+//! Frames for the wire that the TX ring cannot take wait for a later pass
+//! (see `transmit`): a full ring pushes back on the switch.
 
 use super::port::Uplink;
 use super::xsk::{self, XskQueue, MAX_XSK_FRAME};

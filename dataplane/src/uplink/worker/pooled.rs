@@ -18,6 +18,7 @@ use crate::clock::monotonic_now;
 use crate::queue::drive::Wait;
 use crate::queue::pending_wait::PendingWait;
 use crate::queue::pool::PooledQueues;
+use crate::queue::waiting::Woken;
 use std::sync::atomic::{fence, Ordering};
 use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
 use vadapt_policy::{Duration, Policy, Wake, WakeCause};
@@ -70,7 +71,14 @@ impl PooledQueues for UplinkQueue {
         }
         let port = std::sync::Arc::clone(&self.port);
         let slot = &port.queues[self.q];
-        let woken = self.waiter.poll(&slot.wake).unwrap_or_default();
+        let woken = self.waiter.poll(&slot.wake).unwrap_or_else(|e| {
+            tracing::error!(port = port.name(), queue = self.q, error = %e, "epoll_wait failed");
+            // Treated as a wake-up: the pass looks for itself.
+            Woken {
+                wake: true,
+                ..Woken::default()
+            }
+        });
         let kick = match w.kind {
             WaitKind::Sleep {
                 kicks_armed: true, ..
