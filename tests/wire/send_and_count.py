@@ -18,6 +18,13 @@ iface, dst, count, length = (
 )
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5))
 s.bind((iface, 0x88B5))
+# Frames come back while we still send: the default receive buffer (about
+# 256 small frames) would drop the rest before we read. Root may force more
+# (SO_RCVBUFFORCE, 33 on Linux; Python does not name it).
+try:
+    s.setsockopt(socket.SOL_SOCKET, 33, 1 << 24)
+except OSError:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
 me = s.getsockname()[4]
 sent = 0
 for i in range(count):

@@ -277,7 +277,7 @@ pub struct ReloadArgs {
 /// `vadapt set-policy`.
 #[derive(Debug, Args)]
 pub struct SetPolicyArgs {
-    /// VM port name.
+    /// VM port or uplink name (an uplink switches every NIC queue).
     #[arg(long)]
     pub port: String,
     /// New policy: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp (default parameters).
@@ -297,7 +297,7 @@ pub struct SetPolicyArgs {
     workload=V/T/S        NetAP-ML: VMs, threads per VM, message size (B) it predicts for, from the next search on\n\n\
     EXAMPLE:\n  vadapt retune --port vm1 search-range=1600-2600")]
 pub struct RetuneArgs {
-    /// VM port name.
+    /// VM port or uplink name.
     #[arg(long)]
     pub port: String,
     /// The change, PARAM=VALUE (see below).

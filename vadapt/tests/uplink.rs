@@ -31,16 +31,41 @@ struct Wire {
 }
 
 impl Wire {
-    fn new() -> Option<Wire> {
+    /// A wire whose names carry `tag` (each test its own: tests run at once).
+    fn new(tag: &str) -> Option<Wire> {
+        Self::with_queues(tag, 1)
+    }
+
+    /// As [`Wire::new`], each end with `queues` RX and TX queues.
+    fn with_queues(tag: &str, queues: u32) -> Option<Wire> {
+        let q = queues.to_string();
         let id = std::process::id() % 10_000;
+        // Engineers sharing a host keep their names apart with a prefix.
+        let pre = std::env::var("VADAPT_TEST_NET_PREFIX").unwrap_or_default();
         let w = Wire {
-            ns: format!("vaw-it{id}"),
-            host: format!("vah-it{id}"),
-            peer: format!("vap-it{id}"),
+            ns: format!("{pre}vaw-{tag}{id}"),
+            host: format!("{pre}vah-{tag}{id}"),
+            peer: format!("{pre}vap-{tag}{id}"),
         };
         let ok = sh(&["ip", "netns", "add", &w.ns])
             && sh(&[
-                "ip", "link", "add", &w.host, "type", "veth", "peer", "name", &w.peer,
+                "ip",
+                "link",
+                "add",
+                &w.host,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &w.peer,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
             ])
             && sh(&["ip", "link", "set", &w.peer, "netns", &w.ns])
             && sh(&["ip", "-n", &w.ns, "link", "set", &w.peer, "up"])
@@ -93,11 +118,16 @@ impl Drop for Wire {
 
 /// `vadapt serve` with the uplink and an echo; its log goes to `log`.
 fn serve(dir: &Path, iface: &str, log: &str) -> Child {
+    serve_uplink(dir, &format!("name=up0,iface={iface}"), log)
+}
+
+/// `vadapt serve --uplink SPEC` with an echo; its log goes to `log`.
+fn serve_uplink(dir: &Path, spec: &str, log: &str) -> Child {
     let _ = std::fs::remove_file(dir.join("control.sock"));
     let log = std::fs::File::create(dir.join(log)).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
         .args(["serve", "--echo", "echo0", "--policy", "eekbp", "--uplink"])
-        .arg(format!("name=up0,iface={iface}"))
+        .arg(spec)
         .arg("--control")
         .arg(dir.join("control.sock"))
         .env("RUNTIME_DIRECTORY", dir)
@@ -120,7 +150,7 @@ fn signal(child: &Child, sig: libc::c_int) {
 
 #[test]
 fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
-    let Some(w) = Wire::new() else { return };
+    let Some(w) = Wire::new("k") else { return };
     let dir = tmpdir("uplink");
     let echo = Mac::from_name("echo0");
     let record = dir.path().join(format!("uplink-{}.pid", w.host));
@@ -159,4 +189,177 @@ fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
     assert!(log.contains("uplink open"), "{log}");
     assert!(!w.has_xdp(), "the program goes with the daemon");
     assert!(!record.exists(), "and its owner record");
+}
+
+/// The uplink's policy named by `vadapt stats --json`.
+fn uplink_policy(control: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["stats", "--json", "--control"])
+        .arg(control)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ports = v["ports"].as_array().expect("ports in the stats");
+    let up = ports.iter().find(|p| p["name"] == "up0").expect("up0");
+    up["policy"].as_str().unwrap().to_string()
+}
+
+/// `vadapt set-policy --port up0 P` reaches the uplink's queue workers
+/// through the control socket: after each switch traffic still comes back
+/// through the wire, and `vadapt stats` names the new policy. A bad port
+/// name is refused with the names that run.
+#[test]
+fn set_policy_switches_the_uplink_and_stats_show_it() {
+    let Some(w) = Wire::new("p") else { return };
+    let dir = tmpdir("uplink-policy");
+    let control = dir.path().join("control.sock");
+    let echo = Mac::from_name("echo0");
+    let mut d = serve(dir.path(), &w.host, "daemon.log");
+    assert_eq!(uplink_policy(&control), "eekbp");
+    for policy in ["busy-poll", "netap", "growshrink", "interrupt", "eekbp"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+            .args(["set-policy", "--port", "up0", policy, "--control"])
+            .arg(&control)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(w.echo_round(echo, 100), (100, 100), "{policy}");
+        assert_eq!(uplink_policy(&control), policy);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["set-policy", "--port", "up9", "busy-poll", "--control"])
+        .arg(&control)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("up9") && err.contains("up0"), "{err}");
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert!(log.contains("policy switched"), "{log}");
+}
+
+/// `ethtool -l IFACE`'s current RX count.
+fn rx_channels(iface: &str) -> u32 {
+    let out = Command::new("ethtool")
+        .args(["-l", iface])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("Current hardware settings:")
+        .nth(1)
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("RX:")))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("ethtool -l answered")
+}
+
+/// A daemon with `--uplink ...,queues=2` on a veth with one RX channel
+/// (four at most) raises it to two, says so in one line, and a SIGTERM
+/// sets it back to one. One killed with SIGKILL leaves two (more queues:
+/// traffic flows) and its record of the original; the next daemon on the
+/// interface sets it back to one at its SIGTERM.
+#[test]
+fn the_daemon_restores_the_nics_channel_count_at_a_clean_stop() {
+    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
+        eprintln!("skipped: no ethtool to check the counts with");
+        return;
+    }
+    let Some(w) = Wire::with_queues("c", 4) else {
+        return;
+    };
+    assert!(sh(&["ethtool", "-L", &w.host, "rx", "1", "tx", "1"]));
+    // veth takes XDP only with as many RX queues as its peer has TX ones.
+    assert!(sh(&[
+        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "rx", "1", "tx", "1"
+    ]));
+    let dir = tmpdir("uplink-channels");
+    let spec = format!("name=up0,iface={},queues=2", w.host);
+    let record = dir.path().join(format!("uplink-{}.channels", w.host));
+    let mut killed = serve_uplink(dir.path(), &spec, "killed.log");
+    assert_eq!(rx_channels(&w.host), 2);
+    assert!(record.exists(), "the original count is recorded");
+    signal(&killed, libc::SIGKILL);
+    killed.wait().unwrap();
+    assert_eq!(rx_channels(&w.host), 2, "a SIGKILL restores nothing");
+    let mut d = serve_uplink(dir.path(), &spec, "daemon.log");
+    assert_eq!(rx_channels(&w.host), 2);
+    assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    assert_eq!(
+        rx_channels(&w.host),
+        1,
+        "the killed daemon's original, restored at the clean stop"
+    );
+    assert!(!record.exists(), "and its record gone");
+    let killed_log = std::fs::read_to_string(dir.path().join("killed.log")).unwrap();
+    assert_eq!(
+        killed_log.matches("NIC channel count raised").count(),
+        1,
+        "one line: {killed_log}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert!(
+        log.contains("a stopped vadapt left the NIC's channel count raised"),
+        "{log}"
+    );
+    assert!(log.contains("NIC channel count restored"), "{log}");
+}
+
+/// `vadapt serve --queue-workers per-nq-core`: the uplink's NIC queue is a
+/// queue set of the NQ pool (`vadapt cores` lists `up0/0` among a pool
+/// worker's ports), and the wire's frames come back through it.
+#[test]
+fn the_nq_pool_of_the_daemon_serves_the_uplinks_queue() {
+    let Some(w) = Wire::new("n") else { return };
+    let dir = tmpdir("uplink-pool");
+    let control = dir.path().join("control.sock");
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    let mut d = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args([
+            "serve",
+            "--echo",
+            "echo0",
+            "--policy",
+            "interrupt",
+            "--uplink",
+        ])
+        .arg(format!("name=up0,iface={}", w.host))
+        .args(["--cores-cpus", "0", "--queue-workers", "per-nq-core"])
+        .arg("--control")
+        .arg(&control)
+        .env("RUNTIME_DIRECTORY", dir.path())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&control).is_err() {
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["cores", "--json", "--control"])
+        .arg(&control)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let served: Vec<String> = v["nq_workers"]
+        .as_array()
+        .expect("the pool's workers")
+        .iter()
+        .flat_map(|w| w["ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p.as_str().map(str::to_string))
+        .collect();
+    assert!(served.contains(&"up0/0".to_string()), "{v}");
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    assert!(!w.has_xdp(), "the program goes with the daemon");
 }

@@ -69,7 +69,9 @@ pub struct UplinkPortConfig {
     pub mtu: Option<u16>,
     /// CPUs the queue workers are pinned to, queue `q` to `cpus[q % len]`;
     /// empty: not pinned. A pinned worker's EE-KBP frequency hints drive
-    /// its CPU's cpufreq (see docs/cpu-frequency.md).
+    /// its CPU's cpufreq (see docs/cpu-frequency.md). Not used when the NQ
+    /// pool serves the queues (`queue_workers = "per-nq-core"`): it places
+    /// its workers itself.
     #[serde(default)]
     pub cpus: Vec<usize>,
 }

@@ -51,7 +51,7 @@ impl Handler for Shared {
             Request::Metrics => Response::Metrics {
                 text: self.registry.prometheus_text(),
             },
-            Request::SetPolicy { port, policy } => match set_policy(&self.roster, &port, policy) {
+            Request::SetPolicy { port, policy } => match self.set_policy(&port, policy) {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
             },
@@ -113,9 +113,40 @@ impl Handler for Shared {
 }
 
 impl Shared {
+    /// The port named `name` whose policy can change: a VM port or an uplink.
+    fn policy_port(&self, name: &str) -> Result<PolicyPort, String> {
+        if let Some(p) = self.roster.find(name) {
+            return Ok(PolicyPort::Vm(p));
+        }
+        let book = self.book();
+        if let Some(u) = book.uplink(name) {
+            return Ok(PolicyPort::Uplink(u));
+        }
+        let ports = self.roster.current();
+        let mut names: Vec<String> = ports.iter().map(|p| p.name().to_owned()).collect();
+        names.extend(book.uplink_names());
+        Err(format!(
+            "no VM port or uplink `{name}` (those running: {})",
+            names.join(", ")
+        ))
+    }
+
+    fn set_policy(&self, name: &str, policy: PolicyConfig) -> Result<(), String> {
+        match self.policy_port(name)? {
+            PolicyPort::Vm(p) => p.set_policy(policy),
+            PolicyPort::Uplink(u) => u.set_policy(policy),
+        }
+        .map_err(|e| e.to_string())?;
+        tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
+        Ok(())
+    }
+
     fn retune(&self, name: &str, r: Retune) -> Result<(), String> {
-        let p = find_port(&self.roster, name)?;
-        p.retune(r).map_err(|e| format!("port `{name}`: {e}"))?;
+        match self.policy_port(name)? {
+            PolicyPort::Vm(p) => p.retune(r),
+            PolicyPort::Uplink(u) => u.retune(r),
+        }
+        .map_err(|e| format!("port `{name}`: {e}"))?;
         tracing::info!(port = name, retune = ?r, "retune requested");
         Ok(())
     }
@@ -167,19 +198,10 @@ fn lock_book(book: &Mutex<PortBook>) -> std::sync::MutexGuard<'_, PortBook> {
     book.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn find_port(roster: &Roster, name: &str) -> Result<Arc<VmPort>, String> {
-    roster.find(name).ok_or_else(|| {
-        let ports = roster.current();
-        let names: Vec<_> = ports.iter().map(|p| p.name()).collect();
-        format!("no VM port `{name}` (VM ports: {})", names.join(", "))
-    })
-}
-
-fn set_policy(roster: &Roster, name: &str, policy: PolicyConfig) -> Result<(), String> {
-    let p = find_port(roster, name)?;
-    p.set_policy(policy).map_err(|e| e.to_string())?;
-    tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
-    Ok(())
+/// A port whose queues run a policy.
+enum PolicyPort {
+    Vm(Arc<VmPort>),
+    Uplink(Arc<crate::uplink::Uplink>),
 }
 
 /// The configuration step: `cfg` is valid, and the NetAP-ML model its
@@ -332,12 +354,12 @@ impl Daemon {
         self.metrics_addr
     }
 
-    /// Change a VM port's policy.
+    /// Change a VM port's or an uplink's policy.
     pub fn set_policy(&self, port: &str, policy: PolicyConfig) -> Result<(), String> {
-        set_policy(&self.shared.roster, port, policy)
+        self.shared.set_policy(port, policy)
     }
 
-    /// Change a parameter of a VM port's running policy.
+    /// Change a parameter of a VM port's or an uplink's running policy.
     pub fn retune(&self, port: &str, r: Retune) -> Result<(), String> {
         self.shared.retune(port, r)
     }

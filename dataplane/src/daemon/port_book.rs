@@ -67,6 +67,23 @@ impl PortBook {
         Ok(())
     }
 
+    /// The uplink named `name`, if one runs.
+    pub(super) fn uplink(&self, name: &str) -> Option<Arc<crate::uplink::Uplink>> {
+        self.hosts
+            .iter()
+            .filter(|h| h.spec.name() == name)
+            .find_map(|h| h.uplink().cloned())
+    }
+
+    /// The names of the uplinks that run.
+    pub(super) fn uplink_names(&self) -> Vec<String> {
+        self.hosts
+            .iter()
+            .filter(|h| h.uplink().is_some())
+            .map(|h| h.spec.name().to_owned())
+            .collect()
+    }
+
     /// Remove the port named `name`, of any kind.
     pub(super) fn remove(&mut self, name: &str) -> Result<(), String> {
         if let Some(i) = self.vms.iter().position(|v| v.port.name() == name) {

@@ -254,17 +254,16 @@ impl PortMaker {
         u: &crate::config::UplinkPortConfig,
     ) -> Result<crate::uplink::RunningUplink, DaemonError> {
         let port =
-            crate::uplink::Uplink::new(u.clone(), self.settings.backlog).map_err(|source| {
-                DaemonError::Port {
+            crate::uplink::Uplink::new(u.clone(), self.settings.backlog, self.settings.policy)
+                .map_err(|source| DaemonError::Port {
                     port: u.name.clone(),
                     source,
-                }
-            })?;
+                })?;
         let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));
         let dir = crate::uplink::program::default_record_dir();
-        let running = crate::uplink::start(port, self.settings.policy, &dir).map_err(|source| {
+        let running = crate::uplink::start(port, &dir, self.pool.clone()).map_err(|source| {
             self.detach(id, &u.name);
             DaemonError::Uplink {
                 port: u.name.clone(),
@@ -288,6 +287,11 @@ impl RunningHost {
     /// An uplink's queue workers' counters (none for other kinds).
     pub(super) fn nic_workers(&self) -> &[Arc<crate::metrics::WorkerStats>] {
         self.uplink.as_ref().map_or(&[], |u| &u.workers)
+    }
+
+    /// The uplink port, if this is one.
+    pub(super) fn uplink(&self) -> Option<&Arc<crate::uplink::Uplink>> {
+        self.uplink.as_ref().map(|u| &u.port)
     }
 }
 

@@ -117,9 +117,10 @@ pub struct QueueStats {
     /// An uplink queue: passes that found the AF_XDP fill ring empty (the
     /// NIC had no buffer for a frame arriving then).
     pub fill_ring_empty: AtomicU64,
-    /// An uplink queue: passes whose frames found the AF_XDP TX ring (or
-    /// its free frames) exhausted; the frames that did not fit are
-    /// dropped as `backlog_full`.
+    /// An uplink queue: passes that left frames waiting because the AF_XDP
+    /// TX ring (or its free frames) was full. They stay queued for a later
+    /// pass; only what overflows the port's backlog is dropped, as
+    /// `backlog_full`.
     pub tx_ring_full: AtomicU64,
 }
 
@@ -151,7 +152,7 @@ pub struct PortStats {
     pub kind: &'static str,
     /// True while a frontend is connected (always true for local ports).
     pub connected: AtomicBool,
-    /// Current policy name (VM ports).
+    /// Current policy name (VM ports and uplinks).
     pub policy: Mutex<String>,
     /// Current polling interval / window in µs, 0 if none.
     pub poll_interval_us: AtomicU64,

@@ -60,7 +60,7 @@ pub const QUEUE_XDP_EVENTS: Family = Family {
     kind: Kind::Counter,
     labels: &["port", "queue", "kind"],
     help: "An uplink queue's AF_XDP ring events, by kind.",
-    doc: "an uplink queue's AF_XDP rings (issue #27): `kind=\"fill_ring_empty\"` passes that found no buffer in the fill ring for the NIC, `kind=\"tx_ring_full\"` passes whose frames found the TX ring full (the rest dropped as `backlog_full`); wake-ups by the NIC are `vadapt_queue_kicks_total`, TX wake-ups of the kernel (`sendto`) `vadapt_queue_calls_total`",
+    doc: "an uplink queue's AF_XDP rings (issue #27): `kind=\"fill_ring_empty\"` passes that found no buffer in the fill ring for the NIC, `kind=\"tx_ring_full\"` passes that left frames waiting because the TX ring was full (they stay queued; only what overflows the port's backlog is dropped, as `backlog_full`); wake-ups by the NIC are `vadapt_queue_kicks_total`, TX wake-ups of the kernel (`sendto`) `vadapt_queue_calls_total`",
 };
 
 /// Drops, by reason.

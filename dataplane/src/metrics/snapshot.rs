@@ -23,7 +23,7 @@ pub struct PortSnapshot {
     pub kind: String,
     /// Frontend connected.
     pub connected: bool,
-    /// Policy name (VM ports).
+    /// Policy name (VM ports and uplinks).
     pub policy: String,
     /// Current interval / window, µs.
     pub poll_interval_us: u64,
@@ -76,7 +76,8 @@ pub struct QueueSnapshot {
     /// An uplink queue: passes that found the AF_XDP fill ring empty.
     #[serde(default)]
     pub fill_ring_empty: u64,
-    /// An uplink queue: passes that found the AF_XDP TX ring full.
+    /// An uplink queue: passes that left frames waiting because the AF_XDP
+    /// TX ring was full (held, not dropped).
     #[serde(default)]
     pub tx_ring_full: u64,
     /// Drops by reason (only non-zero reasons).

@@ -519,6 +519,46 @@ impl PortQueues {
     }
 }
 
+/// A VM port's rings as a pool worker serves them.
+impl crate::queue::pool::PooledQueues for PortQueues {
+    fn name(&self) -> &str {
+        self.port.name()
+    }
+
+    fn waiter_fd(&self) -> std::os::fd::RawFd {
+        PortQueues::waiter_fd(self)
+    }
+
+    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        PortQueues::begin_wait(self, wake)
+    }
+
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        PortQueues::poll_wait(self, w)
+    }
+
+    fn end_wait(&mut self, w: PendingWait) -> Wait {
+        PortQueues::end_wait(self, w)
+    }
+
+    fn take_policy(&mut self) -> Box<dyn vadapt_policy::Policy> {
+        let (policy, view) = self.port.policy.take(self.port.name());
+        self.policy_view = Some(view);
+        policy
+    }
+
+    fn park_policy(&mut self, policy: Box<dyn vadapt_policy::Policy>) {
+        // The view as the port's control last updated it.
+        if let Some(view) = self.policy_view {
+            self.port.policy.park(policy, &view);
+        }
+    }
+
+    fn into_bases(self: Box<Self>) -> Vec<(usize, u16)> {
+        PortQueues::into_bases(*self)
+    }
+}
+
 /// The port's rings as the wait protocol drives them
 /// ([`vadapt_policy::wait_protocol`]).
 impl Notifications for PortQueues {

@@ -33,6 +33,12 @@ pub const MAX_MERGE: usize = 64;
 /// Frames a worker took out of one queue pair's [`Backlog`] and has not
 /// delivered yet: the backlog is swapped out whole, under its lock, and
 /// delivered from here over as many passes as the guest's buffers need.
+///
+/// This is how a port pushes back on the switch: while frames wait here
+/// the backlog fills again, and only what overflows the backlog is dropped
+/// (counted at the sender's [`crate::switch::Egress::deliver`]). The
+/// uplink's transmit side uses it the same way, its TX ring's free slots
+/// standing for the guest's buffers ([`crate::uplink::worker`]).
 #[derive(Debug)]
 pub struct RxPending {
     frames: FrameBatch,
@@ -76,8 +82,26 @@ impl RxPending {
             .then_some(self.need_buffers.max(1))
     }
 
+    /// The frames taken, delivered or not.
+    pub(crate) fn frames(&self) -> &FrameBatch {
+        &self.frames
+    }
+
+    /// Where delivery stands: the next frame of [`RxPending::frames`], and
+    /// its next segment when it is being cut (0: none delivered yet).
+    pub(crate) fn cursor(&self) -> (usize, usize) {
+        (self.next, self.cut_next)
+    }
+
+    /// Delivery has gone on to frame `next`, segment `cut_next`.
+    pub(crate) fn set_cursor(&mut self, next: usize, cut_next: usize) {
+        debug_assert!(next <= self.frames.len());
+        self.next = next;
+        self.cut_next = cut_next;
+    }
+
     /// When everything taken was delivered, takes what `backlog` holds now.
-    fn refill(&mut self, backlog: &Backlog) {
+    pub(crate) fn refill(&mut self, backlog: &Backlog) {
         if self.remaining() == 0 {
             self.frames.clear();
             self.next = 0;

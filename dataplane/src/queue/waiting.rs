@@ -37,6 +37,8 @@ pub struct Waiter {
     epoll: Epoll,
     timer: TimerFd,
     events: Vec<EpollEvent>,
+    /// The kick descriptors, for [`Waiter::watch_kicks`].
+    kicks: Vec<std::os::fd::RawFd>,
 }
 
 impl Waiter {
@@ -74,7 +76,22 @@ impl Waiter {
             epoll,
             timer,
             events: vec![EpollEvent::default(); 2 + kicks.len() + 2],
+            kicks: kicks.to_vec(),
         })
+    }
+
+    /// Watch the kick descriptors (`true`, as made) or not: an uplink queue
+    /// served by a pool worker unwatches its AF_XDP socket during a timed
+    /// sleep (the NIC's interrupt suppressed), since the pool's epoll set
+    /// would otherwise wake on it over and over.
+    pub fn watch_kicks(&self, on: bool) {
+        let events = if on { EventSet::IN } else { EventSet::empty() };
+        for (i, &fd) in self.kicks.iter().enumerate() {
+            let ev = EpollEvent::new(events, TOKEN_KICK0 + i as u64);
+            if let Err(e) = self.epoll.ctl(ControlOperation::Modify, fd, ev) {
+                tracing::error!(fd, error = %e, "epoll_ctl on a kick descriptor failed");
+            }
+        }
     }
 
     /// Blocks until the wake eventfd, the timer or a kick is readable, and

@@ -9,9 +9,12 @@
 //! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
 //! * [`program`] — the XDP program on the interface: its owner record, and
 //!   taking over one a killed daemon left.
+//! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): raised to
+//!   the uplink's queues where the driver allows, restored at stop.
 //! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
 //!   accessors of `<xdp/xsk.h>`.
 
+pub mod channels;
 pub(crate) mod libxdp;
 pub mod port;
 pub mod program;
@@ -25,13 +28,13 @@ pub use port::Uplink;
 pub use xsk::{XskError, XskQueue};
 
 use crate::metrics::WorkerStats;
+use crate::queue::pool::{NqWorkers, QueueSet};
 use program::{OwnerRecord, ProgramError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::PolicyConfig;
 
 /// Errors starting an uplink.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +42,9 @@ pub enum UplinkError {
     /// The interface could not be taken.
     #[error(transparent)]
     Program(#[from] ProgramError),
+    /// The interface cannot have as many queues as the uplink asks.
+    #[error(transparent)]
+    Channels(#[from] channels::ChannelsError),
     /// A queue's AF_XDP socket could not be opened.
     #[error(transparent)]
     Socket(#[from] XskError),
@@ -60,23 +66,43 @@ pub struct RunningUplink {
     pub workers: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// The NQ pool serving the queues, if it does.
+    pool: Option<Arc<NqWorkers>>,
+    /// The queues' set ids in the pool.
+    pooled: Vec<u64>,
+    /// Sets the NIC's channel count back (if the uplink raised it) once
+    /// the sockets are closed.
+    channels: Option<channels::ChannelGuard>,
     owner: Option<OwnerRecord>,
 }
 
+/// The NQ pool's id of queue `q` of the uplink at switch port `port_id`:
+/// apart from VM ports' ids (their switch port ids, small numbers).
+fn pool_set_id(port_id: usize, q: usize) -> u64 {
+    (1 << 48) | ((port_id as u64 & 0xffff_ffff) << 16) | q as u64
+}
+
 /// Start `port` (already on the switch): take its interface (records in
-/// `record_dir`), open an AF_XDP socket per queue, and start each queue's
-/// worker with the port's policy, or `default_policy`.
+/// `record_dir`), open an AF_XDP socket per queue, and serve each queue
+/// with the port's policy (see [`Uplink::new`]): by a worker thread of its
+/// own, or, given the NQ pool (`[cores] queue_workers = "per-nq-core"`),
+/// as a queue set of the pool (one per NIC queue, so that the pool spreads
+/// them over its workers and moves them when the NQ group is resized).
 pub fn start(
     port: Arc<Uplink>,
-    default_policy: PolicyConfig,
     record_dir: &Path,
+    pool: Option<Arc<NqWorkers>>,
 ) -> Result<RunningUplink, UplinkError> {
+    let policy = port.policy_config();
+    policy
+        .validate()
+        .map_err(|e| UplinkError::Policy(e.to_string()))?;
     let lib = libxdp::libxdp().map_err(XskError::Library)?;
     libxdp::log_to_tracing(lib);
     let cfg = &port.cfg;
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
-    let policy = cfg.policy.unwrap_or(default_policy);
-    *port.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+    // Dropped after the sockets on every way out (declared before them).
+    let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name, record_dir)?;
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
@@ -95,15 +121,20 @@ pub fn start(
         workers: Vec::new(),
         stop: Arc::clone(&stop),
         threads: Vec::new(),
+        pool: pool.clone(),
+        pooled: Vec::new(),
+        channels,
         owner: Some(owner),
     };
     for (q, xsk) in sockets.into_iter().enumerate() {
-        let p = policy
-            .build()
-            .map_err(|e| UplinkError::Policy(e.to_string()))?;
-        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[q % cfg.cpus.len()]);
+        // The pool places its workers itself: an uplink's cpus= is for
+        // workers of its own.
+        let cpu = (!cfg.cpus.is_empty() && pool.is_none()).then(|| cfg.cpus[q % cfg.cpus.len()]);
         let freq = Arc::new(match cpu {
             Some(c) => CpuFreq::probe(Path::new("/sys"), c),
+            None if pool.is_some() => CpuFreq::unavailable(
+                "queue workers of the NQ pool (--queue-workers per-nq-core) move between CPUs",
+            ),
             None => CpuFreq::unavailable(
                 "uplink queue worker not pinned to a CPU (see the uplink's cpus=)",
             ),
@@ -120,9 +151,15 @@ pub fn start(
             stats,
         )
         .map_err(UplinkError::Worker)?;
+        if let Some(pool) = &pool {
+            let id = pool_set_id(port.port_id(), q);
+            pool.attach(QueueSet::start(id, io));
+            running.pooled.push(id);
+            continue;
+        }
         let t = std::thread::Builder::new()
             .name(format!("vadapt-x-{}-{q}", cfg.name))
-            .spawn(move || io.run(p))
+            .spawn(move || io.run())
             .map_err(UplinkError::Worker)?;
         running.threads.push(t);
     }
@@ -131,7 +168,8 @@ pub fn start(
 
 impl RunningUplink {
     /// Stop the workers and close the sockets (libxdp detaches its program
-    /// with the last one), then drop the owner record.
+    /// with the last one), set the NIC's channel count back if the uplink
+    /// raised it, then drop the owner record.
     pub fn stop(mut self) {
         self.stop_now();
     }
@@ -144,6 +182,15 @@ impl RunningUplink {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        if let Some(pool) = &self.pool {
+            for id in self.pooled.drain(..) {
+                // Released between two passes; the socket closes with it.
+                if let Some(set) = pool.detach(id) {
+                    let _ = set.finish();
+                }
+            }
+        }
+        self.channels.take();
         self.owner.take();
     }
 }

@@ -6,9 +6,11 @@
 use crate::config::UplinkPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats};
+use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::switch::{Egress, Ingress, PortId};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use vadapt_policy::{PolicyConfig, Retune};
 use vmm_sys_util::eventfd::EventFd;
 
 /// One NIC queue's side of the switch.
@@ -24,6 +26,10 @@ pub(crate) struct QueueSlot {
     /// (NetAP's ring-full safety net): the backlog length that wakes it
     /// early; 0 otherwise.
     pub(crate) wake_at: AtomicUsize,
+    /// The queue's policy: asked for, switched and retuned here, taken by
+    /// its worker (as a VM port's, one per NIC queue: each queue's worker
+    /// runs an instance of its own).
+    pub(crate) policy: PolicySlot,
 }
 
 /// An uplink port on the switch.
@@ -39,9 +45,16 @@ pub struct Uplink {
 
 impl Uplink {
     /// An uplink for `cfg` with backlogs of `backlog` frames, not yet on
-    /// the switch.
-    pub fn new(cfg: UplinkPortConfig, backlog: usize) -> std::io::Result<Arc<Self>> {
+    /// the switch; its queues run the port's policy, or `default_policy`
+    /// where it names none (validated when the uplink starts).
+    pub fn new(
+        cfg: UplinkPortConfig,
+        backlog: usize,
+        default_policy: PolicyConfig,
+    ) -> std::io::Result<Arc<Self>> {
         let stats = Arc::new(PortStats::new(&cfg.name, "uplink", usize::from(cfg.queues)));
+        let policy = cfg.policy.unwrap_or(default_policy);
+        *stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
         let queues = (0..cfg.queues)
             .map(|_| {
                 Ok(QueueSlot {
@@ -49,6 +62,7 @@ impl Uplink {
                     wake: EventFd::new(libc::EFD_NONBLOCK)?,
                     waiting: AtomicBool::new(false),
                     wake_at: AtomicUsize::new(0),
+                    policy: PolicySlot::new(policy),
                 })
             })
             .collect::<std::io::Result<_>>()?;
@@ -83,6 +97,40 @@ impl Uplink {
     /// Our switch port id (`usize::MAX` before [`Uplink::attach`]).
     pub fn port_id(&self) -> PortId {
         self.ingress.get().map_or(usize::MAX, Ingress::port)
+    }
+
+    /// The policy the queues run (the last switch's, or the configured one).
+    pub fn policy_config(&self) -> PolicyConfig {
+        self.queues[0].policy.config()
+    }
+
+    /// Switch every queue's worker to `policy`, each after its current
+    /// pass (`vadapt set-policy`, as [`crate::queue::VmPort::set_policy`]).
+    /// Refused, nothing changed, if `policy` is invalid.
+    pub fn set_policy(&self, policy: PolicyConfig) -> Result<(), PolicyRequestError> {
+        policy.validate()?;
+        for (q, slot) in self.queues.iter().enumerate() {
+            slot.policy.switch(policy)?;
+            self.kick_worker(q);
+        }
+        *self.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+        Ok(())
+    }
+
+    /// Change a parameter of every queue's running policy (`vadapt
+    /// retune`): refused, nothing changed, if the policy has no such
+    /// parameter or the value is invalid.
+    pub fn retune(&self, r: Retune) -> Result<(), PolicyRequestError> {
+        // Every queue runs the same policy config: the first one's check
+        // answers for all.
+        self.queues[0].policy.retune(r)?;
+        for (q, slot) in self.queues.iter().enumerate() {
+            if q > 0 {
+                slot.policy.retune(r)?;
+            }
+            self.kick_worker(q);
+        }
+        Ok(())
     }
 
     /// Wake queue `q`'s worker if it is blocked.

@@ -13,6 +13,13 @@ use std::time::Duration;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
+/// Prepended to the names of the namespaces and veth pairs the tests make
+/// (`VADAPT_TEST_NET_PREFIX`, empty by default): engineers sharing a host
+/// keep theirs apart. Interface names stay under 16 bytes with up to 3.
+pub(crate) fn net_prefix() -> String {
+    std::env::var("VADAPT_TEST_NET_PREFIX").unwrap_or_default()
+}
+
 /// A veth pair `host`–`wire`, `wire` in namespace `ns` with `10.77.N.2/24`.
 pub(crate) struct Wire {
     pub ns: String,
@@ -25,9 +32,9 @@ impl Wire {
     pub fn new(tag: &str, queues: u32) -> Option<Wire> {
         let id = std::process::id() % 10_000;
         let w = Wire {
-            ns: format!("vaw{tag}{id}"),
-            host: format!("vah{tag}{id}"),
-            peer: format!("vap{tag}{id}"),
+            ns: format!("{}vaw{tag}{id}", net_prefix()),
+            host: format!("{}vah{tag}{id}", net_prefix()),
+            peer: format!("{}vap{tag}{id}", net_prefix()),
         };
         let peer = w.peer.clone();
         let q = queues.to_string();
@@ -163,7 +170,7 @@ const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py
 /// at the MAC of the name "echo" behind it; the switch is kept by the caller.
 fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     let sw = Arc::new(Switch::new(Duration::from_secs(300)));
-    let up = super::Uplink::new(cfg, 1024).unwrap();
+    let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt).unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
     up.attach(sw.ingress(id));
     let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
@@ -195,7 +202,7 @@ fn every_policy_serves_the_nic_queue_both_ways() {
         cfg.policy = Some(PolicyConfig::default_for(kind));
         let (_sw, up) = uplink_and_echo(cfg);
         let mac = Mac::from_name("echo");
-        let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+        let running = super::start(up.clone(), dir.path(), None).unwrap();
         let out = w.python(SEND_AND_COUNT, &[&w.peer, &hex(mac), "200", "60"]);
         running.stop();
         let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
@@ -246,7 +253,7 @@ fn oversize_frames_from_the_wire_are_counted_drops() {
     assert!(sh(&["ip", "link", "set", &w.host, "mtu", "3000"]));
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     let out = w.python(
         SEND_AND_COUNT,
         &[&w.peer, &hex(Mac::from_name("echo")), "20", "2000"],
@@ -309,7 +316,7 @@ fn both_queues_of_a_two_queue_nic_are_served() {
             "{set}"
         );
     }
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     for cpu in &cpus[..2] {
         let out = w.python_on(
             Some(*cpu),
@@ -338,7 +345,12 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
     use vadapt_policy::WakeCause;
 
     let Some(w) = Wire::new("s", 1) else { return };
-    let up = super::Uplink::new(UplinkPortConfig::new("up0", w.host.clone()), 64).unwrap();
+    let up = super::Uplink::new(
+        UplinkPortConfig::new("up0", w.host.clone()),
+        64,
+        PolicyConfig::Interrupt,
+    )
+    .unwrap();
     let xsk = XskQueue::open(&w.host, 0, XskMode::Copy).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stats = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
@@ -372,7 +384,7 @@ fn a_frame_whose_length_field_lies_is_counted_and_dropped() {
     let Some(w) = Wire::new("l", 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
-    let running = super::start(up.clone(), PolicyConfig::Interrupt, dir.path()).unwrap();
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
     // 60-byte frames: 46 bytes after the header; the length says 46 or 1000.
     let send = r#"
 import socket, sys
@@ -399,4 +411,344 @@ for length in (46, 1000, 1000, 1000):
         q.packets[0].load(Ordering::Relaxed) >= 1,
         "the true one went on"
     );
+}
+
+/// `set-policy` on an uplink: every queue's worker switches after its
+/// current pass while traffic flows over the wire, and the switch shows in
+/// what it does: busy-poll passes an idle queue thousands of times, and
+/// interrupt mode blocks on it.
+#[test]
+fn set_policy_switches_every_queue_worker_while_traffic_flows() {
+    let Some(w) = Wire::new("p", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    let stats = Arc::clone(&running.workers[0]);
+    let passes = || stats.passes.load(Ordering::Relaxed);
+    // Passes an idle queue gets in `ms` milliseconds.
+    let idle_passes = |ms| {
+        let p0 = passes();
+        std::thread::sleep(Duration::from_millis(ms));
+        passes() - p0
+    };
+    let mac = hex(Mac::from_name("echo"));
+    assert!(idle_passes(300) < 50, "interrupt mode blocks when idle");
+    for kind in [
+        PolicyKind::BusyPoll,
+        PolicyKind::Netap,
+        PolicyKind::Eekbp,
+        PolicyKind::Growshrink,
+        PolicyKind::Interrupt,
+    ] {
+        // The far end sends while the switch happens.
+        let sender = {
+            let (ns, peer, mac) = (w.ns.clone(), w.peer.clone(), mac.clone());
+            std::thread::spawn(move || {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &ns, "python3", "-c", SEND_AND_COUNT])
+                    .args([&peer, &mac, "300", "60"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        up.set_policy(PolicyConfig::default_for(kind)).unwrap();
+        let out = sender.join().unwrap();
+        let q = &up.stats.queues[0];
+        let drops: Vec<u64> = q.drops.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            out.trim(),
+            "300 300",
+            "{kind}: every frame came back; uplink rx {} tx {} tx_full {} fill_empty {} drops {drops:?}",
+            q.packets[0].load(Ordering::Relaxed),
+            q.packets[1].load(Ordering::Relaxed),
+            q.tx_ring_full.load(Ordering::Relaxed),
+            q.fill_ring_empty.load(Ordering::Relaxed),
+        );
+        assert_eq!(*up.stats.policy.lock().unwrap(), kind.to_string());
+        assert_eq!(up.policy_config().kind(), kind);
+        if kind == PolicyKind::BusyPoll {
+            assert!(idle_passes(300) > 1000, "busy-poll polls the idle queue");
+        }
+    }
+    assert!(
+        idle_passes(300) < 50,
+        "back in interrupt mode, the worker blocks again"
+    );
+    // A policy that does not validate changes nothing.
+    let mut bad = PolicyConfig::default_for(PolicyKind::Netap);
+    if let PolicyConfig::Netap(p) = &mut bad {
+        p.min_interval_us = 900;
+        p.max_interval_us = 100;
+    }
+    assert!(up.set_policy(bad).is_err());
+    assert_eq!(up.policy_config().kind(), PolicyKind::Interrupt);
+    running.stop();
+}
+
+/// The far end's counter: see the script's docstring.
+const COUNT_FRAMES: &str = include_str!("../../../tests/wire/count_frames.py");
+
+/// VM→NIC backpressure: a burst four times the TX ring (2,048 frames)
+/// waits in the uplink's backlog while the ring is full and goes out as
+/// completions free its slots: every frame reaches the far end, the full
+/// ring is counted (`tx_ring_full`), and nothing is dropped. What
+/// overflows the backlog itself is a counted drop (`backlog_full`).
+#[test]
+fn a_burst_larger_than_the_tx_ring_reaches_the_wire_whole() {
+    use crate::frames::FrameBatch;
+    use crate::switch::Egress;
+
+    let Some(w) = Wire::new("t", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (backlog, burst) = (8192usize, 9000u32);
+    let sw = Arc::new(Switch::new(Duration::from_secs(300)));
+    let up = super::Uplink::new(
+        UplinkPortConfig::new("up0", w.host.clone()),
+        backlog,
+        PolicyConfig::Interrupt,
+    )
+    .unwrap();
+    let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
+    up.attach(sw.ingress(id));
+    let mut counter = Command::new("ip")
+        .args(["netns", "exec", &w.ns, "python3", "-c", COUNT_FRAMES])
+        .args([&w.peer, &backlog.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(counter.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // The whole burst is in the backlog before the worker starts: its
+    // first pass meets far more frames than the ring takes.
+    let mut frames = FrameBatch::new(1000);
+    for seq in 0..burst {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x27, 0x88, 0xb5]);
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(60, 0);
+        assert!(frames.push(&f));
+        if frames.is_full() || seq + 1 == burst {
+            let which: Vec<u16> = (0..frames.len() as u16).collect();
+            up.deliver(&frames, &which, 0);
+            frames.clear();
+        }
+    }
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = counter.wait();
+    running.stop();
+    let q = &up.stats.queues[0];
+    let drop_of = |r: DropReason| {
+        let i = DropReason::ALL.iter().position(|x| *x == r).unwrap();
+        q.drops[i].load(Ordering::Relaxed)
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(
+        v,
+        [backlog as u64, backlog as u64],
+        "every frame the backlog took reached the wire, once; uplink tx {} tx_full {}",
+        q.packets[1].load(Ordering::Relaxed),
+        q.tx_ring_full.load(Ordering::Relaxed),
+    );
+    assert_eq!(q.packets[1].load(Ordering::Relaxed), backlog as u64);
+    assert!(
+        q.tx_ring_full.load(Ordering::Relaxed) >= 1,
+        "the full ring was counted"
+    );
+    assert_eq!(
+        drop_of(DropReason::BacklogFull),
+        u64::from(burst) - backlog as u64,
+        "only what overflowed the backlog was dropped"
+    );
+}
+
+/// `ethtool -l IFACE`'s current RX and TX counts, read by the tool itself.
+fn ethtool_counts(iface: &str) -> (u32, u32) {
+    let out = Command::new("ethtool")
+        .args(["-l", iface])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let current = text
+        .split("Current hardware settings:")
+        .nth(1)
+        .expect("ethtool -l answered");
+    let field = |name: &str| {
+        current
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("RX:"), field("TX:"))
+}
+
+/// `ethtool -L`: an uplink asking for 2 queues on a veth with 1 RX channel
+/// (4 at most) raises it to 2, serves the wire, and sets it back to 1 when
+/// it stops; one asking for more than the driver's maximum is refused,
+/// naming the driver and its limit, and changes nothing.
+#[test]
+fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
+    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
+        eprintln!("skipped: no ethtool to check the counts with");
+        return;
+    }
+    let Some(w) = Wire::new("e", 4) else { return };
+    assert!(sh(&["ethtool", "-L", &w.host, "rx", "1", "tx", "1"]));
+    // veth takes an XDP program only with at least as many RX queues as
+    // its peer has TX queues (ENOSPC otherwise): the far end sends on one.
+    assert!(sh(&[
+        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "rx", "1", "tx", "1"
+    ]));
+    assert_eq!(ethtool_counts(&w.host), (1, 1));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+    cfg.queues = 2;
+    let (_sw, up) = uplink_and_echo(cfg);
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    assert_eq!(ethtool_counts(&w.host), (2, 2), "raised for two queues");
+    let out = w.python(
+        SEND_AND_COUNT,
+        &[&w.peer, &hex(Mac::from_name("echo")), "100", "60"],
+    );
+    assert_eq!(out.trim(), "100 100");
+    running.stop();
+    assert_eq!(ethtool_counts(&w.host), (1, 1), "restored at stop");
+
+    let mut cfg = UplinkPortConfig::new("up1", w.host.clone());
+    cfg.queues = 8;
+    let (_sw, up) = uplink_and_echo(cfg);
+    let e = super::start(up, dir.path(), None).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            e,
+            super::UplinkError::Channels(super::channels::ChannelsError::TooFew { max: 4, .. })
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("veth") && msg.contains("at most 4"), "{msg}");
+    assert_eq!(ethtool_counts(&w.host), (1, 1), "nothing changed");
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|_| true),
+        "the refused uplink left no owner record"
+    );
+}
+
+/// The NQ pool (`queue_workers = "per-nq-core"`) serves an uplink's NIC
+/// queues as queue sets, one per NIC queue, under every policy: frames
+/// from the wire come back through them, no thread of the uplink's own
+/// runs, and resizing the pool (as vSPACE resizes the NQ group) spreads
+/// the two queues over two workers, traffic flowing before and after.
+#[test]
+fn the_nq_pool_serves_the_uplinks_queues_and_moves_them_when_resized() {
+    use crate::queue::pool::NqWorkers;
+
+    let Some(w) = Wire::new("q", 2) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pool = NqWorkers::new(&[0], false).unwrap();
+    let served = |pool: &NqWorkers| -> Vec<Vec<String>> {
+        pool.status().into_iter().map(|s| s.ports).collect()
+    };
+    let echo = hex(Mac::from_name("echo"));
+    for kind in [
+        PolicyKind::Interrupt,
+        PolicyKind::BusyPoll,
+        PolicyKind::Netap,
+        PolicyKind::Eekbp,
+    ] {
+        let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+        cfg.queues = 2;
+        cfg.policy = Some(PolicyConfig::default_for(kind));
+        let (_sw, up) = uplink_and_echo(cfg);
+        let running = super::start(up.clone(), dir.path(), Some(Arc::clone(&pool))).unwrap();
+        let mut one = served(&pool);
+        one[0].sort();
+        assert_eq!(
+            one,
+            [["up0/0", "up0/1"]],
+            "{kind}: both queues on the one worker"
+        );
+        let out = w.python(SEND_AND_COUNT, &[&w.peer, &echo, "200", "60"]);
+        assert_eq!(out.trim(), "200 200", "{kind}: through the pool's worker");
+        assert_eq!(pool.resize(&[0, 1]).unwrap(), 1, "{kind}: one queue moved");
+        assert_eq!(
+            served(&pool).iter().map(Vec::len).collect::<Vec<_>>(),
+            [1, 1],
+            "{kind}: a queue on each worker"
+        );
+        let out = w.python(SEND_AND_COUNT, &[&w.peer, &echo, "200", "60"]);
+        assert_eq!(out.trim(), "200 200", "{kind}: after the move");
+        pool.resize(&[0]).unwrap();
+        let worker_tids: Vec<i32> = running
+            .workers
+            .iter()
+            .map(|s| s.tid.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(worker_tids, [0, 0], "{kind}: no thread of the uplink's own");
+        let passes: u64 = running
+            .workers
+            .iter()
+            .map(|s| s.passes.load(Ordering::Relaxed))
+            .sum();
+        assert!(passes > 0, "{kind}: the queues' passes are counted");
+        running.stop();
+        assert_eq!(served(&pool), [Vec::<String>::new()], "{kind}: detached");
+    }
+    pool.shutdown();
+}
+
+/// A TX ring that cannot move (the interface went down: `sendto` fails)
+/// is retried every millisecond, not spun on, and not dropped: when the
+/// link comes back, the frames held reach the far end.
+#[test]
+fn a_stalled_tx_ring_is_retried_not_spun_on() {
+    use crate::frames::FrameBatch;
+    use crate::switch::Egress;
+
+    let Some(w) = Wire::new("d", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    let stats = Arc::clone(&running.workers[0]);
+    assert!(sh(&["ip", "link", "set", &w.host, "down"]));
+    let mut frames = FrameBatch::new(100);
+    for seq in 0..100u32 {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x27, 0x88, 0xb5]);
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(60, 0);
+        assert!(frames.push(&f));
+    }
+    up.deliver(&frames, &(0..100).collect::<Vec<u16>>(), 0);
+    std::thread::sleep(Duration::from_millis(100));
+    let p0 = stats.passes.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    let passes = stats.passes.load(Ordering::Relaxed) - p0;
+    // A retry a millisecond: about 500; a spin: hundreds of thousands.
+    assert!(passes < 5_000, "{passes} passes in 0.5 s on a stalled ring");
+    let mut counter = Command::new("ip")
+        .args(["netns", "exec", &w.ns, "python3", "-c", COUNT_FRAMES])
+        .args([&w.peer, "100"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(counter.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    assert!(sh(&["ip", "link", "set", &w.host, "up"]));
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = counter.wait();
+    running.stop();
+    assert_eq!(line.trim(), "100 100", "the frames held went out");
 }

@@ -12,9 +12,14 @@
 //!   NIC's interrupt wakes nobody: NetAP's periodic service with the
 //!   notification suppressed;
 //! * no wait: busy-poll.
+//!
+//! On a worker thread of its own the queue runs [`drive`] ([`UplinkQueue::run`]);
+//! in the NQ pool it is a queue set whose waits do not block (`pooled`).
+//! Frames for the wire that the TX ring cannot take wait for a later pass
+//! (see `transmit`): a full ring pushes back on the switch.
 
 use super::port::Uplink;
-use super::xsk::{XskQueue, MAX_XSK_FRAME};
+use super::xsk::{self, XskQueue, MAX_XSK_FRAME};
 use crate::clock::{cycles, monotonic_now};
 use crate::frames::FrameBatch;
 use crate::log_limit::LogLimit;
@@ -22,12 +27,14 @@ use crate::metrics::{Dir, DropReason, WorkerStats};
 use crate::net::MIN_FRAME;
 use crate::offload::Cutter;
 use crate::queue::drive::{drive, Control, QueueIo, Wait};
+use crate::queue::policy_slot::WorkerView;
+use crate::queue::rx::RxPending;
 use crate::queue::waiting::{sleep_until, Waiter};
 use crate::switch::{FdbCache, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, Policy, WakeCause};
+use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, WakeCause};
 
 /// True for an IEEE 802.3 frame (a length, not an EtherType, after the
 /// addresses) shorter than that length says: the wire cut it, or its
@@ -38,6 +45,8 @@ fn lies_about_its_length(frame: &[u8]) -> bool {
     field <= 1500 && MIN_FRAME + usize::from(field) > frame.len()
 }
 
+mod pooled;
+
 /// Frames forwarded into the switch at once.
 const BATCH: usize = 64;
 
@@ -45,6 +54,8 @@ const BATCH: usize = 64;
 pub struct UplinkQueue {
     port: Arc<Uplink>,
     q: usize,
+    /// `<port>/<queue>`, as the NQ pool shows it.
+    label: String,
     xsk: XskQueue,
     /// Waits on the socket, the wake eventfd and a timer.
     waiter: Waiter,
@@ -55,10 +66,11 @@ pub struct UplinkQueue {
     sender: Option<Sender>,
     /// Frames from the wire, on their way into the switch.
     batch: FrameBatch,
-    /// Frames from the switch, on their way to the TX ring.
-    out: FrameBatch,
-    /// (frame of `out`, segment of it) to write, this pass.
-    plan: Vec<(u16, u16)>,
+    /// Frames taken from the backlog, on their way to the TX ring (the
+    /// VM ports' receive-side mechanism: see [`RxPending`]).
+    pending: RxPending,
+    /// (frame of `pending`, segment of it) to write, this pass.
+    plan: Vec<(u32, u16)>,
     cache: FdbCache,
     freq: Arc<CpuFreq>,
     /// CPU the worker pins itself to, if any.
@@ -66,6 +78,8 @@ pub struct UplinkQueue {
     /// The worker's counters (`<port>/<queue>`).
     stats: Arc<WorkerStats>,
     log: LogLimit,
+    /// What the worker has seen of its queue's policy slot (set by `run`).
+    policy_view: Option<WorkerView>,
 }
 
 impl std::fmt::Debug for UplinkQueue {
@@ -92,8 +106,9 @@ impl UplinkQueue {
         let waiter = Waiter::over(&port.queues[q].wake, &[xsk.fd()])?;
         let sleeper = Waiter::over(&port.queues[q].wake, &[])?;
         let sender = port.ingress().and_then(|i| i.sender());
-        let cap = port.queues[q].backlog.capacity();
+        let pending = RxPending::for_backlog(&port.queues[q].backlog);
         Ok(UplinkQueue {
+            label: format!("{}/{q}", port.name()),
             q,
             xsk,
             waiter,
@@ -101,21 +116,25 @@ impl UplinkQueue {
             stop,
             sender,
             batch: FrameBatch::new(BATCH),
-            out: FrameBatch::new(cap),
-            plan: Vec::with_capacity(cap),
+            plan: Vec::with_capacity(xsk::RING_SIZE as usize),
+            pending,
             cache: FdbCache::default(),
             freq,
             cpu,
             stats,
             log: LogLimit::per_second(),
+            policy_view: None,
             port,
         })
     }
 
-    /// Serve the queue with `policy` until stopped, on the calling thread
-    /// (pinned first, if the port says where).
-    pub fn run(mut self, policy: Box<dyn Policy>) {
+    /// Serve the queue with its policy (switched and retuned through the
+    /// queue's policy slot while it runs) until stopped, on the calling
+    /// thread (pinned first, if the port says where).
+    pub fn run(mut self) {
         let name = self.port.name().to_string();
+        let (policy, view) = self.port.queues[self.q].policy.take(&name);
+        self.policy_view = Some(view);
         if let Some(cpu) = self.cpu {
             if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
                 tracing::warn!(port = name.as_str(), queue = self.q, cpu, error = %e, "cannot pin the uplink's queue worker");
@@ -126,7 +145,10 @@ impl UplinkQueue {
         let tid = vadapt_host::cputime::current_tid() as i32;
         let stats = Arc::clone(&self.stats);
         stats.tid.store(tid, Ordering::Release);
-        drive(&mut self, policy);
+        let policy = drive(&mut self, policy);
+        if let Some(view) = self.policy_view.take() {
+            self.port.queues[self.q].policy.park(policy, &view);
+        }
         let cpu = crate::metrics::thread_cpu_ns(tid);
         stats.tid.store(0, Ordering::Release);
         stats.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
@@ -199,52 +221,78 @@ impl UplinkQueue {
         (n, bytes, taken == max)
     }
 
-    /// Switch → wire: the backlog into the TX ring, offloads done in
-    /// software (AF_XDP carries plain frames).
+    /// Switch → wire: frames from the backlog into the TX ring, offloads
+    /// done in software (AF_XDP carries plain frames), as many as the ring
+    /// has room for after its completions were reaped. The rest wait (in
+    /// `pending`, then in the backlog, which fills meanwhile: the switch is
+    /// pushed back as by a VM port whose guest posts no buffers) for a
+    /// later pass; only what overflows the backlog is dropped, counted at
+    /// [`Uplink`]'s `deliver`. A pass that had to leave frames waiting
+    /// counts one `tx_ring_full`. Returns (frames, bytes) sent.
     fn transmit(&mut self) -> (u64, u64) {
         let port = Arc::clone(&self.port);
         let qs = &port.stats.queues[self.q];
-        self.port.queues[self.q].backlog.take_into(&mut self.out);
-        if self.out.is_empty() {
+        let room = self.xsk.tx_room();
+        self.pending.refill(&port.queues[self.q].backlog);
+        if self.pending.remaining() == 0 || room == 0 {
             if self.xsk.flush_tx() {
                 qs.calls.fetch_add(1, Ordering::Relaxed);
             }
+            if self.pending.remaining() > 0 {
+                qs.tx_ring_full.fetch_add(1, Ordering::Relaxed);
+            }
             return (0, 0);
         }
-        let max_frame = self.port.max_frame();
+        let max = self.port.max_frame().min(MAX_XSK_FRAME);
         self.plan.clear();
+        let (mut next, mut cut) = self.pending.cursor();
+        let frames = self.pending.frames();
         let (mut over, mut refused) = (0u64, 0u64);
-        for i in 0..self.out.len() {
-            let f = self.out.get(i);
-            match self.out.offloaded(i) {
-                None if f.len() > max_frame.min(MAX_XSK_FRAME) => over += 1,
-                None => self.plan.push((i as u16, 0)),
-                Some(k) => match Cutter::new(f, k.offload) {
-                    Ok(c) => {
-                        if c.segments() {
-                            qs.gso_frames.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            qs.csum_completed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        for s in 0..c.count() {
-                            if c.len(s) > max_frame.min(MAX_XSK_FRAME) {
-                                over += 1;
-                            } else {
-                                self.plan.push((i as u16, s as u16));
-                            }
-                        }
-                    }
-                    Err(_) => refused += 1,
-                },
+        // Walk from where the last pass stopped until the ring's room is
+        // planned; frames dropped on the way are passed for good.
+        while next < frames.len() && self.plan.len() < room {
+            let f = frames.get(next);
+            let Some(kept) = frames.offloaded(next) else {
+                if f.len() > max {
+                    over += 1;
+                } else {
+                    self.plan.push((next as u32, 0));
+                }
+                next += 1;
+                continue;
+            };
+            let Ok(c) = Cutter::new(f, kept.offload) else {
+                refused += 1;
+                next += 1;
+                continue;
+            };
+            if cut == 0 {
+                if c.segments() {
+                    qs.gso_frames.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    qs.csum_completed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            while cut < c.count() && self.plan.len() < room {
+                if c.len(cut) > max {
+                    over += 1;
+                } else {
+                    self.plan.push((next as u32, cut as u16));
+                }
+                cut += 1;
+            }
+            if cut == c.count() {
+                cut = 0;
+                next += 1;
             }
         }
-        let (out, plan) = (&self.out, &self.plan);
+        let plan = &self.plan;
         let mut bytes = 0u64;
         let (sent, kicked) = self.xsk.transmit(plan.len(), |k, buf| {
             let (i, s) = plan[k];
-            let (i, s) = (usize::from(i), usize::from(s));
-            let f = out.get(i);
-            let len = match out.offloaded(i) {
+            let (i, s) = (i as usize, usize::from(s));
+            let f = frames.get(i);
+            let len = match frames.offloaded(i) {
                 None => {
                     buf[..f.len()].copy_from_slice(f);
                     f.len()
@@ -257,12 +305,17 @@ impl UplinkQueue {
             bytes += len as u64;
             len
         });
+        self.pending.set_cursor(next, cut);
         if kicked {
             qs.calls.fetch_add(1, Ordering::Relaxed);
         }
-        if sent < plan.len() {
+        if sent < self.plan.len() {
+            // Not reached: the plan is no longer than the free frames. Were
+            // it, the frames passed are dropped, counted, not sent twice.
+            qs.drop(DropReason::BacklogFull, (self.plan.len() - sent) as u64);
+        }
+        if sent < self.plan.len() || self.pending.remaining() > 0 {
             qs.tx_ring_full.fetch_add(1, Ordering::Relaxed);
-            qs.drop(DropReason::BacklogFull, (plan.len() - sent) as u64);
         }
         if over > 0 {
             qs.drop(DropReason::OverMtu, over);
@@ -271,8 +324,32 @@ impl UplinkQueue {
             qs.drop(DropReason::BadVnetHdr, refused);
         }
         qs.add(Dir::Rx, sent as u64, bytes);
-        self.out.clear();
         (sent as u64, bytes)
+    }
+
+    /// True while frames for the wire wait: in the backlog, taken from it,
+    /// or in the TX ring for a kick.
+    fn tx_waiting(&mut self) -> bool {
+        self.pending.remaining() > 0
+            || self.port.queues[self.q].backlog.has_frames()
+            || self.xsk.tx_pending() > 0
+    }
+
+    /// Frames for the wire wait and the next pass can move them: not when
+    /// the last kick moved none ([`XskQueue::tx_stalled`]).
+    fn tx_work(&mut self) -> bool {
+        self.tx_waiting() && !self.xsk.tx_stalled()
+    }
+
+    /// How long a wait may last when frames for the wire wait on a
+    /// stalled TX ring: [`super::xsk::TX_STALL_RETRY`] (nothing would wake
+    /// the worker when the ring moves again), else `left`.
+    fn tx_retry(&mut self, left: Duration) -> Duration {
+        if self.tx_waiting() && self.xsk.tx_stalled() {
+            left.min(super::xsk::TX_STALL_RETRY)
+        } else {
+            left
+        }
     }
 }
 
@@ -288,7 +365,7 @@ impl QueueIo for UplinkQueue {
         let fill = self.xsk.rx_fill_permille().max(backlog_permille);
         let (rn, rb, rx_more) = self.receive(budget.packets.max(1));
         let (tn, tb) = self.transmit();
-        let tx_more = self.port.queues[self.q].backlog.has_frames();
+        let tx_more = self.tx_work();
         let ws = &self.stats;
         ws.passes.fetch_add(1, Ordering::Relaxed);
         if rn + tn > 0 {
@@ -356,19 +433,23 @@ impl QueueIo for UplinkQueue {
 
     fn wait_kick(&mut self, until: Instant) -> Wait {
         let start = monotonic_now();
-        let slot = &self.port.queues[self.q];
+        let port = Arc::clone(&self.port);
+        let slot = &port.queues[self.q];
         slot.waiting.store(true, Ordering::Relaxed);
         // Pairs with the switch's fence in `deliver`: either it sees
         // `waiting` and wakes us, or we see its frames here.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.xsk.rx_ready() || slot.backlog.has_frames() || self.stop.load(Ordering::Relaxed) {
+        // Frames for the wire still waiting (the TX ring was full) end the
+        // wait at once: in copy mode the kernel sends on each kick, and
+        // a zero-copy NIC completes within microseconds.
+        if self.xsk.rx_ready() || self.tx_work() || self.stop.load(Ordering::Relaxed) {
             slot.waiting.store(false, Ordering::Relaxed);
             return Wait {
                 cause: WakeCause::Kick,
                 waited: Duration::ZERO,
             };
         }
-        let left = until.saturating_since(start);
+        let left = self.tx_retry(until.saturating_since(start));
         // A stop wakes the worker through `wake` (see `UplinkWorkers::stop`).
         let _ = self.waiter.arm_timer(left);
         let woken = self.waiter.wait(&slot.wake);
@@ -400,10 +481,24 @@ impl QueueIo for UplinkQueue {
 
     fn control(&mut self) -> Control {
         if self.stop.load(Ordering::Relaxed) {
-            Control::Stop
-        } else {
-            Control::Continue
+            return Control::Stop;
         }
+        let Some(view) = self.policy_view.as_mut() else {
+            return Control::Continue;
+        };
+        let port = Arc::clone(&self.port);
+        port.queues[self.q]
+            .policy
+            .control(view, port.name())
+            .unwrap_or(Control::Continue)
+    }
+
+    fn retune_refused(
+        &mut self,
+        retune: &vadapt_policy::Retune,
+        error: &vadapt_policy::RetuneError,
+    ) {
+        tracing::warn!(port = self.port.name(), queue = self.q, ?retune, %error, "retune refused by the running policy");
     }
 }
 

@@ -18,6 +18,10 @@ pub const FRAME_SIZE: u32 = 4096;
 /// Entries of each ring, and frames of each half of the UMEM.
 pub const RING_SIZE: u32 = 2048;
 const FRAMES: u64 = 2 * RING_SIZE as u64;
+/// How soon a worker retries a TX ring whose last kick moved nothing
+/// ([`XskQueue::tx_stalled`]): soon enough for a zero-copy driver that
+/// completes asynchronously, far from a spin on a link that is down.
+pub const TX_STALL_RETRY: vadapt_policy::Duration = vadapt_policy::Duration::from_millis(1);
 /// The largest frame one UMEM frame holds (no multi-buffer).
 pub const MAX_XSK_FRAME: usize = FRAME_SIZE as usize;
 
@@ -100,6 +104,10 @@ pub struct XskQueue {
     refill: Vec<u64>,
     /// The mode the socket was bound in: copy or zerocopy.
     mode: XskMode,
+    /// Whether the last kick moved the TX ring (or none was needed): a
+    /// kick that moved nothing (the link down, the driver busy) is not
+    /// retried at once, see [`XskQueue::tx_stalled`].
+    tx_moved: bool,
     fd: RawFd,
 }
 
@@ -170,6 +178,7 @@ impl XskQueue {
                 .collect(),
             refill: Vec::with_capacity(RING_SIZE as usize),
             mode,
+            tx_moved: true,
             fd: -1,
         };
         let ucfg = XskUmemConfig {
@@ -337,9 +346,10 @@ impl XskQueue {
 
     /// Transmit frames: up to `count`, frame `i` written by `write(i, buf)`
     /// into a UMEM frame (returning its length, at most
-    /// [`MAX_XSK_FRAME`]). Returns how many went into the TX ring; the rest
-    /// found it (or the free frames) exhausted. Kicks the kernel when it
-    /// asks to be (`sendto`); returns whether it did.
+    /// [`MAX_XSK_FRAME`]). Returns how many went into the TX ring: all of
+    /// them when `count` is at most [`XskQueue::tx_room`]; the rest found
+    /// the free frames exhausted. Then kicks the kernel with one `sendto`
+    /// if it asks for one; returns whether it did.
     pub fn transmit(
         &mut self,
         count: usize,
@@ -350,6 +360,8 @@ impl XskQueue {
         if n == 0 {
             return (0, self.kick_tx());
         }
+        // Never fails: every frame in the TX ring is off the free list, and
+        // the ring is as large as the transmit half.
         let Some(at) = self.rings.tx.reserve(n) else {
             return (0, self.kick_tx());
         };
@@ -376,46 +388,54 @@ impl XskQueue {
         (used as usize, self.kick_tx())
     }
 
-    /// True if transmit frames are free (the TX side can take a frame now).
-    pub fn tx_room(&mut self) -> bool {
+    /// Frames the TX side can take now: the completion ring is reaped
+    /// first, so frames the kernel finished with count.
+    pub fn tx_room(&mut self) -> usize {
         self.reclaim();
-        !self.free_tx.is_empty()
+        self.free_tx.len()
     }
 
     /// Descriptors in the TX ring the kernel has not taken yet.
-    fn tx_pending(&mut self) -> u32 {
+    pub fn tx_pending(&mut self) -> u32 {
         RING_SIZE - self.rings.tx.prod_free(RING_SIZE).min(RING_SIZE)
     }
 
-    /// `sendto` while the kernel waits for one and the TX ring has
-    /// frames: in copy mode each call sends at most 32 (the kernel's
-    /// `TX_BATCH_SIZE`). True if any was sent.
+    /// One `sendto` if the kernel asks to be woken (`XDP_USE_NEED_WAKEUP`)
+    /// and the TX ring has frames; true if it was made. In copy mode a call
+    /// sends at most 32 (the kernel's `TX_BATCH_SIZE`): the rest wait in
+    /// the ring for the next pass's kick, and the frames behind them in the
+    /// port's backlog (see the worker's transmit).
     fn kick_tx(&mut self) -> bool {
-        let mut kicked = false;
-        for _ in 0..RING_SIZE / 32 + 1 {
-            if !self.rings.tx.needs_wakeup() || self.tx_pending() == 0 {
-                break;
-            }
-            // SAFETY: a zero-length, non-blocking sendto on our own socket.
-            let r = unsafe {
-                libc::sendto(
-                    self.fd,
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            kicked = true;
-            if r < 0 {
-                // EAGAIN/EBUSY: the completion ring is full or the driver
-                // busy; the next pass goes on.
-                break;
-            }
-            self.reclaim();
+        let before = self.tx_pending();
+        if !self.rings.tx.needs_wakeup() || before == 0 {
+            self.tx_moved = true;
+            return false;
         }
-        kicked
+        // SAFETY: a zero-length, non-blocking sendto on our own socket.
+        // Its errors (EAGAIN: the batch limit, or the completion ring
+        // full; EBUSY: the driver busy) all mean "later": the next pass
+        // kicks again.
+        unsafe {
+            libc::sendto(
+                self.fd,
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        // Copy mode sends within the call; a zero-copy driver that took
+        // the kick later shows its progress in the completion ring.
+        self.tx_moved = self.tx_pending() < before;
+        true
+    }
+
+    /// True if frames wait in the TX ring and the last kick moved none of
+    /// them: kicking again at once would spin (the link down, the driver
+    /// busy); the worker retries after [`TX_STALL_RETRY`] instead.
+    pub fn tx_stalled(&mut self) -> bool {
+        !self.tx_moved && self.tx_pending() > 0
     }
 
     /// Frames still in the TX ring sent on (a pass with nothing new to

@@ -21,10 +21,12 @@
 //! queue pairs share one policy instance (the port's policy slot), and the
 //! policy must see all the port's traffic.
 
+mod pooled;
 mod queue_set;
 pub mod status;
 mod worker_thread;
 
+pub use pooled::PooledQueues;
 pub use queue_set::QueueSet;
 pub use status::NqWorkerStatus;
 

@@ -1,27 +1,26 @@
-//! One VM port's running queues as a pool worker serves them: the rings
-//! ([`PortQueues`]), the port's policy in its [`Executor`], the step it
-//! asked for and the wait under way. It moves between workers whole, so
-//! the policy's state (NetAP's search, EE-KBP's phase) and the rings'
-//! positions go with it.
+//! One set of queues as a pool worker serves them — a VM port's rings
+//! ([`PortQueues`](crate::queue::PortQueues)) or an uplink's NIC queue —
+//! with its policy in its [`Executor`], the step it asked for and the wait
+//! under way. It moves between workers whole, so the policy's state
+//! (NetAP's search, EE-KBP's phase) and the rings' positions go with it.
 //!
 //! The same steps as [`crate::queue::drive::drive`], cut at the wait: a worker
 //! calls [`QueueSet::poll`] and, when the wait has ended, [`QueueSet::run_pass`].
 
-use crate::queue::drive::{Control, QueueIo};
+use super::pooled::PooledQueues;
+use crate::queue::drive::Control;
 use crate::queue::pending_wait::PendingWait;
-use crate::queue::policy_slot::WorkerView;
-use crate::queue::port_queues::PortQueues;
 use vadapt_policy::{Executor, Step, WakeCause};
 
-/// A port's queues, policy and wait (see the module docs).
+/// A set of queues, its policy and wait (see the module docs).
 pub struct QueueSet {
-    /// The set's id in the pool's assignment (the port's switch id).
+    /// The set's id in the pool's assignment (a VM port's switch id; see
+    /// the uplink for its queues' ids).
     pub(crate) id: u64,
-    pub(crate) queues: PortQueues,
+    pub(crate) queues: Box<dyn PooledQueues>,
     exec: Executor,
     step: Step,
     pending: PendingWait,
-    view: WorkerView,
     /// The port's control said stop (its frontend failed): no more passes
     /// until the connection handler takes the set back.
     stopped: bool,
@@ -31,7 +30,7 @@ impl std::fmt::Debug for QueueSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueueSet")
             .field("id", &self.id)
-            .field("port", &self.queues.port().name())
+            .field("port", &self.queues.name())
             .field("stopped", &self.stopped)
             .finish_non_exhaustive()
     }
@@ -40,10 +39,9 @@ impl std::fmt::Debug for QueueSet {
 impl QueueSet {
     /// Takes the port's policy (as a worker thread of its own would) and
     /// begins its first wait.
-    pub fn start(id: u64, mut queues: PortQueues) -> Self {
-        let port = std::sync::Arc::clone(queues.port());
-        let (policy, view) = port.policy.take(port.name());
-        queues.policy_view = Some(view);
+    pub fn start(id: u64, queues: impl PooledQueues + 'static) -> Self {
+        let mut queues: Box<dyn PooledQueues> = Box::new(queues);
+        let policy = queues.take_policy();
         let (exec, step) = Executor::start(policy, queues.now());
         let pending = queues.begin_wait(step.wake);
         let mut set = QueueSet {
@@ -52,16 +50,15 @@ impl QueueSet {
             exec,
             step,
             pending,
-            view,
             stopped: false,
         };
         set.announce();
         set
     }
 
-    /// The port's name.
+    /// The port's name (an uplink's queue: `port/queue`).
     pub fn port_name(&self) -> &str {
-        self.queues.port().name()
+        self.queues.name()
     }
 
     /// Whether the set stopped itself (see [`QueueSet::run_pass`]).
@@ -124,11 +121,9 @@ impl QueueSet {
             self.pending.ready = Some(WakeCause::Immediate);
             let _ = self.queues.end_wait(self.pending);
         }
-        let port = std::sync::Arc::clone(self.queues.port());
-        // The view as the port's control last updated it: a policy switched
-        // during this life is the one parked, with its state.
-        let view = self.queues.policy_view.unwrap_or(self.view);
-        port.policy.park(self.exec.into_policy(), &view);
+        // A policy switched during this life is the one parked, with its
+        // state.
+        self.queues.park_policy(self.exec.into_policy());
         self.queues.into_bases()
     }
 }
