@@ -11,7 +11,7 @@
 //! [`PUBLISH_EVERY`] passes late while the worker polls — microseconds —
 //! and complete once it waits.
 
-use super::{Dir, QueueStats, WorkerStats};
+use super::counters::{Dir, QueueStats, WorkerStats};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Passes between two publications while the worker does not wait.
