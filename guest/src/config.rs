@@ -111,6 +111,9 @@ pub struct GuestConfig {
     /// Log dirty pages as QEMU does during a live migration, and check at the end that the
     /// backend marked every page it wrote (see [`crate::frontend::FrontendLog`]).
     pub dirty_log: bool,
+    /// Set this RSS config through the control queue when the backend offers
+    /// `VIRTIO_NET_F_RSS` (the report's `ctrl_rss` says what became of it).
+    pub rss: Option<crate::frontend::RssRequest>,
 }
 
 impl GuestConfig {
@@ -147,6 +150,7 @@ impl GuestConfig {
             cores_control: None,
             report_period: DEFAULT_REPORT_PERIOD,
             dirty_log: false,
+            rss: None,
         }
     }
 
@@ -219,6 +223,16 @@ impl GuestConfig {
         if self.report_period.is_zero() {
             return Err(ConfigError::ZeroReportPeriod);
         }
+        if let Some(r) = &self.rss {
+            // The device checks the rest (queues, hash types, its own limits).
+            let n = r.table.len();
+            if !n.is_power_of_two() || 2 * n > crate::frontend::MAX_RSS_TABLE_BYTES {
+                return Err(ConfigError::RssTable(n));
+            }
+            if r.key.len() > 255 {
+                return Err(ConfigError::RssKey(r.key.len()));
+            }
+        }
         Ok(())
     }
 }
@@ -282,6 +296,15 @@ pub enum ConfigError {
     /// Zero reporting period.
     #[error("--report-period must be longer than 0")]
     ZeroReportPeriod,
+    /// An RSS table that is not a power of two of entries, or does not fit a command.
+    #[error("--rss-table has {0} entries: it must be a power of two, at most 1024")]
+    RssTable(usize),
+    /// `--rss-key` or `--rss-hash-types` alone.
+    #[error("--rss-key and --rss-hash-types need --rss-table")]
+    RssWithoutTable,
+    /// An RSS key longer than its length byte can say.
+    #[error("--rss-key has {0} bytes: at most 255")]
+    RssKey(usize),
 }
 
 #[cfg(test)]

@@ -384,6 +384,11 @@ pub struct GuestReport {
     pub mac: String,
     /// Per-thread breakdown.
     pub threads: Vec<ThreadReport>,
+    /// Frames taken from each receive queue (index: queue pair), summed over the threads
+    /// that serve it: where the device steered what this guest received.
+    pub rx_queue_packets: Vec<u64>,
+    /// What became of `--rss-*`'s config on the control queue.
+    pub ctrl_rss: crate::frontend::CtrlOutcome,
     /// P95 reports to the daemon, with `--cores-control` (absent from JSON otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cores_reports: Option<CoresReportStats>,
@@ -469,12 +474,16 @@ mod tests {
             features: 0,
             mac: "02:00:00:00:00:01".into(),
             threads: vec![],
+            rx_queue_packets: vec![3, 4],
+            ctrl_rss: crate::frontend::CtrlOutcome::Refused(1),
             cores_reports: None,
             dirty_log: None,
             error: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["sent_packets"], 10);
+        assert_eq!(v["rx_queue_packets"], serde_json::json!([3, 4]));
+        assert_eq!(v["ctrl_rss"], serde_json::json!({"refused": 1}));
         assert_eq!(v["elapsed"], 1.5);
         assert!((r.sent_pps() - 10.0 / 1.5).abs() < 1e-9);
     }
