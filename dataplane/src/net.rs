@@ -54,8 +54,8 @@ pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
 pub const VIRTIO_NET_F_HASH_REPORT: u64 = 1 << 57;
 /// `VIRTIO_NET_F_RSS` (bit 60): the driver steers received frames with
 /// its own Toeplitz key and indirection table
-/// (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`, see [`crate::queue::rss`]). Offered
-/// by a port whose `rss` is on ([`offered_features`]).
+/// (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`, see `queue::rss`). Offered by a port
+/// whose `rss` is on ([`offered_features`]).
 pub const VIRTIO_NET_F_RSS: u64 = 1 << 60;
 /// `VIRTIO_RING_F_INDIRECT_DESC`.
 pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
@@ -275,6 +275,17 @@ impl GuestOffloads {
     }
 }
 
+/// `rss_max_key_size` in the config space: bytes of the longest RSS key
+/// taken (40, the usual NIC key and the spec's example).
+pub const RSS_MAX_KEY_SIZE: u8 = 40;
+/// `rss_max_indirection_table_length`: entries of the largest RSS
+/// indirection table taken (128, a common NIC table; Linux's driver asks
+/// for up to this).
+pub const RSS_MAX_TABLE_LEN: u16 = 128;
+/// `supported_hash_types`: every RSS hash type but the `_EX` ones (IPv6
+/// extension headers' addresses, bits 6-8), which vadapt does not parse.
+pub const RSS_SUPPORTED_HASH_TYPES: u32 = vadapt_wire::rss_config::HASH_ALL_BUT_EX;
+
 /// Bytes of the config space vadapt fills ([`config_space`]).
 pub const CONFIG_SPACE_LEN: usize = 24;
 
@@ -284,11 +295,10 @@ pub const CONFIG_SPACE_LEN: usize = 24;
 /// rss_max_indirection_table_length (18, le16), supported_hash_types (20,
 /// le32). `mtu` 0 (`None`) is what a device without `VIRTIO_NET_F_MTU`
 /// reads there; speed and duplex say "unknown" (`VIRTIO_NET_F_SPEED_DUPLEX`
-/// is not offered); the RSS fields are [`crate::queue::rss`]'s limits,
-/// whether or not the port offers `VIRTIO_NET_F_RSS` (a driver reads them
-/// only with it).
+/// is not offered); the RSS fields are [`RSS_MAX_KEY_SIZE`],
+/// [`RSS_MAX_TABLE_LEN`] and [`RSS_SUPPORTED_HASH_TYPES`], whether or not
+/// the port offers `VIRTIO_NET_F_RSS` (a driver reads them only with it).
 pub fn config_space(mac: Mac, max_pairs: u16, mtu: Option<u16>) -> [u8; CONFIG_SPACE_LEN] {
-    use crate::queue::rss;
     let mut c = [0u8; CONFIG_SPACE_LEN];
     c[0..6].copy_from_slice(&mac.0);
     c[6..8].copy_from_slice(&VIRTIO_NET_S_LINK_UP.to_le_bytes());
@@ -296,9 +306,9 @@ pub fn config_space(mac: Mac, max_pairs: u16, mtu: Option<u16>) -> [u8; CONFIG_S
     c[10..12].copy_from_slice(&mtu.unwrap_or(0).to_le_bytes());
     c[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
     c[16] = 0xff;
-    c[17] = rss::MAX_KEY_SIZE;
-    c[18..20].copy_from_slice(&rss::MAX_TABLE_LEN.to_le_bytes());
-    c[20..24].copy_from_slice(&rss::SUPPORTED_HASH_TYPES.to_le_bytes());
+    c[17] = RSS_MAX_KEY_SIZE;
+    c[18..20].copy_from_slice(&RSS_MAX_TABLE_LEN.to_le_bytes());
+    c[20..24].copy_from_slice(&RSS_SUPPORTED_HASH_TYPES.to_le_bytes());
     c
 }
 

@@ -278,14 +278,14 @@ impl GuestArgs {
     }
 
     /// The RSS config `--rss-table`, `--rss-key` and `--rss-hash-types` describe.
-    fn rss_request(&self) -> Result<Option<crate::frontend::RssRequest>, ConfigError> {
+    fn rss_request(&self) -> Result<Option<crate::config::RssRequest>, ConfigError> {
         let Some(table) = &self.rss_table else {
             if self.rss_key.is_some() || self.rss_hash_types.is_some() {
                 return Err(ConfigError::RssWithoutTable);
             }
             return Ok(None);
         };
-        Ok(Some(crate::frontend::RssRequest {
+        Ok(Some(crate::config::RssRequest {
             key: self
                 .rss_key
                 .clone()

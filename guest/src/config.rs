@@ -51,6 +51,38 @@ pub enum Mode {
     Echo,
 }
 
+/// The RSS config the guest sets (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`) when it negotiated
+/// `VIRTIO_NET_F_RSS`, as `ethtool -X` and `ethtool -N rx-flow-hash` would make Linux's
+/// driver send it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RssRequest {
+    /// The Toeplitz key (the device advertises up to 40 bytes).
+    pub key: Vec<u8>,
+    /// The indirection table: receive queue numbers, a power of two of them.
+    pub table: Vec<u16>,
+    /// `VIRTIO_NET_RSS_HASH_TYPE_*` bits.
+    pub hash_types: u32,
+    /// Queue of frames no enabled type covers.
+    pub unclassified_queue: u16,
+}
+
+impl RssRequest {
+    /// The command's data for a driver using `pairs` transmit queues.
+    pub fn encode(&self, pairs: u16) -> Vec<u8> {
+        vadapt_wire::rss_config::encode(
+            self.hash_types,
+            &self.table,
+            self.unclassified_queue,
+            pairs,
+            &self.key,
+        )
+    }
+}
+
+/// Most bytes of indirection table the guest sends: 1024 entries, with room in the command
+/// page for the rest of the config.
+pub const MAX_RSS_TABLE_BYTES: usize = 2048;
+
 /// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestConfig {
@@ -113,7 +145,7 @@ pub struct GuestConfig {
     pub dirty_log: bool,
     /// Set this RSS config through the control queue when the backend offers
     /// `VIRTIO_NET_F_RSS` (the report's `ctrl_rss` says what became of it).
-    pub rss: Option<crate::frontend::RssRequest>,
+    pub rss: Option<RssRequest>,
 }
 
 impl GuestConfig {
@@ -226,7 +258,7 @@ impl GuestConfig {
         if let Some(r) = &self.rss {
             // The device checks the rest (queues, hash types, its own limits).
             let n = r.table.len();
-            if !n.is_power_of_two() || 2 * n > crate::frontend::MAX_RSS_TABLE_BYTES {
+            if !n.is_power_of_two() || 2 * n > MAX_RSS_TABLE_BYTES {
                 return Err(ConfigError::RssTable(n));
             }
             if r.key.len() > 255 {

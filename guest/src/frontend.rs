@@ -25,8 +25,9 @@ mod net_config;
 mod queue_pair;
 mod watchdog;
 
+pub use crate::config::RssRequest;
 pub use connection::Connection;
-pub use ctrl_queue::{CtrlOutcome, RssRequest, MAX_RSS_TABLE_BYTES};
+pub use ctrl_queue::CtrlOutcome;
 pub use dirty_log::FrontendLog;
 pub use error::FrontendError;
 pub use features::{has_feature, negotiate_features, tx_offloads, wanted_features};

@@ -307,7 +307,7 @@ impl Connection {
                 driver_event: avail,
                 device_event: used,
             };
-            PackedDeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Packed)
+            PackedDeviceQueue::new(mem, layout, true, rf, v.base).map(AnyDeviceQueue::Packed)
         } else {
             let layout = QueueLayout {
                 size: v.num,
@@ -315,7 +315,7 @@ impl Connection {
                 avail,
                 used,
             };
-            DeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Split)
+            DeviceQueue::new(mem, layout, true, rf, v.base).map(AnyDeviceQueue::Split)
         };
         let q = match q {
             Ok(q) => q,

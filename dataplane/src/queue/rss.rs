@@ -22,20 +22,12 @@
 use std::sync::{Arc, RwLock};
 use vadapt_wire::toeplitz::{toeplitz, RssInput, RssL4};
 
-/// `rss_max_key_size` in the config space: bytes of the longest key taken
-/// (40, the usual NIC key and the spec's example).
-pub const MAX_KEY_SIZE: u8 = 40;
-/// `rss_max_indirection_table_length`: entries of the largest table taken
-/// (128, a common NIC table; Linux's driver asks for up to this).
-pub const MAX_TABLE_LEN: u16 = 128;
-
 pub use vadapt_wire::rss_config::{
     encode, HASH_IPV4, HASH_IPV6, HASH_TCPV4, HASH_TCPV6, HASH_UDPV4, HASH_UDPV6,
 };
 
-/// `supported_hash_types` in the config space: every type but the `_EX`
-/// ones (bits 6-8).
-pub const SUPPORTED_HASH_TYPES: u32 = vadapt_wire::rss_config::HASH_ALL_BUT_EX;
+pub use crate::net::RSS_SUPPORTED_HASH_TYPES as SUPPORTED_HASH_TYPES;
+pub use crate::net::{RSS_MAX_KEY_SIZE as MAX_KEY_SIZE, RSS_MAX_TABLE_LEN as MAX_TABLE_LEN};
 
 /// Why a `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` was refused (`VIRTIO_NET_ERR`).
 #[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]

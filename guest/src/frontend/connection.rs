@@ -27,7 +27,7 @@ use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_MTU, VIRTIO_NET_F_RSS,
 };
 
-use super::ctrl_queue::{send_command, CtrlOutcome, RssRequest};
+use super::ctrl_queue::{send_command, CtrlOutcome};
 use super::dirty_log::FrontendLog;
 use super::error::{proto, FrontendError};
 use super::features::{
@@ -37,7 +37,7 @@ use super::memory_plan::{plan_memory, CtrlPlan, TxBufs};
 use super::net_config::NetConfig;
 use super::queue_pair::build_pair;
 use super::watchdog::Watchdog;
-use crate::config::{GuestConfig, Mode, MTU};
+use crate::config::{GuestConfig, Mode, RssRequest, MTU};
 use crate::driver::queue::{Notifiers, QueuePair, RX_BUF_LEN};
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the

@@ -2,7 +2,7 @@
 //! data device-readable, the ack byte device-writable), waited for by spinning on the used
 //! ring. `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` tells a multiqueue device how many queue pairs the
 //! driver uses; `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` sets its RSS key and indirection table
-//! ([`RssRequest`]); [`send_command`] sends any command, a hostile one too.
+//! ([`crate::config::RssRequest`]); [`send_command`] sends any command, a hostile one too.
 
 use std::time::Duration;
 
@@ -13,53 +13,7 @@ use virtio_bindings::virtio_net::VIRTIO_NET_OK;
 use super::error::FrontendError;
 use super::memory_plan::{CtrlPlan, PAGE};
 use crate::driver::queue::Notifiers;
-
-/// Outcome of a control command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CtrlOutcome {
-    /// Not sent: not asked for, one pair, or the features it needs not negotiated.
-    NotNeeded,
-    /// Not sent: the backend's queue count leaves no index for the control queue (QEMU
-    /// handles the control queue itself and never gives it to a vhost-user backend, so many
-    /// backends, DPDK's among them, have none). The pairs are enabled with
-    /// `SET_VRING_ENABLE` either way.
-    NoControlQueue,
-    /// Sent and acknowledged with `VIRTIO_NET_OK`.
-    Acked,
-    /// Sent and refused (status byte other than `VIRTIO_NET_OK`).
-    Refused(u8),
-    /// Sent, and no answer within the timeout.
-    NoAnswer,
-}
-
-/// The RSS config the guest sets (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`) when it negotiated
-/// `VIRTIO_NET_F_RSS`, as `ethtool -X` and `ethtool -N rx-flow-hash` would make Linux's
-/// driver send it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RssRequest {
-    /// The Toeplitz key (the device advertises up to 40 bytes).
-    pub key: Vec<u8>,
-    /// The indirection table: receive queue numbers, a power of two of them.
-    pub table: Vec<u16>,
-    /// `VIRTIO_NET_RSS_HASH_TYPE_*` bits.
-    pub hash_types: u32,
-    /// Queue of frames no enabled type covers.
-    pub unclassified_queue: u16,
-}
-
-impl RssRequest {
-    /// The command's data for a driver using `pairs` transmit queues.
-    pub fn encode(&self, pairs: u16) -> Vec<u8> {
-        vadapt_wire::rss_config::encode(
-            self.hash_types,
-            &self.table,
-            self.unclassified_queue,
-            pairs,
-            &self.key,
-        )
-    }
-}
+pub use crate::metrics::CtrlOutcome;
 
 /// How long the guest waits for the control queue's answer (ms). Linux spins on it without
 /// limit; a synthetic guest must not hang on a backend that ignores the queue.
@@ -68,10 +22,6 @@ const CTRL_TIMEOUT_MS: u64 = 1000;
 /// Most data bytes a command may carry: the command page holds the header (at 0), the data
 /// (from 8) and the ack byte after it.
 pub const MAX_DATA: usize = PAGE as usize - 16;
-
-/// Most bytes of indirection table the guest sends: 1024 entries, with room in the command
-/// page for the rest of the config.
-pub const MAX_RSS_TABLE_BYTES: usize = 2048;
 
 /// Sends command (`class`, `command`) with `data` on the started control queue `vq`
 /// (vhost-user index `index`), in `plan`'s buffer page; waits (bounded) for the ack by
