@@ -32,7 +32,17 @@
 //! own `rss_data`); vhost-user has no message that carries the config to
 //! a backend (a `vhost_net_set_rss` was proposed upstream later, not in
 //! 7.2). So with QEMU 7.2 the guest's key and table never reach vadapt;
-//! the synthetic guest tests them.
+//! the synthetic guest tests them (`vadapt/tests/rss.rs`). Seen on the
+//! real thing (`tests/interop/test_rss.py`): a Linux 6.1 guest on
+//! `virtio-net-pci,...,rss=on` over vhost-user boots with the control
+//! queue and without bit 60 in its device's features, and the features
+//! QEMU acks to vadapt have neither `VIRTIO_NET_F_RSS` nor even
+//! `VIRTIO_NET_F_CTRL_VQ`.
+//!
+//! The line numbers above come from the upstream patches of the 7.2
+//! cycle as the mailing list has them (a `VIRTIO_F_RING_RESET` line added
+//! just before `VIRTIO_NET_F_RSS` in November 2022), not from a 7.2
+//! tarball: check them there before quoting them.
 
 use super::ctrl_command::{CtrlAccepted, CtrlRefused, CtrlTarget};
 use super::ring::Ring;
