@@ -290,3 +290,93 @@ fn wait_readable(kick: &std::fs::File, wake: &EventFd) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{VIRTIO_NET_F_MQ, VIRTIO_NET_F_RSS};
+    use crate::queue::guest_offloads::GuestOffloadState;
+    use crate::queue::ring::test_utils::{ring, take_count, Guest};
+    use crate::queue::rss::{encode, RssState, SUPPORTED_HASH_TYPES};
+    use vadapt_virtq::mock::{buf, readable, writable};
+    use vadapt_virtq::RingFeatures;
+
+    /// Puts `bytes` into buffer `i` and returns its address.
+    fn put(g: &Guest, i: u64, bytes: &[u8]) -> u64 {
+        g.mem.write(buf(i), bytes).unwrap();
+        buf(i)
+    }
+
+    fn ack(g: &Guest, i: u64) -> u8 {
+        let mut b = [0u8];
+        g.mem.read(buf(i), &mut b).unwrap();
+        b[0]
+    }
+
+    #[test]
+    fn commands_are_answered_in_their_ack_byte_and_chains_without_one_given_back() {
+        let (r, mut g) = ring(16, RingFeatures::default());
+        let mut q = CtrlQueue::new(r);
+        let offloads = GuestOffloadState::default();
+        let rss = RssState::default();
+        let t = CtrlTarget {
+            features: VIRTIO_NET_F_MQ | VIRTIO_NET_F_RSS,
+            pairs: 4,
+            offloads: &offloads,
+            rss: &rss,
+        };
+        // VQ_PAIRS_SET 2: header and data in two descriptors, as Linux.
+        let h = put(&g, 0, &[4, 0]);
+        let d = put(&g, 1, &2u16.to_le_bytes());
+        put(&g, 2, &[0xff]);
+        g.driver
+            .add(&[readable(h, 2), readable(d, 2), writable(buf(2), 1)])
+            .unwrap();
+        // An RSS config in one descriptor with its header.
+        let mut cmd = vec![4, 1];
+        cmd.extend(encode(SUPPORTED_HASH_TYPES, &[3, 2, 1, 0], 0, 4, &[9; 40]));
+        let c = put(&g, 3, &cmd);
+        put(&g, 4, &[0xff]);
+        g.driver
+            .add(&[readable(c, cmd.len() as u32), writable(buf(4), 1)])
+            .unwrap();
+        // The same with a table of three: refused, the first stays.
+        let mut bad = vec![4, 1];
+        bad.extend(encode(SUPPORTED_HASH_TYPES, &[3, 2, 1], 0, 4, &[9; 40]));
+        let b = put(&g, 5, &bad);
+        put(&g, 6, &[0xff]);
+        g.driver
+            .add(&[readable(b, bad.len() as u32), writable(buf(6), 1)])
+            .unwrap();
+        // No ack byte; one byte of header; longer than MAX_COMMAND.
+        g.driver
+            .add(&[readable(put(&g, 7, &[4, 0, 1, 0]), 4)])
+            .unwrap();
+        g.driver
+            .add(&[readable(put(&g, 8, &[4]), 1), writable(buf(9), 1)])
+            .unwrap();
+        g.driver
+            .add(&[
+                readable(buf(10), 2048),
+                readable(buf(11), 2048),
+                writable(buf(12), 1),
+            ])
+            .unwrap();
+        g.driver.publish();
+        let mem = g.mem.clone();
+        let pass = q.serve(&mem, &t);
+        assert_eq!(pass.answered.len(), 3, "{pass:?}");
+        assert!(pass.answered[0].1.is_ok() && pass.answered[1].1.is_ok());
+        assert!(pass.answered[2].1.is_err());
+        assert_eq!(pass.unanswered.len(), 3, "{pass:?}");
+        assert!(!pass.broke_ring);
+        assert_eq!((ack(&g, 2), ack(&g, 4), ack(&g, 6)), (0, 0, 1));
+        assert_eq!(rss.get().unwrap().table, vec![3, 2, 1, 0]);
+        let used: Vec<u32> = std::iter::from_fn(|| g.driver.pop_used().map(|(_, n)| n)).collect();
+        assert_eq!(used, vec![1, 1, 1, 0, 0, 0], "every chain given back");
+        assert_eq!(take_count(q.ring.call.as_ref().unwrap()), 1, "one call");
+        let again = q.serve(&mem, &t);
+        assert!(again.answered.is_empty() && again.unanswered.is_empty());
+        assert_eq!(q.last_avail(), 6);
+    }
+}
