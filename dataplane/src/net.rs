@@ -47,6 +47,16 @@ pub const VIRTIO_NET_F_CTRL_VQ: u64 = 1 << 17;
 pub const VIRTIO_NET_F_GUEST_ANNOUNCE: u64 = 1 << 21;
 /// `VIRTIO_NET_F_MQ`: multiqueue, steered through the control queue.
 pub const VIRTIO_NET_F_MQ: u64 = 1 << 22;
+/// `VIRTIO_NET_F_HASH_REPORT` (bit 57): the device reports each received
+/// frame's hash in `virtio_net_hdr_v1_hash`. Not offered (the receive
+/// header would grow by 8 bytes); the constant names what a
+/// `VIRTIO_NET_CTRL_MQ_HASH_CONFIG` needs.
+pub const VIRTIO_NET_F_HASH_REPORT: u64 = 1 << 57;
+/// `VIRTIO_NET_F_RSS` (bit 60): the driver steers received frames with
+/// its own Toeplitz key and indirection table
+/// (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`, see `queue::rss`). Offered by a port
+/// whose `rss` is on ([`offered_features`]).
+pub const VIRTIO_NET_F_RSS: u64 = 1 << 60;
 /// `VIRTIO_RING_F_INDIRECT_DESC`.
 pub const VIRTIO_RING_F_INDIRECT_DESC: u64 = 1 << 28;
 /// `VIRTIO_RING_F_EVENT_IDX`.
@@ -93,15 +103,18 @@ pub const OFFERED_FEATURES: u64 = VIRTIO_F_VERSION_1
     | VHOST_USER_F_PROTOCOL_FEATURES;
 
 /// The features a port with `mtu` offers: [`OFFERED_FEATURES`],
-/// `VIRTIO_NET_F_MTU` if it has one, and `VIRTIO_F_RING_PACKED` unless
-/// `packed` is off.
-pub fn offered_features(mtu: Option<u16>, packed: bool) -> u64 {
+/// `VIRTIO_NET_F_MTU` if it has one, `VIRTIO_F_RING_PACKED` unless
+/// `packed` is off, and `VIRTIO_NET_F_RSS` unless `rss` is off.
+pub fn offered_features(mtu: Option<u16>, packed: bool, rss: bool) -> u64 {
     let mut f = OFFERED_FEATURES;
     if mtu.is_some() {
         f |= VIRTIO_NET_F_MTU;
     }
     if packed {
         f |= VIRTIO_F_RING_PACKED;
+    }
+    if rss {
+        f |= VIRTIO_NET_F_RSS;
     }
     f
 }
@@ -149,8 +162,14 @@ pub mod ctrl {
     pub const CLASS_MAC: u8 = 1;
     /// `VIRTIO_NET_CTRL_MQ` class.
     pub const CLASS_MQ: u8 = 4;
-    /// `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
+    /// `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`: a le16 of queue pairs in use.
     pub const MQ_VQ_PAIRS_SET: u8 = 0;
+    /// `VIRTIO_NET_CTRL_MQ_RSS_CONFIG`: `struct virtio_net_rss_config`
+    /// (virtio 1.2 §5.1.6.5.7.1).
+    pub const MQ_RSS_CONFIG: u8 = 1;
+    /// `VIRTIO_NET_CTRL_MQ_HASH_CONFIG`: `struct virtio_net_hash_config`
+    /// (virtio 1.2 §5.1.6.5.6.4), with `VIRTIO_NET_F_HASH_REPORT` only.
+    pub const MQ_HASH_CONFIG: u8 = 2;
     /// `VIRTIO_NET_CTRL_GUEST_OFFLOADS` class.
     pub const CLASS_GUEST_OFFLOADS: u8 = 5;
     /// `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`: a le64 of `VIRTIO_NET_F_GUEST_*` bits.
@@ -256,15 +275,40 @@ impl GuestOffloads {
     }
 }
 
-/// The virtio-net config space (`struct virtio_net_config`, first 12
-/// bytes: mac, status, max_virtqueue_pairs, mtu). `mtu` 0 (`None`) is what
-/// a device without `VIRTIO_NET_F_MTU` reads there.
-pub fn config_space(mac: Mac, max_pairs: u16, mtu: Option<u16>) -> [u8; 12] {
-    let mut c = [0u8; 12];
+/// `rss_max_key_size` in the config space: bytes of the longest RSS key
+/// taken (40, the usual NIC key and the spec's example).
+pub const RSS_MAX_KEY_SIZE: u8 = 40;
+/// `rss_max_indirection_table_length`: entries of the largest RSS
+/// indirection table taken (128, a common NIC table; Linux's driver asks
+/// for up to this).
+pub const RSS_MAX_TABLE_LEN: u16 = 128;
+/// `supported_hash_types`: every RSS hash type but the `_EX` ones (IPv6
+/// extension headers' addresses, bits 6-8), which vadapt does not parse.
+pub const RSS_SUPPORTED_HASH_TYPES: u32 = vadapt_wire::rss_config::HASH_ALL_BUT_EX;
+
+/// Bytes of the config space vadapt fills ([`config_space`]).
+pub const CONFIG_SPACE_LEN: usize = 24;
+
+/// The virtio-net config space (`struct virtio_net_config`, virtio 1.2
+/// §5.1.4, its first 24 bytes): mac (0), status (6), max_virtqueue_pairs
+/// (8), mtu (10), speed (12, le32), duplex (16), rss_max_key_size (17),
+/// rss_max_indirection_table_length (18, le16), supported_hash_types (20,
+/// le32). `mtu` 0 (`None`) is what a device without `VIRTIO_NET_F_MTU`
+/// reads there; speed and duplex say "unknown" (`VIRTIO_NET_F_SPEED_DUPLEX`
+/// is not offered); the RSS fields are [`RSS_MAX_KEY_SIZE`],
+/// [`RSS_MAX_TABLE_LEN`] and [`RSS_SUPPORTED_HASH_TYPES`], whether or not
+/// the port offers `VIRTIO_NET_F_RSS` (a driver reads them only with it).
+pub fn config_space(mac: Mac, max_pairs: u16, mtu: Option<u16>) -> [u8; CONFIG_SPACE_LEN] {
+    let mut c = [0u8; CONFIG_SPACE_LEN];
     c[0..6].copy_from_slice(&mac.0);
     c[6..8].copy_from_slice(&VIRTIO_NET_S_LINK_UP.to_le_bytes());
     c[8..10].copy_from_slice(&max_pairs.to_le_bytes());
     c[10..12].copy_from_slice(&mtu.unwrap_or(0).to_le_bytes());
+    c[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+    c[16] = 0xff;
+    c[17] = RSS_MAX_KEY_SIZE;
+    c[18..20].copy_from_slice(&RSS_MAX_TABLE_LEN.to_le_bytes());
+    c[20..24].copy_from_slice(&RSS_SUPPORTED_HASH_TYPES.to_le_bytes());
     c
 }
 
@@ -281,21 +325,33 @@ mod tests {
         assert_eq!(u16::from_le_bytes([c[10], c[11]]), 0, "no MTU offered");
         let c = config_space(Mac([1, 2, 3, 4, 5, 6]), 4, Some(9000));
         assert_eq!(u16::from_le_bytes([c[10], c[11]]), 9000);
+        assert_eq!(c[17], 40, "rss_max_key_size");
+        assert_eq!(u16::from_le_bytes([c[18], c[19]]), 128);
+        assert_eq!(
+            u32::from_le_bytes([c[20], c[21], c[22], c[23]]),
+            0x3f,
+            "IPv4, TCPv4, UDPv4, IPv6, TCPv6, UDPv6; no _EX types"
+        );
     }
 
     #[test]
     fn f_mtu_is_offered_only_with_an_mtu() {
         assert_eq!(VIRTIO_NET_F_MTU, 1 << 3);
-        assert_eq!(offered_features(None, false) & VIRTIO_NET_F_MTU, 0);
-        assert_eq!(offered_features(None, false), OFFERED_FEATURES);
+        assert_eq!(offered_features(None, false, false) & VIRTIO_NET_F_MTU, 0);
+        assert_eq!(offered_features(None, false, false), OFFERED_FEATURES);
         assert_eq!(
-            offered_features(None, true),
+            offered_features(None, true, false),
             OFFERED_FEATURES | VIRTIO_F_RING_PACKED
         );
         assert_eq!(
-            offered_features(Some(9000), false),
+            offered_features(Some(9000), false, false),
             OFFERED_FEATURES | VIRTIO_NET_F_MTU
         );
+        assert_eq!(
+            offered_features(None, false, true),
+            OFFERED_FEATURES | VIRTIO_NET_F_RSS
+        );
+        assert_eq!(OFFERED_FEATURES & VIRTIO_NET_F_HASH_REPORT, 0);
     }
 
     #[test]

@@ -486,6 +486,7 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         // the harness's split driver wrote, which the packed device must
         // survive as it survives any memory.
         packed: true,
+        rss: true,
         // The harness's memfds are not sealed: accepting them keeps the
         // fuzzer past the memory table and exercises the SIGBUS guard.
         unsealed_memory: UnsealedMemory::Accept,
@@ -548,7 +549,7 @@ impl Session {
             drivers: Vec::new(),
             next_buffer: 0,
             queues: port.cfg.queues,
-            offered: offered_features(port.cfg.mtu, port.cfg.packed)
+            offered: offered_features(port.cfg.mtu, port.cfg.packed, port.cfg.rss)
                 | VHOST_USER_F_PROTOCOL_FEATURES,
         }
     }

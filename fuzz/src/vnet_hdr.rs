@@ -16,7 +16,10 @@
 //! frame, and the header kept for a receiver that takes the frame whole
 //! must say what the guest's did. Bit 2 also hands the frame's bytes to
 //! the `VIRTIO_NET_CTRL_GUEST_OFFLOADS` command decoder as class, command
-//! and data.
+//! and data. Bit 3 hands them to the whole control-queue decoder
+//! (`queue::ctrl_command`, every feature negotiated, 4 pairs): a refusal
+//! must change nothing, and an accepted RSS config must be within the
+//! advertised limits and steer the frame itself to one of the 4 queues.
 //!
 //! Checked beyond "no panic, nothing read or written out of bounds": a
 //! header that passes its check has its checksum field inside the frame; a
@@ -50,6 +53,9 @@ pub fn run(data: &[u8]) {
     }
     if mode & 4 != 0 {
         guest_offloads_command(frame);
+    }
+    if mode & 8 != 0 {
+        control_command(frame);
     }
     let Ok(offload) = hdr.check(frame.len()) else {
         return;
@@ -157,6 +163,41 @@ fn guest_offloads_command(bytes: &[u8]) {
         && data.len() == 8
         && u64::from_le_bytes(data.try_into().unwrap()) & !0x382 == 0;
     assert_eq!(ack == 0, valid, "{why:?}");
+}
+
+/// Any control command from guest bytes, answered as the control queue
+/// answers it.
+fn control_command(bytes: &[u8]) {
+    use vadapt_dataplane::queue::ctrl_command::CtrlTarget;
+    use vadapt_dataplane::queue::rss::{RssState, MAX_KEY_SIZE, MAX_TABLE_LEN};
+    let [class, command, data @ ..] = bytes else {
+        return;
+    };
+    let offloads = GuestOffloadState::default();
+    offloads.negotiate(u64::MAX);
+    let rss = RssState::default();
+    let t = CtrlTarget {
+        features: u64::MAX,
+        pairs: 4,
+        offloads: &offloads,
+        rss: &rss,
+    };
+    let before = offloads.accepted();
+    let (status, r) = t.status(*class, *command, data);
+    assert_eq!(status == 0, r.is_ok());
+    if r.is_err() {
+        assert_eq!(
+            offloads.accepted(),
+            before,
+            "a refusal changed the offloads"
+        );
+        assert!(rss.get().is_none(), "a refusal set an RSS config");
+    }
+    if let Some(c) = rss.get() {
+        assert!(c.table.len().is_power_of_two() && c.table.len() <= usize::from(MAX_TABLE_LEN));
+        assert!(c.key.len() <= usize::from(MAX_KEY_SIZE));
+        assert!(c.queue_of(bytes) < 4);
+    }
 }
 
 fn check_segments(frame: &[u8], seg: &TcpSegmenter<'_>, mss: usize, max_frame: usize) {

@@ -123,6 +123,20 @@ pub struct GuestArgs {
     /// kind was negotiated.
     #[arg(long, default_value = "off", value_parser = parse_packed, value_name = "auto|on|off")]
     pub packed: PackedRing,
+    /// Receive-side scaling: when the backend offers `VIRTIO_NET_F_RSS`, set this
+    /// indirection table (receive queue numbers, comma-separated, a power of two of them)
+    /// through the control queue, as `ethtool -X` makes Linux do; the report then shows
+    /// frames per receive queue and the device's answer (`ctrl_rss`).
+    #[arg(long, value_delimiter = ',', value_name = "Q,Q,...")]
+    pub rss_table: Option<Vec<u16>>,
+    /// With `--rss-table`: the Toeplitz key, hex (default: the RSS specification's
+    /// 40-byte example key, Linux's and DPDK's too).
+    #[arg(long, value_parser = parse_key, value_name = "HEX")]
+    pub rss_key: Option<HexKey>,
+    /// With `--rss-table`: hash types, comma-separated among ipv4, tcp4, udp4, ipv6, tcp6,
+    /// udp6 (default: all six).
+    #[arg(long, value_delimiter = ',', value_parser = parse_hash_type, value_name = "TYPES")]
+    pub rss_hash_types: Option<Vec<u32>>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -191,6 +205,49 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is out of range"))
 }
 
+/// A `--rss-key`: bytes given in hex (a type of its own, so that clap takes it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HexKey(pub Vec<u8>);
+
+fn parse_key(s: &str) -> Result<HexKey, String> {
+    parse_hex(s).map(HexKey)
+}
+
+/// Parses a key in hex (`6d5a56da...`, `:` or `-` between bytes allowed).
+pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+    let digits: Vec<u8> = s.bytes().filter(|b| !matches!(b, b':' | b'-')).collect();
+    if digits.len() % 2 != 0 {
+        return Err(format!("`{s}` is not hex bytes: odd number of digits"));
+    }
+    digits
+        .chunks(2)
+        .map(|p| {
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("`{s}` is not hex bytes"))
+        })
+        .collect()
+}
+
+/// Parses one RSS hash type name into its `VIRTIO_NET_RSS_HASH_TYPE_*` bit.
+pub fn parse_hash_type(s: &str) -> Result<u32, String> {
+    use vadapt_wire::rss_config::*;
+    Ok(match s {
+        "ipv4" => HASH_IPV4,
+        "tcp4" => HASH_TCPV4,
+        "udp4" => HASH_UDPV4,
+        "ipv6" => HASH_IPV6,
+        "tcp6" => HASH_TCPV6,
+        "udp6" => HASH_UDPV6,
+        _ => {
+            return Err(format!(
+                "`{s}` is not a hash type: use ipv4, tcp4, udp4, ipv6, tcp6, udp6"
+            ))
+        }
+    })
+}
+
 /// Parses `aa:bb:cc:dd:ee:ff` (or with `-`), as [`Mac`]'s `FromStr` does.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     s.parse::<Mac>().map(|m| m.0).map_err(|e| e.to_string())
@@ -233,10 +290,36 @@ impl GuestArgs {
             report_period: self.report_period,
             dirty_log: self.dirty_log,
             packed: self.packed,
+            rss: self.rss_request()?,
             ..GuestConfig::new(self.socket.clone())
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The RSS config `--rss-table`, `--rss-key` and `--rss-hash-types` describe.
+    fn rss_request(&self) -> Result<Option<crate::config::RssRequest>, ConfigError> {
+        let Some(table) = &self.rss_table else {
+            if self.rss_key.is_some() || self.rss_hash_types.is_some() {
+                return Err(ConfigError::RssWithoutTable);
+            }
+            return Ok(None);
+        };
+        Ok(Some(crate::config::RssRequest {
+            key: self
+                .rss_key
+                .clone()
+                .map(|k| k.0)
+                .unwrap_or_else(|| vadapt_wire::toeplitz::DEFAULT_KEY.to_vec()),
+            table: table.clone(),
+            hash_types: self
+                .rss_hash_types
+                .as_ref()
+                .map_or(vadapt_wire::rss_config::HASH_ALL_BUT_EX, |t| {
+                    t.iter().fold(0, |a, b| a | b)
+                }),
+            unclassified_queue: 0,
+        }))
     }
 }
 
@@ -352,6 +435,13 @@ pub fn render_table(cfg: &GuestConfig, r: &GuestReport) -> String {
         t.recv_packets as f64 / secs / 1e6,
         t.recv_bytes as f64 * 8.0 / secs / 1e9
     );
+    if r.rx_queue_packets.len() > 1 {
+        let per: Vec<String> = r.rx_queue_packets.iter().map(u64::to_string).collect();
+        let _ = writeln!(s, "received per RX queue: {}", per.join(" "));
+    }
+    if cfg.rss.is_some() {
+        let _ = writeln!(s, "RSS config on the control queue: {:?}", r.ctrl_rss);
+    }
     let _ = writeln!(
         s,
         "kicks {} (tx {}, rx {})  calls {} (tx {}, rx {})  ring-full stalls {}  wake timeouts {}",
@@ -467,6 +557,47 @@ mod tests {
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 10]));
         assert_eq!(c.dst_mac, [2, 0, 0, 0, 0, 11]);
         assert!(a.json);
+    }
+
+    #[test]
+    fn rss_flags_make_the_request_and_bad_ones_are_refused() {
+        let c = parse(&["--socket", "/s", "--rss-table", "0,1,2,3"])
+            .unwrap()
+            .to_config()
+            .unwrap();
+        let r = c.rss.expect("an RSS request");
+        assert_eq!(r.table, vec![0, 1, 2, 3]);
+        assert_eq!(r.key, vadapt_wire::toeplitz::DEFAULT_KEY.to_vec());
+        assert_eq!(r.hash_types, 0x3f);
+        let c = parse(&[
+            "--socket",
+            "/s",
+            "--rss-table",
+            "1,0",
+            "--rss-key",
+            "01:02:03:04",
+            "--rss-hash-types",
+            "ipv4,udp4",
+        ])
+        .unwrap()
+        .to_config()
+        .unwrap();
+        let r = c.rss.unwrap();
+        assert_eq!((r.key, r.hash_types), (vec![1, 2, 3, 4], 0b101));
+        assert_eq!(
+            parse(&["--socket", "/s"]).unwrap().to_config().unwrap().rss,
+            None
+        );
+        let e = parse(&["--socket", "/s", "--rss-table", "0,1,2"])
+            .unwrap()
+            .to_config();
+        assert_eq!(e, Err(ConfigError::RssTable(3)));
+        let e = parse(&["--socket", "/s", "--rss-key", "00"])
+            .unwrap()
+            .to_config();
+        assert_eq!(e, Err(ConfigError::RssWithoutTable));
+        assert!(parse_hex("0g").is_err() && parse_hex("012").is_err());
+        assert!(parse_hash_type("tcp4_ex").is_err());
     }
 
     #[test]

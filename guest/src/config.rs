@@ -66,6 +66,38 @@ pub enum PackedRing {
     Off,
 }
 
+/// The RSS config the guest sets (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`) when it negotiated
+/// `VIRTIO_NET_F_RSS`, as `ethtool -X` and `ethtool -N rx-flow-hash` would make Linux's
+/// driver send it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RssRequest {
+    /// The Toeplitz key (the device advertises up to 40 bytes).
+    pub key: Vec<u8>,
+    /// The indirection table: receive queue numbers, a power of two of them.
+    pub table: Vec<u16>,
+    /// `VIRTIO_NET_RSS_HASH_TYPE_*` bits.
+    pub hash_types: u32,
+    /// Queue of frames no enabled type covers.
+    pub unclassified_queue: u16,
+}
+
+impl RssRequest {
+    /// The command's data for a driver using `pairs` transmit queues.
+    pub fn encode(&self, pairs: u16) -> Vec<u8> {
+        vadapt_wire::rss_config::encode(
+            self.hash_types,
+            &self.table,
+            self.unclassified_queue,
+            pairs,
+            &self.key,
+        )
+    }
+}
+
+/// Most bytes of indirection table the guest sends: 1024 entries, with room in the command
+/// page for the rest of the config.
+pub const MAX_RSS_TABLE_BYTES: usize = 2048;
+
 /// Everything a guest run needs. Build with [`GuestConfig::new`] and adjust fields.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestConfig {
@@ -129,6 +161,9 @@ pub struct GuestConfig {
     pub dirty_log: bool,
     /// Packed or split virtqueues.
     pub packed: PackedRing,
+    /// Set this RSS config through the control queue when the backend offers
+    /// `VIRTIO_NET_F_RSS` (the report's `ctrl_rss` says what became of it).
+    pub rss: Option<RssRequest>,
 }
 
 impl GuestConfig {
@@ -140,7 +175,7 @@ impl GuestConfig {
     /// Defaults: 1 thread, 64-byte messages, closed loop, stream, 10 s, 2000 ns exit cost,
     /// the measured write cost ([`DEFAULT_WRITE_COST_NS`], [`DEFAULT_WRITE_COST_NS_PER_KIB`];
     /// TCP stream only), rings of 256, batch 1, NAPI budget 64, no QMP socket, no P95 reports
-    /// (period 100 ms), packed rings when the backend offers them.
+    /// (period 100 ms), split rings, no RSS config.
     pub fn new(socket: impl Into<PathBuf>) -> GuestConfig {
         GuestConfig {
             socket: socket.into(),
@@ -167,6 +202,7 @@ impl GuestConfig {
             report_period: DEFAULT_REPORT_PERIOD,
             dirty_log: false,
             packed: PackedRing::Off,
+            rss: None,
         }
     }
 
@@ -245,6 +281,16 @@ impl GuestConfig {
         if self.report_period.is_zero() {
             return Err(ConfigError::ZeroReportPeriod);
         }
+        if let Some(r) = &self.rss {
+            // The device checks the rest (queues, hash types, its own limits).
+            let n = r.table.len();
+            if !n.is_power_of_two() || 2 * n > MAX_RSS_TABLE_BYTES {
+                return Err(ConfigError::RssTable(n));
+            }
+            if r.key.len() > 255 {
+                return Err(ConfigError::RssKey(r.key.len()));
+            }
+        }
         Ok(())
     }
 }
@@ -310,6 +356,15 @@ pub enum ConfigError {
     /// Zero reporting period.
     #[error("--report-period must be longer than 0")]
     ZeroReportPeriod,
+    /// An RSS table that is not a power of two of entries, or does not fit a command.
+    #[error("--rss-table has {0} entries: it must be a power of two, at most 1024")]
+    RssTable(usize),
+    /// `--rss-key` or `--rss-hash-types` alone.
+    #[error("--rss-key and --rss-hash-types need --rss-table")]
+    RssWithoutTable,
+    /// An RSS key longer than its length byte can say.
+    #[error("--rss-key has {0} bytes: at most 255")]
+    RssKey(usize),
 }
 
 #[cfg(test)]

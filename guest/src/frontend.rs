@@ -11,7 +11,8 @@
 //! * `queue_pair.rs`: a queue pair built there ([`build_pair`]);
 //! * `dirty_log.rs`: dirty-page logging as QEMU runs it during a migration, and a check
 //!   that the backend logged every page it wrote ([`FrontendLog`], `--dirty-log`);
-//! * `ctrl_queue.rs`: the control queue's `VQ_PAIRS_SET` ([`CtrlMq`]);
+//! * `ctrl_queue.rs`: the control queue's commands: `VQ_PAIRS_SET`, the RSS config
+//!   ([`RssRequest`]), any other ([`CtrlOutcome`]);
 //! * `error.rs`: [`FrontendError`].
 
 mod connection;
@@ -24,8 +25,9 @@ mod net_config;
 mod queue_pair;
 mod watchdog;
 
+pub use crate::config::RssRequest;
 pub use connection::Connection;
-pub use ctrl_queue::CtrlMq;
+pub use ctrl_queue::CtrlOutcome;
 pub use dirty_log::FrontendLog;
 pub use error::FrontendError;
 pub use features::{has_feature, negotiate_features, tx_offloads, wanted_features};

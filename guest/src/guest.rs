@@ -155,7 +155,7 @@ impl Guest {
 
     /// What became of `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` (sent only with several pairs and a
     /// backend control queue).
-    pub fn ctrl_mq(&self) -> crate::frontend::CtrlMq {
+    pub fn ctrl_mq(&self) -> crate::frontend::CtrlOutcome {
         self.frontend.ctrl_mq
     }
 
@@ -312,8 +312,16 @@ impl Guest {
                     cpu_seconds: r.cpu_ns as f64 / 1e9,
                 }
             })
-            .collect();
+            .collect::<Vec<ThreadReport>>();
+        let mut rx_queue_packets = vec![0; usize::from(self.queue_pairs())];
+        for t in &threads {
+            if let Some(n) = rx_queue_packets.get_mut(usize::from(t.queue_pair)) {
+                *n += t.counts.recv_packets;
+            }
+        }
         GuestReport {
+            rx_queue_packets,
+            ctrl_rss: self.frontend.ctrl_rss,
             totals: self.counters.total(),
             latency: all.summary(),
             elapsed: Duration::from_nanos(end_ns),

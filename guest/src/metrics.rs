@@ -335,6 +335,25 @@ pub struct ThreadReport {
     pub cpu_seconds: f64,
 }
 
+/// Outcome of a control command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtrlOutcome {
+    /// Not sent: not asked for, one pair, or the features it needs not negotiated.
+    NotNeeded,
+    /// Not sent: the backend's queue count leaves no index for the control queue (QEMU
+    /// handles the control queue itself and never gives it to a vhost-user backend, so many
+    /// backends, DPDK's among them, have none). The pairs are enabled with
+    /// `SET_VRING_ENABLE` either way.
+    NoControlQueue,
+    /// Sent and acknowledged with `VIRTIO_NET_OK`.
+    Acked,
+    /// Sent and refused (status byte other than `VIRTIO_NET_OK`).
+    Refused(u8),
+    /// Sent, and no answer within the timeout.
+    NoAnswer,
+}
+
 /// What the P95 reporter (`--cores-control`, [`crate::cores_report`]) did over a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CoresReportStats {
@@ -415,6 +434,11 @@ pub struct GuestReport {
     pub mac: String,
     /// Per-thread breakdown.
     pub threads: Vec<ThreadReport>,
+    /// Frames taken from each receive queue (index: queue pair), summed over the threads
+    /// that serve it: where the device steered what this guest received.
+    pub rx_queue_packets: Vec<u64>,
+    /// What became of `--rss-*`'s config on the control queue.
+    pub ctrl_rss: CtrlOutcome,
     /// P95 reports to the daemon, with `--cores-control` (absent from JSON otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cores_reports: Option<CoresReportStats>,
@@ -501,12 +525,16 @@ mod tests {
             ring: RingKind::of(1 << 34),
             mac: "02:00:00:00:00:01".into(),
             threads: vec![],
+            rx_queue_packets: vec![3, 4],
+            ctrl_rss: CtrlOutcome::Refused(1),
             cores_reports: None,
             dirty_log: None,
             error: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["sent_packets"], 10);
+        assert_eq!(v["rx_queue_packets"], serde_json::json!([3, 4]));
+        assert_eq!(v["ctrl_rss"], serde_json::json!({"refused": 1}));
         assert_eq!(v["elapsed"], 1.5);
         assert_eq!(v["ring"], "packed");
         assert!((r.sent_pps() - 10.0 / 1.5).abs() < 1e-9);

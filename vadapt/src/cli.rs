@@ -93,10 +93,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
-    /// [,policy=POLICY][,packed=on|off][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
+    /// [,policy=POLICY][,packed=on|off][,rss=on|off][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
     /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535]`. `packed`: offer packed
     /// virtqueues (VIRTIO_F_RING_PACKED; default on: QEMU `packed=on` and DPDK `packed_vq=1`
-    /// take them, other frontends keep split rings). `mode=client`: QEMU
+    /// take them, other frontends keep split rings). `rss`: offer VIRTIO_NET_F_RSS (default
+    /// on): a frontend that gives vadapt its control queue sets the guest's Toeplitz key and
+    /// indirection table there (QEMU 7.2 and DPDK keep the queue: default steering).
+    /// `mode=client`: QEMU
     /// listens on PATH and vadapt connects (default `server`: vadapt listens). `qmp`: the
     /// VM's QMP socket, for the core manager; only threads of the process serving it are
     /// moved, and that process must name the socket on its command line, or be the one

@@ -23,6 +23,8 @@
 //!   ([`rarp::rarp_announcement`]), sent for a guest that cannot announce.
 //! * [`toeplitz`] — receive-side scaling's Toeplitz hash of a flow's
 //!   addresses and ports, as NICs spread flows over their queues.
+//! * [`rss_config`] — `struct virtio_net_rss_config`, the guest's RSS key
+//!   and indirection table as its driver sends them on the control queue.
 //! * [`stamped_frame`] — the synthetic guest's own frames: Ethernet with a
 //!   [`stamped_frame::Stamp`] that times a reply against its request.
 //! * `test_frames` (feature `test-utils`) — sample TCP frames as a Linux
@@ -41,6 +43,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod mac;
 pub mod rarp;
+pub mod rss_config;
 pub mod stamped_frame;
 pub mod tcp;
 pub mod tcp_build;

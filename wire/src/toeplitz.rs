@@ -48,17 +48,52 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
     hash
 }
 
-/// A flow's RSS input: up to 36 bytes.
+/// A flow's RSS input: up to 36 bytes, and what kind of flow it is (so
+/// that a virtio-net device can hash only the types its driver enabled).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RssInput {
     bytes: [u8; 36],
     len: u8,
+    /// IPv6 (else IPv4).
+    ipv6: bool,
+    /// The L4 protocol whose ports are in the input (6 TCP, 17 UDP), 0
+    /// when the input is the addresses alone.
+    proto: u8,
+}
+
+/// The L4 protocol of an [`RssInput`] whose ports it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RssL4 {
+    /// TCP (protocol 6), not a fragment.
+    Tcp,
+    /// UDP (protocol 17), not a fragment.
+    Udp,
 }
 
 impl RssInput {
-    /// The bytes to hash.
+    /// The bytes to hash: addresses, then ports if [`RssInput::l4`].
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The addresses alone (8 bytes for IPv4, 32 for IPv6): the input of
+    /// an IP-only hash type.
+    pub fn addresses(&self) -> &[u8] {
+        &self.bytes[..if self.ipv6 { 32 } else { 8 }]
+    }
+
+    /// True for an IPv6 flow, false for IPv4.
+    pub fn is_ipv6(&self) -> bool {
+        self.ipv6
+    }
+
+    /// The protocol whose ports [`RssInput::as_bytes`] ends with, if any.
+    pub fn l4(&self) -> Option<RssL4> {
+        match self.proto {
+            6 => Some(RssL4::Tcp),
+            17 => Some(RssL4::Udp),
+            _ => None,
+        }
     }
 
     /// The input of `frame`: addresses, and ports for TCP or UDP that is
@@ -74,6 +109,8 @@ impl RssInput {
         let mut out = RssInput {
             bytes: [0; 36],
             len: 0,
+            ipv6: ethertype == ETHERTYPE_IPV6,
+            proto: 0,
         };
         let (proto, l4) = match ethertype {
             ETHERTYPE_IPV4 => {
@@ -104,6 +141,7 @@ impl RssInput {
                 let at = usize::from(out.len);
                 out.bytes[at..at + 4].copy_from_slice(ports);
                 out.len += 4;
+                out.proto = proto;
             }
         }
         Some(out)
@@ -192,9 +230,12 @@ mod tests {
         let f = ipv4_tcp([66, 9, 149, 187], [161, 142, 100, 80], 2794, 1766, 0);
         let i = RssInput::of_frame(&f).unwrap();
         assert_eq!(toeplitz(&DEFAULT_KEY, i.as_bytes()), 0x51cc_c178);
+        assert_eq!(toeplitz(&DEFAULT_KEY, i.addresses()), 0x323e_8fc2);
+        assert_eq!((i.l4(), i.is_ipv6()), (Some(RssL4::Tcp), false));
         let frag = ipv4_tcp([66, 9, 149, 187], [161, 142, 100, 80], 2794, 1766, 0x2000);
         let i = RssInput::of_frame(&frag).unwrap();
         assert_eq!(toeplitz(&DEFAULT_KEY, i.as_bytes()), 0x323e_8fc2);
+        assert_eq!(i.l4(), None, "a fragment has no ports");
         let mut vlan = vec![0u8; 4];
         vlan[..2].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
         let mut tagged = f[..12].to_vec();

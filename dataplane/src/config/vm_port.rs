@@ -42,6 +42,12 @@ pub struct VmPortConfig {
     /// rings; `false` offers split rings only.
     #[serde(default = "yes")]
     pub packed: bool,
+    /// Offer `VIRTIO_NET_F_RSS` (default): a driver that takes it steers
+    /// received frames with its own Toeplitz key and indirection table,
+    /// set through the control queue (see [`crate::queue::rss`]); `false`
+    /// keeps vadapt's default steering for every frontend.
+    #[serde(default = "yes")]
+    pub rss: bool,
     /// Guest-memory files not sealed against shrinking: `refuse` (default)
     /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
     /// [`crate::port::memory_file`].
@@ -123,6 +129,7 @@ impl VmPortConfig {
             mac: None,
             policy: None,
             packed: true,
+            rss: true,
             unsealed_memory: UnsealedMemory::default(),
             qmp: None,
             qemu_pidfile: None,
@@ -197,6 +204,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut policy = None;
     let mut unsealed_memory = UnsealedMemory::default();
     let mut packed = true;
+    let mut rss = true;
     let mut mode = SocketMode::default();
     let mut qmp = None;
     let mut qemu_pidfile = None;
@@ -235,6 +243,13 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     _ => return Err(field("--vm packed", format!("`{v}` is not on or off"))),
                 }
             }
+            "rss" => {
+                rss = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(field("--vm rss", format!("`{v}` is not on or off"))),
+                }
+            }
             "unsealed_memory" => {
                 unsealed_memory = v
                     .parse()
@@ -258,7 +273,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
                     ),
                 ))
             }
@@ -281,6 +296,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         mac,
         policy,
         packed,
+        rss,
         unsealed_memory,
         qmp,
         qemu_pidfile,
@@ -301,6 +317,15 @@ mod tests {
             assert_eq!(m.to_string().parse::<SocketMode>(), Ok(m));
         }
         assert!("both".parse::<SocketMode>().unwrap_err().contains("server"));
+    }
+
+    #[test]
+    fn rss_is_on_unless_the_spec_says_off() {
+        assert!(parse_vm_spec("name=a,socket=/s").unwrap().rss);
+        assert!(!parse_vm_spec("name=a,socket=/s,rss=off").unwrap().rss);
+        assert!(parse_vm_spec("name=a,socket=/s,rss=on").unwrap().rss);
+        let e = parse_vm_spec("name=a,socket=/s,rss=yes").unwrap_err();
+        assert!(e.to_string().contains("--vm rss"), "{e}");
     }
 
     #[test]

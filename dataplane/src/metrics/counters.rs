@@ -170,6 +170,12 @@ pub struct PortStats {
     pub memory_regions: AtomicU64,
     /// Their bytes.
     pub memory_bytes: AtomicU64,
+    /// Control-queue commands answered `VIRTIO_NET_OK` (VM ports that
+    /// serve a control queue, see `crate::queue::ctrl_queue`).
+    pub ctrl_accepted: AtomicU64,
+    /// Control-queue commands answered `VIRTIO_NET_ERR`, and chains that
+    /// carried no command to answer.
+    pub ctrl_refused: AtomicU64,
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -188,6 +194,8 @@ impl PortStats {
             search_hi_us: AtomicU64::new(0),
             workload: Default::default(),
             memory_regions: AtomicU64::new(0),
+            ctrl_accepted: AtomicU64::new(0),
+            ctrl_refused: AtomicU64::new(0),
             memory_bytes: AtomicU64::new(0),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }

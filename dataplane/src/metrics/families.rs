@@ -148,6 +148,15 @@ pub const PORT_GUEST_MEMORY: Family = Family {
     doc: "guest memory mapped for the port's frontend, bytes",
 };
 
+/// Control-queue commands answered.
+pub const PORT_CTRL_COMMANDS: Family = Family {
+    name: "vadapt_port_ctrl_commands",
+    kind: Kind::Counter,
+    labels: &["port", "outcome"],
+    help: "Control-queue commands of the VM port's guest, by answer.",
+    doc: "control-queue commands answered (a frontend that gives the backend its control queue): `outcome=\"accepted\"` `VIRTIO_NET_OK`, `outcome=\"refused\"` `VIRTIO_NET_ERR` or a chain with no command",
+};
+
 /// A queue worker's CPU time.
 pub const WORKER_CPU: Family = Family {
     name: "vadapt_worker_cpu_seconds",
@@ -194,7 +203,7 @@ pub const WORKER_SLEEP_OVERSHOOT: Family = Family {
 };
 
 /// Every family above, in the order the export writes them.
-pub const ALL: [&Family; 20] = [
+pub const ALL: [&Family; 21] = [
     &QUEUE_PACKETS,
     &QUEUE_BYTES,
     &QUEUE_KICKS,
@@ -210,6 +219,7 @@ pub const ALL: [&Family; 20] = [
     &NETAP_ML_MESSAGE_SIZE,
     &PORT_CONNECTED,
     &PORT_GUEST_MEMORY,
+    &PORT_CTRL_COMMANDS,
     &WORKER_CPU,
     &WORKER_BUSY_CYCLES,
     &WORKER_PASSES,

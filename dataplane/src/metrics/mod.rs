@@ -38,6 +38,7 @@
 //! | `vadapt_netap_ml_message_size_bytes` | gauge | port | Message size NetAP-ML predicts for, bytes; 0 = unknown. |
 //! | `vadapt_port_connected` | gauge | port | 1 when a frontend is connected |
 //! | `vadapt_port_guest_memory_bytes` | gauge | port | guest memory mapped for the port's frontend, bytes |
+//! | `vadapt_port_ctrl_commands_total` | counter | port, outcome | control-queue commands answered (a frontend that gives the backend its control queue): `outcome="accepted"` `VIRTIO_NET_OK`, `outcome="refused"` `VIRTIO_NET_ERR` or a chain with no command |
 //! | `vadapt_worker_cpu_seconds_total` | counter | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | counter | worker | TSC cycles spent in passes that moved packets |
 //! | `vadapt_worker_passes_total` | counter | worker | service passes |

@@ -146,6 +146,12 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
     for p in ports.iter().filter(|p| p.kind == "vm") {
         m.gauge(&[&p.name], p.memory_bytes.load(Relaxed) as i64)?;
     }
+    let mut m = f::PORT_CTRL_COMMANDS.encode(enc)?;
+    for p in ports.iter().filter(|p| p.kind == "vm") {
+        for (outcome, v) in [("accepted", &p.ctrl_accepted), ("refused", &p.ctrl_refused)] {
+            m.counter(&[&p.name, outcome], v.load(Relaxed))?;
+        }
+    }
     Ok(())
 }
 

@@ -43,6 +43,12 @@ pub struct PortSnapshot {
     /// Their bytes.
     #[serde(default)]
     pub memory_bytes: u64,
+    /// Control-queue commands accepted (`VIRTIO_NET_OK`).
+    #[serde(default)]
+    pub ctrl_accepted: u64,
+    /// Control-queue commands refused (`VIRTIO_NET_ERR`).
+    #[serde(default)]
+    pub ctrl_refused: u64,
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -131,6 +137,8 @@ impl PortSnapshot {
             workload: [0, 1, 2].map(|i| p.workload[i].load(Relaxed)),
             memory_regions: p.memory_regions.load(Relaxed),
             memory_bytes: p.memory_bytes.load(Relaxed),
+            ctrl_accepted: p.ctrl_accepted.load(Relaxed),
+            ctrl_refused: p.ctrl_refused.load(Relaxed),
             queues: p
                 .queues
                 .iter()

@@ -78,6 +78,13 @@ impl StatsSnapshot {
                     p.memory_bytes >> 20
                 );
             }
+            if p.ctrl_accepted + p.ctrl_refused > 0 {
+                let _ = writeln!(
+                    s,
+                    "{:>24} control queue: {} command(s) accepted, {} refused",
+                    "", p.ctrl_accepted, p.ctrl_refused
+                );
+            }
         }
         let _ = writeln!(
             s,

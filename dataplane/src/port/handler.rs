@@ -8,9 +8,14 @@
 //! starts a new worker over the rings that are then ready. `GET_VRING_BASE`
 //! stops the ring, as the spec requires, and answers with the position the
 //! stopped worker handed back, so a reconnecting frontend resumes exactly.
+//!
+//! Ring `2 × queues` is the control queue, for a frontend that gives it to
+//! the backend (QEMU and DPDK do not); it is served beside the worker, by
+//! [`crate::queue::ctrl_queue`], and stopped and started with it.
 
 use crate::migration::RingLog;
 use crate::net::{self, VHOST_USER_F_PROTOCOL_FEATURES};
+use crate::queue::ctrl_queue::{CtrlQueue, CtrlThread};
 use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
 use crate::queue::ring::{Pair, Ring};
@@ -82,6 +87,14 @@ enum Worker {
     Inline(Box<crate::queue::pool::QueueSet>),
 }
 
+/// What serves the control queue.
+enum CtrlService {
+    /// A thread of its own ([`CtrlThread`]).
+    Thread(CtrlThread),
+    /// Served in [`Connection::step`] (a stepped connection).
+    Inline(Box<CtrlQueue>),
+}
+
 /// One frontend connection's negotiated state.
 pub struct Connection {
     pub(super) port: Arc<VmPort>,
@@ -97,6 +110,10 @@ pub struct Connection {
     log_outside_reported: u64,
     pub(super) vrings: Vec<Vring>,
     worker: Option<Worker>,
+    /// The control queue's server, while its ring runs.
+    ctrl: Option<CtrlService>,
+    /// Lines the control queue of a stepped connection may log.
+    ctrl_log: crate::log_limit::LogLimit,
     /// Set when the frontend sent something that ends the connection (the
     /// serve loop closes it after the reply).
     pub(super) fatal: Option<String>,
@@ -123,7 +140,8 @@ fn invalid(what: &'static str) -> VhostError {
 impl Connection {
     /// Fresh state for a new frontend on `port`.
     pub fn new(port: Arc<VmPort>) -> Self {
-        let n = 2 * usize::from(port.cfg.queues);
+        // The data rings, then the control queue.
+        let n = 2 * usize::from(port.cfg.queues) + 1;
         Connection {
             port,
             features: 0,
@@ -134,6 +152,8 @@ impl Connection {
             log_outside_reported: 0,
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
+            ctrl: None,
+            ctrl_log: crate::log_limit::LogLimit::per_second(),
             fatal: None,
             pool: None,
             inline: false,
@@ -169,6 +189,15 @@ impl Connection {
     /// early). False when no queues run (or they stopped themselves), so
     /// no pass was made.
     pub fn step(&mut self, force: bool) -> bool {
+        if let (Some(CtrlService::Inline(q)), Some(mem)) = (self.ctrl.as_mut(), self.mem.as_ref()) {
+            crate::queue::ctrl_queue::serve_and_count(
+                q,
+                mem,
+                &self.port,
+                self.features,
+                &mut self.ctrl_log,
+            );
+        }
         let Some(Worker::Inline(set)) = self.worker.as_mut() else {
             return false;
         };
@@ -200,8 +229,28 @@ impl Connection {
         v.started && v.addrs.is_some() && v.num > 0 && (v.enabled || !protocol || !v.enable_seen)
     }
 
+    /// The control queue's ring index.
+    fn ctrl_index(&self) -> usize {
+        2 * usize::from(self.port.cfg.queues)
+    }
+
+    /// Stop the control queue's server, recording where its ring stopped.
+    fn stop_ctrl(&mut self) {
+        let queue = match self.ctrl.take() {
+            None => return,
+            Some(CtrlService::Thread(t)) => t.stop(),
+            Some(CtrlService::Inline(q)) => Some(*q),
+        };
+        let i = self.ctrl_index();
+        match queue {
+            Some(q) => self.vrings[i].base = q.last_avail(),
+            None => tracing::error!(port = self.port.name(), "control queue thread panicked"),
+        }
+    }
+
     /// Stop the worker, recording where each ring stopped.
     pub(super) fn stop_worker(&mut self) {
+        self.stop_ctrl();
         let bases = match self.worker.take() {
             None => return,
             Some(Worker::Thread { stop, join }) => {
@@ -242,57 +291,86 @@ impl Connection {
         }
     }
 
+    /// Ring `i`, if it is ready and its addresses are good.
+    fn make_ring(&self, mem: &GuestMemory, i: usize) -> Option<Ring> {
+        if !self.ring_ready(i) {
+            return None;
+        }
+        let rf = RingFeatures::from_bits(self.features);
+        let v = &self.vrings[i];
+        let (desc, used, avail) = v.addrs.expect("ready implies addrs");
+        // A packed ring's driver and device areas come in the split
+        // ring's avail and used addresses (vhost-user, as vhost).
+        let q = if self.features & net::VIRTIO_F_RING_PACKED != 0 {
+            let layout = PackedLayout {
+                size: v.num,
+                desc,
+                driver_event: avail,
+                device_event: used,
+            };
+            PackedDeviceQueue::new(mem, layout, true, rf, v.base).map(AnyDeviceQueue::Packed)
+        } else {
+            let layout = QueueLayout {
+                size: v.num,
+                desc,
+                avail,
+                used,
+            };
+            DeviceQueue::new(mem, layout, true, rf, v.base).map(AnyDeviceQueue::Split)
+        };
+        let q = match q {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::error!(port = self.port.name(), ring = i, error = %e,
+                        "ring addresses rejected; ring not started");
+                return None;
+            }
+        };
+        let kick = v.kick.as_ref().and_then(|f| f.try_clone().ok())?;
+        set_nonblocking(&kick);
+        Some(Ring {
+            q,
+            kick,
+            call: v.call.as_ref().and_then(|f| f.try_clone().ok()),
+            broken: false,
+            log: self.ring_log(mem, v),
+        })
+    }
+
+    /// Start the control queue's server if its ring is ready and the
+    /// frontend acked `VIRTIO_NET_F_CTRL_VQ`.
+    fn start_ctrl(&mut self, mem: &GuestMemory) {
+        debug_assert!(self.ctrl.is_none());
+        if self.features & net::VIRTIO_NET_F_CTRL_VQ == 0 {
+            return;
+        }
+        let Some(ring) = self.make_ring(mem, self.ctrl_index()) else {
+            return;
+        };
+        let queue = CtrlQueue::new(ring);
+        if self.inline {
+            self.ctrl = Some(CtrlService::Inline(Box::new(queue)));
+            return;
+        }
+        match CtrlThread::start(Arc::clone(&self.port), mem.clone(), queue, self.features) {
+            Ok(t) => self.ctrl = Some(CtrlService::Thread(t)),
+            Err(e) => {
+                tracing::error!(port = self.port.name(), error = %e, "cannot start the control queue's thread");
+            }
+        }
+    }
+
     /// Start a worker over every ready ring (none: no worker).
     pub(super) fn start_worker(&mut self) {
         debug_assert!(self.worker.is_none());
         let Some(mem) = self.mem.clone() else { return };
-        let rf = RingFeatures::from_bits(self.features);
+        self.start_ctrl(&mem);
         let npairs = usize::from(self.port.cfg.queues);
         let mut pairs: Vec<Pair> = (0..npairs).map(|_| Pair::default()).collect();
         let mut any = false;
-        for i in 0..self.vrings.len() {
-            if !self.ring_ready(i) {
+        for i in 0..2 * npairs {
+            let Some(ring) = self.make_ring(&mem, i) else {
                 continue;
-            }
-            let v = &self.vrings[i];
-            let (desc, used, avail) = v.addrs.expect("ready implies addrs");
-            // A packed ring's driver and device areas come in the split
-            // ring's avail and used addresses (vhost-user, as vhost).
-            let q = if self.features & net::VIRTIO_F_RING_PACKED != 0 {
-                let layout = PackedLayout {
-                    size: v.num,
-                    desc,
-                    driver_event: avail,
-                    device_event: used,
-                };
-                PackedDeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Packed)
-            } else {
-                let layout = QueueLayout {
-                    size: v.num,
-                    desc,
-                    avail,
-                    used,
-                };
-                DeviceQueue::new(&mem, layout, true, rf, v.base).map(AnyDeviceQueue::Split)
-            };
-            let q = match q {
-                Ok(q) => q,
-                Err(e) => {
-                    tracing::error!(port = self.port.name(), ring = i, error = %e,
-                        "ring addresses rejected; ring not started");
-                    continue;
-                }
-            };
-            let Some(kick) = v.kick.as_ref().and_then(|f| f.try_clone().ok()) else {
-                continue;
-            };
-            set_nonblocking(&kick);
-            let ring = Ring {
-                q,
-                kick,
-                call: v.call.as_ref().and_then(|f| f.try_clone().ok()),
-                broken: false,
-                log: self.ring_log(&mem, v),
             };
             if i % 2 == 0 {
                 pairs[i / 2].rx = Some(ring);
@@ -435,6 +513,12 @@ impl Connection {
         }
     }
 
+    /// The features this port offers (`get_features`).
+    fn offered_features(&self) -> u64 {
+        let c = &self.port.cfg;
+        net::offered_features(c.mtu, c.packed, c.rss)
+    }
+
     /// Why the connection must end, if the frontend sent something that
     /// ends it (taken: asked again, `None`).
     pub fn take_fatal(&mut self) -> Option<String> {
@@ -459,6 +543,7 @@ impl Connection {
         self.log = None;
         self.features = 0;
         self.port.guest_offloads.negotiate(0);
+        self.port.rss.set(None);
         self.protocol = 0;
         self.fatal = None;
         for v in &mut self.vrings {
@@ -522,14 +607,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_features(&mut self) -> VhostResult<u64> {
-        Ok(net::offered_features(
-            self.port.cfg.mtu,
-            self.port.cfg.packed,
-        ))
+        Ok(self.offered_features())
     }
 
     fn set_features(&mut self, features: u64) -> VhostResult<()> {
-        if features & !net::offered_features(self.port.cfg.mtu, self.port.cfg.packed) != 0 {
+        if features & !self.offered_features() != 0 {
             tracing::warn!(
                 port = self.port.name(),
                 features = format_args!("{features:#x}"),
@@ -540,6 +622,9 @@ impl VhostUserBackendReqHandlerMut for Connection {
         self.stop_worker();
         self.features = features;
         self.port.guest_offloads.negotiate(features);
+        // A new negotiation starts with the default steering, until the
+        // driver sets its RSS config again.
+        self.port.rss.set(None);
         tracing::info!(
             port = self.port.name(),
             features = format_args!("{features:#x}"),
@@ -717,8 +802,11 @@ impl VhostUserBackendReqHandlerMut for Connection {
         Ok(())
     }
 
+    /// The data rings and the control queue (index `2 × queues`): a
+    /// frontend that forwards its control queue needs the index; QEMU
+    /// checks only that its queue pairs fit.
     fn get_queue_num(&mut self) -> VhostResult<u64> {
-        Ok(2 * u64::from(self.port.cfg.queues))
+        Ok(2 * u64::from(self.port.cfg.queues) + 1)
     }
 
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> VhostResult<()> {

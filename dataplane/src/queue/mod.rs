@@ -25,6 +25,10 @@
 //!   from the switch reach its worker.
 //! * [`guest_offloads`] — which guest-side offloads the port's receiver
 //!   takes now (negotiated, and `VIRTIO_NET_CTRL_GUEST_OFFLOADS_SET`).
+//! * [`ctrl_queue`] — the control virtqueue, when a frontend gives it to
+//!   vadapt: a small thread answering each command with [`ctrl_command`].
+//! * [`rss`] — the guest's receive-side scaling (`VIRTIO_NET_F_RSS`): its
+//!   key, hash types and indirection table, and the queue they give a frame.
 //! * [`policy_slot`] — the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
 //! * [`roster`] — the VM ports running now, for what follows them as
@@ -32,6 +36,8 @@
 //! * [`fault_injector`] — a `QueueIo` wrapper that injects faults, for
 //!   tests and the soak.
 
+pub mod ctrl_command;
+pub mod ctrl_queue;
 #[cfg(test)]
 mod dirty_log_tests;
 pub mod drive;
@@ -49,6 +55,7 @@ pub mod port_queues;
 pub mod ring;
 pub mod ring_pass;
 pub mod roster;
+pub mod rss;
 pub mod rx;
 pub mod tx;
 pub mod vm_port;

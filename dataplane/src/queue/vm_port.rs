@@ -38,6 +38,8 @@ pub struct VmPort {
     pub(crate) backlogs: Vec<Backlog>,
     /// Guest-side offloads the receiver takes now.
     pub guest_offloads: guest_offloads::GuestOffloadState,
+    /// The guest's RSS config (`VIRTIO_NET_F_RSS`), once it set one.
+    pub rss: super::rss::RssState,
     /// Queue pairs whose receive ring is running (flows are spread over them).
     pub(crate) rx_pairs: AtomicU16,
     /// Wakes a worker blocked waiting for kicks.
@@ -82,6 +84,7 @@ impl VmPort {
             ingress: OnceLock::new(),
             backlogs: (0..pairs).map(|_| Backlog::new(backlog)).collect(),
             guest_offloads: Default::default(),
+            rss: Default::default(),
             rx_pairs: AtomicU16::new(0),
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
             waiting: AtomicBool::new(false),
@@ -177,10 +180,14 @@ impl VmPort {
 
 impl Egress for VmPort {
     /// Frames onto the backlogs of the receive queues they are steered
-    /// to: with more than one queue pair, by the Toeplitz hash of each
+    /// to: with more than one queue pair, by the guest's RSS config when
+    /// it set one ([`super::rss::RssConfig::queue_of`]: its key, hash
+    /// types and indirection table), else by the Toeplitz hash of each
     /// frame's addresses and ports ([`rss_queue`]), so one flow stays on
-    /// one queue as on a NIC; a frame with no flow (not IP) by the
-    /// sender's queue `flow`.
+    /// one queue as on a NIC, and a frame with no flow (not IP) by the
+    /// sender's queue `flow`. A queue the guest named whose receive ring
+    /// is not running (it broke the spec's rule) is taken modulo the
+    /// running ones.
     fn deliver(&self, frames: &FrameBatch, which: &[u16], flow: u16) {
         let pairs = self.rx_pairs.load(Ordering::Acquire);
         if pairs == 0 {
@@ -192,8 +199,13 @@ impl Egress for VmPort {
             return;
         }
         let mut by_queue: Vec<Vec<u16>> = vec![Vec::new(); usize::from(pairs)];
+        let guest = self.rss.get();
         for &i in which {
-            let q = rss_queue(frames.get(usize::from(i)), pairs).unwrap_or(flow % pairs);
+            let frame = frames.get(usize::from(i));
+            let q = match &guest {
+                Some(c) => c.queue_of(frame) % pairs,
+                None => rss_queue(frame, pairs).unwrap_or(flow % pairs),
+            };
             by_queue[usize::from(q)].push(i);
         }
         for (q, which) in by_queue.iter().enumerate() {

@@ -21,11 +21,12 @@ use vhost::vhost_user::{Frontend, VhostUserFrontend, VhostUserProtocolFeatures};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
+    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_RSS_CONFIG, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET,
     VIRTIO_NET_F_CTRL_VQ, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF,
-    VIRTIO_NET_F_MTU,
+    VIRTIO_NET_F_MTU, VIRTIO_NET_F_RSS,
 };
 
-use super::ctrl_queue::{send_vq_pairs_set, CtrlMq};
+use super::ctrl_queue::{send_command, CtrlOutcome};
 use super::dirty_log::FrontendLog;
 use super::error::{proto, FrontendError};
 use super::features::{
@@ -35,7 +36,7 @@ use super::memory_plan::{plan_memory, CtrlPlan, TxBufs};
 use super::net_config::NetConfig;
 use super::queue_pair::build_pair;
 use super::watchdog::Watchdog;
-use crate::config::{GuestConfig, Mode, PackedRing, MTU};
+use crate::config::{GuestConfig, Mode, PackedRing, RssRequest, MTU};
 use crate::driver::queue::{Notifiers, QueuePair, RX_BUF_LEN};
 
 /// The frontend's connection to a backend: connected, negotiated, guest memory shared and the
@@ -60,11 +61,23 @@ pub struct Connection {
     /// vhost-user queue indexes configured (for teardown).
     rings: Vec<usize>,
     /// What the control queue said to `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`.
-    pub ctrl_mq: CtrlMq,
+    pub ctrl_mq: CtrlOutcome,
+    /// What it said to the configured RSS config (`VIRTIO_NET_CTRL_MQ_RSS_CONFIG`).
+    pub ctrl_rss: CtrlOutcome,
+    /// Queue pairs in use.
+    pairs: u16,
     /// The control queue, when set up (kept so its eventfds outlive the backend's use).
-    ctrl: Option<(AnyDriverQueue, Notifiers)>,
+    ctrl: Option<CtrlChannel>,
     /// The dirty-page log, with `--dirty-log`.
     pub dirty_log: Option<FrontendLog>,
+}
+
+/// The control queue as set up: its ring, eventfds, command page and vhost-user index.
+struct CtrlChannel {
+    vq: AnyDriverQueue,
+    notify: Notifiers,
+    plan: CtrlPlan,
+    index: usize,
 }
 
 impl std::fmt::Debug for Connection {
@@ -116,6 +129,10 @@ impl Connection {
         }
         let mut features = negotiate_features(offered, cfg.mode);
         features |= packed_ring_bit(offered, cfg.packed)?;
+        if cfg.rss.is_some() && has_feature(offered, VIRTIO_NET_F_RSS) {
+            // Linux's driver takes RSS whenever it is offered with MQ and CTRL_VQ.
+            features |= 1 << VIRTIO_NET_F_RSS;
+        }
         if cfg.dirty_log {
             // Logging needs the protocol features (for LOG_SHMFD, below) and LOG_ALL.
             if !(has_feature(features, VHOST_USER_F_PROTOCOL_FEATURES)
@@ -243,7 +260,9 @@ impl Connection {
             max_pairs,
             mtu,
             rings: vec![],
-            ctrl_mq: CtrlMq::NotNeeded,
+            ctrl_mq: CtrlOutcome::NotNeeded,
+            ctrl_rss: CtrlOutcome::NotNeeded,
+            pairs,
             ctrl: None,
             dirty_log,
         };
@@ -278,14 +297,27 @@ impl Connection {
         }
         let mq =
             has_feature(features, VIRTIO_NET_F_MQ) && has_feature(features, VIRTIO_NET_F_CTRL_VQ);
-        if mq && pairs > 1 {
+        let rss = cfg
+            .rss
+            .as_ref()
+            .filter(|_| has_feature(features, VIRTIO_NET_F_RSS));
+        if mq && (pairs > 1 || rss.is_some()) {
             let ctrl_index = 2 * usize::from(max_pairs);
-            dev.ctrl_mq = if (ctrl_index as u64) < queue_num {
-                dev.set_queue_pairs(ctrl_index, plan.ctrl, ring_features, pairs)?
-            } else {
-                CtrlMq::NoControlQueue
-            };
-            tracing::debug!(outcome = ?dev.ctrl_mq, pairs, "VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET");
+            if (ctrl_index as u64) < queue_num {
+                dev.start_ctrl(ctrl_index, plan.ctrl, ring_features)?;
+            }
+            if pairs > 1 {
+                dev.ctrl_mq = dev.ctrl_command(
+                    VIRTIO_NET_CTRL_MQ as u8,
+                    VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
+                    &pairs.to_le_bytes(),
+                )?;
+                tracing::debug!(outcome = ?dev.ctrl_mq, pairs, "VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET");
+            }
+            if let Some(rss) = rss {
+                dev.ctrl_rss = dev.set_rss(rss)?;
+                tracing::info!(outcome = ?dev.ctrl_rss, "VIRTIO_NET_CTRL_MQ_RSS_CONFIG");
+            }
         }
         Ok((dev, out))
     }
@@ -349,16 +381,14 @@ impl Connection {
         Ok(())
     }
 
-    /// Sets up the control queue at `index` and sends `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`
-    /// (`pairs`), as Linux does after probing a multiqueue device; waits (bounded) for the
-    /// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
-    fn set_queue_pairs(
+    /// Sets up the control queue at `index`, as Linux does when it probes a device with
+    /// `VIRTIO_NET_F_CTRL_VQ`.
+    fn start_ctrl(
         &mut self,
         index: usize,
         plan: CtrlPlan,
         features: RingFeatures,
-        pairs: u16,
-    ) -> Result<CtrlMq, FrontendError> {
+    ) -> Result<(), FrontendError> {
         let mut vq = self.new_ring(index, plan.ring, features)?;
         let notify = Notifiers::new().map_err(|source| FrontendError::Queue {
             pair: u16::MAX,
@@ -371,9 +401,44 @@ impl Connection {
                 .set_vring_enable(index, true)
                 .map_err(proto("SET_VRING_ENABLE"))?;
         }
-        let outcome = send_vq_pairs_set(&self.mem, &mut vq, &notify, plan, index, pairs)?;
-        self.ctrl = Some((vq, notify));
-        Ok(outcome)
+        self.ctrl = Some(CtrlChannel {
+            vq,
+            notify,
+            plan,
+            index,
+        });
+        Ok(())
+    }
+
+    /// Sends command (`class`, `command`) with `data` on the control queue and waits
+    /// (bounded) for its answer; [`CtrlOutcome::NoControlQueue`] if there is none. Any bytes
+    /// may be sent: the device must refuse what it does not take.
+    pub fn ctrl_command(
+        &mut self,
+        class: u8,
+        command: u8,
+        data: &[u8],
+    ) -> Result<CtrlOutcome, FrontendError> {
+        let Some(c) = self.ctrl.as_mut() else {
+            return Ok(CtrlOutcome::NoControlQueue);
+        };
+        send_command(
+            &self.mem, &mut c.vq, &c.notify, c.plan, c.index, class, command, data,
+        )
+    }
+
+    /// Sets `rss` with `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` (`max_tx_vq`: the pairs in use);
+    /// [`CtrlOutcome::NotNeeded`] if `VIRTIO_NET_F_RSS` was not negotiated.
+    pub fn set_rss(&mut self, rss: &RssRequest) -> Result<CtrlOutcome, FrontendError> {
+        if !has_feature(self.features, VIRTIO_NET_F_RSS) {
+            return Ok(CtrlOutcome::NotNeeded);
+        }
+        let data = rss.encode(self.pairs);
+        self.ctrl_command(
+            VIRTIO_NET_CTRL_MQ as u8,
+            VIRTIO_NET_CTRL_MQ_RSS_CONFIG as u8,
+            &data,
+        )
     }
 
     /// The vhost-user socket, to watch for the backend hanging up.

@@ -1,81 +1,77 @@
-//! The control queue's one command: `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET`, which tells a
-//! multiqueue device how many queue pairs the driver uses.
+//! The control queue's commands, as Linux's driver sends them: one chain each (header and
+//! data device-readable, the ack byte device-writable), waited for by spinning on the used
+//! ring. `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` tells a multiqueue device how many queue pairs the
+//! driver uses; `VIRTIO_NET_CTRL_MQ_RSS_CONFIG` sets its RSS key and indirection table
+//! ([`crate::config::RssRequest`]); [`send_command`] sends any command, a hostile one too.
 
 use std::time::Duration;
 
 use vadapt_virtq::driver::Seg;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::AnyDriverQueue;
-use virtio_bindings::virtio_net::{
-    VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET, VIRTIO_NET_OK,
-};
+use virtio_bindings::virtio_net::VIRTIO_NET_OK;
 
 use super::error::FrontendError;
-use super::memory_plan::CtrlPlan;
+use super::memory_plan::{CtrlPlan, PAGE};
 use crate::driver::queue::Notifiers;
-
-/// Outcome of announcing the number of queue pairs on the control queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CtrlMq {
-    /// Not sent: one pair, or `MQ`/`CTRL_VQ` not negotiated.
-    NotNeeded,
-    /// Not sent: the backend's queue count leaves no index for the control queue (QEMU
-    /// handles the control queue itself and never gives it to a vhost-user backend, so many
-    /// backends, DPDK's among them, have none). The pairs are enabled with
-    /// `SET_VRING_ENABLE` either way.
-    NoControlQueue,
-    /// Sent and acknowledged with `VIRTIO_NET_OK`.
-    Acked,
-    /// Sent and refused (status byte other than `VIRTIO_NET_OK`).
-    Refused(u8),
-    /// Sent, and no answer within the timeout.
-    NoAnswer,
-}
+pub use crate::metrics::CtrlOutcome;
 
 /// How long the guest waits for the control queue's answer (ms). Linux spins on it without
 /// limit; a synthetic guest must not hang on a backend that ignores the queue.
 const CTRL_TIMEOUT_MS: u64 = 1000;
 
-/// Sends `VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET` (`pairs`) on the started control queue `vq`
-/// (vhost-user index `index`), its command in `plan`'s buffer page; waits (bounded) for the
-/// ack by polling the used ring, as Linux spins on `virtqueue_get_buf`.
-pub(super) fn send_vq_pairs_set(
+/// Most data bytes a command may carry: the command page holds the header (at 0), the data
+/// (from 8) and the ack byte after it.
+pub const MAX_DATA: usize = PAGE as usize - 16;
+
+/// Sends command (`class`, `command`) with `data` on the started control queue `vq`
+/// (vhost-user index `index`), in `plan`'s buffer page; waits (bounded) for the ack by
+/// polling the used ring, as Linux spins on `virtqueue_get_buf`. Data longer than
+/// [`MAX_DATA`] is an error, not sent.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_command(
     mem: &GuestMemory,
     vq: &mut AnyDriverQueue,
     notify: &Notifiers,
     plan: CtrlPlan,
     index: usize,
-    pairs: u16,
-) -> Result<CtrlMq, FrontendError> {
-    // virtio_net_ctrl_hdr {class, cmd}, virtio_net_ctrl_mq {virtqueue_pairs: le16}, ack.
-    let hdr = [
-        VIRTIO_NET_CTRL_MQ as u8,
-        VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
-    ];
-    let ack_gpa = plan.buf + 16;
-    let ack_init = [0xFFu8];
+    class: u8,
+    command: u8,
+    data: &[u8],
+) -> Result<CtrlOutcome, FrontendError> {
+    if data.len() > MAX_DATA {
+        return Err(FrontendError::Ring {
+            index,
+            reason: format!(
+                "control command of {} bytes: at most {MAX_DATA}",
+                data.len()
+            ),
+        });
+    }
+    // virtio_net_ctrl_hdr {class, cmd}, the command's data, ack.
+    let data_gpa = plan.buf + 8;
+    let ack_gpa = data_gpa + (data.len() as u64).max(8);
     let write = |gpa: u64, b: &[u8]| mem.write(gpa, b).map_err(FrontendError::Memory);
-    write(plan.buf, &hdr)?;
-    write(plan.buf + 8, &pairs.to_le_bytes())?;
-    write(ack_gpa, &ack_init)?;
-    let segs = [
-        Seg {
-            gpa: plan.buf,
-            len: 2,
+    write(plan.buf, &[class, command])?;
+    write(data_gpa, data)?;
+    write(ack_gpa, &[0xFF])?;
+    let mut segs = vec![Seg {
+        gpa: plan.buf,
+        len: 2,
+        writable: false,
+    }];
+    if !data.is_empty() {
+        segs.push(Seg {
+            gpa: data_gpa,
+            len: data.len() as u32,
             writable: false,
-        },
-        Seg {
-            gpa: plan.buf + 8,
-            len: 2,
-            writable: false,
-        },
-        Seg {
-            gpa: ack_gpa,
-            len: 1,
-            writable: true,
-        },
-    ];
+        });
+    }
+    segs.push(Seg {
+        gpa: ack_gpa,
+        len: 1,
+        writable: true,
+    });
     vq.add(&segs).map_err(|e| FrontendError::Ring {
         index,
         reason: e.to_string(),
@@ -90,14 +86,18 @@ pub(super) fn send_vq_pairs_set(
             let mut ack = [0u8];
             mem.read(ack_gpa, &mut ack).map_err(FrontendError::Memory)?;
             break if u32::from(ack[0]) == VIRTIO_NET_OK {
-                CtrlMq::Acked
+                CtrlOutcome::Acked
             } else {
-                CtrlMq::Refused(ack[0])
+                CtrlOutcome::Refused(ack[0])
             };
         }
         if start.elapsed() >= Duration::from_millis(CTRL_TIMEOUT_MS) {
-            tracing::warn!("control queue: no answer to VQ_PAIRS_SET within {CTRL_TIMEOUT_MS} ms");
-            break CtrlMq::NoAnswer;
+            tracing::warn!(
+                class,
+                command,
+                "control queue: no answer within {CTRL_TIMEOUT_MS} ms"
+            );
+            break CtrlOutcome::NoAnswer;
         }
         std::thread::sleep(Duration::from_micros(100));
     };
@@ -108,6 +108,7 @@ pub(super) fn send_vq_pairs_set(
 mod tests {
     use super::*;
     use crate::frontend::memory_plan::{plan_memory, TxBufs};
+    use virtio_bindings::virtio_net::{VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET};
     use vadapt_virtq::{
         AnyDeviceQueue, AnyLayout, Chain, DeviceQueue, PackedDeviceQueue, RingFeatures,
     };
@@ -115,7 +116,7 @@ mod tests {
     /// Sends VQ_PAIRS_SET for 3 pairs over a control queue of either kind to a device
     /// thread answering `status`; returns what the guest made of it and the command bytes
     /// the device read.
-    fn exchange(packed: bool, status: u8) -> (CtrlMq, [u8; 4]) {
+    fn exchange(packed: bool, status: u8) -> (CtrlOutcome, [u8; 4]) {
         let tx = TxBufs {
             stride: 128,
             payload: 0,
@@ -151,7 +152,17 @@ mod tests {
             }
             panic!("no command on the control queue");
         });
-        let outcome = send_vq_pairs_set(&mem, &mut vq, &notify, plan.ctrl, 2, 3).unwrap();
+        let outcome = send_command(
+            &mem,
+            &mut vq,
+            &notify,
+            plan.ctrl,
+            2,
+            VIRTIO_NET_CTRL_MQ as u8,
+            VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET as u8,
+            &3u16.to_le_bytes(),
+        )
+        .unwrap();
         (outcome, device.join().unwrap())
     }
 
@@ -166,12 +177,12 @@ mod tests {
         for packed in [false, true] {
             assert_eq!(
                 exchange(packed, VIRTIO_NET_OK as u8),
-                (CtrlMq::Acked, want),
+                (CtrlOutcome::Acked, want),
                 "packed {packed}"
             );
             assert_eq!(
                 exchange(packed, 1),
-                (CtrlMq::Refused(1), want),
+                (CtrlOutcome::Refused(1), want),
                 "packed {packed}"
             );
         }
