@@ -498,7 +498,7 @@ impl Chain {
 /// A prefetch of the cache line holding `p` into all cache levels; nothing
 /// on targets without one.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHT0 is a hint. It never faults, whatever the address
     // (valid, unmapped or null), and neither reads into a register nor
