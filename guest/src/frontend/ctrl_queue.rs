@@ -108,10 +108,10 @@ pub(super) fn send_command(
 mod tests {
     use super::*;
     use crate::frontend::memory_plan::{plan_memory, TxBufs};
-    use virtio_bindings::virtio_net::{VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET};
     use vadapt_virtq::{
         AnyDeviceQueue, AnyLayout, Chain, DeviceQueue, PackedDeviceQueue, RingFeatures,
     };
+    use virtio_bindings::virtio_net::{VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET};
 
     /// Sends VQ_PAIRS_SET for 3 pairs over a control queue of either kind to a device
     /// thread answering `status`; returns what the guest made of it and the command bytes
