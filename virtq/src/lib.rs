@@ -98,6 +98,7 @@ pub mod mem;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod mock;
 pub mod packed;
+mod prefetch;
 pub mod raw;
 mod ring;
 pub mod spec;

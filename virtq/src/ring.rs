@@ -262,7 +262,7 @@ impl RingPtrs {
     #[inline]
     pub(crate) fn prefetch_desc(&self, i: u16) {
         let i = i & (self.size - 1);
-        crate::chain::prefetch(self.desc.wrapping_add(DESC_SIZE as usize * i as usize));
+        crate::prefetch::prefetch(self.desc.wrapping_add(DESC_SIZE as usize * i as usize));
     }
 
     /// Descriptor `i` of the main table; `i` must be `< size`.
