@@ -379,6 +379,9 @@ pub struct Backlog {
     /// Frames held, kept under the lock, read without it: a polling worker
     /// checks an empty backlog millions of times a second without locking.
     len: AtomicUsize,
+    /// Most frames held: the capacity it was made with, which every batch
+    /// swapped in by [`take_into`](Self::take_into) has too.
+    cap: usize,
 }
 
 impl Backlog {
@@ -387,6 +390,7 @@ impl Backlog {
         Backlog {
             inner: Mutex::new(FrameBatch::new(cap)),
             len: AtomicUsize::new(0),
+            cap,
         }
     }
 
@@ -412,6 +416,11 @@ impl Backlog {
     /// same capacity); returns the number of frames taken.
     pub fn take_into(&self, out: &mut FrameBatch) -> usize {
         debug_assert!(out.is_empty());
+        debug_assert_eq!(
+            out.capacity(),
+            self.cap,
+            "a batch of another size swapped in"
+        );
         if self.len.load(Ordering::Acquire) == 0 {
             return 0;
         }
@@ -421,12 +430,9 @@ impl Backlog {
         out.len()
     }
 
-    /// Most frames held.
+    /// Most frames held (no lock: the uplink's workers ask on every pass).
     pub fn capacity(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .capacity()
+        self.cap
     }
 
     /// Frames held now (read without the lock: a moment's value).

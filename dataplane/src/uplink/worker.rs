@@ -23,7 +23,7 @@ use super::xsk::{self, XskQueue, MAX_XSK_FRAME};
 use crate::clock::{cycles, monotonic_now};
 use crate::frames::FrameBatch;
 use crate::log_limit::LogLimit;
-use crate::metrics::{Dir, DropReason, WorkerStats};
+use crate::metrics::{Dir, DropReason, PassTally, WorkerStats};
 use crate::net::MIN_FRAME;
 use crate::offload::Cutter;
 use crate::queue::drive::{drive, Control, QueueIo, Wait};
@@ -77,6 +77,8 @@ pub struct UplinkQueue {
     cpu: Option<usize>,
     /// The worker's counters (`<port>/<queue>`).
     stats: Arc<WorkerStats>,
+    /// Passes, busy cycles, packets and bytes not yet in the counters.
+    tally: PassTally,
     log: LogLimit,
     /// What the worker has seen of its queue's policy slot (set by `run`).
     policy_view: Option<WorkerView>,
@@ -122,6 +124,7 @@ impl UplinkQueue {
             freq,
             cpu,
             stats,
+            tally: PassTally::new(port.stats.queues.len()),
             log: LogLimit::per_second(),
             policy_view: None,
             port,
@@ -154,12 +157,18 @@ impl UplinkQueue {
         stats.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
     }
 
+    /// Publishes the tallied counts (before every wait, at the end, and
+    /// every [`crate::metrics::PUBLISH_EVERY`] passes).
+    pub(super) fn publish_counts(&mut self) {
+        self.tally.publish(&self.stats, &self.port.stats.queues);
+    }
+
     fn emit(&mut self) {
         if self.batch.is_empty() {
             return;
         }
-        let qs = &self.port.stats.queues[self.q];
-        qs.add(Dir::Tx, self.batch.len() as u64, self.batch.bytes());
+        self.tally
+            .moved(self.q, Dir::Tx, self.batch.len() as u64, self.batch.bytes());
         if let Some(s) = &self.sender {
             s.forward(self.q as u16, &self.batch, &mut self.cache);
         }
@@ -323,7 +332,7 @@ impl UplinkQueue {
         if refused > 0 {
             qs.drop(DropReason::BadVnetHdr, refused);
         }
-        qs.add(Dir::Rx, sent as u64, bytes);
+        self.tally.moved(self.q, Dir::Rx, sent as u64, bytes);
         (sent as u64, bytes)
     }
 
@@ -353,6 +362,12 @@ impl UplinkQueue {
     }
 }
 
+impl Drop for UplinkQueue {
+    fn drop(&mut self) {
+        self.publish_counts();
+    }
+}
+
 impl QueueIo for UplinkQueue {
     fn now(&mut self) -> Instant {
         monotonic_now()
@@ -366,12 +381,13 @@ impl QueueIo for UplinkQueue {
         let (rn, rb, rx_more) = self.receive(budget.packets.max(1));
         let (tn, tb) = self.transmit();
         let tx_more = self.tx_work();
-        let ws = &self.stats;
-        ws.passes.fetch_add(1, Ordering::Relaxed);
-        if rn + tn > 0 {
-            ws.busy_cycles
-                .fetch_add(cycles().wrapping_sub(t0), Ordering::Relaxed);
-            ws.busy_packets.fetch_add(rn + tn, Ordering::Relaxed);
+        let busy = if rn + tn > 0 {
+            cycles().wrapping_sub(t0)
+        } else {
+            0
+        };
+        if self.tally.pass(rn + tn, busy) {
+            self.publish_counts();
         }
         PassStats {
             packets: rn + tn,
@@ -386,6 +402,7 @@ impl QueueIo for UplinkQueue {
     /// filling p‰ of the backlog wake the worker early (NetAP's ring-full
     /// safety net, as a guest's kick at p‰ of its ring does on a VM port).
     fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
+        self.publish_counts();
         let start = monotonic_now();
         let slot = &self.port.queues[self.q];
         let threshold = kick_threshold
@@ -432,6 +449,7 @@ impl QueueIo for UplinkQueue {
     }
 
     fn wait_kick(&mut self, until: Instant) -> Wait {
+        self.publish_counts();
         let start = monotonic_now();
         let port = Arc::clone(&self.port);
         let slot = &port.queues[self.q];

@@ -34,6 +34,7 @@ impl PooledQueues for UplinkQueue {
     }
 
     fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        self.publish_counts();
         let start = monotonic_now();
         if matches!(wake, Wake::At { .. }) {
             // The NIC's interrupt suppressed while the queue sleeps.
