@@ -38,6 +38,27 @@ pub struct PendingWait {
 }
 
 impl PendingWait {
+    /// A wait that ended as it began (the re-check found work, or it was a
+    /// poll): ready with `cause`, its target its start.
+    pub fn ended_at_once(kind: WaitKind, cause: WakeCause, start: Instant) -> Self {
+        PendingWait {
+            kind,
+            target: start,
+            start,
+            ready: Some(cause),
+        }
+    }
+
+    /// A wait that blocks, begun at `start`, whose timer fires at `target`.
+    pub fn blocked(kind: WaitKind, target: Instant, start: Instant) -> Self {
+        PendingWait {
+            kind,
+            target,
+            start,
+            ready: None,
+        }
+    }
+
     /// Whether the wait has ended and the port is due for a pass.
     pub fn is_ready(&self) -> bool {
         self.ready.is_some()

@@ -429,12 +429,7 @@ impl PortQueues {
         self.publish_counts();
         let start = monotonic_now();
         match wait_protocol::begin_wait(wake, self) {
-            Begun::Ready { kind, cause } => PendingWait {
-                kind,
-                target: start,
-                start,
-                ready: Some(cause),
-            },
+            Begun::Ready { kind, cause } => PendingWait::ended_at_once(kind, cause, start),
             Begun::Blocked { kind, until } => {
                 // A sleep's timer fires early by the mean lateness; a wait
                 // for a kick's at its deadline.
@@ -445,12 +440,7 @@ impl PortQueues {
                     WaitKind::Poll | WaitKind::Kick { .. } => until,
                 };
                 self.arm_timer(target.saturating_since(start));
-                PendingWait {
-                    kind,
-                    target,
-                    start,
-                    ready: None,
-                }
+                PendingWait::blocked(kind, target, start)
             }
         }
     }

@@ -41,12 +41,7 @@ impl PooledQueues for UplinkQueue {
             self.waiter.watch_kicks(false);
         }
         match wait_protocol::begin_wait(wake, self) {
-            Begun::Ready { kind, cause } => PendingWait {
-                kind,
-                target: start,
-                start,
-                ready: Some(cause),
-            },
+            Begun::Ready { kind, cause } => PendingWait::ended_at_once(kind, cause, start),
             Begun::Blocked { kind, until } => {
                 let left = until.saturating_since(start);
                 // A stalled TX ring is retried soon (see `tx_retry`).
@@ -56,12 +51,7 @@ impl PooledQueues for UplinkQueue {
                 };
                 let until = start + left;
                 let _ = self.waiter.arm_timer(left);
-                PendingWait {
-                    kind,
-                    target: until,
-                    start,
-                    ready: None,
-                }
+                PendingWait::blocked(kind, until, start)
             }
         }
     }
