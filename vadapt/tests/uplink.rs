@@ -363,3 +363,108 @@ fn the_nq_pool_of_the_daemon_serves_the_uplinks_queue() {
     assert!(d.wait().unwrap().success());
     assert!(!w.has_xdp(), "the program goes with the daemon");
 }
+
+const COUNT_FRAMES: &str = include_str!("../../tests/wire/count_frames.py");
+
+/// The synthetic guest on a VM port streams at a fixed rate to a MAC the
+/// switch does not know: every frame is flooded to the uplink, leaves on
+/// the host end of the wire, and is counted at its far end by the
+/// namespace's kernel (AF_PACKET), as many as the guest put on its ring;
+/// the daemon's counters agree (the VM port took them, the uplink's queue
+/// sent them).
+#[test]
+fn the_synthetic_guest_at_rate_reaches_the_wire_frame_for_frame() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use vadapt_guest::{Guest, GuestConfig, Load};
+
+    let Some(w) = Wire::new("g") else { return };
+    let dir = tmpdir("uplink-guest");
+    let sock = dir.path().join("g.sock");
+    let control = dir.path().join("control.sock");
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    let mut d = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["serve", "--policy", "eekbp", "--vm"])
+        .arg(format!(
+            "name=g,socket={},mac=52:54:00:00:00:07",
+            sock.display()
+        ))
+        .arg("--uplink")
+        .arg(format!("name=up0,iface={}", w.host))
+        .arg("--control")
+        .arg(&control)
+        .env("RUNTIME_DIRECTORY", dir.path())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&control).is_err() {
+        assert!(Instant::now() < deadline, "the daemon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    const RATE: f64 = 20_000.0;
+    const MS: u64 = 1_000;
+    let mut counter = Command::new("ip")
+        .args(["netns", "exec", &w.ns, "python3", "-c", COUNT_FRAMES])
+        .args([&w.peer, &(2 * RATE as u64).to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(counter.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    let mut cfg = GuestConfig::new(&sock);
+    cfg.load = Load::Rate { pps: RATE };
+    cfg.dst_mac = [0x02, 0, 0, 0, 0xaa, 0x01];
+    cfg.duration = Duration::from_millis(MS);
+    cfg.exit_cost_ns = 0;
+    let report = Guest::connect(cfg)
+        .expect("the guest connects")
+        .run(Arc::new(AtomicBool::new(false)))
+        .expect("the guest runs");
+    assert!(report.error.is_none(), "{:?}", report.error);
+    let sent = report.totals.sent_packets;
+    assert!(sent as f64 > 0.5 * RATE, "the guest sent only {sent}");
+
+    // The counter stops 3 s after the last frame.
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    counter.wait().unwrap();
+    let counted: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert_eq!(
+        counted.first(),
+        Some(&sent),
+        "frames at the far end: {line}"
+    );
+
+    let stats = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["stats", "--json", "--control"])
+        .arg(&control)
+        .output()
+        .unwrap();
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let sum = |port: &str, field: &str| -> u64 {
+        let ports = v["ports"].as_array().expect("ports in the stats");
+        let p = ports.iter().find(|p| p["name"] == port).expect(port);
+        p["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q[field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("g", "tx_packets"), sent, "the VM port took them");
+    // The uplink's rx is what it took from the switch for the wire (the
+    // namespace's kernel may add a frame or two of its own the other way).
+    assert_eq!(sum("up0", "rx_packets"), sent, "the uplink sent them");
+}
