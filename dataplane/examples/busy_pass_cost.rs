@@ -3,14 +3,16 @@
 //! executor, the counters, the control checks) serving one VM port's
 //! transmit ring into a sink, with `FRAMES` frames made available before
 //! each pass (0: every pass finds the ring empty, the idle cost of
-//! polling; 8: about what busy-poll found per pass in B1 at 64 B).
+//! polling; 8: about what busy-poll found per pass in B1 at 64 B). A
+//! third argument, `packed` or `packed-in-order`, serves a packed ring
+//! (with `VIRTIO_F_IN_ORDER` for the second) instead of a split one.
 //!
 //! `cargo build --release -p vadapt-dataplane --example busy_pass_cost`,
 //! then, for instructions (which do not depend on the machine's load):
 //!
 //! ```sh
 //! valgrind --tool=callgrind --callgrind-out-file=cg.out \
-//!   target/release/examples/busy_pass_cost 8 200000
+//!   target/release/examples/busy_pass_cost 8 200000 [packed|packed-in-order]
 //! callgrind_annotate --inclusive=yes cg.out | grep -E 'drive::drive|refill'
 //! ```
 //!
@@ -32,7 +34,8 @@ use vadapt_dataplane::switch::{Sink, Switch};
 use vadapt_host::cpufreq::CpuFreq;
 use vadapt_policy::{Budget, FreqHint, Instant, PolicyConfig};
 use vadapt_virtq::mock::{buf, readable, MockQueue};
-use vadapt_virtq::{DriverQueue, RingFeatures};
+use vadapt_virtq::packed::PackedMockQueue;
+use vadapt_virtq::{AnyDeviceQueue, AnyDriverQueue, GuestMemory, RingFeatures};
 use vadapt_wire::Mac;
 
 /// Ring entries.
@@ -55,7 +58,7 @@ fn eventfd() -> std::fs::File {
 
 /// The guest: makes `n` frames available (taking back what was used).
 #[inline(never)]
-fn refill(driver: &mut DriverQueue, n: u16, len: u32, next: &mut u64) {
+fn refill(driver: &mut AnyDriverQueue, n: u16, len: u32, next: &mut u64) {
     while driver.pop_used().is_some() {}
     for _ in 0..n.min(driver.num_free()) {
         driver
@@ -70,7 +73,7 @@ fn refill(driver: &mut DriverQueue, n: u16, len: u32, next: &mut u64) {
 /// `passes` passes.
 struct Bench {
     queues: PortQueues,
-    driver: DriverQueue,
+    driver: AnyDriverQueue,
     frames: u16,
     len: u32,
     next: u64,
@@ -110,13 +113,32 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let frames: u16 = args.next().map_or(8, |a| a.parse().expect("FRAMES"));
     let passes: u64 = args.next().map_or(200_000, |a| a.parse().expect("PASSES"));
+    let ring_kind = args.next().unwrap_or_else(|| "split".into());
 
-    let MockQueue {
-        mem,
-        driver,
-        device,
-        ..
-    } = MockQueue::new(SIZE, RingFeatures::default());
+    let (mem, driver, device): (GuestMemory, AnyDriverQueue, AnyDeviceQueue) =
+        match ring_kind.as_str() {
+            "split" => {
+                let q = MockQueue::new(SIZE, RingFeatures::default());
+                (
+                    q.mem,
+                    AnyDriverQueue::Split(q.driver),
+                    AnyDeviceQueue::Split(q.device),
+                )
+            }
+            "packed" | "packed-in-order" => {
+                let f = RingFeatures {
+                    in_order: ring_kind == "packed-in-order",
+                    ..RingFeatures::default()
+                };
+                let q = PackedMockQueue::new(SIZE, f);
+                (
+                    q.mem,
+                    AnyDriverQueue::Packed(q.driver),
+                    AnyDeviceQueue::Packed(q.device),
+                )
+            }
+            other => panic!("ring kind {other}: split, packed or packed-in-order"),
+        };
     let sink_mac = Mac([2, 0, 0, 0, 0x5e, 1]);
     let mut pkt = vec![0u8; HDR + 64];
     pkt[HDR..HDR + 6].copy_from_slice(&sink_mac.0);
@@ -142,7 +164,7 @@ fn main() {
     switch.add_static(sink_mac, sink);
 
     let ring = Ring {
-        q: vadapt_virtq::AnyDeviceQueue::Split(device),
+        q: device,
         // The worker waits on it with epoll (never here: busy-poll does not wait).
         kick: eventfd(),
         call: None,
@@ -177,7 +199,7 @@ fn main() {
     );
     let spent = t.elapsed();
     println!(
-        "{passes} passes, {} packets ({frames} made available per pass): {:.1} ns/pass",
+        "{passes} passes, {} packets ({frames} made available per pass, {ring_kind} ring): {:.1} ns/pass",
         bench.packets,
         spent.as_nanos() as f64 / passes as f64
     );
