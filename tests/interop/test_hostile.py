@@ -423,7 +423,7 @@ def test_protocol_features_garbage(rig):
         assert r not in (0, CLOSED)
         still_in_sync(fe)
         fe.send(vr.GET_QUEUE_NUM)
-        assert fe.reply(vr.GET_QUEUE_NUM).u64() == 2
+        assert fe.reply(vr.GET_QUEUE_NUM).u64() == FIRST_BAD_RING
     rig.log("protocol features 0xffffffffffffffff, some never offered", on("vm1"))
 
 
@@ -584,6 +584,12 @@ def test_ring_size_refused(rig, num):
     rig.log(REFUSED, on("vm1"))
 
 
+# vm1 has one queue pair: rings 0 and 1, and its control queue at 2 (the
+# ring a frontend that forwards its control queue gives it); 3 is the
+# first index no ring has.
+FIRST_BAD_RING = 3
+
+
 def _bad_index_request(req: str, index: int) -> tuple[int, bytes, list[int]]:
     if req == "NUM":
         return vr.SET_VRING_NUM, vr.vring_state(index, 256), []
@@ -600,18 +606,18 @@ def _bad_index_request(req: str, index: int) -> tuple[int, bytes, list[int]]:
 @pytest.mark.parametrize(
     "req,index",
     [
-        ("NUM", 2),
+        ("NUM", FIRST_BAD_RING),
         ("NUM", 0xFFFF_FFFF),
-        ("ADDR", 2),
-        ("BASE", 2),
+        ("ADDR", FIRST_BAD_RING),
+        ("BASE", FIRST_BAD_RING),
         ("ENABLE", 0x8000_0000),
-        ("KICK", 2),
+        ("KICK", FIRST_BAD_RING),
         ("CALL", 255),
-        ("ERR", 2),
+        ("ERR", FIRST_BAD_RING),
     ],
 )
 def test_vring_index_out_of_range(rig, req, index):
-    """vm1 has one queue pair: rings 0 and 1 only."""
+    """vm1 has rings 0 and 1 and its control queue, 2; nothing above."""
     code, payload, fds = _bad_index_request(req, index)
     try:
         with rig.connect() as fe:
@@ -624,7 +630,7 @@ def test_vring_index_out_of_range(rig, req, index):
     rig.log(REFUSED, on("vm1"))
 
 
-@pytest.mark.parametrize("index", [2, 0xFFFF_FFFF])
+@pytest.mark.parametrize("index", [FIRST_BAD_RING, 0xFFFF_FFFF])
 def test_get_vring_base_bad_index_is_answered(rig, index):
     with rig.connect() as fe:
         fe.handshake()
