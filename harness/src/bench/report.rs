@@ -513,7 +513,7 @@ fn busy_poll_saturation(b1: Option<&ResultFile>) -> Vec<Goal> {
                         r.backend == backend
                             && r.policy == policy
                             && r.frame == c.frame
-                            && (c.table == "guest" || r.variant == c.variant)
+                            && r.variant == c.variant
                     })
                 };
                 let bp = at("vadapt", "busy-poll");
