@@ -85,7 +85,8 @@ def one_run(vadapt: str, policy: str, frame: int, in_order: int) -> dict[str, fl
             ["dpdk-testpmd", "--lcores", "0@1,1@0", "--no-huge", "-m", "1024", "--no-pci",
              "--file-prefix=vadapt-ab", "--single-file-segments",
              "--vdev", f"net_virtio_user0,path={sock},queues=1,in_order={in_order}",
-             "--", "-i", "--total-num-mbufs=8192", "--forward-mode=txonly"],
+             "--", "-i", "--total-num-mbufs=8192", "--forward-mode=txonly",
+             f"--eth-peer=0,{SINK_MAC}"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             text=True,
         )  # fmt: skip
