@@ -253,12 +253,16 @@ impl PortMaker {
         &self,
         u: &crate::config::UplinkPortConfig,
     ) -> Result<crate::uplink::RunningUplink, DaemonError> {
-        let port =
-            crate::uplink::Uplink::new(u.clone(), self.settings.backlog, self.settings.policy)
-                .map_err(|source| DaemonError::Port {
-                    port: u.name.clone(),
-                    source,
-                })?;
+        let port = crate::uplink::Uplink::new(
+            u.clone(),
+            self.settings.backlog,
+            self.settings.policy,
+            self.tsc_per_ns,
+        )
+        .map_err(|source| DaemonError::Port {
+            port: u.name.clone(),
+            source,
+        })?;
         let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));

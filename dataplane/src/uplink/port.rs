@@ -41,16 +41,21 @@ pub struct Uplink {
     pub stats: Arc<PortStats>,
     pub(crate) queues: Vec<QueueSlot>,
     ingress: OnceLock<Ingress>,
+    /// TSC cycles a nanosecond for the workers' clocks, if the TSC is used.
+    pub(crate) tsc_per_ns: Option<f64>,
 }
 
 impl Uplink {
     /// An uplink for `cfg` with backlogs of `backlog` frames, not yet on
     /// the switch; its queues run the port's policy, or `default_policy`
-    /// where it names none (validated when the uplink starts).
+    /// where it names none (validated when the uplink starts). Its workers
+    /// read the time from the TSC at `tsc_per_ns` cycles a nanosecond
+    /// ([`crate::clock::PassClock`]), or from `clock_gettime` when `None`.
     pub fn new(
         cfg: UplinkPortConfig,
         backlog: usize,
         default_policy: PolicyConfig,
+        tsc_per_ns: Option<f64>,
     ) -> std::io::Result<Arc<Self>> {
         let stats = Arc::new(PortStats::new(&cfg.name, "uplink", usize::from(cfg.queues)));
         let policy = cfg.policy.unwrap_or(default_policy);
@@ -71,6 +76,7 @@ impl Uplink {
             stats,
             queues,
             ingress: OnceLock::new(),
+            tsc_per_ns,
         }))
     }
 

@@ -170,7 +170,7 @@ const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py
 /// at the MAC of the name "echo" behind it; the switch is kept by the caller.
 fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     let sw = Arc::new(Switch::new(Duration::from_secs(300)));
-    let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt).unwrap();
+    let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt, None).unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
     up.attach(sw.ingress(id));
     let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
@@ -349,6 +349,7 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
         UplinkPortConfig::new("up0", w.host.clone()),
         64,
         PolicyConfig::Interrupt,
+        None,
     )
     .unwrap();
     let xsk = XskQueue::open(&w.host, 0, XskMode::Copy).unwrap();
@@ -508,6 +509,7 @@ fn a_burst_larger_than_the_tx_ring_reaches_the_wire_whole() {
         UplinkPortConfig::new("up0", w.host.clone()),
         backlog,
         PolicyConfig::Interrupt,
+        None,
     )
     .unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
