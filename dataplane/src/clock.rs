@@ -22,6 +22,21 @@ pub fn monotonic_now() -> Instant {
     Instant(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// Monotonic clock at the kernel tick's resolution, ns
+/// (`CLOCK_MONOTONIC_COARSE`: the vDSO reads the time of the last tick, no
+/// TSC read; 7 ns against `CLOCK_MONOTONIC`'s 36 on these VMs). For times
+/// that need seconds, not nanoseconds, read per batch on the fast path:
+/// the switch's learning and ageing.
+pub fn coarse_now() -> Instant {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Instant(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// TSC (x86-64) or nanoseconds elsewhere.
 #[inline]
 pub fn cycles() -> u64 {

@@ -17,7 +17,7 @@ use crate::switch::Switch;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vadapt_policy::PolicyKind;
 
 /// vSPACE's core manager, if `[cores]` names CPUs: its status, and the
@@ -105,7 +105,7 @@ pub(super) fn mac_ageing(switch: &Arc<Switch>, started: &mut Started) {
             .spawn(move || {
                 while !st.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(200));
-                    sw.age(Instant::now());
+                    sw.age(crate::clock::coarse_now());
                 }
             })
             .expect("spawning a thread"),

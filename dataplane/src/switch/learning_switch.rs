@@ -1,13 +1,19 @@
 //! The learning switch itself: the ports, the forwarding table with
 //! ageing, and each worker's lock-free copy of it ([`FdbCache`]).
+//!
+//! Its times come from [`coarse_now`]: learning and ageing count in
+//! seconds, and `forward` reads the clock once a batch, where a precise
+//! read had cost a busy-poll pass of a few frames several nanoseconds a
+//! frame.
 
 use super::egress::{Egress, PortId};
+use crate::clock::coarse_now;
 use crate::frames::FrameBatch;
 use crate::metrics::PortStats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use vadapt_policy::{Duration, Instant};
 use vadapt_wire::Mac;
 
 #[derive(Debug)]
@@ -75,14 +81,14 @@ const LEARN_REFRESH: Duration = Duration::from_secs(1);
 
 impl Switch {
     /// A switch whose learned entries expire after `ageing`.
-    pub fn new(ageing: Duration) -> Self {
+    pub fn new(ageing: std::time::Duration) -> Self {
         static SWITCHES: AtomicU64 = AtomicU64::new(0);
         let first = (SWITCHES.fetch_add(1, Ordering::Relaxed) << 32) | 1;
         Switch {
             ports: RwLock::new(Vec::new()),
             fdb: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(first),
-            ageing,
+            ageing: Duration::from_nanos(u64::try_from(ageing.as_nanos()).unwrap_or(u64::MAX)),
         }
     }
 
@@ -136,7 +142,7 @@ impl Switch {
             mac,
             FdbEntry {
                 port,
-                seen: Instant::now(),
+                seen: coarse_now(),
                 is_static: true,
             },
         );
@@ -154,7 +160,7 @@ impl Switch {
     pub fn age(&self, now: Instant) -> usize {
         let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
         let before = f.len();
-        f.retain(|_, e| e.is_static || now.duration_since(e.seen) < self.ageing);
+        f.retain(|_, e| e.is_static || now.saturating_since(e.seen) < self.ageing);
         let n = before - f.len();
         if n > 0 {
             self.generation.fetch_add(1, Ordering::Release);
@@ -185,13 +191,13 @@ impl Switch {
         let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
         match f.get_mut(&mac) {
             Some(e) if e.port != port => {}
-            Some(e) => e.seen = Instant::now(),
+            Some(e) => e.seen = coarse_now(),
             None => {
                 f.insert(
                     mac,
                     FdbEntry {
                         port,
-                        seen: Instant::now(),
+                        seen: coarse_now(),
                         is_static: false,
                     },
                 );
@@ -249,7 +255,7 @@ impl Switch {
         if !src.is_multicast() {
             let known_here = cache.table.get(&src) == Some(&ingress);
             match cache.refreshed.get(&src) {
-                Some(t) if known_here && now.duration_since(*t) < LEARN_REFRESH => {
+                Some(t) if known_here && now.saturating_since(*t) < LEARN_REFRESH => {
                     until = *t + LEARN_REFRESH;
                 }
                 _ => {
@@ -281,7 +287,7 @@ impl Switch {
             return;
         }
         self.refresh_cache(cache);
-        let now = Instant::now();
+        let now = coarse_now();
         if cache
             .last_route
             .is_some_and(|r| r.ingress != ingress || now >= r.until)
@@ -337,7 +343,7 @@ mod tests {
     }
 
     fn setup(n: usize) -> (Switch, Vec<Arc<Recorder>>) {
-        let sw = Switch::new(Duration::from_secs(300));
+        let sw = Switch::new(std::time::Duration::from_secs(300));
         let recs: Vec<_> = (0..n).map(|_| Arc::new(Recorder::default())).collect();
         for (i, r) in recs.iter().enumerate() {
             sw.add_port(
@@ -421,7 +427,7 @@ mod tests {
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(sw.lookup(s), Some(2));
-        assert_eq!(sw.age(Instant::now() + Duration::from_secs(1000)), 0);
+        assert_eq!(sw.age(coarse_now() + Duration::from_secs(1000)), 0);
     }
 
     #[test]
@@ -459,7 +465,7 @@ mod tests {
         batch.push(&frame(Mac::BROADCAST, a, 1));
         sw.forward(0, 0, &batch, &mut c);
         assert_eq!(sw.lookup(a), Some(0));
-        assert_eq!(sw.age(Instant::now() + Duration::from_secs(301)), 1);
+        assert_eq!(sw.age(coarse_now() + Duration::from_secs(301)), 1);
         assert_eq!(sw.lookup(a), None);
         sw.forward(0, 0, &batch, &mut FdbCache::default());
         sw.forget_port(0);
