@@ -64,7 +64,7 @@ def counters(vadapt: str, control: Path) -> dict[str, float]:
     return v
 
 
-def one_run(vadapt: str, policy: str, frame: int, in_order: int) -> dict[str, float]:
+def one_run(vadapt: str, policy: str, frame: int, in_order: int, packed: bool) -> dict[str, float]:
     """One binary under load: Mpps, busy cycles/packet, packets/pass, interval."""
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
@@ -84,7 +84,8 @@ def one_run(vadapt: str, policy: str, frame: int, in_order: int) -> dict[str, fl
         sender = subprocess.Popen(
             ["dpdk-testpmd", "--lcores", "0@1,1@0", "--no-huge", "-m", "1024", "--no-pci",
              "--file-prefix=vadapt-ab", "--single-file-segments",
-             "--vdev", f"net_virtio_user0,path={sock},queues=1,in_order={in_order}",
+             "--vdev", f"net_virtio_user0,path={sock},queues=1,in_order={in_order}"
+             + (",packed_vq=1" if packed else ""),
              "--", "-i", "--total-num-mbufs=8192", "--forward-mode=txonly",
              f"--eth-peer=0,{SINK_MAC}"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -123,13 +124,14 @@ def main() -> int:
     ap.add_argument("--policy", default="busy-poll")
     ap.add_argument("--frame", type=int, default=64, help="frame bytes (testpmd txpkts)")
     ap.add_argument("--in-order", type=int, choices=(0, 1), default=1)
+    ap.add_argument("--packed", action="store_true", help="a packed ring (packed_vq=1)")
     a = ap.parse_args()
     if shutil.which("dpdk-testpmd") is None:
         ap.error("dpdk-testpmd not found: run scripts/install-deps.sh")
     results: dict[str, list[dict[str, float]]] = {b: [] for b in a.binaries}
     for r in range(a.rounds):
         for b in a.binaries:
-            x = one_run(os.path.abspath(b), a.policy, a.frame, a.in_order)
+            x = one_run(os.path.abspath(b), a.policy, a.frame, a.in_order, a.packed)
             results[b].append(x)
             print(
                 f"round {r + 1} {b}: {x['mpps']:.2f} Mpps, {x['cycles_per_pkt']:.1f} cycles/pkt, "
