@@ -20,6 +20,8 @@ vhost_raw.PackedRing.
   still goes out; where the bits leave nothing available, nothing is
   consumed and the ring position stays.
 
+The receive ring's cases are in test_hostile_packed_rx.py.
+
 What the walk checks is unit-tested in virtq (packed/device.rs tests,
 proptests) and fuzzed (fuzz/fuzz_targets/packed_*): these cases check the
 daemon around it: counting, giving back, going on.
@@ -64,6 +66,9 @@ DROPPED_LINE = "dropped a bad descriptor chain or frame from the guest"
 OUTSIDE = 0x4000_0000
 # A page of the region for indirect tables.
 TABLE_OFF = 0x30000
+# Frames PackedTx.frame_seg writes before it reuses the first slot: no
+# more may be in flight at once.
+DATA_SLOTS = 64
 # The first five bytes of the source MAC of the frames vm1 sends.
 SRC_MAC_PREFIX = bytes([2, 0, 0, 0, 0x20])
 
@@ -79,9 +84,17 @@ def packed_handshake(fe: Frontend, indirect: bool = False) -> None:
     assert offered & vr.F_RING_PACKED, f"vm1 does not offer VIRTIO_F_RING_PACKED: {offered:#x}"
 
 
+def all_drops(rig: Rig) -> dict[str, int]:
+    """vm1's drops by reason, over its queues."""
+    out: dict[str, int] = {}
+    for q in rig.port_stats("vm1")["queues"]:
+        for reason, n in q.get("dropped", {}).items():
+            out[reason] = out.get(reason, 0) + n
+    return out
+
+
 def drops(rig: Rig, reason: str) -> int:
-    p = rig.port_stats("vm1")
-    return sum(q.get("dropped", {}).get(reason, 0) for q in p["queues"])
+    return all_drops(rig).get(reason, 0)
 
 
 @dataclass
@@ -98,7 +111,7 @@ class PackedTx:
         """A frame to `dst` (the sink) from 02:00:00:00:20:`src_last`,
         its payload starting with `body`, written into a data slot, as one
         descriptor."""
-        off = DATA_OFF + 128 * (self.sent % 64)
+        off = DATA_OFF + 128 * (self.sent % DATA_SLOTS)
         self.sent += 1
         data = vr.frame(mac(dst), SRC_MAC_PREFIX + bytes([src_last]), body=body)
         self.buf[off : off + len(data)] = data
