@@ -296,6 +296,18 @@ class Vadapt:
             raise HarnessError(f"vadapt {command} failed rc={r.returncode}: {r.stderr}")
         return json.loads(r.stdout)
 
+    def command(self, command: str, *args: str) -> None:
+        """`vadapt COMMAND ARGS` against this daemon (a command with no
+        JSON answer: add-port, del-port, ...), which must succeed."""
+        r = subprocess.run(
+            [str(self.binary), command, "--control", str(self.control), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if r.returncode != 0:
+            raise HarnessError(f"vadapt {command} {args} failed rc={r.returncode}: {r.stderr}")
+
     def stats(self) -> dict:
         return self.ask("stats")
 

@@ -28,7 +28,6 @@ import select
 import shutil
 import socket
 import struct
-import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -926,13 +925,8 @@ def test_send_rarp_and_set_log_fd(rig):
     bad flags, or the wrong descriptors ends the connection."""
     # A sink of its own, out of the way of vm2's traffic to sink0: only
     # broadcasts reach it.
-    cli = [str(rig.daemon.binary), "--control", str(rig.daemon.control)]
     rarp_sink = "02:00:00:00:00:77"
-
-    def port_cli(*args: str) -> None:
-        subprocess.run([cli[0], *args, *cli[1:]], check=True, capture_output=True, timeout=20)
-
-    port_cli("add-port", "--sink", f"rarp0,mac={rarp_sink}")
+    rig.daemon.command("add-port", "--sink", f"rarp0,mac={rarp_sink}")
 
     def sink_rx() -> int:
         return harness.total(harness.port(rig.daemon.stats(), "rarp0"), "rx_packets")
@@ -972,7 +966,7 @@ def test_send_rarp_and_set_log_fd(rig):
                 assert_closed(fe)
     finally:
         os.close(ev)
-        port_cli("del-port", "rarp0")
+        rig.daemon.command("del-port", "rarp0")
 
 
 # --- connections ---------------------------------------------------------------

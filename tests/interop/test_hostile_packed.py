@@ -20,6 +20,8 @@ vhost_raw.PackedRing.
   still goes out; where the bits leave nothing available, nothing is
   consumed and the ring position stays.
 
+The receive ring's cases are in test_hostile_packed_rx.py.
+
 What the walk checks is unit-tested in virtq (packed/device.rs tests,
 proptests) and fuzzed (fuzz/fuzz_targets/packed_*): these cases check the
 daemon around it: counting, giving back, going on.
@@ -64,6 +66,16 @@ DROPPED_LINE = "dropped a bad descriptor chain or frame from the guest"
 OUTSIDE = 0x4000_0000
 # A page of the region for indirect tables.
 TABLE_OFF = 0x30000
+# Frames PackedTx.frame_seg writes before it reuses the first slot: no
+# more may be in flight at once.
+DATA_SLOTS = 64
+# The first five bytes of the source MAC of the frames vm1 sends.
+SRC_MAC_PREFIX = bytes([2, 0, 0, 0, 0x20])
+
+
+def mac(text: str) -> bytes:
+    """A MAC address written "02:00:00:00:00:02" as its six bytes."""
+    return bytes.fromhex(text.replace(":", ""))
 
 
 def packed_handshake(fe: Frontend, indirect: bool = False) -> None:
@@ -72,9 +84,17 @@ def packed_handshake(fe: Frontend, indirect: bool = False) -> None:
     assert offered & vr.F_RING_PACKED, f"vm1 does not offer VIRTIO_F_RING_PACKED: {offered:#x}"
 
 
+def all_drops(rig: Rig) -> dict[str, int]:
+    """vm1's drops by reason, over its queues."""
+    out: dict[str, int] = {}
+    for q in rig.port_stats("vm1")["queues"]:
+        for reason, n in q.get("dropped", {}).items():
+            out[reason] = out.get(reason, 0) + n
+    return out
+
+
 def drops(rig: Rig, reason: str) -> int:
-    p = rig.port_stats("vm1")
-    return sum(q.get("dropped", {}).get(reason, 0) for q in p["queues"])
+    return all_drops(rig).get(reason, 0)
 
 
 @dataclass
@@ -87,13 +107,13 @@ class PackedTx:
     call: int
     sent: int = 0
 
-    def frame_seg(self, src_last: int = 1) -> Seg:
-        """A frame to the sink written into a data slot, as one descriptor."""
-        off = DATA_OFF + 128 * (self.sent % 64)
+    def frame_seg(self, src_last: int = 1, dst: str = SINK_MAC, body: bytes = b"") -> Seg:
+        """A frame to `dst` (the sink) from 02:00:00:00:20:`src_last`,
+        its payload starting with `body`, written into a data slot, as one
+        descriptor."""
+        off = DATA_OFF + 128 * (self.sent % DATA_SLOTS)
         self.sent += 1
-        data = vr.frame(
-            bytes.fromhex(SINK_MAC.replace(":", "")), bytes([2, 0, 0, 0, 0x20, src_last])
-        )
+        data = vr.frame(mac(dst), SRC_MAC_PREFIX + bytes([src_last]), body=body)
         self.buf[off : off + len(data)] = data
         return Seg(off, len(data))
 
@@ -117,24 +137,42 @@ class PackedTx:
         os.close(self.memfd)
 
 
+def start_packed_ring(
+    fe: Frontend, buf, index: int, offset: int, size: int, base: int = 0x8000
+) -> tuple[PackedRing, int, int]:
+    """Ring `index` of the connection as a packed ring of `size` laid out at
+    `offset` of the region, starting at `base`, running, set up in a
+    frontend's order: (ring, kick, call)."""
+    ring = PackedRing(buf, 0, UVA, offset, size)
+    ring.start_at(base)
+    fe.ok(vr.SET_VRING_NUM, vr.vring_state(index, size))
+    fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(index, *ring.addrs()))
+    fe.ok(vr.SET_VRING_BASE, vr.vring_state(index, base))
+    kick, call = vr.eventfd(), vr.eventfd()
+    fe.ok(vr.SET_VRING_KICK, vr.u64(index), [kick])
+    fe.ok(vr.SET_VRING_CALL, vr.u64(index), [call])
+    fe.ok(vr.SET_VRING_ENABLE, vr.vring_state(index, 1))
+    return ring, kick, call
+
+
 def packed_tx(
-    rig: Rig, size: int = RING_SIZE, indirect: bool = False, base: int = 0x8000
+    rig: Rig,
+    size: int = RING_SIZE,
+    indirect: bool = False,
+    base: int = 0x8000,
+    before=None,
 ) -> PackedTx:
     """vm1's transmit ring as a packed ring of `size` starting at `base`,
-    running, set up in a frontend's order."""
+    running, set up in a frontend's order; `before(fe, buf)`, if given,
+    runs once the memory table is in, before the transmit ring is set up
+    (to set up the receive ring first, as a frontend does)."""
     fe = rig.connect("vm1")
     packed_handshake(fe, indirect)
     memfd, buf = memory_table(fe)
-    ring = PackedRing(buf, 0, UVA, RING_OFF, size)
+    if before is not None:
+        before(fe, buf)
+    ring, kick, call = start_packed_ring(fe, buf, TXQ, RING_OFF, size, base)
     assert ring.end <= TABLE_OFF
-    ring.start_at(base)
-    fe.ok(vr.SET_VRING_NUM, vr.vring_state(TXQ, size))
-    fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(TXQ, *ring.addrs()))
-    fe.ok(vr.SET_VRING_BASE, vr.vring_state(TXQ, base))
-    kick, call = vr.eventfd(), vr.eventfd()
-    fe.ok(vr.SET_VRING_KICK, vr.u64(TXQ), [kick])
-    fe.ok(vr.SET_VRING_CALL, vr.u64(TXQ), [call])
-    fe.ok(vr.SET_VRING_ENABLE, vr.vring_state(TXQ, 1))
     return PackedTx(fe, memfd, buf, ring, kick, call)
 
 
@@ -386,42 +424,52 @@ def test_packed_descriptor_past_the_end_of_memory(rig):
         t.close()
 
 
-def _table(t: PackedTx, entries: list[tuple[int, int, int]]) -> int:
-    """Writes an indirect table of (addr, len, flags) at TABLE_OFF."""
-    for k, (a, n, f) in enumerate(entries):
-        vr.PDESC.pack_into(t.buf, TABLE_OFF + 16 * k, a, n, 0, f)
-    return TABLE_OFF
+def indirect_table(t: PackedTx, entries: list[Seg], off: int = TABLE_OFF) -> int:
+    """Writes an indirect table of `entries` at `off` of the region; its
+    address."""
+    for k, e in enumerate(entries):
+        vr.PDESC.pack_into(t.buf, off + 16 * k, e.addr, e.length, 0, e.flags)
+    return off
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "outside",
-        "straddling-the-end",
-        "empty",
-        "not-a-multiple-of-16",
-        "too-large",
-        "nested",
-        "with-next",
-        "not-negotiated",
-    ],
-)
+BAD_INDIRECT_TABLES = [
+    "outside",
+    "straddling-the-end",
+    "empty",
+    "not-a-multiple-of-16",
+    "too-large",
+    "nested",
+    "with-next",
+    "not-negotiated",
+]
+
+
+def bad_indirect_buffer(t: PackedTx, case: str, entry: Seg) -> list[Seg]:
+    """A buffer whose indirect table is bad in the way `case` of
+    BAD_INDIRECT_TABLES says (the table, where there is one, holds
+    `entry`; "not-negotiated" is a good table on a ring without
+    VIRTIO_F_INDIRECT_DESC)."""
+    table = indirect_table(t, [entry])
+    ind = vr.VIRTQ_DESC_F_INDIRECT
+    if case == "nested":
+        # A table whose only entry is a table; behind the first one.
+        return [Seg(indirect_table(t, [Seg(table, 16, ind)], TABLE_OFF + 16), 16, ind)]
+    return {
+        "outside": [Seg(OUTSIDE, 16, ind)],
+        "straddling-the-end": [Seg(MEM_SIZE - 8, 16, ind)],
+        "empty": [Seg(table, 0, ind)],
+        "not-a-multiple-of-16": [Seg(table, 17, ind)],
+        "too-large": [Seg(table, 16 * (RING_SIZE + 1), ind)],
+        "with-next": [Seg(table, 16, ind), entry],
+        "not-negotiated": [Seg(table, 16, ind)],
+    }[case]
+
+
+@pytest.mark.parametrize("case", BAD_INDIRECT_TABLES)
 def test_packed_bad_indirect_table(rig, case):
     t = packed_tx(rig, indirect=case != "not-negotiated")
     try:
-        f = t.frame_seg()
-        table = _table(t, [(f.addr, f.length, 0)])
-        ind = vr.VIRTQ_DESC_F_INDIRECT
-        segs = {
-            "outside": [Seg(OUTSIDE, 16, ind)],
-            "straddling-the-end": [Seg(MEM_SIZE - 8, 16, ind)],
-            "empty": [Seg(table, 0, ind)],
-            "not-a-multiple-of-16": [Seg(table, 17, ind)],
-            "too-large": [Seg(table, 16 * (RING_SIZE + 1), ind)],
-            "nested": [Seg(_table(t, [(table, 16, ind)]), 16, ind)],
-            "with-next": [Seg(table, 16, ind), Seg(f.addr, f.length)],
-            "not-negotiated": [Seg(table, 16, ind)],
-        }[case]
+        segs = bad_indirect_buffer(t, case, t.frame_seg())
         bad_then_good(rig, t, segs, "bad_indirect")
     finally:
         t.close()
@@ -433,7 +481,7 @@ def test_packed_good_indirect_table_is_served(rig):
     t = packed_tx(rig, indirect=True)
     try:
         f = t.frame_seg()
-        table = _table(t, [(f.addr, 12, 0), (f.addr + 12, f.length - 12, 0)])
+        table = indirect_table(t, [Seg(f.addr, 12), Seg(f.addr + 12, f.length - 12)])
         id_ = t.push([Seg(table, 32, vr.VIRTQ_DESC_F_INDIRECT)])
         assert t.ring.wait_used(1) == [(id_, 0)]
     finally:

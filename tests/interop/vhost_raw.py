@@ -540,7 +540,9 @@ class PackedRing:
         return EVENT.unpack_from(self.buf, self.device_event_off)
 
 
-def frame(dst: bytes, src: bytes, size: int = 60, hdr_len: int = 12) -> bytes:
-    """A virtio-net header (all zero) and an Ethernet frame of `size` bytes."""
-    eth = dst + src + b"\x88\xb5" + bytes(size - 14)
+def frame(dst: bytes, src: bytes, size: int = 60, hdr_len: int = 12, body: bytes = b"") -> bytes:
+    """A virtio-net header (all zero) and an Ethernet frame of `size` bytes
+    whose payload starts with `body` (zeros after it)."""
+    assert 14 + len(body) <= size
+    eth = dst + src + b"\x88\xb5" + body + bytes(size - 14 - len(body))
     return bytes(hdr_len) + eth

@@ -529,9 +529,7 @@ impl Connection {
     pub fn reset(&mut self) {
         self.stop_worker();
         self.port.rx_pairs.store(0, Ordering::Release);
-        for b in &self.port.backlogs {
-            b.clear();
-        }
+        self.port.clear_backlogs();
         self.port
             .mem_guards
             .lock()

@@ -18,7 +18,7 @@ use super::tx::{TxService, TX_BATCH};
 use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
-use crate::metrics::{Dir, PassTally, QueueStats};
+use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
 use crate::switch::{FdbCache, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,6 +94,7 @@ impl std::fmt::Debug for PortQueues {
 
 impl Drop for PortQueues {
     fn drop(&mut self) {
+        self.drop_undelivered();
         self.publish_counts();
     }
 }
@@ -177,6 +178,19 @@ impl PortQueues {
             }
         }
         v
+    }
+
+    /// Counts the frames this worker took from its backlogs and never
+    /// delivered as dropped (`port_down`): they go with it when it stops
+    /// (the frontend went, or its rings changed), as the receive ring they
+    /// waited for no longer runs here.
+    fn drop_undelivered(&mut self) {
+        for p in 0..self.rx_pending.len() {
+            let n = self.rx_pending[p].discard();
+            if n > 0 {
+                self.qstats(p).drop(DropReason::PortDown, n);
+            }
+        }
     }
 
     /// Publishes the tallied counts (before every wait and at the end,
@@ -778,5 +792,51 @@ impl QueueIo for PortQueues {
                 .predicted_us
                 .store(status.predicted_us.unwrap_or(0), Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::VmPortConfig;
+    use crate::frames::FrameBatch;
+    use crate::queue::ring::test_utils::{frame, ring, UNLIMITED};
+    use crate::queue::ring_pass::test_utils::dropped;
+    use vadapt_host::cpufreq::CpuFreq;
+    use vadapt_policy::PolicyConfig;
+    use vadapt_virtq::RingFeatures;
+
+    /// Frames a worker took from the backlog for a guest that posted no
+    /// receive buffers are counted as dropped when the worker goes.
+    #[test]
+    fn frames_taken_and_never_delivered_are_counted_when_the_worker_stops() {
+        let port = VmPort::new(
+            VmPortConfig::new("vm", "/nonexistent/vm.sock"),
+            PolicyConfig::BusyPoll,
+            16,
+            None,
+            Arc::new(CpuFreq::unavailable("test")),
+            None,
+        )
+        .unwrap();
+        let (rx, guest) = ring(16, RingFeatures::default());
+        let pair = Pair {
+            rx: Some(rx),
+            tx: None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut q =
+            PortQueues::new(Arc::clone(&port), guest.mem.clone(), vec![pair], 0, stop).unwrap();
+        let mut batch = FrameBatch::new(16);
+        for i in 0..5 {
+            assert!(batch.push(&frame(i, 60)));
+        }
+        assert_eq!(port.backlogs[0].push(&batch, &[0, 1, 2, 3, 4]), (5, 0));
+        // No buffers: the pass takes the frames, and they wait.
+        assert_eq!(q.service_rx(0, UNLIMITED), (0, 0, false));
+        assert_eq!(q.rx_pending[0].remaining(), 5);
+        assert_eq!(port.backlogs[0].held(), 0);
+        drop(q);
+        assert_eq!(dropped(&port.stats.queues[0], DropReason::PortDown), 5);
     }
 }

@@ -111,7 +111,7 @@ impl RxPending {
     }
 
     /// Forgets every undelivered frame; returns how many.
-    fn discard(&mut self) -> u64 {
+    pub(crate) fn discard(&mut self) -> u64 {
         let n = self.remaining() as u64;
         self.frames.clear();
         self.next = 0;

@@ -172,6 +172,20 @@ impl VmPort {
             .sum()
     }
 
+    /// Drops every frame waiting in the port's backlogs (the frontend
+    /// went), counted as `port_down` on their queues; returns how many.
+    pub(crate) fn clear_backlogs(&self) -> u64 {
+        let mut total = 0;
+        for (q, b) in self.backlogs.iter().enumerate() {
+            let n = b.clear() as u64;
+            if n > 0 {
+                self.stats.queues[q].drop(DropReason::PortDown, n);
+            }
+            total += n;
+        }
+        total
+    }
+
     /// Wake the worker if it is blocked waiting for kicks.
     pub(crate) fn kick_worker(&self) {
         let _ = self.wake.write(1);
@@ -248,7 +262,41 @@ impl VmPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::ring_pass::test_utils::dropped;
     use vadapt_host::cpufreq::CpuFreq;
+
+    /// A port of `queues` pairs with backlogs of 1024 frames.
+    fn port(name: &str, queues: u16) -> Arc<VmPort> {
+        let mut cfg = VmPortConfig::new(name, "/nonexistent/vm.sock");
+        cfg.queues = queues;
+        VmPort::new(
+            cfg,
+            PolicyConfig::BusyPoll,
+            1024,
+            None,
+            Arc::new(CpuFreq::unavailable("test")),
+            None,
+        )
+        .unwrap()
+    }
+
+    /// Frames waiting in the backlogs when the frontend goes are counted
+    /// as dropped, on the queue each waited for.
+    #[test]
+    fn clearing_the_backlogs_counts_what_they_held() {
+        let port = port("clear", 2);
+        let mut b = FrameBatch::new(4);
+        for _ in 0..3 {
+            assert!(b.push(&[0u8; 60]));
+        }
+        assert_eq!(port.backlogs[0].push(&b, &[0, 1]), (2, 0));
+        assert_eq!(port.backlogs[1].push(&b, &[2]), (1, 0));
+        assert_eq!(port.clear_backlogs(), 3);
+        assert!(!port.backlogs[0].has_frames() && !port.backlogs[1].has_frames());
+        assert_eq!(dropped(&port.stats.queues[0], DropReason::PortDown), 2);
+        assert_eq!(dropped(&port.stats.queues[1], DropReason::PortDown), 1);
+        assert_eq!(port.clear_backlogs(), 0, "nothing counted twice");
+    }
 
     /// An IPv4 UDP frame of flow (`sport`, `dport`).
     fn udp(sport: u16, dport: u16) -> Vec<u8> {
@@ -270,17 +318,7 @@ mod tests {
     /// the sender's queue.
     #[test]
     fn frames_are_steered_by_flow_not_by_the_senders_queue() {
-        let mut cfg = VmPortConfig::new("rss", "/nonexistent/rss.sock");
-        cfg.queues = 4;
-        let port = VmPort::new(
-            cfg,
-            PolicyConfig::BusyPoll,
-            1024,
-            None,
-            Arc::new(CpuFreq::unavailable("test")),
-            None,
-        )
-        .unwrap();
+        let port = port("rss", 4);
         port.rx_pairs.store(4, Ordering::Release);
         let mut used = std::collections::BTreeSet::new();
         for sport in 1000..1016u16 {
