@@ -47,8 +47,11 @@
 //! `SCHED_FIFO` needs `CAP_SYS_NICE` (B8's anchors need root anyway); where
 //! `chrt` cannot give it, the unpaced cell is left out with a note. At
 //! saturation B8 runs testpmd, OVS-DPDK and vadapt's one-worker leg (the one
-//! the goal judges), and in a full run the per-port leg too; the dirty-log
-//! leg only at 300k/s, where issue 26 is judged.
+//! the goal judges), and in a full run the per-port leg too (its two busy
+//! pollers alternate on the backend CPU by ticks, as below: it lost 80–91 %
+//! in a full run on the loaded machine, 15 % at 300k/s); the dirty-log leg
+//! only at 300k/s, where issue 26 is judged. The cell adds about 70 s to a
+//! full B8 (12 turns of ~6 s) and 35 s to a quick one (9 turns of ~4 s).
 //!
 //! Backends, taking turns within each round (all stay up; the ones not
 //! being measured are parked: testpmd `stop`ped, OVS's PMD at
