@@ -292,6 +292,51 @@ pub struct GuestOpts {
     pub pacing: &'static str,
     /// `--ring-size`, descriptors per virtqueue; `None` = the guest's default (256).
     pub ring_size: Option<u16>,
+    /// The Linux scheduling policy the guest runs under on its CPU.
+    pub sched: SchedPolicy,
+}
+
+/// A guest's Linux scheduling policy (`chrt`), for guests that share a CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedPolicy {
+    /// `SCHED_OTHER`, the default: no `chrt`.
+    Other,
+    /// `SCHED_FIFO` priority 1 (`chrt --fifo 1`): the guest preempts every
+    /// normal task on its CPU when it wakes and keeps the CPU until it sleeps.
+    Fifo,
+}
+
+impl SchedPolicy {
+    /// The `chrt` words that put a command under this policy.
+    fn chrt(self) -> &'static [&'static str] {
+        match self {
+            SchedPolicy::Other => &[],
+            SchedPolicy::Fifo => &["chrt", "--fifo", "1"],
+        }
+    }
+
+    /// Whether this process may start a command under the policy (a
+    /// real-time one needs `CAP_SYS_NICE`): `chrt … true` is tried; the
+    /// error says why not.
+    pub fn available(self) -> Result<(), String> {
+        let Some((chrt, args)) = self.chrt().split_first() else {
+            return Ok(());
+        };
+        let out = std::process::Command::new(chrt)
+            .args(args)
+            .arg("true")
+            .output()
+            .map_err(|e| format!("cannot run `{chrt}`: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{} true` failed: {}",
+                self.chrt().join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
 }
 
 impl GuestOpts {
@@ -308,6 +353,7 @@ impl GuestOpts {
             dst_mac: SINK_MAC.into(),
             pacing: "exact",
             ring_size: None,
+            sched: SchedPolicy::Other,
         }
     }
 
@@ -339,9 +385,11 @@ impl GuestOpts {
         }
     }
 
-    /// The command line (`vadapt` stands for the binary; pinned to `cpu`).
+    /// The command line (`vadapt` stands for the binary; pinned to `cpu`,
+    /// under [`GuestOpts::sched`]).
     pub fn argv(&self, exe: &str, socket: &Path, cpu: usize) -> Vec<String> {
-        let mut argv = vec![
+        let mut argv: Vec<String> = self.sched.chrt().iter().map(|w| w.to_string()).collect();
+        argv.extend([
             "taskset".into(),
             "-c".into(),
             cpu.to_string(),
@@ -364,7 +412,7 @@ impl GuestOpts {
             "--dst-mac".into(),
             self.dst_mac.clone(),
             "--json".into(),
-        ];
+        ]);
         if self.mode == "tcp-stream" {
             argv.extend([
                 "--write-cost-ns".into(),
@@ -578,6 +626,14 @@ mod tests {
         let o = GuestOpts::stream(64, Duration::from_millis(1500), 0);
         let a = o.argv("/bin/vadapt", Path::new("/s"), 0);
         assert_eq!(&a[..3], &["taskset", "-c", "0"]);
+        // A scheduling policy goes before the pinning (`chrt` execs `taskset`).
+        let fifo = GuestOpts {
+            sched: SchedPolicy::Fifo,
+            ..o.clone()
+        };
+        let af = fifo.argv("/bin/vadapt", Path::new("/s"), 0);
+        assert_eq!(&af[..4], &["chrt", "--fifo", "1", "taskset"]);
+        assert_eq!(SchedPolicy::Other.available(), Ok(()));
         let at = |k: &str| a[a.iter().position(|x| x == k).unwrap() + 1].clone();
         assert_eq!(at("--size"), "50");
         assert_eq!(at("--duration"), "1500ms");
