@@ -84,7 +84,8 @@ use vadapt_results::ResultFile;
 #[command(after_help = "EXAMPLES:\n  \
     vadapt bench --quick                 # smoke test, < 5 minutes, writes only --out\n  \
     vadapt bench                         # full suite, rewrites BENCHMARKS.md\n  \
-    vadapt bench --only b1,b4 --runs 5   # some benchmarks, more rounds\n\n\
+    vadapt bench --only b1,b4 --runs 5   # some benchmarks, more rounds\n  \
+    vadapt bench --render --out DIR --markdown report.md   # the report of an earlier run's results\n\n\
     Build with `cargo build --release -p vadapt` first: a debug build measures the wrong thing.")]
 pub struct BenchArgs {
     /// Short runs (≥ 3 rounds of 1–2 s): checks the harness, numbers are rough.
@@ -106,6 +107,45 @@ pub struct BenchArgs {
     /// The BENCHMARKS.md to rewrite [default: BENCHMARKS.md at the git top level].
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+    /// Run nothing: rewrite the generated section of the report (`--markdown`)
+    /// from the results already in `--out`, as the run that wrote them would
+    /// have (e.g. the goals of a `--no-write` run, into a scratch file).
+    #[arg(long, conflicts_with_all = ["quick", "only", "no_write"])]
+    pub render: bool,
+}
+
+/// `--render`: the report of the results in `a.out` into `--markdown` (or
+/// the repository's BENCHMARKS.md), the plots left as they are.
+fn render_only(a: &BenchArgs) -> ExitCode {
+    let suite_file = a.out.join("suite.json");
+    let suite: report::SuiteInfo = match std::fs::read_to_string(&suite_file)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            return crate::cli_util::fail(format!(
+                "cannot read {} (the results of a `vadapt bench` run): {e}",
+                suite_file.display()
+            ))
+        }
+    };
+    let root = repo_root();
+    let md = a
+        .markdown
+        .clone()
+        .unwrap_or_else(|| root.join("BENCHMARKS.md"));
+    match report::rewrite(&md, &a.out, &root.join("docs/img/bench"), &suite) {
+        Ok(()) => {
+            println!(
+                "rewrote the generated section of {} from {}",
+                md.display(),
+                a.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => crate::cli_util::fail(format!("cannot rewrite {}: {}", md.display(), chain(&e))),
+    }
 }
 
 /// `--quick` never rewrites the report: a smoke run must not replace the
@@ -224,6 +264,9 @@ fn install_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
 
 /// `vadapt bench`.
 pub fn run(a: BenchArgs) -> ExitCode {
+    if a.render {
+        return render_only(&a);
+    }
     let benches = match select(&a.only) {
         Ok(b) => b,
         Err(e) => return crate::cli_util::fail(e),
@@ -411,6 +454,53 @@ mod tests {
         assert!(!rewrites_report(&parse(&["--no-write"]), false));
         assert!(!rewrites_report(&parse(&[]), true));
         assert!(rewrites_report(&parse(&[]), false));
+    }
+
+    #[test]
+    fn render_writes_the_report_of_results_already_on_disk() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: BenchArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let md = dir.path().join("report.md");
+        let parse = |args: &[&str]| Cli::try_parse_from([&["bench"], args].concat());
+        let out = dir.path().to_str().unwrap();
+        let a = parse(&["--render", "--out", out, "--markdown", md.to_str().unwrap()])
+            .unwrap()
+            .a;
+        // No suite.json yet: a clear error, nothing written.
+        assert_eq!(render_only(&a), ExitCode::from(2));
+        assert!(!md.exists());
+        report::SuiteInfo {
+            runs: 3,
+            ran: vec!["b1".into()],
+            ..report::SuiteInfo::default()
+        }
+        .write(dir.path())
+        .unwrap();
+        let mut f = ResultFile {
+            bench: "b1".into(),
+            title: "saturation".into(),
+            status: "ok".into(),
+            runs: 3,
+            ..ResultFile::default()
+        };
+        let mut r = vadapt_results::Row::new("dpdk-fe", "s", "vadapt", "busy-poll", "in_order=1");
+        r.set("mpps", 17.5);
+        f.rows.push(r.at(64, 0));
+        f.write(dir.path()).unwrap();
+        assert_eq!(render_only(&a), ExitCode::SUCCESS);
+        let text = std::fs::read_to_string(&md).unwrap();
+        assert!(
+            text.contains(report::BEGIN) && text.contains("17.5"),
+            "{text}"
+        );
+        // Nothing to run, so nothing that selects or writes runs.
+        assert!(parse(&["--render", "--quick"]).is_err());
+        assert!(parse(&["--render", "--only", "b1"]).is_err());
     }
 
     #[test]
