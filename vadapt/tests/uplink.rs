@@ -135,12 +135,17 @@ fn serve_uplink(dir: &Path, spec: &str, log: &str) -> Child {
         .stderr(log)
         .spawn()
         .unwrap();
+    wait_listening(&dir.join("control.sock"));
+    child
+}
+
+/// Waits (20 s at most) until the daemon accepts on its control socket.
+fn wait_listening(control: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(dir.join("control.sock")).is_err() {
+    while std::os::unix::net::UnixStream::connect(control).is_err() {
         assert!(Instant::now() < deadline, "the daemon never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    child
 }
 
 fn signal(child: &Child, sig: libc::c_int) {
@@ -338,11 +343,7 @@ fn the_nq_pool_of_the_daemon_serves_the_uplinks_queue() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&control).is_err() {
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&control);
     assert_eq!(w.echo_round(Mac::from_name("echo0"), 100), (100, 100));
     let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
         .args(["cores", "--json", "--control"])
@@ -399,11 +400,7 @@ fn the_synthetic_guest_at_rate_reaches_the_wire_frame_for_frame() {
         .stderr(log)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&control).is_err() {
-        assert!(Instant::now() < deadline, "the daemon never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(&control);
 
     const RATE: f64 = 20_000.0;
     const MS: u64 = 1_000;
