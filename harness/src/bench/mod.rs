@@ -117,16 +117,12 @@ pub struct BenchArgs {
 /// `--render`: the report of the results in `a.out` into `--markdown` (or
 /// the repository's BENCHMARKS.md), the plots left as they are.
 fn render_only(a: &BenchArgs) -> ExitCode {
-    let suite_file = a.out.join("suite.json");
-    let suite: report::SuiteInfo = match std::fs::read_to_string(&suite_file)
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-    {
+    let suite = match report::SuiteInfo::read(&a.out) {
         Ok(s) => s,
         Err(e) => {
             return crate::cli_util::fail(format!(
-                "cannot read {} (the results of a `vadapt bench` run): {e}",
-                suite_file.display()
+                "{} (the results of a `vadapt bench` run are not there)",
+                chain(&e)
             ))
         }
     };

@@ -36,6 +36,14 @@ pub struct SuiteInfo {
 }
 
 impl SuiteInfo {
+    /// Read `<dir>/suite.json`, as [`write`](Self::write) left it.
+    pub fn read(dir: &Path) -> Result<Self, BenchError> {
+        let p = dir.join("suite.json");
+        let t = std::fs::read_to_string(&p).map_err(BenchError::io(&p))?;
+        serde_json::from_str(&t)
+            .map_err(|e| BenchError::Failed(format!("cannot decode {}: {e}", p.display())))
+    }
+
     /// Write `<dir>/suite.json`.
     pub fn write(&self, dir: &Path) -> Result<(), BenchError> {
         let p = dir.join("suite.json");
