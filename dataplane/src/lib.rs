@@ -35,6 +35,7 @@ pub mod cores;
 pub mod daemon;
 pub mod frames;
 pub mod local_server;
+pub mod lock_order;
 pub mod log_limit;
 pub mod metrics;
 pub mod migration;

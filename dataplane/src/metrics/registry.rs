@@ -4,7 +4,8 @@
 use super::counters::{PortStats, WorkerStats};
 use super::family::Exporter;
 use super::snapshot::{PortSnapshot, StatsSnapshot, WorkerSnapshot};
-use std::sync::{Arc, RwLock};
+use crate::lock_order::RwLock;
+use std::sync::Arc;
 
 /// All the daemon's counters.
 #[derive(Debug, Default)]

@@ -10,9 +10,10 @@
 //! that keeps state per port whether anything changed since it last looked.
 
 use super::vm_port::VmPort;
+use crate::lock_order::RwLock;
 use crate::metrics::WorkerStats;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// The VM ports running now (see the module documentation).
 #[derive(Debug, Default)]

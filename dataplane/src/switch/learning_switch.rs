@@ -1,6 +1,19 @@
 //! The learning switch itself: the ports, the forwarding table with
 //! ageing, and each worker's lock-free copy of it ([`FdbCache`]).
 //!
+//! # Locks
+//!
+//! The ports and the forwarding table are one [`Tables`] behind one lock,
+//! so no order between two switch locks can be broken: removing a port
+//! (which forgets its addresses) and refreshing a worker's cache (which
+//! reads both) each take that lock once. Nothing is called with it held:
+//! frames are delivered from a worker's [`FdbCache`] after the lock is
+//! released, so a port that delivers back into the switch (echo) never
+//! re-enters it. The daemon-wide order of locks is in
+//! `docs/reliability.md` ("Lock order"); in debug builds the locks are
+//! `tracing_mutex`'s, which panic at the first acquisition that closes a
+//! cycle in the order, deadlock or not.
+//!
 //! Its times come from [`coarse_now`]: learning and ageing count in
 //! seconds, and `forward` reads the clock once a batch, where a precise
 //! read had cost a busy-poll pass of a few frames several nanoseconds a
@@ -9,10 +22,11 @@
 use super::egress::{Egress, PortId};
 use crate::clock::coarse_now;
 use crate::frames::FrameBatch;
+use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::PortStats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use vadapt_policy::{Duration, Instant};
 use vadapt_wire::Mac;
 
@@ -29,12 +43,21 @@ struct FdbEntry {
     is_static: bool,
 }
 
+/// What the switch's one lock guards.
+#[derive(Debug, Default)]
+struct Tables {
+    /// By [`PortId`]; `None`: a removed port's slot, free for the next.
+    ports: Vec<Option<PortEntry>>,
+    /// The forwarding table.
+    fdb: HashMap<Mac, FdbEntry>,
+}
+
 /// The switch.
 #[derive(Debug)]
 pub struct Switch {
-    /// By [`PortId`]; `None`: a removed port's slot, free for the next.
-    ports: RwLock<Vec<Option<PortEntry>>>,
-    fdb: Mutex<HashMap<Mac, FdbEntry>>,
+    /// The ports and the forwarding table, under one lock (see the module
+    /// docs: one lock, so no lock order to break).
+    tables: Mutex<Tables>,
     /// Moves at every change of ports or table. Each switch counts in its
     /// own range of 2^32 ([`Switch::new`]): a worker's cache is
     /// thread-local, and a cache filled from one switch must never look
@@ -85,8 +108,7 @@ impl Switch {
         static SWITCHES: AtomicU64 = AtomicU64::new(0);
         let first = (SWITCHES.fetch_add(1, Ordering::Relaxed) << 32) | 1;
         Switch {
-            ports: RwLock::new(Vec::new()),
-            fdb: Mutex::new(HashMap::new()),
+            tables: Mutex::new(Tables::default()),
             generation: AtomicU64::new(first),
             ageing: Duration::from_nanos(u64::try_from(ageing.as_nanos()).unwrap_or(u64::MAX)),
         }
@@ -95,7 +117,8 @@ impl Switch {
     /// Attach a port: in the first free slot a removed port left, or a new
     /// one.
     pub fn add_port(&self, egress: Arc<dyn Egress>, stats: Arc<PortStats>) -> PortId {
-        let mut p = self.ports.write().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.tables();
+        let p = &mut t.ports;
         let entry = Some(PortEntry { egress, stats });
         let id = match p.iter().position(Option::is_none) {
             Some(free) => {
@@ -117,28 +140,32 @@ impl Switch {
     /// whatever sends as `id` first (an [`Ingress`](super::Ingress) of a
     /// removed port sends as whichever port takes its slot next).
     pub fn remove_port(&self, id: PortId) {
-        let mut p = self.ports.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = p.get_mut(id) {
+        let mut t = self.tables();
+        if let Some(slot) = t.ports.get_mut(id) {
             *slot = None;
         }
-        self.fdb
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, e| e.port != id);
+        t.fdb.retain(|_, e| e.port != id);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The one lock (poisoning ignored: every change to [`Tables`] is a
+    /// single insert, remove or retain, never left half done).
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counters of port `id`.
     pub fn port_stats(&self, id: PortId) -> Option<Arc<PortStats>> {
-        let p = self.ports.read().unwrap_or_else(|e| e.into_inner());
-        p.get(id)
+        self.tables()
+            .ports
+            .get(id)
             .and_then(|e| e.as_ref())
             .map(|e| Arc::clone(&e.stats))
     }
 
     /// Pin `mac` to `port` (sink/echo addresses); never ages.
     pub fn add_static(&self, mac: Mac, port: PortId) {
-        self.fdb.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        self.tables().fdb.insert(
             mac,
             FdbEntry {
                 port,
@@ -151,14 +178,16 @@ impl Switch {
 
     /// Forget every learned MAC of `port` (its frontend went away).
     pub fn forget_port(&self, port: PortId) {
-        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
-        f.retain(|_, e| e.is_static || e.port != port);
+        self.tables()
+            .fdb
+            .retain(|_, e| e.is_static || e.port != port);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Drop learned entries older than the ageing time; returns how many.
     pub fn age(&self, now: Instant) -> usize {
-        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.tables();
+        let f = &mut t.fdb;
         let before = f.len();
         f.retain(|_, e| e.is_static || now.saturating_since(e.seen) < self.ageing);
         let n = before - f.len();
@@ -170,11 +199,7 @@ impl Switch {
 
     /// Port a MAC is known on (for tests and `stats`).
     pub fn lookup(&self, mac: Mac) -> Option<PortId> {
-        self.fdb
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&mac)
-            .map(|e| e.port)
+        self.tables().fdb.get(&mac).map(|e| e.port)
     }
 
     /// Learn `mac` on `port` now, unless it is known on another port. Used
@@ -188,7 +213,8 @@ impl Switch {
     /// the MAC then would send the guest's traffic to a port with no guest
     /// until the switch-over.
     pub fn learn_if_unknown(&self, mac: Mac, port: PortId) {
-        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.tables();
+        let f = &mut t.fdb;
         match f.get_mut(&mac) {
             Some(e) if e.port != port => {}
             Some(e) => e.seen = coarse_now(),
@@ -206,10 +232,13 @@ impl Switch {
         }
     }
 
-    fn learn(&self, mac: Mac, port: PortId, now: Instant) {
-        let mut f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+    /// Learn `mac` on `port` at `now`; whether the table now has it there
+    /// (not when it is static on another port).
+    fn learn(&self, mac: Mac, port: PortId, now: Instant) -> bool {
+        let mut t = self.tables();
+        let f = &mut t.fdb;
         match f.get_mut(&mac) {
-            Some(e) if e.is_static => {}
+            Some(e) if e.is_static => return e.port == port,
             Some(e) if e.port == port => e.seen = now,
             _ => {
                 f.insert(
@@ -223,6 +252,7 @@ impl Switch {
                 self.generation.fetch_add(1, Ordering::Release);
             }
         }
+        true
     }
 
     fn refresh_cache(&self, cache: &mut FdbCache) {
@@ -230,17 +260,17 @@ impl Switch {
         if gen == cache.generation {
             return;
         }
-        let f = self.fdb.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self.tables();
         cache.table.clear();
-        cache.table.extend(f.iter().map(|(m, e)| (*m, e.port)));
-        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
+        cache.table.extend(t.fdb.iter().map(|(m, e)| (*m, e.port)));
         cache.egress.clear();
         cache.egress.extend(
-            ports
+            t.ports
                 .iter()
                 .map(|e| e.as_ref().map(|e| Arc::clone(&e.egress))),
         );
-        cache.nports = ports.len();
+        cache.nports = t.ports.len();
+        drop(t);
         cache.groups.resize_with(cache.nports, Vec::new);
         cache.generation = gen;
         cache.last_route = None;
@@ -259,12 +289,19 @@ impl Switch {
                     until = *t + LEARN_REFRESH;
                 }
                 _ => {
-                    self.learn(src, ingress, now);
+                    let learned = self.learn(src, ingress, now);
                     cache.refreshed.insert(src, now);
                     if cache.refreshed.len() > 4096 {
                         cache.refreshed.clear();
                     }
-                    self.refresh_cache(cache);
+                    // The cache takes what this frame taught (the next
+                    // batch's refresh brings the rest): copying the whole
+                    // table here, once per new source, held the switch's
+                    // lock for a table's copy per frame of a guest spraying
+                    // source MACs, and starved every other port's refresh.
+                    if learned {
+                        cache.table.insert(src, ingress);
+                    }
                 }
             }
         }
@@ -427,7 +464,15 @@ mod tests {
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(sw.lookup(s), Some(2));
-        assert_eq!(sw.age(coarse_now() + Duration::from_secs(1000)), 0);
+        // Nor in the spoofer's own cache: its frames to `s` still reach port 2.
+        batch.clear();
+        batch.push(&frame(s, Mac([2, 0, 0, 0, 0, 0x6]), 2));
+        sw.forward(0, 0, &batch, &mut c);
+        assert_eq!(recs[2].0.lock().unwrap().len(), 2);
+        assert_eq!(recs[1].0.lock().unwrap().len(), 1);
+        // The learned 0x6 ages out; the static entry stays.
+        assert_eq!(sw.age(coarse_now() + Duration::from_secs(1000)), 1);
+        assert_eq!(sw.lookup(s), Some(2));
     }
 
     #[test]

@@ -27,4 +27,6 @@ pub use sink::Sink;
 pub use tap::{Tap, TapError};
 
 #[cfg(test)]
+mod churn_tests;
+#[cfg(test)]
 pub(crate) mod test_utils;
