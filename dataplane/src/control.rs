@@ -252,12 +252,13 @@ pub fn serve(
                     }
                 };
                 let limit = ConnLimit::new("control", MAX_CONNECTIONS);
+                let dispatcher = Arc::new(Dispatcher::new(handler));
                 while let Some(accepted) = stop.until_stopped(listener.accept()).await {
                     match accepted {
                         Ok((conn, _)) => {
-                            let h = Arc::clone(&handler);
+                            let d = Arc::clone(&dispatcher);
                             limit.spawn(async move {
-                                if let Err(e) = answer(conn, h.as_ref()).await {
+                                if let Err(e) = answer(conn, &d).await {
                                     tracing::debug!(error = %e, "control connection failed");
                                 }
                             });
@@ -281,13 +282,134 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest request line read.
 const MAX_REQUEST: u64 = 64 * 1024;
 
+/// Longest the answer to a request that changes ports or policies waits
+/// for the work: past it the client is told the work goes on and where its
+/// outcome will be (the daemon's log). Under the client's own 10-s timeout
+/// ([`request`]).
+pub const HANDLE_DEADLINE: Duration = Duration::from_secs(8);
+
+/// Most requests that change something in their own threads at once; past
+/// it a new one is refused at once. They wait on one another (the port
+/// book's lock), so more would only pile threads behind a stuck one.
+pub const MAX_CHANGES_IN_FLIGHT: usize = 8;
+
+/// Hands each request to the daemon's [`Handler`] so that no request can
+/// hold up another: those that only read (`stats`, `metrics`, `cores`)
+/// are answered at once on the server's runtime, since they take no lock
+/// a port operation holds while it waits; those that change ports or
+/// policies, which may wait on a frontend, a worker or the port book, run
+/// on a thread of their own with [`HANDLE_DEADLINE`].
+pub struct Dispatcher {
+    handler: Arc<dyn Handler>,
+    changes: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("changes_free", &self.changes.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// Requests go to `handler`.
+    pub fn new(handler: Arc<dyn Handler>) -> Self {
+        Dispatcher {
+            handler,
+            changes: Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT)),
+        }
+    }
+
+    /// The answer to `req` (see the type's docs).
+    pub async fn dispatch(&self, req: Request) -> Response {
+        if req.only_reads() {
+            return self.handler.handle(req);
+        }
+        let what = req.name();
+        let Ok(permit) = Arc::clone(&self.changes).try_acquire_owned() else {
+            return Response::Error {
+                error: format!(
+                    "`{what}` refused: {MAX_CHANGES_IN_FLIGHT} port or policy changes are \
+                     still running (the daemon's log says which); try again later"
+                ),
+            };
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let handler = Arc::clone(&self.handler);
+        let spawned = std::thread::Builder::new()
+            .name("vadapt-control-req".into())
+            .spawn(move || {
+                let _permit = permit;
+                let resp = handler.handle(req);
+                if let Err(resp) = tx.send(resp) {
+                    tracing::warn!(
+                        request = what,
+                        outcome = ?resp,
+                        "control request finished after its client was answered (deadline {} s)",
+                        HANDLE_DEADLINE.as_secs()
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            return Response::Error {
+                error: format!("cannot start a thread for `{what}`: {e}"),
+            };
+        }
+        match tokio::time::timeout(HANDLE_DEADLINE, rx).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(_)) => Response::Error {
+                error: format!("`{what}` failed inside the daemon; see its log"),
+            },
+            Err(_) => {
+                tracing::warn!(
+                    request = what,
+                    "control request still running after {} s; its outcome will be logged",
+                    HANDLE_DEADLINE.as_secs()
+                );
+                Response::Error {
+                    error: format!(
+                        "`{what}` is still running after {} s; its outcome will be in the \
+                         daemon's log",
+                        HANDLE_DEADLINE.as_secs()
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl Request {
+    /// The request's name on the wire (`cmd`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Stats => "stats",
+            Request::Metrics => "metrics",
+            Request::SetPolicy { .. } => "set-policy",
+            Request::Retune { .. } => "retune",
+            Request::Cores => "cores",
+            Request::SetCores { .. } => "set-cores",
+            Request::CoresReport { .. } => "cores-report",
+            Request::AddPort { .. } => "add-port",
+            Request::DelPort { .. } => "del-port",
+            Request::Reload => "reload",
+        }
+    }
+
+    /// Whether the request only reads counters or state (never waits on a
+    /// port, a frontend or the port book).
+    pub fn only_reads(&self) -> bool {
+        matches!(self, Request::Stats | Request::Metrics | Request::Cores)
+    }
+}
+
 /// Answer one control connection: read its request line (at most
-/// 64 KiB, within [`REQUEST_TIMEOUT`]), hand it to `handler`, write the
+/// 64 KiB, within [`REQUEST_TIMEOUT`]), hand it to `dispatcher`, write the
 /// response line. What [`serve`] runs for each client; public so that the
 /// fuzzer drives it in-process, on a socket pair of its own.
 pub async fn answer(
     conn: tokio::net::UnixStream,
-    handler: &dyn Handler,
+    dispatcher: &Dispatcher,
 ) -> Result<(), ControlError> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let timed_out = || ControlError::Io(std::io::ErrorKind::TimedOut.into());
@@ -299,7 +421,7 @@ pub async fn answer(
         .await
         .map_err(|_| timed_out())??;
     let resp = match serde_json::from_str::<Request>(&line) {
-        Ok(req) => handler.handle(req),
+        Ok(req) => dispatcher.dispatch(req).await,
         Err(e) => Response::Error {
             error: format!("bad request: {e}"),
         },

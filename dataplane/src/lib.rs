@@ -52,4 +52,4 @@ pub mod uplink;
 pub mod workload_loop;
 
 pub use config::DaemonConfig;
-pub use daemon::Daemon;
+pub use daemon::{Daemon, DaemonError};

@@ -243,8 +243,9 @@ pub struct Fixture {
     pub daemon: Daemon,
     /// Its control socket (the tests' second opinion; inputs never use it).
     pub control: PathBuf,
-    /// What answers its control requests.
-    pub handler: Arc<dyn Handler>,
+    /// What answers its control requests, as the control server hands
+    /// them over.
+    pub dispatcher: control::Dispatcher,
     /// The runtime the inputs' connections are served on (this thread's).
     rt: tokio::runtime::Runtime,
 }
@@ -311,7 +312,7 @@ pub fn fixture() -> &'static Fixture {
         Fixture {
             daemon,
             control,
-            handler,
+            dispatcher: control::Dispatcher::new(handler),
             rt,
         }
     })
@@ -353,7 +354,7 @@ fn exchange(f: &Fixture, line: &[u8]) -> std::io::Result<Vec<u8>> {
         };
         // Its errors (a line that is not UTF-8, a client gone) end the
         // connection without an answer, as in the daemon.
-        let server = control::answer(server, f.handler.as_ref());
+        let server = control::answer(server, &f.dispatcher);
         let (_, answer) = tokio::join!(server, client);
         answer
     })

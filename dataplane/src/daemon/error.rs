@@ -44,6 +44,10 @@ pub enum DaemonError {
     /// The pool of queue workers could not start.
     #[error(transparent)]
     NqWorkers(#[from] crate::queue::pool::NqWorkersError),
+    /// A stop was asked for (SIGINT, SIGTERM) before start-up was
+    /// complete; what had started was undone.
+    #[error("a stop was requested during start-up")]
+    StopRequested,
     /// The daemon is stopping: no port is added any more.
     #[error("the daemon is stopping")]
     Stopping,

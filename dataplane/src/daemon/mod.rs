@@ -14,6 +14,7 @@ use started::Started;
 use crate::config::{DaemonConfig, PortSpec};
 use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US};
 use crate::cores::CoresStatus;
+use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
 use crate::queue::pool::NqWorkers;
 use crate::queue::{Roster, VmPort};
@@ -21,7 +22,7 @@ use crate::switch::Switch;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use vadapt_policy::{PolicyConfig, Retune};
@@ -151,7 +152,7 @@ impl Shared {
         Ok(())
     }
 
-    fn book(&self) -> std::sync::MutexGuard<'_, PortBook> {
+    fn book(&self) -> MutexGuard<'_, PortBook> {
         lock_book(&self.book)
     }
 
@@ -177,9 +178,14 @@ impl Shared {
         let new = {
             let source = self.config_source.lock().unwrap_or_else(|e| e.into_inner());
             let Some(read) = source.as_ref() else {
+                tracing::warn!("reload refused: this daemon has no configuration to read again");
                 return Err("this daemon has no configuration to read again".into());
             };
-            read().map_err(|e| format!("reload refused, nothing changed: {e}"))?
+            read().map_err(|e| {
+                let e = format!("reload refused, nothing changed: {e}");
+                tracing::error!(error = %e, "reload refused");
+                e
+            })?
         };
         match self.book().reload(&new) {
             Ok(report) => {
@@ -194,7 +200,7 @@ impl Shared {
     }
 }
 
-fn lock_book(book: &Mutex<PortBook>) -> std::sync::MutexGuard<'_, PortBook> {
+fn lock_book(book: &Mutex<PortBook>) -> MutexGuard<'_, PortBook> {
     book.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -239,13 +245,21 @@ impl Daemon {
     /// Validate `cfg`, create every port and socket, and start serving:
     /// the configuration, then the ports, then the services over them.
     pub fn start(cfg: DaemonConfig) -> Result<Daemon, DaemonError> {
+        Self::start_until(cfg, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// [`Daemon::start`] with `stop` as the daemon's stop flag from the
+    /// first instant (a signal handler's): when it is set before start-up
+    /// is complete, start-up stops at the next port or service, undoes what
+    /// it started (threads stopped, sockets removed) and returns
+    /// [`DaemonError::StopRequested`].
+    pub fn start_until(cfg: DaemonConfig, stop: Arc<AtomicBool>) -> Result<Daemon, DaemonError> {
         prepare(&cfg)?;
         let registry = Arc::new(Registry::default());
         let switch = Arc::new(Switch::new(Duration::from_secs(cfg.mac_ageing_s)));
         // Until start-up is complete, a failure stops what was started and
         // removes the sockets already created.
-        let mut started = Started::default();
-        let stop = Arc::clone(&started.stop);
+        let mut started = Started::new(Arc::clone(&stop));
         let nq_workers = ports::nq_pool(&cfg)?;
         let roster = Arc::new(Roster::default());
         let maker = ports::PortMaker::new(
@@ -260,8 +274,11 @@ impl Daemon {
             .on_failure
             .push(Box::new(move || lock_book(&undo).shutdown()));
         for port in cfg.ports() {
+            started.check_stop()?;
             lock_book(&book).add(port)?;
+            started::test_pause();
         }
+        started.check_stop()?;
         let (cores, cores_line) =
             services::core_manager(&cfg, &roster, &nq_workers, &registry, &mut started)?;
         services::workload_estimate(&roster, &mut started)?;
@@ -280,6 +297,7 @@ impl Daemon {
         started.files.push(cfg.control.clone());
         let metrics_addr = services::metrics_endpoint(&cfg, &registry, &mut started)?;
         services::mac_ageing(&switch, &mut started);
+        started.check_stop()?;
         // Said once start-up can no longer fail: a failed start is one line.
         services::log_ready(&cfg, shared.book().vms(), metrics_addr, cores_line);
         let threads = started.complete();
@@ -627,6 +645,60 @@ mod tests {
             !t.path().join("b.sock").exists(),
             "the server port's socket is removed"
         );
+    }
+
+    #[test]
+    fn a_frontend_that_reads_no_replies_holds_neither_del_port_nor_stats() {
+        use std::io::Write;
+        let t = tempfile::tempdir().unwrap();
+        let c = cfg(t.path());
+        let control = c.control.clone();
+        let d = Daemon::start(c).unwrap();
+        // GET_FEATURES again and again, never reading an answer, until the
+        // daemon's replies fill the socket and its serve thread blocks in
+        // sendmsg, then ours blocks too.
+        let mut fe = UnixStream::connect(t.path().join("a.sock")).unwrap();
+        fe.set_nonblocking(true).unwrap();
+        let get_features = [1u8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0];
+        let mut stalled_at = None;
+        for _ in 0..2_000_000 {
+            match fe.write(&get_features) {
+                Ok(_) => stalled_at = None,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let since = *stalled_at.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > Duration::from_millis(500) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(stalled_at.is_some(), "the daemon never stopped reading");
+        // `stats` answers meanwhile, and so does the deletion.
+        assert!(matches!(
+            control::request(&control, &Request::Stats).unwrap(),
+            Response::Stats { .. }
+        ));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ctl = control.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(control::request(
+                &ctl,
+                &Request::DelPort { port: "a".into() },
+            ));
+        });
+        let answer = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("del-port answered (it hung on the frontend before)");
+        assert_eq!(answer.unwrap(), Response::Ok);
+        assert!(!t.path().join("a.sock").exists());
+        assert!(matches!(
+            control::request(&control, &Request::Stats).unwrap(),
+            Response::Stats { .. }
+        ));
+        drop(fe);
+        d.shutdown();
     }
 
     #[test]

@@ -176,7 +176,10 @@ impl PortBook {
         self.closed = true;
         // Every serve loop is told first, so that they all wind down at once.
         for v in &mut self.vms {
-            v.stop();
+            v.begin_stop();
+        }
+        for v in &mut self.vms {
+            v.finish_stop();
         }
         for v in std::mem::take(&mut self.vms) {
             self.roster.remove(v.port.name());

@@ -43,9 +43,19 @@ pub(super) struct RunningVm {
     pub(super) cpu: Option<usize>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Since [`RunningVm::begin_stop`]: when, and the frontend's connection
+    /// it shut down for reading (for the stop's last resort).
+    stopping: Option<(std::time::Instant, Option<std::os::unix::net::UnixStream>)>,
     /// The socket file vadapt created (server mode), removed with the port.
     socket_file: Option<PathBuf>,
 }
+
+/// How long a VM port's serve loop has to end after its read side is shut
+/// down before its connection is shut down both ways ([`RunningVm::stop`]).
+/// The loop normally ends in well under a millisecond (the worker stops,
+/// the rings go back); it is only still running when a send to the
+/// frontend blocks.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A sink, echo or TAP port that runs.
 pub(super) struct RunningHost {
@@ -147,6 +157,7 @@ impl PortMaker {
             cpu,
             stop,
             thread: Some(thread),
+            stopping: None,
             socket_file,
         })
     }
@@ -300,25 +311,62 @@ impl RunningHost {
 }
 
 impl RunningVm {
-    /// Stop serving the frontend: the port's blocked read is ended (only our
-    /// reading side: the serve loop stops the worker before the socket
-    /// closes, so that the frontend never sees a close while a worker still
-    /// runs and takes a stale used index as the ring's position), and its
-    /// thread is joined.
+    /// Stop serving the frontend: [`RunningVm::begin_stop`], then
+    /// [`RunningVm::finish_stop`].
     pub(super) fn stop(&mut self) {
+        self.begin_stop();
+        self.finish_stop();
+    }
+
+    /// Tell the serve loop to stop: the stop flag is set and the port's
+    /// blocked read is ended (only our reading side: the serve loop stops
+    /// the worker before the socket closes, so that the frontend never
+    /// sees a close while a worker still runs and takes a stale used index
+    /// as the ring's position). Returns at once, so that a daemon stopping
+    /// many ports tells them all before it waits for any.
+    pub(super) fn begin_stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(s) = self
-            .port
-            .live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            let _ = s.shutdown(std::net::Shutdown::Read);
+        if self.stopping.is_none() {
+            let live = self
+                .port
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(s) = &live {
+                let _ = s.shutdown(std::net::Shutdown::Read);
+            }
+            self.stopping = Some((std::time::Instant::now(), live));
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    }
+
+    /// Wait for the serve loop [`RunningVm::begin_stop`] told to stop, and
+    /// join it.
+    ///
+    /// A frontend that does not read its replies can hold the serve thread
+    /// in `sendmsg`, which a read shutdown does not end: if the thread has
+    /// not finished [`STOP_GRACE`] after the stop began, the sending side is
+    /// shut down too (the send fails at once), so that no frontend can hold
+    /// a removal, a reload or the daemon's stop.
+    pub(super) fn finish_stop(&mut self) {
+        self.begin_stop();
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        let (since, live) = self.stopping.take().expect("begin_stop ran");
+        while !t.is_finished() && since.elapsed() < STOP_GRACE {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        if let (false, Some(s)) = (t.is_finished(), &live) {
+            tracing::warn!(
+                port = self.port.name(),
+                "the frontend's connection did not end within {} ms of the stop \
+                 (a frontend that reads no replies?); closing it both ways",
+                STOP_GRACE.as_millis()
+            );
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = t.join();
     }
 
     /// The socket file vadapt created for it (server mode).

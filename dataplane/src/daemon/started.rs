@@ -1,5 +1,6 @@
 //! What start-up has started so far, undone if it fails.
 
+use super::error::DaemonError;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,7 +9,6 @@ use std::thread::JoinHandle;
 /// What `Daemon::start` has started so far. Dropped before
 /// [`Started::complete`] (start-up failed), it stops those threads and
 /// removes the socket files created, so a failed start leaves nothing behind.
-#[derive(Default)]
 pub(crate) struct Started {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) threads: Vec<JoinHandle<()>>,
@@ -18,6 +18,25 @@ pub(crate) struct Started {
 }
 
 impl Started {
+    /// Nothing started yet; `stop` is the daemon's stop flag.
+    pub(super) fn new(stop: Arc<AtomicBool>) -> Self {
+        Started {
+            stop,
+            threads: Vec::new(),
+            files: Vec::new(),
+            on_failure: Vec::new(),
+        }
+    }
+
+    /// `Err(StopRequested)` once the stop flag is set: start-up goes no
+    /// further, and dropping `self` undoes it.
+    pub(super) fn check_stop(&self) -> Result<(), DaemonError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(DaemonError::StopRequested);
+        }
+        Ok(())
+    }
+
     /// Start-up succeeded: hand the threads over.
     pub(super) fn complete(mut self) -> Vec<JoinHandle<()>> {
         self.files.clear();
@@ -41,5 +60,21 @@ impl Drop for Started {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
+    }
+}
+
+/// The test hook that widens start-up's window for signals: in debug builds
+/// only, `VADAPT_TEST_START_PAUSE_MS` makes start-up pause that long after
+/// each port, so that a test can send SIGTERM or SIGHUP while some ports
+/// exist and others do not (`vadapt/tests/serve_signals.rs`). Release
+/// builds ignore it.
+pub(super) fn test_pause() {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("VADAPT_TEST_START_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        tracing::debug!(ms, "start-up paused (VADAPT_TEST_START_PAUSE_MS)");
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
