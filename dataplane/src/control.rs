@@ -7,10 +7,10 @@
 use crate::config::PortSpec;
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
+use crate::socket_file::{self, Access, SocketFileError, SocketLedger};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -168,24 +168,13 @@ pub enum ControlError {
     /// The answer was not valid JSON.
     #[error("malformed answer from the daemon")]
     Decode(#[from] serde_json::Error),
-    /// The control socket's folder did not exist and could not be created.
-    #[error("cannot create control socket folder {dir}")]
-    CreateDir {
-        /// The folder.
-        dir: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The control socket could not be created.
-    #[error("cannot create control socket {path}")]
-    Bind {
-        /// Socket path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The control socket could not be bound at its path (refused, in
+    /// use by another daemon, its folder not made, ...).
+    #[error("cannot create the control socket")]
+    Socket(#[source] SocketFileError),
+    /// The control socket's thread could not be started.
+    #[error("cannot start the control socket's thread")]
+    Spawn(#[source] std::io::Error),
 }
 
 /// Send one request to the daemon at `path`.
@@ -209,38 +198,24 @@ pub trait Handler: Send + Sync {
     fn handle(&self, req: Request) -> Response;
 }
 
-/// Bind the control socket (mode 0600, parent directory created) and serve
-/// requests on a thread until `stop` is set.
+/// Bind the control socket (mode 0600, parent directory created) as
+/// [`socket_file::bind`] says, keep it in `sockets`, and serve requests on a
+/// thread until `stop` is set; the thread removes the socket as it ends
+/// (through `sockets`: only if it is still the one bound).
 pub fn serve(
     path: &Path,
     handler: Arc<dyn Handler>,
     stop: Arc<AtomicBool>,
+    sockets: &SocketLedger,
 ) -> Result<std::thread::JoinHandle<()>, ControlError> {
-    let bind_err = |source| ControlError::Bind {
-        path: path.to_owned(),
-        source,
+    let access = Access {
+        mode: 0o600,
+        gid: None,
     };
-    crate::socket_dir::ensure(path, None)
-        .map_err(|(dir, source)| ControlError::CreateDir { dir, source })?;
-    // A stale socket from a crashed daemon: replace it, but never steal a live one.
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(bind_err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                "another daemon is listening there",
-            )));
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    let listener = UnixListener::bind(path).map_err(bind_err)?;
-    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| listener.set_nonblocking(true))
-    {
-        let _ = std::fs::remove_file(path);
-        return Err(bind_err(e));
-    }
-    let path = path.to_owned();
-    Ok(std::thread::Builder::new()
+    let (listener, owned) = socket_file::bind(path, access).map_err(ControlError::Socket)?;
+    sockets.keep(owned);
+    let (ledger, bound) = (sockets.clone(), path.to_owned());
+    let spawned = std::thread::Builder::new()
         .name("vadapt-control".into())
         .spawn(move || {
             crate::local_server::run("control", &stop, |stop| async move {
@@ -270,9 +245,12 @@ pub fn serve(
                     }
                 }
             });
-            let _ = std::fs::remove_file(&path);
-        })
-        .expect("spawning a thread"))
+            ledger.release(&bound);
+        });
+    spawned.map_err(|e| {
+        sockets.release(path);
+        ControlError::Spawn(e)
+    })
 }
 
 /// Most control connections open at once (see [`ConnLimit`]).
@@ -437,6 +415,7 @@ pub async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::Ordering;
 
     struct Echoer;
@@ -470,7 +449,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sock");
         let stop = Arc::new(AtomicBool::new(false));
-        let t = serve(&path, Arc::new(Echoer), stop.clone()).unwrap();
+        let t = serve(
+            &path,
+            Arc::new(Echoer),
+            stop.clone(),
+            &SocketLedger::default(),
+        )
+        .unwrap();
         // More idle connections than the server keeps: the oldest are closed
         // to make room, and a real request is answered all the same.
         let idle: Vec<_> = (0..500)
@@ -498,7 +483,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vadapt-ctl-{}", std::process::id()));
         let path = dir.join("c.sock");
         let stop = Arc::new(AtomicBool::new(false));
-        let t = serve(&path, Arc::new(Echoer), stop.clone()).unwrap();
+        let t = serve(
+            &path,
+            Arc::new(Echoer),
+            stop.clone(),
+            &SocketLedger::default(),
+        )
+        .unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(matches!(
@@ -524,7 +515,13 @@ mod tests {
             Response::Metrics { .. }
         ));
         // A second daemon on the same path is refused.
-        assert!(serve(&path, Arc::new(Echoer), stop.clone()).is_err());
+        assert!(serve(
+            &path,
+            Arc::new(Echoer),
+            stop.clone(),
+            &SocketLedger::default()
+        )
+        .is_err());
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();
         assert!(!path.exists());

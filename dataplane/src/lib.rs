@@ -47,6 +47,7 @@ pub mod port;
 pub mod queue;
 pub mod sigbus_guard;
 pub mod socket_dir;
+pub mod socket_file;
 pub mod switch;
 pub mod uplink;
 pub mod workload_loop;

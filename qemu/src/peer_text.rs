@@ -51,6 +51,14 @@ impl PeerText {
         PeerText::new(&String::from_utf8_lossy(raw))
     }
 
+    /// Escape and cap `path`: a socket path from a config file or from
+    /// `vadapt add-port` (which the libvirt hook fills from a domain's XML)
+    /// may hold a newline as any other byte. Bytes that are not UTF-8
+    /// become replacement characters.
+    pub fn from_path(path: &std::path::Path) -> PeerText {
+        PeerText::new(&path.to_string_lossy())
+    }
+
     /// The escaped text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -173,5 +181,16 @@ mod tests {
     #[test]
     fn bytes_that_are_not_utf8_are_replaced() {
         assert_eq!(PeerText::from_bytes(b"a\xffb\n").as_str(), "a\u{fffd}b\\n");
+    }
+
+    #[test]
+    fn a_path_is_escaped_as_other_peer_text() {
+        use std::os::unix::ffi::OsStrExt;
+        let raw = b"/tmp/a\n2099-01-01T00:00:00Z ERROR forged\xff.sock";
+        let p = std::path::Path::new(std::ffi::OsStr::from_bytes(raw));
+        assert_eq!(
+            PeerText::from_path(p).as_str(),
+            "/tmp/a\\n2099-01-01T00:00:00Z ERROR forged\u{fffd}.sock"
+        );
     }
 }

@@ -45,6 +45,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 pub use uplink_port::{parse_uplink_spec, UplinkPortConfig, XskMode, MAX_UPLINK_QUEUES};
 use vadapt_policy::PolicyConfig;
+use vadapt_qemu::peer_text::PeerText;
 pub use vm_port::{
     parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_MTU, MAX_QUEUE_PAIRS,
     MIN_MTU,
@@ -257,6 +258,7 @@ impl DaemonConfig {
                 ));
             }
         }
+        vm_port::check_socket_path("control", None, &self.control)?;
         let mut sockets = HashSet::new();
         let mut macs = HashSet::new();
         for vm in &self.vm {
@@ -270,13 +272,11 @@ impl DaemonConfig {
                 ));
             }
             vm_port::check_mtu("vm.mtu", &vm.name, vm.mtu)?;
-            if vm.socket.as_os_str().is_empty() {
-                return Err(field("vm.socket", format!("empty for port `{}`", vm.name)));
-            }
+            vm_port::check_socket_path("vm.socket", Some(&vm.name), &vm.socket)?;
             if !sockets.insert(vm.socket.clone()) {
                 return Err(field(
                     "vm.socket",
-                    format!("{} is used by two ports", vm.socket.display()),
+                    format!("{} is used by two ports", PeerText::from_path(&vm.socket)),
                 ));
             }
             if let Some(p) = &vm.policy {
@@ -439,6 +439,47 @@ mod tests {
             vm: vec![parse_vm_spec("name=vm1,socket=/tmp/a.sock").unwrap()],
             ..DaemonConfig::default()
         }
+    }
+
+    #[test]
+    fn relative_and_overlong_socket_paths_are_refused() {
+        // A relative path meant the daemon's working directory (`/` under
+        // systemd), whatever folder the config file or the caller was in.
+        let e = parse_vm_spec("name=vx,socket=vx.sock")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--vm socket") && e.contains("must be absolute") && e.contains("`vx`"),
+            "{e}"
+        );
+        let text = "[[vm]]\nname = \"a\"\nsocket = \"run/a.sock\"\n";
+        let e = DaemonConfig::from_toml(text, Path::new("/etc/vadapt/vadapt.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("vm.socket") && e.contains("must be absolute"),
+            "{e}"
+        );
+        let mut c = base();
+        c.control = "control.sock".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("`control`") && e.contains("must be absolute"),
+            "{e}"
+        );
+        // sun_path holds 107 bytes and a NUL.
+        let long = format!("/{}", "s".repeat(crate::socket_file::MAX_PATH_BYTES));
+        let e = parse_vm_spec(&format!("name=vx,socket={long}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("108 bytes") && e.contains("at most 107"), "{e}");
+        let fits = format!("/{}", "s".repeat(crate::socket_file::MAX_PATH_BYTES - 1));
+        assert!(parse_vm_spec(&format!("name=vx,socket={fits}")).is_ok());
+        // A newline in the path does not reach the message as one.
+        let e = parse_vm_spec("name=vx,socket=a\nERROR forged")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains('\n') && e.contains("a\\nERROR forged"), "{e}");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! One VM port's configuration: the `[[vm]]` table and the `--vm` spec.
 
 use super::error::{field, ConfigError};
+use crate::socket_file::MAX_PATH_BYTES;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
+use vadapt_qemu::peer_text::PeerText;
 use vadapt_wire::Mac;
 
 pub use super::cores::VmRole;
@@ -105,6 +107,36 @@ pub fn check_mtu(flag: &str, port: &str, mtu: Option<u16>) -> Result<(), ConfigE
         )),
         _ => Ok(()),
     }
+}
+
+/// Checks a socket path (`flag` is `--vm socket`, `vm.socket` or
+/// `control`): absolute, and short enough for a Unix socket address
+/// ([`MAX_PATH_BYTES`]). A relative path would resolve against the daemon's
+/// working directory (`/` under systemd), not the config file's folder nor
+/// the `vadapt add-port` caller's, so it is refused rather than guessed at.
+/// The error names `port` when there is one, and shows the path escaped.
+pub fn check_socket_path(flag: &str, port: Option<&str>, path: &Path) -> Result<(), ConfigError> {
+    let whose = port.map(|p| format!(" for port `{p}`")).unwrap_or_default();
+    let shown = PeerText::from_path(path);
+    if path.as_os_str().is_empty() {
+        return Err(field(flag, format!("empty{whose}")));
+    }
+    if !path.is_absolute() {
+        return Err(field(
+            flag,
+            format!("{shown}{whose} is relative: a socket path must be absolute"),
+        ));
+    }
+    let len = path.as_os_str().len();
+    if len > MAX_PATH_BYTES {
+        return Err(field(
+            flag,
+            format!(
+                "{shown}{whose} is {len} bytes: a Unix socket path holds at most {MAX_PATH_BYTES}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn one() -> u16 {
@@ -281,6 +313,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     }
     let name = name.ok_or_else(|| field("--vm name", "missing"))?;
     let socket = socket.ok_or_else(|| field("--vm socket", "missing"))?;
+    check_socket_path("--vm socket", Some(&name), &socket)?;
     if !(1..=MAX_QUEUE_PAIRS).contains(&queues) {
         return Err(field(
             "--vm queues",

@@ -18,6 +18,7 @@ use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
 use crate::queue::pool::NqWorkers;
 use crate::queue::{Roster, VmPort};
+use crate::socket_file::SocketLedger;
 use crate::switch::Switch;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -229,6 +230,8 @@ pub struct Daemon {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     control: PathBuf,
+    /// Every socket the daemon bound and has not removed yet.
+    sockets: SocketLedger,
     metrics_addr: Option<SocketAddr>,
     nq_workers: Option<Arc<NqWorkers>>,
 }
@@ -262,11 +265,13 @@ impl Daemon {
         let mut started = Started::new(Arc::clone(&stop));
         let nq_workers = ports::nq_pool(&cfg)?;
         let roster = Arc::new(Roster::default());
+        let sockets = started.sockets.clone();
         let maker = ports::PortMaker::new(
             &cfg,
             Arc::clone(&switch),
             Arc::clone(&registry),
             nq_workers.clone(),
+            sockets.clone(),
         );
         let book = Arc::new(Mutex::new(PortBook::new(maker, Arc::clone(&roster), &cfg)));
         let undo = Arc::clone(&book);
@@ -293,8 +298,8 @@ impl Daemon {
             &cfg.control,
             shared.clone(),
             Arc::clone(&stop),
+            &sockets,
         )?);
-        started.files.push(cfg.control.clone());
         let metrics_addr = services::metrics_endpoint(&cfg, &registry, &mut started)?;
         services::mac_ageing(&switch, &mut started);
         started.check_stop()?;
@@ -307,6 +312,7 @@ impl Daemon {
             stop,
             threads,
             control: cfg.control.clone(),
+            sockets,
             metrics_addr,
             nq_workers,
         })
@@ -397,12 +403,23 @@ impl Daemon {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Every socket file the daemon created (server-mode VM ports and the
-    /// control socket).
+    /// Every socket file the daemon created and still owns (server-mode VM
+    /// ports and the control socket). Reads the [`SocketLedger`] only: never
+    /// waits on a port being added or removed.
     pub fn socket_paths(&self) -> Vec<PathBuf> {
-        let mut v = self.shared.book().socket_files();
-        v.push(self.control.clone());
-        v
+        self.sockets.paths()
+    }
+
+    /// The daemon's socket ledger: every socket it bound (server-mode VM
+    /// ports, the control socket) and has not removed yet. A clone stays
+    /// usable after [`Daemon::shutdown`] has been handed the daemon, on any
+    /// thread: [`SocketLedger::remove_all`] removes every socket still kept,
+    /// each only if it is still the one the daemon bound, without taking
+    /// the port book's lock or any other the daemon holds. It is what a
+    /// caller whose orderly shutdown missed its deadline (`vadapt serve`)
+    /// removes the sockets with before it exits.
+    pub fn socket_ledger(&self) -> SocketLedger {
+        self.sockets.clone()
     }
 
     /// Stop everything: connections are closed, workers joined, sockets removed.
@@ -418,6 +435,9 @@ impl Daemon {
         if let Some(pool) = &self.nq_workers {
             pool.shutdown();
         }
+        // The ports and the control thread removed theirs; none is left
+        // unless one of them could not.
+        self.sockets.remove_all();
         tracing::info!("daemon stopped");
     }
 }
@@ -519,6 +539,7 @@ mod tests {
             Arc::new(Switch::new(Duration::from_secs(300))),
             Arc::clone(&registry),
             None,
+            SocketLedger::default(),
         );
         let shared = Shared {
             registry,
@@ -709,5 +730,84 @@ mod tests {
         c.control = t.path().join("control.sock");
         let e = Daemon::start(c).unwrap_err().to_string();
         assert!(e.contains("socket folder") && e.contains("file/sub"), "{e}");
+    }
+
+    /// `--vm name=NAME,socket=PATH` as `vadapt add-port` sends it.
+    fn vm(name: &str, socket: &std::path::Path) -> PortSpec {
+        let spec = format!("name={name},socket={}", socket.display());
+        PortSpec::Vm(Box::new(parse_vm_spec(&spec).unwrap()))
+    }
+
+    #[test]
+    fn add_port_on_a_file_it_does_not_own_is_refused_and_the_file_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let d = Daemon::start(DaemonConfig {
+            control: t.path().join("control.sock"),
+            ..DaemonConfig::default()
+        })
+        .unwrap();
+        let precious = t.path().join("x.txt");
+        std::fs::write(&precious, b"precious").unwrap();
+        // Before: the file was replaced by the port's socket, and del-port
+        // then removed that.
+        let e = d.add_port(vm("vx", &precious)).unwrap_err();
+        assert!(
+            e.contains("`vx`") && e.contains("x.txt") && e.contains("a regular file"),
+            "{e}"
+        );
+        std::os::unix::fs::symlink(&precious, t.path().join("link")).unwrap();
+        let e = d.add_port(vm("vy", &t.path().join("link"))).unwrap_err();
+        assert!(e.contains("a symbolic link"), "{e}");
+        assert!(d.remove_port("vx").is_err(), "no port was made");
+        d.shutdown();
+        assert_eq!(std::fs::read(&precious).unwrap(), b"precious");
+        assert_eq!(files(t.path()), ["link", "x.txt"]);
+    }
+
+    #[test]
+    fn a_socket_replaced_after_bind_is_left_by_del_port_and_shutdown() {
+        use std::os::unix::net::UnixListener;
+        let t = tempfile::tempdir().unwrap();
+        let d = Daemon::start(cfg(t.path())).unwrap();
+        let ledger = d.socket_ledger();
+        let mut owned = ledger.paths();
+        owned.sort();
+        let p = |n: &str| t.path().join(n);
+        assert_eq!(owned, [p("a.sock"), p("b.sock"), p("control.sock")]);
+        assert_eq!(d.socket_paths().len(), 3);
+        // Someone moves their own socket onto a's path, a file onto b's.
+        std::fs::remove_file(p("a.sock")).unwrap();
+        let _theirs = UnixListener::bind(p("a.sock")).unwrap();
+        std::fs::remove_file(p("b.sock")).unwrap();
+        std::fs::write(p("b.sock"), b"theirs").unwrap();
+        d.remove_port("a").unwrap();
+        assert!(p("a.sock").exists(), "del-port left the replacement");
+        assert_eq!(ledger.paths().len(), 2, "a's entry went with the port");
+        // A port added again on a path taken by a live socket is refused.
+        let e = d.add_port(vm("a", &p("a.sock"))).unwrap_err();
+        assert!(e.contains("in use"), "{e}");
+        d.shutdown();
+        assert_eq!(std::fs::read(p("b.sock")).unwrap(), b"theirs");
+        assert_eq!(files(t.path()), ["a.sock", "b.sock"]);
+        assert!(ledger.paths().is_empty());
+    }
+
+    #[test]
+    fn the_socket_ledger_removes_every_socket_without_the_port_book() {
+        let t = tempfile::tempdir().unwrap();
+        let d = Daemon::start(cfg(t.path())).unwrap();
+        let ledger = d.socket_ledger();
+        // The port book held by a stuck operation does not stop it.
+        let held = lock_book(&d.shared.book);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = ledger.clone();
+        std::thread::spawn(move || tx.send(l.remove_all()).unwrap());
+        let removed = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("not blocked");
+        assert_eq!(removed, 3);
+        assert_eq!(files(t.path()), Vec::<String>::new());
+        drop(held);
+        d.shutdown();
     }
 }

@@ -9,7 +9,6 @@ use super::ports::{PortMaker, RunningHost, RunningVm};
 use crate::config::{DaemonConfig, PortSpec};
 use crate::control::ReloadReport;
 use crate::queue::Roster;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The ports that run, and the configuration they are now.
@@ -160,14 +159,6 @@ impl PortBook {
     /// The VM ports that run.
     pub(super) fn vms(&self) -> &[RunningVm] {
         &self.vms
-    }
-
-    /// The socket files the daemon created (server-mode VM ports).
-    pub(super) fn socket_files(&self) -> Vec<PathBuf> {
-        self.vms
-            .iter()
-            .filter_map(|v| v.socket_file().cloned())
-            .collect()
     }
 
     /// Stop every port: each VM port's connection ended and its thread

@@ -13,6 +13,7 @@ use crate::port::frontend_socket::{self, Connector, FrontendSocket};
 use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
+use crate::socket_file::SocketLedger;
 use crate::switch::{Echo, PortId, Sink, Switch, Tap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +32,9 @@ pub(super) struct PortMaker {
     pub(super) switch: Arc<Switch>,
     pub(super) registry: Arc<Registry>,
     pub(super) pool: Option<Arc<NqWorkers>>,
+    /// The daemon's sockets: a VM port's goes in as it is bound, and out
+    /// (removed, if still the one bound) as the port goes.
+    sockets: SocketLedger,
     /// TSC cycles per ns for the workers' pass clock (`None`: no invariant TSC).
     tsc_per_ns: Option<f64>,
 }
@@ -46,7 +50,8 @@ pub(super) struct RunningVm {
     /// Since [`RunningVm::begin_stop`]: when, and the frontend's connection
     /// it shut down for reading (for the stop's last resort).
     stopping: Option<(std::time::Instant, Option<std::os::unix::net::UnixStream>)>,
-    /// The socket file vadapt created (server mode), removed with the port.
+    /// The socket file vadapt created (server mode): its entry in the
+    /// daemon's [`SocketLedger`], removed with the port.
     socket_file: Option<PathBuf>,
 }
 
@@ -80,12 +85,14 @@ impl PortMaker {
         switch: Arc<Switch>,
         registry: Arc<Registry>,
         pool: Option<Arc<NqWorkers>>,
+        sockets: SocketLedger,
     ) -> Self {
         PortMaker {
             settings: settings.without_ports(),
             switch,
             registry,
             pool,
+            sockets,
             tsc_per_ns: crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20)),
         }
     }
@@ -121,7 +128,8 @@ impl PortMaker {
         })?;
         let (socket, socket_file) = match vm.mode {
             SocketMode::Server => {
-                let l = frontend_socket::listen(&vm.socket, cfg.socket_group.as_deref())?;
+                let (l, owned) = frontend_socket::listen(&vm.socket, cfg.socket_group.as_deref())?;
+                self.sockets.keep(owned);
                 (FrontendSocket::Listen(l), Some(vm.socket.clone()))
             }
             SocketMode::Client => (
@@ -144,7 +152,7 @@ impl PortMaker {
             Err(source) => {
                 self.detach(id, &vm.name);
                 if let Some(f) = &socket_file {
-                    let _ = std::fs::remove_file(f);
+                    self.sockets.release(f);
                 }
                 return Err(DaemonError::Port {
                     port: vm.name.clone(),
@@ -164,12 +172,13 @@ impl PortMaker {
 
     /// Stop `vm` and take it away: its frontend's connection is ended
     /// (its worker stops and hands its rings back first), it leaves the
-    /// switch and the counters, and its socket file (server mode) goes.
+    /// switch and the counters, and its socket file (server mode) goes if
+    /// it is still the socket bound (see [`SocketLedger::release`]).
     pub(super) fn remove_vm(&self, mut vm: RunningVm) {
         vm.stop();
         self.detach(vm.port.port_id(), vm.port.name());
         if let Some(f) = &vm.socket_file {
-            let _ = std::fs::remove_file(f);
+            self.sockets.release(f);
         }
     }
 
@@ -367,11 +376,6 @@ impl RunningVm {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         let _ = t.join();
-    }
-
-    /// The socket file vadapt created for it (server mode).
-    pub(super) fn socket_file(&self) -> Option<&PathBuf> {
-        self.socket_file.as_ref()
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use vadapt_policy::PolicyKind;
+use vadapt_qemu::peer_text::PeerText;
 
 /// vSPACE's core manager, if `[cores]` names CPUs: its status, and the
 /// line that describes it.
@@ -138,10 +139,10 @@ pub(super) fn log_ready(
             SocketMode::Server => "VM port listening",
             SocketMode::Client => "VM port connecting to the frontend's socket",
         };
-        tracing::info!(port = port.name(), socket = %port.cfg.socket.display(), queues = port.cfg.queues,
+        tracing::info!(port = port.name(), socket = %PeerText::from_path(&port.cfg.socket), queues = port.cfg.queues,
             mac = %port.mac, policy = %port.policy_config().kind(), "{what}");
     }
-    tracing::info!(path = %cfg.control.display(), "control socket ready");
+    tracing::info!(path = %PeerText::from_path(&cfg.control), "control socket ready");
     if let Some(bound) = metrics_addr {
         tracing::info!(%bound, "Prometheus metrics at http://{bound}/metrics");
     }

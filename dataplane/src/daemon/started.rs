@@ -1,20 +1,24 @@
 //! What start-up has started so far, undone if it fails.
 
 use super::error::DaemonError;
-use std::path::PathBuf;
+use crate::socket_file::SocketLedger;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// What `Daemon::start` has started so far. Dropped before
 /// [`Started::complete`] (start-up failed), it stops those threads and
-/// removes the socket files created, so a failed start leaves nothing behind.
+/// removes every socket the daemon bound (each only if it is still the one
+/// bound), so a failed start leaves nothing behind.
 pub(crate) struct Started {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) threads: Vec<JoinHandle<()>>,
-    pub(crate) files: Vec<PathBuf>,
+    /// The daemon's sockets (the ports' and the control socket's).
+    pub(crate) sockets: SocketLedger,
     /// Undone first, if start-up fails (the ports made so far).
     pub(crate) on_failure: Vec<Box<dyn FnOnce() + Send>>,
+    /// Start-up succeeded: nothing to undo.
+    completed: bool,
 }
 
 impl Started {
@@ -23,8 +27,9 @@ impl Started {
         Started {
             stop,
             threads: Vec::new(),
-            files: Vec::new(),
+            sockets: SocketLedger::default(),
             on_failure: Vec::new(),
+            completed: false,
         }
     }
 
@@ -39,7 +44,7 @@ impl Started {
 
     /// Start-up succeeded: hand the threads over.
     pub(super) fn complete(mut self) -> Vec<JoinHandle<()>> {
-        self.files.clear();
+        self.completed = true;
         self.on_failure.clear();
         std::mem::take(&mut self.threads)
     }
@@ -47,7 +52,7 @@ impl Started {
 
 impl Drop for Started {
     fn drop(&mut self) {
-        if self.threads.is_empty() && self.files.is_empty() && self.on_failure.is_empty() {
+        if self.completed {
             return;
         }
         self.stop.store(true, Ordering::Relaxed);
@@ -57,9 +62,9 @@ impl Drop for Started {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
+        // The ports and the control thread removed theirs as they went;
+        // whatever is left (none, unless one of them could not) goes now.
+        self.sockets.remove_all();
     }
 }
 

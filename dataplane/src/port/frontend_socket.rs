@@ -18,12 +18,13 @@
 //! not make vadapt spin: the backoff only starts over after a connection
 //! that lasted [`STABLE_CONNECTION`].
 
+use crate::socket_file::{self, connect_nonblocking, Access, OwnedSocket, SocketFileError};
 use std::io::ErrorKind;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use vadapt_qemu::peer_text::PeerText;
 
 /// First wait before connecting again to a frontend's socket.
 pub const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -37,70 +38,31 @@ const STOP_CHECK: Duration = Duration::from_millis(50);
 /// Errors creating a port's socket.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    /// Could not bind.
-    #[error("cannot listen on vhost-user socket {path}")]
-    Bind {
-        /// Socket path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Another process serves that socket.
-    #[error("vhost-user socket {0} is in use by another process")]
-    InUse(PathBuf),
+    /// The socket could not be bound at its path (refused, in use, ...).
+    #[error(transparent)]
+    Socket(#[from] SocketFileError),
     /// `--socket-group` names no group.
     #[error("unknown group `{0}` for --socket-group")]
     UnknownGroup(String),
-    /// The socket's folder did not exist and could not be created.
-    #[error("cannot create socket folder {dir}")]
-    CreateDir {
-        /// The folder.
-        dir: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
-/// Bind `path` with mode 0600, or 0660 owned by `group`; a missing folder is
-/// created as [`crate::socket_dir::ensure`] says (0750, owned by `group`).
-pub fn listen(path: &Path, group: Option<&str>) -> Result<UnixListener, ListenError> {
-    let bind = |source| ListenError::Bind {
-        path: path.to_owned(),
-        source,
-    };
+/// Bind `path` with mode 0600, or 0660 owned by `group`, as
+/// [`socket_file::bind`] says (nothing there but a stale socket, or
+/// refused); a missing folder is created as [`crate::socket_dir::ensure`]
+/// says (0750, owned by `group`). The socket comes back with its
+/// [`OwnedSocket`], through which alone it is removed.
+pub fn listen(
+    path: &Path,
+    group: Option<&str>,
+) -> Result<(UnixListener, OwnedSocket), ListenError> {
     // Resolve the group before anything is created, so an unknown group
     // leaves nothing on disk.
     let gid = match group {
         Some(g) => Some(group_id(g).ok_or_else(|| ListenError::UnknownGroup(g.to_string()))?),
         None => None,
     };
-    crate::socket_dir::ensure(path, gid)
-        .map_err(|(dir, source)| ListenError::CreateDir { dir, source })?;
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(ListenError::InUse(path.to_owned()));
-        }
-        std::fs::remove_file(path).map_err(bind)?;
-    }
-    let l = UnixListener::bind(path).map_err(bind)?;
-    let finish = || -> Result<(), std::io::Error> {
-        let mode = if let Some(gid) = gid {
-            std::os::unix::fs::chown(path, None, Some(gid))?;
-            0o660
-        } else {
-            0o600
-        };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-        l.set_nonblocking(true)
-    };
-    if let Err(e) = finish() {
-        // Bound but unusable: do not leave the socket file behind.
-        let _ = std::fs::remove_file(path);
-        return Err(bind(e));
-    }
-    Ok(l)
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    Ok(socket_file::bind(path, Access { mode, gid })?)
 }
 
 fn group_id(name: &str) -> Option<u32> {
@@ -195,13 +157,13 @@ impl Connector {
             match connect_nonblocking(&self.path) {
                 Ok(s) => {
                     if self.failing.take().is_some() {
-                        tracing::info!(port, socket = %self.path.display(), "frontend's socket reachable again");
+                        tracing::info!(port, socket = %PeerText::from_path(&self.path), "frontend's socket reachable again");
                     }
                     return Some(s);
                 }
                 Err(e) => {
                     if self.failing != Some(e.kind()) {
-                        tracing::warn!(port, socket = %self.path.display(), error = %e,
+                        tracing::warn!(port, socket = %PeerText::from_path(&self.path), error = %e,
                             "cannot connect to the frontend's socket; retrying with backoff (at most every {} ms)",
                             MAX_BACKOFF.as_millis());
                         self.failing = Some(e.kind());
@@ -223,16 +185,6 @@ impl Connector {
             self.back_off();
         }
     }
-}
-
-/// Connect without ever blocking: a frontend whose listen backlog is full
-/// (it does not accept) is an error to retry, not a hung thread.
-fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
-    use socket2::{Domain, SockAddr, Socket, Type};
-    let s = Socket::new(Domain::UNIX, Type::STREAM.cloexec(), None)?;
-    s.set_nonblocking(true)?;
-    s.connect(&SockAddr::unix(path)?)?;
-    Ok(s.into())
 }
 
 /// Sleep `d` in steps that check `stop`; false if `stop` was set.
