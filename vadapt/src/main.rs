@@ -5,6 +5,7 @@ mod port_changes;
 mod serve;
 mod service_manager;
 mod shell_docs;
+mod stop_signals;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -5,15 +5,14 @@ use crate::cli::{
     CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
 };
 use crate::service_manager;
+use crate::stop_signals::{Event, StopSignals};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::{
     parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, DaemonConfig,
 };
 use vadapt_dataplane::control::{request, Request, Response};
-use vadapt_dataplane::Daemon;
+use vadapt_dataplane::{Daemon, DaemonError};
 use vadapt_harness::cli_util::{chain, fail};
 use vadapt_policy::PolicyConfig;
 
@@ -80,30 +79,32 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
 }
 
 /// `vadapt serve`: run until SIGINT or SIGTERM; SIGHUP reloads the
-/// configuration (its ports).
+/// configuration (its ports). The signals are answered from the first
+/// instant ([`StopSignals`]): a stop during start-up undoes it and exits 0,
+/// a reload during start-up runs once start-up is done.
 pub fn run(a: ServeArgs) -> ExitCode {
+    limit_malloc_arenas();
+    let signals = match StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => return fail(format!("cannot install signal handlers: {e}")),
+    };
     let cfg = match build_config(&a) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    limit_malloc_arenas();
     let empty = cfg.ports().is_empty();
-    let daemon = match Daemon::start(cfg) {
+    let daemon = match Daemon::start_until(cfg, signals.stop_flag()) {
         Ok(d) => d,
+        Err(DaemonError::StopRequested) => {
+            service_manager::stopping();
+            tracing::info!("stopped during start-up; what had started was undone");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => return fail(chain(&e)),
     };
+    signals.guard_sockets(daemon.socket_ledger());
     // A reload reads the file and this command line again, as start-up did.
     daemon.set_config_source(Box::new(move || build_config(&a)));
-    let stop = daemon.stop_flag();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
-            return fail(format!("cannot install signal handler: {e}"));
-        }
-    }
-    let hup = Arc::new(AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()) {
-        return fail(format!("cannot install signal handler: {e}"));
-    }
     tracing::info!("vadapt serving; SIGINT or SIGTERM stops it, SIGHUP reloads its ports");
     if empty {
         tracing::info!(
@@ -112,38 +113,47 @@ pub fn run(a: ServeArgs) -> ExitCode {
         );
     }
     service_manager::ready(daemon.socket_paths().len());
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if hup.swap(false, Ordering::Relaxed) {
-            tracing::info!("SIGHUP: reloading the configuration");
-            service_manager::reloading();
-            // The outcome is logged by the daemon, either way.
-            let _ = daemon.reload();
-            service_manager::reloaded();
+    loop {
+        match signals.next(Duration::from_millis(200)) {
+            Some(Event::Reload) => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                service_manager::reloading();
+                // Applied or refused, the daemon logs the outcome.
+                let _ = daemon.reload();
+                service_manager::reloaded();
+            }
+            Some(Event::Stop { signal, .. }) => {
+                tracing::info!(signal, "stopping");
+                break;
+            }
+            None if daemon.stop_requested() => {
+                tracing::info!("stopping");
+                break;
+            }
+            None => {}
         }
     }
-    tracing::info!("stopping");
     service_manager::stopping();
-    // Whatever a frontend does, the daemon is gone within STOP_DEADLINE of
-    // the signal: an orderly shutdown normally takes milliseconds; past the
-    // deadline the sockets are removed and the process exits anyway.
-    let sockets = daemon.socket_paths();
-    let (done_tx, done) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        daemon.shutdown();
-        let _ = done_tx.send(());
-    });
-    if done.recv_timeout(STOP_DEADLINE).is_err() {
-        tracing::error!(
-            "shutdown did not finish within {} ms; exiting without it",
-            STOP_DEADLINE.as_millis()
-        );
-        for s in sockets {
-            let _ = std::fs::remove_file(s);
-        }
-        return ExitCode::FAILURE;
-    }
+    // The signal thread holds the deadline: past it the sockets are
+    // removed and the process exits 1, whatever this is blocked on.
+    test_stop_hang();
+    daemon.shutdown();
     ExitCode::SUCCESS
+}
+
+/// The test hook that holds the stop: in debug builds only,
+/// `VADAPT_TEST_STOP_HANG_MS` makes the main thread wait that long before
+/// the orderly shutdown, as a stuck port would, so that a test can see the
+/// stop deadline end the process (`vadapt/tests/serve_signals.rs`).
+/// Release builds ignore it.
+fn test_stop_hang() {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("VADAPT_TEST_STOP_HANG_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
 }
 
 /// glibc's arenas the daemon may use, unless `MALLOC_ARENA_MAX` says otherwise.
@@ -165,9 +175,6 @@ fn limit_malloc_arenas() {
         }
     }
 }
-
-/// The longest an orderly shutdown may take after SIGINT or SIGTERM.
-const STOP_DEADLINE: Duration = Duration::from_millis(1500);
 
 /// `vadapt stats`.
 pub fn stats(a: StatsArgs) -> ExitCode {
