@@ -42,7 +42,7 @@ fn log_on(r: &mut Ring, g: &Guest) -> Arc<MappedLog> {
 
 fn set_log(r: &mut Ring, g: &Guest, log: &Arc<MappedLog>) {
     r.log = Some(RingLog {
-        log: Arc::clone(&log),
+        log: Arc::clone(log),
         used_gpa: g.layout.used,
         used_len: 6 + 8 * u64::from(g.layout.size),
         device_event_gpa: None,
