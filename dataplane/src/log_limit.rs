@@ -100,6 +100,9 @@ pub const PEER_PER_SECOND: u32 = 10;
 /// asked for, which happens only when there is something to say.
 #[derive(Debug, Default)]
 pub struct LogLimits {
+    /// A leaf lock: taken under others (a connection's, a port's live
+    /// socket), never held while another is taken, so it orders after
+    /// every lock of the daemon.
     by_reason: Mutex<Vec<Reason>>,
 }
 
