@@ -20,6 +20,7 @@ that names the port (the real lines of dataplane/src/vmport/handler.rs).
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import random
@@ -44,6 +45,10 @@ FD_TOLERANCE = 1  # descriptors the daemon may hold beyond its idle count
 RSS_BUDGET = 20 << 20  # bytes of RSS growth allowed over the whole suite
 MOVE_TIMEOUT = 5.0  # s to wait for vm2's counter to move after a case
 NO_HANG = 3.0  # s a backend gets to answer or close before the client "hangs"
+# A peer's log lines, per port and per reason: a burst, then so many a
+# second (dataplane/src/log_limit.rs, PEER_BURST and PEER_PER_SECOND).
+LINES_BURST = 20
+LINES_PER_S = 10
 
 # Guest memory of the ring cases: one sealed 2 MiB region at gpa 0 whose
 # frontend address is UVA; the transmit ring and one frame inside it.
@@ -309,6 +314,27 @@ def tx_ring(rig: Rig, port: str, sealed: bool = True, blocking: bool = False) ->
     fe.ok(vr.SET_VRING_CALL, vr.u64(TXQ), [call])
     fe.ok(vr.SET_VRING_ENABLE, vr.vring_state(TXQ, 1))
     return TxRing(fe, memfd, buf, ring, kick, call)
+
+
+def line_bound(elapsed: float) -> int:
+    """The most lines of one reason a port may log over `elapsed` s: the
+    burst, and the rate for every started second."""
+    return LINES_BURST + LINES_PER_S * math.ceil(elapsed)
+
+
+def settled_count(rig: Rig, *parts: str) -> int:
+    """Lines since the case began with every part, once the log has
+    caught up (it is read asynchronously)."""
+    rig.count_lines(1, *parts)
+    time.sleep(0.5)
+    return rig.count_lines(0, *parts, timeout=0)
+
+
+def let_limits_refill() -> None:
+    """After a case that used up one of vm1's line limits: let it refill
+    (for more than the lines of any one case), so that the next case's
+    lines are not held back."""
+    time.sleep(1.1)
 
 
 # --- framing -------------------------------------------------------------------
@@ -791,6 +817,75 @@ def test_ftruncate_attack_on_accepting_port(rig):
     rig.log(DISCONNECTED, on("vm3"))
 
 
+# --- the dirty-page log is guest memory too (issue 36, finding 4) ------------
+
+
+@pytest.mark.parametrize("kind", ["unsealed-memfd", "regular-file"])
+def test_dirty_log_that_could_shrink_is_refused_by_default(rig, kind):
+    """vm1 (default: sealed memory only) refuses a log it could lose under
+    it, as it refuses such guest memory: the issue's unsealed 512-byte
+    memfd, and a regular file. The frontend sees the connection closed
+    (SET_LOG_BASE's reply cannot say no)."""
+    if kind == "unsealed-memfd":
+        fd = vr.memfd(512, sealed=False)
+    else:
+        fd = os.open(str(rig.daemon.workdir), os.O_TMPFILE | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 4096)
+    try:
+        with rig.connect("vm1") as fe:
+            fe.handshake(protocol=vr.PF_REPLY_ACK | vr.PF_LOG_SHMFD)
+            fe.send(vr.SET_LOG_BASE, vr.LOG.pack(512, 0), [fd], need_reply=True)
+            assert answered_or_closed(fe, vr.SET_LOG_BASE) == CLOSED, "the log was taken"
+    finally:
+        os.close(fd)
+    rig.log("SET_LOG_BASE refused", "not sealed against shrinking", on("vm1"))
+    rig.log(CLOSING, on("vm1"))
+
+
+def test_shrunk_dirty_log_ends_logging_and_the_port_goes_on(rig):
+    """The issue's repro on vm3 (unsealed_memory=accept): LOG_ALL and
+    LOG_SHMFD, an unsealed 512-byte memfd as the log (taken, under the
+    SIGBUS guard), traffic, ftruncate(log, 0), more traffic. The daemon
+    lives (it died of SIGBUS, exit 135, before), vm3 keeps forwarding,
+    one ERROR line says logging ended, and the port counts it; vm2 goes
+    on (the autouse invariants)."""
+    fe = rig.connect("vm3")
+    fe.handshake(
+        features=vr.F_PROTOCOL_FEATURES | vr.F_VERSION_1 | vr.F_LOG_ALL,
+        protocol=vr.PF_REPLY_ACK | vr.PF_LOG_SHMFD,
+    )
+    memfd, buf = memory_table(fe)
+    ring = vr.SplitRing(buf, 0, UVA, RING_OFF, RING_SIZE)
+    fe.ok(vr.SET_VRING_NUM, vr.vring_state(TXQ, RING_SIZE))
+    fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(TXQ, *ring.addrs()))
+    fe.ok(vr.SET_VRING_BASE, vr.vring_state(TXQ, 0))
+    kick, call = vr.eventfd(), vr.eventfd()
+    fe.ok(vr.SET_VRING_KICK, vr.u64(TXQ), [kick])
+    fe.ok(vr.SET_VRING_CALL, vr.u64(TXQ), [call])
+    t = TxRing(fe, memfd, buf, ring, kick, call)
+    log = vr.memfd(512, sealed=False)
+    try:
+        fe.send(vr.SET_LOG_BASE, vr.LOG.pack(512, 0), [log], need_reply=True)
+        fe.reply(vr.SET_LOG_BASE)
+        rig.log("dirty-page log set", "covers_mib=16", on("vm3"))
+        assert ring.wait_used(t.send_frame())
+        view = mmap.mmap(log, 512)
+        marked = any(view[:])
+        view.close()  # our own mapping would fault too
+        assert marked, "the used ring's page is not marked in the log"
+        os.ftruncate(log, 0)
+        for _ in range(3):
+            assert ring.wait_used(t.send_frame()), "vm3 stopped forwarding"
+        still_in_sync(fe)
+        rig.log("dirty-page log shrank under the daemon", "logging ended", on("vm3"))
+        assert settled_count(rig, "dirty-page log shrank", on("vm3")) == 1
+        assert rig.port_stats("vm3")["dirty_log_shrank"] == 1
+        rig.log("dirty-page log set", "sealed=false", on("vm3"))  # under the guard
+    finally:
+        t.close()
+        os.close(log)
+
+
 # --- requests that owe a reply -------------------------------------------------
 
 
@@ -849,6 +944,31 @@ def test_refused_request_is_answered(rig, req):
             fe.handshake()
             fe.send(code, payload, fds, need_reply=True)
             answered_or_closed(fe, code)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("nfds", [0, 2])
+def test_memory_slot_requests_with_the_wrong_descriptors_are_answered(rig, nfds):
+    """ADD_MEM_REG carries exactly one descriptor. With none or two and
+    NEED_REPLY, the vhost crate refused it without the ack it owes, and
+    the frontend waited for ever (issue 36, finding 7): now an error ack,
+    and the connection goes on. REM_MEM_REG (which should carry none; the
+    crate closes any) is answered either way."""
+    fd = vr.memfd(1 << 20, True)
+    region = bytes(8) + Region(1 << 30, 1 << 20, UVA + (1 << 32)).pack()
+    try:
+        with rig.connect("vm1") as fe:
+            fe.handshake(protocol=vr.PF_REPLY_ACK | vr.PF_CONFIGURE_MEM_SLOTS)
+            assert fe.ack(vr.ADD_MEM_REG, region, [fd] * nfds) not in (0, CLOSED)
+            still_in_sync(fe)
+            # Not there: refused, and answered.
+            assert fe.ack(vr.REM_MEM_REG, region, [fd] * nfds) not in (0, CLOSED)
+            still_in_sync(fe)
+            # One descriptor: taken; then removed with two riding along.
+            assert fe.ack(vr.ADD_MEM_REG, region, [fd]) == 0
+            assert fe.ack(vr.REM_MEM_REG, region, [fd] * nfds) == 0
+            still_in_sync(fe)
     finally:
         os.close(fd)
 
@@ -969,15 +1089,122 @@ def test_send_rarp_and_set_log_fd(rig):
         rig.daemon.command("del-port", "rarp0")
 
 
+# --- lines a peer can cause (issue 36, finding 6) --------------------------------
+
+CTRL = 2  # vm1's control queue: ring 2 x queue pairs (1)
+
+
+def ctrl_ring(rig: Rig) -> TxRing:
+    """vm1's control queue running (CTRL_VQ and MQ acked), with nothing
+    else: the daemon serves it on a thread of its own."""
+    fe = rig.connect("vm1")
+    fe.handshake(features=vr.F_PROTOCOL_FEATURES | vr.F_VERSION_1 | vr.F_CTRL_VQ | vr.F_MQ)
+    memfd, buf = memory_table(fe)
+    ring = vr.SplitRing(buf, 0, UVA, RING_OFF, RING_SIZE)
+    fe.ok(vr.SET_VRING_NUM, vr.vring_state(CTRL, RING_SIZE))
+    fe.ok(vr.SET_VRING_ADDR, vr.vring_addr(CTRL, *ring.addrs()))
+    fe.ok(vr.SET_VRING_BASE, vr.vring_state(CTRL, 0))
+    kick, call = vr.eventfd(), vr.eventfd()
+    fe.ok(vr.SET_VRING_KICK, vr.u64(CTRL), [kick])
+    fe.ok(vr.SET_VRING_CALL, vr.u64(CTRL), [call])
+    return TxRing(fe, memfd, buf, ring, kick, call)
+
+
+def vq_pairs_set(t: TxRing, pairs: int, n: int) -> None:
+    """`n` VQ_PAIRS_SET commands (class 4, command 0) asking for `pairs`,
+    100 at a time; each batch answered before the next."""
+    while n > 0:
+        k = min(100, n)
+        for i in range(k):
+            off = DATA_OFF + 8 * i
+            t.buf[off : off + 4] = bytes([4, 0, pairs, 0])
+            t.ring.push_chain([(off, 4, False), (off + 4, 1, True)])
+        os.eventfd_write(t.kick, 1)
+        assert t.ring.wait_used(t.ring.avail_idx), "control commands not answered"
+        n -= k
+
+
+def test_control_queue_floods_log_a_bounded_number_of_lines(rig):
+    """10,000 accepted VQ_PAIRS_SET (10,000 INFO lines before), then 200
+    times 20 refused ones and a SET_VRING_ENABLE, which restarts the
+    queue's thread (2,000 WARN lines before: each thread began a fresh
+    limit). The limits are the port's, per reason."""
+    t = ctrl_ring(rig)
+    try:
+        start = time.monotonic()
+        vq_pairs_set(t, 1, 10_000)
+        for _ in range(200):
+            vq_pairs_set(t, 0, 20)  # 0 pairs: VIRTIO_NET_ERR
+            t.fe.ok(vr.SET_VRING_ENABLE, vr.vring_state(CTRL, 1))
+        elapsed = time.monotonic() - start
+        p = rig.port_stats("vm1")
+        assert p["ctrl_accepted"] >= 10_000 and p["ctrl_refused"] >= 4_000, p
+        for what in ("control command accepted", "control command refused"):
+            n = settled_count(rig, what, on("vm1"))
+            assert 1 <= n <= line_bound(elapsed), f"{n} lines {what!r} in {elapsed:.1f} s"
+        # Once the limit has refilled, the next line of each says how many
+        # were held back.
+        let_limits_refill()
+        vq_pairs_set(t, 1, 1)
+        vq_pairs_set(t, 0, 1)
+        rig.log_re(r"control command accepted.*held_back=[1-9]")
+        rig.log_re(r"control command refused.*held_back=[1-9]")
+    finally:
+        t.close()
+    let_limits_refill()
+
+
+def test_features_and_rarp_requests_log_a_bounded_number_of_lines(rig):
+    """SET_FEATURES and SEND_RARP, each taken, 300 times: one line each
+    before, without limit."""
+    mac = bytes.fromhex("525400ab3601")
+    with rig.connect("vm1") as fe:
+        fe.handshake(protocol=vr.PF_REPLY_ACK | vr.PF_RARP)
+        start = time.monotonic()
+        for _ in range(300):
+            fe.ok(vr.SET_FEATURES, vr.u64(vr.F_PROTOCOL_FEATURES | vr.F_VERSION_1))
+            assert fe.ack(vr.SEND_RARP, mac + bytes(2)) == 0
+        elapsed = time.monotonic() - start
+    for what in ("features negotiated", "announced the VM's MAC"):
+        n = settled_count(rig, what, on("vm1"))
+        assert 1 <= n <= line_bound(elapsed), f"{n} lines {what!r} in {elapsed:.1f} s"
+    let_limits_refill()
+
+
+def test_refusals_across_reconnects_log_a_bounded_number_of_lines(rig):
+    """50 connections of 20 refused requests each (features never
+    offered): the refusal limit was the connection's, so a frontend got
+    10 more lines with each reconnect, and the reason's own line had no
+    limit at all."""
+    start = time.monotonic()
+    for _ in range(50):
+        with rig.connect("vm1") as fe:
+            fe.handshake()
+            for _ in range(20):
+                assert fe.ack(vr.SET_FEATURES, vr.u64(1 << 63)) not in (0, CLOSED)
+    elapsed = time.monotonic() - start
+    for what in (REFUSED, "frontend acked features we never offered", "frontend connected"):
+        n = settled_count(rig, what, on("vm1"))
+        assert 1 <= n <= line_bound(elapsed), f"{n} lines {what!r} in {elapsed:.1f} s"
+    let_limits_refill()
+
+
 # --- connections ---------------------------------------------------------------
 
 
 def test_reconnect_loop(rig):
+    """50 connections in a row, each served; their lines are limited per
+    port (issue 36: a frontend can reconnect at will)."""
+    start = time.monotonic()
     for i in range(50):
         with rig.connect() as fe:
             assert fe.get_u64(vr.GET_FEATURES), f"connection {i}"
-    assert rig.count_lines(50, "frontend connected", on("vm1")) == 50
+    elapsed = time.monotonic() - start
     rig.log(DISCONNECTED, on("vm1"))
+    for what in ("frontend connected", DISCONNECTED):
+        n = settled_count(rig, what, on("vm1"))
+        assert 1 <= n <= line_bound(elapsed), f"{n} lines {what!r} in {elapsed:.1f} s"
+    let_limits_refill()
 
 
 def test_idle_connection_holds_only_its_port(rig):

@@ -68,6 +68,9 @@ LOG = struct.Struct("<QQ")
 NO_FD = 0x100  # "u64 with index | 0x100 = no fd" (KICK/CALL/ERR)
 
 # Virtio feature bits.
+F_CTRL_VQ = 1 << 17
+F_MQ = 1 << 22
+F_LOG_ALL = 1 << 26
 F_INDIRECT_DESC = 1 << 28
 F_EVENT_IDX = 1 << 29
 F_PROTOCOL_FEATURES = 1 << 30
@@ -354,6 +357,25 @@ class SplitRing:
         self.avail_idx = (self.avail_idx + 1) & 0xFFFF
         struct.pack_into("<H", self.buf, self.avail_off + 2, self.avail_idx)
         self.next_desc += 1
+
+    def push_chain(self, segs: list[tuple[int, int, bool]]) -> None:
+        """Make one chain available: one descriptor per (data_off, length,
+        writable), linked in order (a control-queue command and its ack
+        byte, say)."""
+        first = self.next_desc % self.size
+        for k, (off, length, writable) in enumerate(segs):
+            i = (self.next_desc + k) % self.size
+            flags = (VIRTQ_DESC_F_WRITE if writable else 0) | (1 if k + 1 < len(segs) else 0)
+            nxt = (i + 1) % self.size if k + 1 < len(segs) else 0
+            struct.pack_into(
+                "<QIHH", self.buf, self.desc_off + 16 * i, self.gpa + off, length, flags, nxt
+            )
+        self.next_desc += len(segs)
+        struct.pack_into(
+            "<H", self.buf, self.avail_off + 4 + 2 * (self.avail_idx % self.size), first
+        )
+        self.avail_idx = (self.avail_idx + 1) & 0xFFFF
+        struct.pack_into("<H", self.buf, self.avail_off + 2, self.avail_idx)
 
     def used_idx(self) -> int:
         return struct.unpack_from("<H", self.buf, self.used_off + 2)[0]

@@ -143,6 +143,13 @@ impl DirtyLog {
         n
     }
 
+    /// The mapping the log lives in: its first byte and its length in
+    /// bytes (page-aligned start; the log itself may begin inside it). For
+    /// a backend that guards the mapping against its file shrinking.
+    pub fn mapping(&self) -> (*const u8, usize) {
+        (self.map.as_ptr(), self.map.len() as usize)
+    }
+
     /// Marks that fell outside the log so far.
     pub fn outside(&self) -> u64 {
         self.outside.load(Ordering::Relaxed)

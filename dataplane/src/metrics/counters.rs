@@ -176,6 +176,10 @@ pub struct PortStats {
     /// Control-queue commands answered `VIRTIO_NET_ERR`, and chains that
     /// carried no command to answer.
     pub ctrl_refused: AtomicU64,
+    /// Times the frontend's dirty-page log shrank under the daemon (a
+    /// SIGBUS survived) and logging ended for the port (VM ports, see
+    /// `crate::migration`).
+    pub dirty_log_shrank: AtomicU64,
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -196,6 +200,7 @@ impl PortStats {
             memory_regions: AtomicU64::new(0),
             ctrl_accepted: AtomicU64::new(0),
             ctrl_refused: AtomicU64::new(0),
+            dirty_log_shrank: AtomicU64::new(0),
             memory_bytes: AtomicU64::new(0),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }

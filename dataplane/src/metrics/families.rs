@@ -157,6 +157,15 @@ pub const PORT_CTRL_COMMANDS: Family = Family {
     doc: "control-queue commands answered (a frontend that gives the backend its control queue): `outcome=\"accepted\"` `VIRTIO_NET_OK`, `outcome=\"refused\"` `VIRTIO_NET_ERR` or a chain with no command",
 };
 
+/// Dirty-page logs that shrank under the daemon.
+pub const PORT_DIRTY_LOG_SHRANK: Family = Family {
+    name: "vadapt_port_dirty_log_shrank",
+    kind: Kind::Counter,
+    labels: PORT,
+    help: "Times the VM port's frontend shrank its dirty-page log under vadapt; logging ended for the port each time.",
+    doc: "times the frontend's dirty-page log shrank under the daemon (an unsealed log on an `unsealed_memory = \"accept\"` port; SIGBUS survived) and logging ended for the port",
+};
+
 /// A queue worker's CPU time.
 pub const WORKER_CPU: Family = Family {
     name: "vadapt_worker_cpu_seconds",
@@ -203,7 +212,7 @@ pub const WORKER_SLEEP_OVERSHOOT: Family = Family {
 };
 
 /// Every family above, in the order the export writes them.
-pub const ALL: [&Family; 21] = [
+pub const ALL: [&Family; 22] = [
     &QUEUE_PACKETS,
     &QUEUE_BYTES,
     &QUEUE_KICKS,
@@ -220,6 +229,7 @@ pub const ALL: [&Family; 21] = [
     &PORT_CONNECTED,
     &PORT_GUEST_MEMORY,
     &PORT_CTRL_COMMANDS,
+    &PORT_DIRTY_LOG_SHRANK,
     &WORKER_CPU,
     &WORKER_BUSY_CYCLES,
     &WORKER_PASSES,

@@ -39,6 +39,7 @@
 //! | `vadapt_port_connected` | gauge | port | 1 when a frontend is connected |
 //! | `vadapt_port_guest_memory_bytes` | gauge | port | guest memory mapped for the port's frontend, bytes |
 //! | `vadapt_port_ctrl_commands_total` | counter | port, outcome | control-queue commands answered (a frontend that gives the backend its control queue): `outcome="accepted"` `VIRTIO_NET_OK`, `outcome="refused"` `VIRTIO_NET_ERR` or a chain with no command |
+//! | `vadapt_port_dirty_log_shrank_total` | counter | port | times the frontend's dirty-page log shrank under the daemon (an unsealed log on an `unsealed_memory = "accept"` port; SIGBUS survived) and logging ended for the port |
 //! | `vadapt_worker_cpu_seconds_total` | counter | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | counter | worker | TSC cycles spent in passes that moved packets |
 //! | `vadapt_worker_passes_total` | counter | worker | service passes |

@@ -152,6 +152,10 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
             m.counter(&[&p.name, outcome], v.load(Relaxed))?;
         }
     }
+    let mut m = f::PORT_DIRTY_LOG_SHRANK.encode(enc)?;
+    for p in ports.iter().filter(|p| p.kind == "vm") {
+        m.counter(&[&p.name], p.dirty_log_shrank.load(Relaxed))?;
+    }
     Ok(())
 }
 

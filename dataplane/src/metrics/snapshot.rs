@@ -49,6 +49,9 @@ pub struct PortSnapshot {
     /// Control-queue commands refused (`VIRTIO_NET_ERR`).
     #[serde(default)]
     pub ctrl_refused: u64,
+    /// Times the frontend's dirty-page log shrank and logging ended.
+    #[serde(default)]
+    pub dirty_log_shrank: u64,
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -139,6 +142,7 @@ impl PortSnapshot {
             memory_bytes: p.memory_bytes.load(Relaxed),
             ctrl_accepted: p.ctrl_accepted.load(Relaxed),
             ctrl_refused: p.ctrl_refused.load(Relaxed),
+            dirty_log_shrank: p.dirty_log_shrank.load(Relaxed),
             queues: p
                 .queues
                 .iter()

@@ -85,6 +85,13 @@ impl StatsSnapshot {
                     "", p.ctrl_accepted, p.ctrl_refused
                 );
             }
+            if p.dirty_log_shrank > 0 {
+                let _ = writeln!(
+                    s,
+                    "{:>24} dirty-page log shrank under the daemon: {} time(s), logging ended",
+                    "", p.dirty_log_shrank
+                );
+            }
         }
         let _ = writeln!(
             s,

@@ -31,7 +31,9 @@ impl Connection {
             regions.push(region);
         }
         let mem = GuestMemory::from_mapped(regions.clone()).map_err(|e| {
-            tracing::warn!(port = self.port.name(), error = %e, "memory table rejected");
+            if let Some(held_back) = self.port.may_log("memory table rejected") {
+                tracing::warn!(port = self.port.name(), error = %e, held_back, "memory table rejected");
+            }
             VhostError::InvalidParam
         })?;
         self.stop_worker();
@@ -43,12 +45,15 @@ impl Connection {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = guards;
         let total: u64 = mem.regions().iter().map(|r| r.size).sum();
-        tracing::info!(
-            port = self.port.name(),
-            regions = mem.regions().len(),
-            bytes = total,
-            "guest memory mapped"
-        );
+        if let Some(held_back) = self.port.may_log("guest memory mapped") {
+            tracing::info!(
+                port = self.port.name(),
+                regions = mem.regions().len(),
+                bytes = total,
+                held_back,
+                "guest memory mapped"
+            );
+        }
         self.mem = Some(mem);
         self.publish_memory();
         self.start_worker();
@@ -62,10 +67,13 @@ impl Connection {
         fd: File,
     ) -> VhostResult<()> {
         if self.regions.len() >= MAX_REGIONS {
-            tracing::warn!(
-                port = self.port.name(),
-                "ADD_MEM_REG refused: all {MAX_REGIONS} slots used"
-            );
+            if let Some(held_back) = self.port.may_log("ADD_MEM_REG refused") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    held_back,
+                    "ADD_MEM_REG refused: all {MAX_REGIONS} slots used"
+                );
+            }
             return Err(VhostError::InvalidParam);
         }
         let r: &VhostUserMemoryRegion = region;
@@ -83,13 +91,16 @@ impl Connection {
                 .unwrap_or_else(|e| e.into_inner())
                 .push((gpa, g));
         }
-        tracing::info!(
-            port = self.port.name(),
-            gpa = format_args!("{gpa:#x}"),
-            bytes,
-            regions = self.regions.len(),
-            "guest memory region added"
-        );
+        if let Some(held_back) = self.port.may_log("guest memory region added") {
+            tracing::info!(
+                port = self.port.name(),
+                gpa = format_args!("{gpa:#x}"),
+                bytes,
+                regions = self.regions.len(),
+                held_back,
+                "guest memory region added"
+            );
+        }
         Ok(())
     }
 
@@ -105,20 +116,26 @@ impl Connection {
                 && m.size == region.memory_size
                 && m.uva == region.user_addr
         }) else {
-            tracing::warn!(
-                port = self.port.name(),
-                gpa = format_args!("{gpa:#x}"),
-                "REM_MEM_REG refused: no such region"
-            );
+            if let Some(held_back) = self.port.may_log("REM_MEM_REG refused") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    gpa = format_args!("{gpa:#x}"),
+                    held_back,
+                    "REM_MEM_REG refused: no such region"
+                );
+            }
             return Err(VhostError::InvalidParam);
         };
         if let Some(ring) = self.ring_in(uva, size) {
-            tracing::warn!(
-                port = self.port.name(),
-                ring,
-                gpa = format_args!("{gpa:#x}"),
-                "REM_MEM_REG refused: a ring lies in the region"
-            );
+            if let Some(held_back) = self.port.may_log("REM_MEM_REG refused") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    ring,
+                    gpa = format_args!("{gpa:#x}"),
+                    held_back,
+                    "REM_MEM_REG refused: a ring lies in the region"
+                );
+            }
             return Err(VhostError::InvalidParam);
         }
         let mut regions = self.regions.clone();
@@ -130,12 +147,15 @@ impl Connection {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(g, _)| *g != gpa);
-        tracing::info!(
-            port = self.port.name(),
-            gpa = format_args!("{gpa:#x}"),
-            regions = self.regions.len(),
-            "guest memory region removed"
-        );
+        if let Some(held_back) = self.port.may_log("guest memory region removed") {
+            tracing::info!(
+                port = self.port.name(),
+                gpa = format_args!("{gpa:#x}"),
+                regions = self.regions.len(),
+                held_back,
+                "guest memory region removed"
+            );
+        }
         Ok(())
     }
 
@@ -151,7 +171,13 @@ impl Connection {
     ) -> VhostResult<(MappedRegion, Option<crate::sigbus_guard::Guard>)> {
         let mut refuse = |e: &dyn std::fmt::Display| {
             let msg = format!("{what}: {e}");
-            tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+            if let Some(held_back) = self.port.may_log("guest memory refused") {
+                tracing::error!(
+                    port = self.port.name(),
+                    held_back,
+                    "{msg}; closing the connection"
+                );
+            }
             self.fatal = Some(msg);
             VhostError::InvalidParam
         };
@@ -164,7 +190,9 @@ impl Connection {
         .map_err(|e| refuse(&e))?;
         let len = r.mmap_offset + r.memory_size; // checked above
         let mapping = MmapRegion::map_file(f, 0, len).map_err(|e| {
-            tracing::warn!(port = self.port.name(), error = %e, "cannot map guest memory region");
+            if let Some(held_back) = self.port.may_log("cannot map guest memory") {
+                tracing::warn!(port = self.port.name(), error = %e, held_back, "cannot map guest memory region");
+            }
             VhostError::InvalidParam
         })?;
         let guard = if sealed {
@@ -192,7 +220,9 @@ impl Connection {
             None
         } else {
             Some(GuestMemory::from_mapped(regions.clone()).map_err(|e| {
-                tracing::warn!(port = self.port.name(), error = %e, "memory region rejected");
+                if let Some(held_back) = self.port.may_log("memory region rejected") {
+                    tracing::warn!(port = self.port.name(), error = %e, held_back, "memory region rejected");
+                }
                 VhostError::InvalidParam
             })?)
         };

@@ -13,7 +13,7 @@
 //! the backend (QEMU and DPDK do not); it is served beside the worker, by
 //! [`crate::queue::ctrl_queue`], and stopped and started with it.
 
-use crate::migration::RingLog;
+use crate::migration::{MappedLog, RingLog};
 use crate::net::{self, VHOST_USER_F_PROTOCOL_FEATURES};
 use crate::queue::ctrl_queue::{CtrlQueue, CtrlThread};
 use crate::queue::eventfd_io;
@@ -29,8 +29,8 @@ use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion};
 use vadapt_virtq::packed::is_valid_packed_size;
+use vadapt_virtq::RingFeatures;
 use vadapt_virtq::{AnyDeviceQueue, PackedDeviceQueue, PackedLayout};
-use vadapt_virtq::{DirtyLog, RingFeatures};
 use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
     VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
@@ -103,20 +103,33 @@ pub struct Connection {
     pub(super) mem: Option<GuestMemory>,
     /// The regions `mem` is made of (memory hotplug rebuilds it from them).
     pub(super) regions: Vec<MappedRegion>,
-    /// The frontend's dirty-page log (`SET_LOG_BASE`); written while
-    /// `VHOST_F_LOG_ALL` is acked.
-    log: Option<Arc<DirtyLog>>,
+    /// The frontend's dirty-page log (`SET_LOG_BASE`, see
+    /// [`super::log_base`]); written while `VHOST_F_LOG_ALL` is acked.
+    pub(super) log: Option<Arc<MappedLog>>,
     /// Marks outside `log` already reported.
-    log_outside_reported: u64,
+    pub(super) log_outside_reported: u64,
     pub(super) vrings: Vec<Vring>,
     worker: Option<Worker>,
     /// The control queue's server, while its ring runs.
     ctrl: Option<CtrlService>,
-    /// Lines the control queue of a stepped connection may log.
-    ctrl_log: crate::log_limit::LogLimit,
     /// Set when the frontend sent something that ends the connection (the
     /// serve loop closes it after the reply).
     pub(super) fatal: Option<String>,
+    /// What the `vhost` crate's handler knows of REPLY_ACK, which it
+    /// sends only when its `GET_FEATURES` offered
+    /// `VHOST_USER_F_PROTOCOL_FEATURES` (we always do) and the frontend's
+    /// last `SET_PROTOCOL_FEATURES` held `REPLY_ACK`, taken by us or not.
+    /// Mirrored here (and not forgotten at [`Connection::reset`], as the
+    /// crate does not forget it) so that the serve loop can answer a
+    /// request the crate refused before it acked
+    /// ([`Connection::acks_replies`]).
+    features_offered: bool,
+    /// The value of the frontend's last `SET_PROTOCOL_FEATURES`, as the
+    /// crate keeps it.
+    protocol_acked: u64,
+    /// `ADD_MEM_REG` requests that reached [`Connection::add_region`]: the
+    /// serve loop tells from it one the crate refused before asking us.
+    pub(super) add_region_calls: u64,
     /// The NQ workers' pool that serves the running queues, if any.
     pool: Option<Arc<crate::queue::pool::NqWorkers>>,
     /// No worker thread: the owner steps the running queues
@@ -153,8 +166,10 @@ impl Connection {
             vrings: (0..n).map(|_| Vring::default()).collect(),
             worker: None,
             ctrl: None,
-            ctrl_log: crate::log_limit::LogLimit::per_second(),
             fatal: None,
+            features_offered: false,
+            protocol_acked: 0,
+            add_region_calls: 0,
             pool: None,
             inline: false,
         }
@@ -190,13 +205,7 @@ impl Connection {
     /// no pass was made.
     pub fn step(&mut self, force: bool) -> bool {
         if let (Some(CtrlService::Inline(q)), Some(mem)) = (self.ctrl.as_mut(), self.mem.as_ref()) {
-            crate::queue::ctrl_queue::serve_and_count(
-                q,
-                mem,
-                &self.port,
-                self.features,
-                &mut self.ctrl_log,
-            );
+            crate::queue::ctrl_queue::serve_and_count(q, mem, &self.port, self.features);
         }
         let Some(Worker::Inline(set)) = self.worker.as_mut() else {
             return false;
@@ -244,7 +253,15 @@ impl Connection {
         let i = self.ctrl_index();
         match queue {
             Some(q) => self.vrings[i].base = q.last_avail(),
-            None => tracing::error!(port = self.port.name(), "control queue thread panicked"),
+            None => {
+                if let Some(held_back) = self.port.may_log("control queue thread panicked") {
+                    tracing::error!(
+                        port = self.port.name(),
+                        held_back,
+                        "control queue thread panicked"
+                    );
+                }
+            }
         }
     }
 
@@ -267,9 +284,18 @@ impl Connection {
                     self.vrings[i].base = base;
                 }
             }
-            None => tracing::error!(port = self.port.name(), "queue worker panicked"),
+            None => {
+                if let Some(held_back) = self.port.may_log("queue worker panicked") {
+                    tracing::error!(port = self.port.name(), held_back, "queue worker panicked");
+                }
+            }
         }
         self.report_unlogged_writes();
+        if let Some(log) = &self.log {
+            // A log that shrank while no worker looked (only the control
+            // queue wrote to it, say): said here, once.
+            self.port.end_dirty_log(log);
+        }
     }
 
     /// Writes whose pages fell outside the frontend's dirty-page log since
@@ -279,14 +305,17 @@ impl Connection {
     /// migrated guest may be corrupted).
     fn report_unlogged_writes(&mut self) {
         let Some(log) = &self.log else { return };
-        let outside = log.outside();
+        let outside = log.log().outside();
         if outside > self.log_outside_reported {
-            tracing::error!(
-                port = self.port.name(),
-                marks = outside - self.log_outside_reported,
-                covers_mib = log.covers() >> 20,
-                "device writes outside the dirty-page log: their pages will not be sent again by the migration"
-            );
+            if let Some(held_back) = self.port.may_log("writes outside the dirty-page log") {
+                tracing::error!(
+                    port = self.port.name(),
+                    marks = outside - self.log_outside_reported,
+                    covers_mib = log.log().covers() >> 20,
+                    held_back,
+                    "device writes outside the dirty-page log: their pages will not be sent again by the migration"
+                );
+            }
             self.log_outside_reported = outside;
         }
     }
@@ -321,8 +350,10 @@ impl Connection {
         let q = match q {
             Ok(q) => q,
             Err(e) => {
-                tracing::error!(port = self.port.name(), ring = i, error = %e,
+                if let Some(held_back) = self.port.may_log("ring addresses rejected") {
+                    tracing::error!(port = self.port.name(), ring = i, error = %e, held_back,
                         "ring addresses rejected; ring not started");
+                }
                 return None;
             }
         };
@@ -355,7 +386,9 @@ impl Connection {
         match CtrlThread::start(Arc::clone(&self.port), mem.clone(), queue, self.features) {
             Ok(t) => self.ctrl = Some(CtrlService::Thread(t)),
             Err(e) => {
-                tracing::error!(port = self.port.name(), error = %e, "cannot start the control queue's thread");
+                if let Some(held_back) = self.port.may_log("cannot start the control queue") {
+                    tracing::error!(port = self.port.name(), error = %e, held_back, "cannot start the control queue's thread");
+                }
             }
         }
     }
@@ -384,7 +417,7 @@ impl Connection {
         if !any {
             return;
         }
-        super::unshared_memory::check_rings_started(self.port.name(), &self.regions);
+        super::unshared_memory::check_rings_started(&self.port, &self.regions);
         let stop = Arc::new(AtomicBool::new(false));
         let queues = match PortQueues::new(
             Arc::clone(&self.port),
@@ -395,7 +428,9 @@ impl Connection {
         ) {
             Ok(q) => q,
             Err(e) => {
-                tracing::error!(port = self.port.name(), error = %e, "cannot set up worker");
+                if let Some(held_back) = self.port.may_log("cannot set up the worker") {
+                    tracing::error!(port = self.port.name(), error = %e, held_back, "cannot set up worker");
+                }
                 return;
             }
         };
@@ -430,12 +465,20 @@ impl Connection {
             return None;
         }
         let Some(log) = &self.log else {
-            tracing::debug!(
-                port = self.port.name(),
-                "VHOST_F_LOG_ALL acked before any SET_LOG_BASE: nothing can be logged yet"
-            );
+            if let Some(held_back) = self.port.may_log("LOG_ALL before SET_LOG_BASE") {
+                tracing::debug!(
+                    port = self.port.name(),
+                    held_back,
+                    "VHOST_F_LOG_ALL acked before any SET_LOG_BASE: nothing can be logged yet"
+                );
+            }
             return None;
         };
+        if !log.is_live() {
+            // It shrank under us: logging ended (said once, by
+            // `VmPort::end_dirty_log`) until the frontend sends a new log.
+            return None;
+        }
         let (desc, used, _) = v.addrs?;
         let used_gpa = v.log_addr.or_else(|| mem.uva_to_gpa(used))?;
         if self.features & net::VIRTIO_F_RING_PACKED != 0 {
@@ -505,7 +548,13 @@ impl Connection {
         match fd {
             Some(f) if !eventfd_io::is_eventfd(f) => {
                 let msg = format!("{what} descriptor of ring {index} is not an eventfd");
-                tracing::error!(port = self.port.name(), "{msg}; closing the connection");
+                if let Some(held_back) = self.port.may_log("not an eventfd") {
+                    tracing::error!(
+                        port = self.port.name(),
+                        held_back,
+                        "{msg}; closing the connection"
+                    );
+                }
                 self.fatal = Some(msg);
                 Err(VhostError::InvalidParam)
             }
@@ -523,6 +572,15 @@ impl Connection {
     /// ends it (taken: asked again, `None`).
     pub fn take_fatal(&mut self) -> Option<String> {
         self.fatal.take()
+    }
+
+    /// Whether the `vhost` crate acks a `NEED_REPLY` request on this
+    /// connection (REPLY_ACK, as the crate reckons it: see
+    /// `features_offered`). The serve loop answers with it a request the
+    /// crate refused before acking.
+    pub(super) fn acks_replies(&self) -> bool {
+        use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+        self.features_offered && self.protocol_acked & P::REPLY_ACK.bits() != 0
     }
 
     /// Forget the frontend: stop the worker, drop memory and rings.
@@ -566,20 +624,33 @@ fn set_nonblocking(f: &File) {
 
 /// Body of a worker thread.
 fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
+    // A worker starts at every ring message of the frontend: its lines go
+    // through the port's limits too.
     if let Some(cpu) = port.cpu {
         if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
-            tracing::warn!(port = port.name(), cpu, error = %e, "cannot pin worker");
+            if let Some(held_back) = port.may_log("cannot pin the worker") {
+                tracing::warn!(port = port.name(), cpu, error = %e, held_back, "cannot pin worker");
+            }
         }
     }
     // Timer slack of 1 ns: a 100 µs interval must not become 150 µs.
     if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
-        tracing::warn!(port = port.name(), error = %e, "timer slack stays at the default");
+        if let Some(held_back) = port.may_log("timer slack") {
+            tracing::warn!(port = port.name(), error = %e, held_back, "timer slack stays at the default");
+        }
     }
     let tid = vadapt_host::cputime::current_tid() as i32;
     port.worker_stats.tid.store(tid, Ordering::Release);
     let (policy, view) = port.policy.take(port.name());
     queues.policy_view = Some(view);
-    tracing::debug!(port = port.name(), policy = policy.name(), "worker started");
+    if let Some(held_back) = port.may_log("worker started") {
+        tracing::debug!(
+            port = port.name(),
+            policy = policy.name(),
+            held_back,
+            "worker started"
+        );
+    }
     let policy = crate::queue::drive::drive(&mut queues, policy);
     port.policy.park(policy, &view);
     let ws = &port.worker_stats;
@@ -605,16 +676,20 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn get_features(&mut self) -> VhostResult<u64> {
+        self.features_offered = true;
         Ok(self.offered_features())
     }
 
     fn set_features(&mut self, features: u64) -> VhostResult<()> {
         if features & !self.offered_features() != 0 {
-            tracing::warn!(
-                port = self.port.name(),
-                features = format_args!("{features:#x}"),
-                "frontend acked features we never offered"
-            );
+            if let Some(held_back) = self.port.may_log("features never offered") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    features = format_args!("{features:#x}"),
+                    held_back,
+                    "frontend acked features we never offered"
+                );
+            }
             return Err(VhostError::InvalidParam);
         }
         self.stop_worker();
@@ -623,15 +698,18 @@ impl VhostUserBackendReqHandlerMut for Connection {
         // A new negotiation starts with the default steering, until the
         // driver sets its RSS config again.
         self.port.rss.set(None);
-        tracing::info!(
-            port = self.port.name(),
-            features = format_args!("{features:#x}"),
-            event_idx = features & net::VIRTIO_RING_F_EVENT_IDX != 0,
-            mrg_rxbuf = features & net::VIRTIO_NET_F_MRG_RXBUF != 0,
-            in_order = features & net::VIRTIO_F_IN_ORDER != 0,
-            guest_offloads = ?self.port.guest_offloads.accepted(),
-            "features negotiated"
-        );
+        if let Some(held_back) = self.port.may_log("features negotiated") {
+            tracing::info!(
+                port = self.port.name(),
+                features = format_args!("{features:#x}"),
+                event_idx = features & net::VIRTIO_RING_F_EVENT_IDX != 0,
+                mrg_rxbuf = features & net::VIRTIO_NET_F_MRG_RXBUF != 0,
+                in_order = features & net::VIRTIO_F_IN_ORDER != 0,
+                guest_offloads = ?self.port.guest_offloads.accepted(),
+                held_back,
+                "features negotiated"
+            );
+        }
         self.start_worker();
         Ok(())
     }
@@ -676,12 +754,15 @@ impl VhostUserBackendReqHandlerMut for Connection {
     ) -> VhostResult<()> {
         self.vring(index)?;
         if let Err(why) = self.check_ring_addrs(index, descriptor, used, available) {
-            tracing::warn!(
-                port = self.port.name(),
-                ring = index,
-                "SET_VRING_ADDR refused: {why}"
-            );
-            super::unshared_memory::check_ring_addr_refused(self.port.name(), index, &self.regions);
+            if let Some(held_back) = self.port.may_log("SET_VRING_ADDR refused") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    ring = index,
+                    held_back,
+                    "SET_VRING_ADDR refused: {why}"
+                );
+            }
+            super::unshared_memory::check_ring_addr_refused(&self.port, index, &self.regions);
             return Err(VhostError::InvalidParam);
         }
         let log_addr = flags
@@ -786,6 +867,8 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn set_protocol_features(&mut self, features: u64) -> VhostResult<()> {
+        // The crate keeps the value whatever we answer (see `protocol_acked`).
+        self.protocol_acked = features;
         // Refused, not masked: a frontend that acks what it was not offered
         // is broken or hostile. (The `vhost` crate records the bits anyway;
         // the requests they would open are refused here one by one.)
@@ -877,6 +960,7 @@ impl VhostUserBackendReqHandlerMut for Connection {
         fd: File,
         _postcopy_listening: Option<bool>,
     ) -> VhostResult<Option<VhostUserMemoryRegionBase>> {
+        self.add_region_calls += 1;
         self.add_region(region, fd)?;
         Ok(None)
     }
@@ -903,23 +987,6 @@ impl VhostUserBackendReqHandlerMut for Connection {
     }
 
     fn set_log_base(&mut self, log: &VhostUserLog, file: File) -> VhostResult<()> {
-        let mapped = DirtyLog::map(&file, log.mmap_offset, log.mmap_size).map_err(|e| {
-            tracing::warn!(port = self.port.name(), error = %vadapt_host::error_chain::error_chain(&e),
-                "SET_LOG_BASE refused");
-            VhostError::InvalidParam
-        })?;
-        tracing::info!(
-            port = self.port.name(),
-            bytes = log.mmap_size,
-            covers_mib = mapped.covers() >> 20,
-            "dirty-page log set (live migration)"
-        );
-        // Workers pick the new log up as they restart; none writes to the
-        // old one after this.
-        self.reconfigure(|c| {
-            c.log = Some(Arc::new(mapped));
-            c.log_outside_reported = 0;
-        });
-        Ok(())
+        self.set_log(log.mmap_offset, log.mmap_size, &file)
     }
 }

@@ -1,4 +1,6 @@
-//! Checks on a frontend's guest-memory file before the daemon maps it.
+//! Checks on a frontend's guest-memory file before the daemon maps it: a
+//! memory region's, and the dirty-page log's (see [`super::log_base`]),
+//! which is guest memory too.
 //!
 //! Mapping a file and touching a page past its end raises SIGBUS, which
 //! kills the whole daemon (every VM loses its network). Two ways a frontend
@@ -25,8 +27,8 @@ use std::os::fd::AsRawFd;
 /// Why a region's file was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MemoryFileError {
-    /// The region reaches past the end of its file.
-    #[error("region needs {needed} bytes of its file but the file has {size}")]
+    /// The region (or log area) reaches past the end of its file.
+    #[error("needs {needed} bytes of its file but the file has {size}")]
     TooSmall {
         /// `mmap_offset + memory_size`.
         needed: u64,
@@ -38,8 +40,9 @@ pub enum MemoryFileError {
     Overflow,
     /// The file is not sealed against shrinking and the port refuses that.
     #[error(
-        "guest memory file is not sealed against shrinking (F_SEAL_SHRINK); use a sealed memfd \
-         (QEMU memory-backend-memfd does this by default) or set unsealed_memory = \"accept\" on the port"
+        "the file is not sealed against shrinking (F_SEAL_SHRINK, which only a memfd can have); \
+         use a sealed memfd (QEMU's memory-backend-memfd and its dirty log are) or set \
+         unsealed_memory = \"accept\" on the port"
     )]
     Unsealed,
     /// `fstat` failed.

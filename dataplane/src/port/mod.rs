@@ -17,6 +17,8 @@
 //!   `SET_LOG_FD`.
 //! * [`memory_file`] is which guest-memory files a port maps, and how it
 //!   survives one that shrinks.
+//! * [`log_base`] is the dirty-page log (`SET_LOG_BASE`), mapped as guest
+//!   memory is: the same check, the same SIGBUS guard.
 //! * `unshared_memory` is the one WARN line for a frontend whose guest
 //!   memory is not shared (no memory table, or files it never wrote).
 //!
@@ -27,6 +29,7 @@
 pub mod frontend_socket;
 mod guest_memory;
 pub mod handler;
+pub mod log_base;
 pub mod memory_file;
 mod raw_requests;
 mod received_fds;

@@ -18,6 +18,10 @@
 //! Both carry one `u64` payload; any other size, flags other than version 1
 //! and `NEED_REPLY`, or descriptors where none belong, end the connection
 //! (the stream's framing cannot be trusted).
+//!
+//! [`reply`] is also how the serve loop answers a request the crate
+//! refused without the REPLY_ACK it owed (`ADD_MEM_REG` with no or two
+//! descriptors, say).
 
 use super::handler::Connection;
 use super::received_fds::recv_closing_fds;
@@ -95,8 +99,9 @@ fn read_message(fd: RawFd) -> std::io::Result<([u8; HDR_LEN + PAYLOAD_LEN], usiz
 }
 
 /// The answer vhost-user's REPLY_ACK defines: the request's code, the
-/// reply flag, and a `u64` that is 0 for success.
-fn reply(fd: RawFd, code: u32, ok: bool) -> std::io::Result<()> {
+/// reply flag, and a `u64` that is 0 for success. Also the serve loop's,
+/// for a request the `vhost` crate refused without the ack it owed.
+pub(super) fn reply(fd: RawFd, code: u32, ok: bool) -> std::io::Result<()> {
     const VERSION_AND_REPLY: u32 = VERSION | 0x4;
     let mut m = [0u8; HDR_LEN + PAYLOAD_LEN];
     m[0..4].copy_from_slice(&code.to_le_bytes());
@@ -131,12 +136,15 @@ impl Connection {
             .port
             .ingress()
             .is_some_and(|i| i.forward(0, &frames, &mut crate::switch::FdbCache::default()));
-        tracing::info!(
-            port = self.port.name(),
-            %mac,
-            sent,
-            "announced the VM's MAC for its frontend (SEND_RARP, after a live migration)"
-        );
+        if let Some(held_back) = self.port.may_log("SEND_RARP announced") {
+            tracing::info!(
+                port = self.port.name(),
+                %mac,
+                sent,
+                held_back,
+                "announced the VM's MAC for its frontend (SEND_RARP, after a live migration)"
+            );
+        }
         Ok(())
     }
 }

@@ -74,17 +74,46 @@ const ALWAYS_ANSWERED: [u32; 9] = [1, 6, 11, 15, 17, 24, 31, 36, 41];
 /// before writing the answer the frontend waits for. It answers a refused
 /// `SET_*` (a REPLY_ACK with an error) but not a refused `GET_*`, nor a
 /// request it refused itself before asking us: a feature or
-/// protocol-feature check, or `SET_VRING_ENABLE` with a value other than
-/// 0 or 1.
-fn answer_skipped(m: &Peeked, e: &VhostError) -> bool {
+/// protocol-feature check, `SET_VRING_ENABLE` with a value other than
+/// 0 or 1, or `ADD_MEM_REG` with other than one descriptor
+/// (`asked_us`: whether the request reached our handler).
+fn answer_skipped(m: &Peeked, e: &VhostError, asked_us: bool) -> bool {
     const SET_VRING_ENABLE: u32 = 18;
+    const ADD_MEM_REG: u32 = 37;
     owes_reply(m.code, m.flags)
         && (ALWAYS_ANSWERED.contains(&m.code)
             || matches!(
                 e,
                 VhostError::InactiveFeature(_) | VhostError::InactiveOperation(_)
             )
-            || (m.code == SET_VRING_ENABLE && m.state_num.is_some_and(|n| n > 1)))
+            || (m.code == SET_VRING_ENABLE && m.state_num.is_some_and(|n| n > 1))
+            || (m.code == ADD_MEM_REG && !asked_us))
+}
+
+/// What the serve loop does about an answer the crate skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MakeUp {
+    /// Send an error REPLY_ACK for the request.
+    ErrorAck,
+    /// Close the connection.
+    Close,
+}
+
+/// How the serve loop makes up for an answer the crate skipped
+/// ([`answer_skipped`]) to the message `m`: a request whose answer is a
+/// REPLY_ACK, on a connection where the crate sends them
+/// (`acks_replies`), gets the error ack the crate would have sent, and
+/// the connection goes on (the crate has read the whole message: it
+/// refuses only after reading it). Any other (a `GET_*`, whose answer
+/// carries a payload; `NEED_REPLY` without REPLY_ACK) ends the
+/// connection: the frontend sees it closed, never a hang.
+fn make_up(m: &Peeked, acks_replies: bool) -> MakeUp {
+    const NEED_REPLY: u32 = 0x8;
+    if acks_replies && m.flags & NEED_REPLY != 0 && !ALWAYS_ANSWERED.contains(&m.code) {
+        MakeUp::ErrorAck
+    } else {
+        MakeUp::Close
+    }
 }
 
 /// Whether refusing `m` with `e` is routine rather than a frontend's
@@ -106,9 +135,12 @@ fn routine_refusal(m: &Peeked, e: &VhostError) -> bool {
 pub struct RequestStream {
     handler: BackendReqHandler<Mutex<Connection>>,
     conn: Arc<Mutex<Connection>>,
+    /// The connection's port, whose limits every line of this stream goes
+    /// through ([`VmPort::may_log`]): they outlive the connection, which a
+    /// frontend can end and start again at will.
+    port: Arc<VmPort>,
     /// The stream's descriptor, valid while `handler` owns the stream.
     raw: std::os::fd::RawFd,
-    refused_log: crate::log_limit::LogLimit,
 }
 
 impl std::fmt::Debug for RequestStream {
@@ -125,11 +157,27 @@ impl RequestStream {
     /// Requests from `stream`, served over `conn`.
     pub fn new(stream: UnixStream, conn: Arc<Mutex<Connection>>) -> Self {
         let raw = stream.as_raw_fd();
+        let port = Arc::clone(&conn.lock().unwrap_or_else(|e| e.into_inner()).port);
         RequestStream {
             handler: BackendReqHandler::from_stream(stream, Arc::clone(&conn)),
             conn,
+            port,
             raw,
-            refused_log: crate::log_limit::LogLimit::per_second(),
+        }
+    }
+
+    /// The line for the end of the connection, `why` it ends; through the
+    /// port's limits (a frontend can reconnect and repeat at will).
+    fn closing(&self, port: &str, why: &dyn std::fmt::Display) {
+        if let Some(held_back) = self.port.may_log(CLOSING) {
+            tracing::warn!(port = port, reason = %why, held_back, "closing the frontend's connection; port reset");
+        }
+    }
+
+    /// The line for a refused request, through the port's limits.
+    fn refused(&self, port: &str, request: Option<u32>, error: &dyn std::fmt::Display) {
+        if let Some(held_back) = self.port.may_log(REFUSED) {
+            tracing::warn!(port = port, request, error = %error, held_back, "vhost-user request refused");
         }
     }
 
@@ -138,15 +186,19 @@ impl RequestStream {
     pub fn serve_next(&mut self, port: &str) -> bool {
         // The header of the request about to be handled: when the
         // handler refuses a request that owes an answer, the `vhost`
-        // crate sends none for some of them (it returns early), and a
-        // frontend waiting for it would hang; the connection is closed
-        // instead.
+        // crate sends none for some of them (it returns early); the serve
+        // loop then answers it itself, or closes the connection, so that
+        // a frontend never hangs waiting.
         let head = peek_message(self.raw);
         if let Some(m) = head.filter(|m| m.fds > MAX_FDS) {
             // recvmsg would drop the descriptors past vhost-user's 32 and
             // the `vhost` crate would retry the read with the header gone:
             // the stream would lose its framing. End it instead.
-            tracing::warn!(port = port, request = m.code, fds = m.fds, "vhost-user message with more than {MAX_FDS} file descriptors; closing the connection and resetting the port");
+            let why = format!(
+                "request {} with {} file descriptors, more than {MAX_FDS}",
+                m.code, m.fds
+            );
+            self.closing(port, &why);
             return false;
         }
         if let Some(m) = head.filter(|m| raw_requests::is_raw(m.code)) {
@@ -154,38 +206,46 @@ impl RequestStream {
             match raw_requests::serve_raw(self.raw, m.code, m.size, &mut c) {
                 Ok(Ok(())) => return true,
                 Ok(Err(why)) => {
-                    if let Some(held_back) = self.refused_log.allow(std::time::Instant::now()) {
-                        tracing::warn!(port = port, request = m.code, error = %why, held_back, "vhost-user request refused");
-                    }
+                    drop(c);
+                    self.refused(port, Some(m.code), &why);
                     return true;
                 }
                 Err(why) => {
-                    tracing::warn!(port = port, reason = %why, "closing the frontend's connection; port reset");
+                    drop(c);
+                    self.closing(port, &why);
                     return false;
                 }
             }
         }
+        let calls_before = self.lock().add_region_calls;
         let result = self.handler.handle_request();
-        if let Some(why) = self
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_fatal()
-        {
-            tracing::warn!(port = port, reason = %why, "closing the frontend's connection; port reset");
+        let (fatal, asked_us, acks_replies) = {
+            let mut c = self.lock();
+            (
+                c.take_fatal(),
+                c.add_region_calls != calls_before,
+                c.acks_replies(),
+            )
+        };
+        if let Some(why) = fatal {
+            self.closing(port, &why);
             return false;
         }
         match result {
             Ok(()) => {}
             Err(VhostError::Disconnected) | Err(VhostError::PartialMessage) => {
-                tracing::info!(
-                    port = port,
-                    "frontend disconnected; port reset, waiting for a new connection"
-                );
+                if let Some(held_back) = self.port.may_log("frontend disconnected") {
+                    tracing::info!(
+                        port = port,
+                        held_back,
+                        "frontend disconnected; port reset, waiting for a new connection"
+                    );
+                }
                 return false;
             }
             // The request was refused (an error reply went out where the
-            // frontend asked for one); the connection itself is fine.
+            // frontend asked for one, unless `answer_skipped`); the
+            // connection itself is fine.
             Err(
                 e @ (VhostError::InvalidParam
                 | VhostError::InvalidOperation(_)
@@ -195,30 +255,63 @@ impl RequestStream {
             ) => {
                 let request = head.map(|m| m.code);
                 if head.is_some_and(|m| routine_refusal(&m, &e)) {
-                    tracing::debug!(port = port, "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
-                } else if let Some(held_back) = self.refused_log.allow(std::time::Instant::now()) {
-                    tracing::warn!(port = port, request, error = %e, held_back, "vhost-user request refused");
+                    if let Some(held_back) = self.port.may_log("early SET_VRING_ENABLE") {
+                        tracing::debug!(port = port, held_back, "SET_VRING_ENABLE before the features were set (QEMU sends these at start and when the guest's driver loads); ignored, the rings stay disabled until enabled");
+                    }
+                } else {
+                    self.refused(port, request, &e);
                 }
-                if let Some(m) = head.filter(|m| answer_skipped(m, &e)) {
-                    tracing::warn!(port = port, request = m.code, "a refused request that owes the frontend an answer; closing the connection and resetting the port");
-                    return false;
+                if let Some(m) = head.filter(|m| answer_skipped(m, &e, asked_us)) {
+                    match make_up(&m, acks_replies) {
+                        MakeUp::ErrorAck => {
+                            if let Err(err) = raw_requests::reply(self.raw, m.code, false) {
+                                let why = format!("answering refused request {}: {err}", m.code);
+                                self.closing(port, &why);
+                                return false;
+                            }
+                        }
+                        MakeUp::Close => {
+                            let why = format!(
+                                "refused request {} owes the frontend an answer the vhost crate does not send",
+                                m.code
+                            );
+                            self.closing(port, &why);
+                            return false;
+                        }
+                    }
                 }
             }
             // recvmsg closed the descriptors of a message that carried
             // more than vhost-user's 32 (MSG_CTRUNC): its header is
             // consumed and the stream cannot be trusted any more.
             Err(VhostError::SocketRetry(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                tracing::warn!(port = port, "vhost-user message with more than 32 file descriptors; closing the connection and resetting the port");
+                self.closing(
+                    port,
+                    &"a vhost-user message with more than 32 file descriptors",
+                );
                 return false;
             }
             Err(e) => {
-                tracing::warn!(port = port, error = %e, "malformed vhost-user message; closing the connection and resetting the port");
+                if let Some(held_back) = self.port.may_log("malformed message") {
+                    tracing::warn!(port = port, error = %e, held_back, "malformed vhost-user message; closing the connection and resetting the port");
+                }
                 return false;
             }
         }
         true
     }
+
+    /// The connection, for a moment (a panicked holder's data is still
+    /// what the handler left).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
+
+/// The port's limit of "closing the frontend's connection" lines.
+const CLOSING: &str = "closing the connection";
+/// The port's limit of "vhost-user request refused" lines.
+const REFUSED: &str = "request refused";
 
 /// Serve frontends from `socket`, one at a time, until `stop`. The live
 /// connection's socket is published in `live` so that a shutdown can break
@@ -232,7 +325,10 @@ pub fn serve(
 ) {
     while let Some(stream) = socket.next(port.name(), &stop) {
         let since = std::time::Instant::now();
-        tracing::info!(port = port.name(), "frontend connected");
+        // A frontend can reconnect in a loop: through the port's limits.
+        if let Some(held_back) = port.may_log("frontend connected") {
+            tracing::info!(port = port.name(), held_back, "frontend connected");
+        }
         *live.lock().unwrap_or_else(|e| e.into_inner()) = stream.try_clone().ok();
         port.stats.connected.store(true, Ordering::Relaxed);
         // The guest uses the config-space MAC unless it changes it; learning
@@ -274,23 +370,29 @@ mod tests {
             state_num,
             fds: 0,
         };
-        assert!(!answer_skipped(&m(2, 0x9, None), &VhostError::InvalidParam));
+        let invalid = VhostError::InvalidParam;
+        assert!(!answer_skipped(&m(2, 0x9, None), &invalid, true));
         assert!(answer_skipped(
             &m(36, 0x9, None),
             &VhostError::InactiveOperation(
                 vhost::vhost_user::message::VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            )
+            ),
+            false
         ));
-        assert!(answer_skipped(
-            &m(18, 0x9, Some(2)),
-            &VhostError::InvalidParam
-        ));
-        assert!(!answer_skipped(
-            &m(18, 0x9, Some(1)),
-            &VhostError::InvalidParam
-        ));
+        assert!(answer_skipped(&m(18, 0x9, Some(2)), &invalid, false));
+        assert!(!answer_skipped(&m(18, 0x9, Some(1)), &invalid, true));
         // A log area we refused: the crate returned before its reply.
-        assert!(answer_skipped(&m(6, 0x1, None), &VhostError::InvalidParam));
+        assert!(answer_skipped(&m(6, 0x1, None), &invalid, true));
+        // ADD_MEM_REG that never reached us (no or two descriptors), and
+        // one we refused ourselves (the crate acked it).
+        assert!(answer_skipped(&m(37, 0x9, None), &invalid, false));
+        assert!(!answer_skipped(&m(37, 0x9, None), &invalid, true));
+        // Made up for: an error ack where the crate sends acks, for a
+        // request whose answer is an ack; a close otherwise.
+        assert_eq!(make_up(&m(37, 0x9, None), true), MakeUp::ErrorAck);
+        assert_eq!(make_up(&m(37, 0x9, None), false), MakeUp::Close);
+        assert_eq!(make_up(&m(6, 0x9, None), true), MakeUp::Close);
+        assert_eq!(make_up(&m(11, 0x1, None), true), MakeUp::Close);
     }
 
     #[test]
@@ -366,5 +468,125 @@ mod tests {
         assert_eq!(open(), 0, "only the socket holds them");
         assert_eq!(peek_message(b.as_raw_fd()), None);
         assert_eq!(open(), 0, "a peeked duplicate was left open");
+    }
+
+    /// A test port (not attached to a switch).
+    fn port(name: &str) -> Arc<VmPort> {
+        let cfg = crate::config::VmPortConfig::new(name, "/nonexistent/vm.sock");
+        VmPort::new(
+            cfg,
+            vadapt_policy::PolicyConfig::BusyPoll,
+            16,
+            None,
+            Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
+            None,
+        )
+        .unwrap()
+    }
+
+    /// One vhost-user message: header (`code`, version 1 and `flags`) and
+    /// `payload`, with `fds` on it.
+    fn send(front: &UnixStream, code: u32, flags: u32, payload: &[u8], fds: &[i32]) {
+        use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+        let mut m = Vec::new();
+        m.extend(code.to_le_bytes());
+        m.extend((0x1 | flags).to_le_bytes());
+        m.extend((payload.len() as u32).to_le_bytes());
+        m.extend(payload);
+        front.send_with_fds(&[&m[..]], fds).unwrap();
+    }
+
+    /// The next message from the backend: (code, flags, payload), or
+    /// `None` when it closed the connection or sent nothing in a second
+    /// (a frontend would hang).
+    fn answer(front: &UnixStream) -> Option<(u32, u32, Vec<u8>)> {
+        use std::io::Read;
+        front
+            .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        let mut h = [0u8; 12];
+        (&*front).read_exact(&mut h).ok()?;
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let mut p = vec![0u8; word(8) as usize];
+        (&*front).read_exact(&mut p).ok()?;
+        Some((word(0), word(4), p))
+    }
+
+    /// Issue 36, finding 7: `ADD_MEM_REG` with no descriptor or with two,
+    /// and `NEED_REPLY`. The `vhost` crate refuses it before asking the
+    /// backend and sends no ack; the frontend waited for ever. Now it
+    /// gets an error ack and the connection goes on. `REM_MEM_REG` with
+    /// descriptors (the crate closes them) is answered as well.
+    #[test]
+    fn add_mem_reg_with_no_or_two_descriptors_gets_an_error_ack() {
+        use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
+        const NEED_REPLY: u32 = 0x8;
+        let (front, back) = UnixStream::pair().unwrap();
+        let conn = Arc::new(Mutex::new(Connection::new(port("addmem"))));
+        let mut requests = RequestStream::new(back, conn);
+        let serve = |requests: &mut RequestStream| requests.serve_next("addmem");
+        // GET_FEATURES, then REPLY_ACK and memory slots.
+        send(&front, 1, 0, &[], &[]);
+        assert!(serve(&mut requests));
+        assert_eq!(answer(&front).unwrap().0, 1);
+        let protocol = (P::REPLY_ACK | P::CONFIGURE_MEM_SLOTS).bits();
+        send(&front, 16, 0, &protocol.to_le_bytes(), &[]);
+        assert!(serve(&mut requests));
+        // One region of 1 MiB at gpa 0 (8 bytes of padding first).
+        let mut region = vec![0u8; 8];
+        for v in [0u64, 1 << 20, 0x7f00_0000_0000, 0] {
+            region.extend(v.to_le_bytes());
+        }
+        let memfd = super::super::log_base::tests::memfd(1 << 20, true);
+        let fd = memfd.as_raw_fd();
+        for fds in [&[][..], &[fd, fd][..]] {
+            send(&front, 37, NEED_REPLY, &region, fds);
+            assert!(
+                serve(&mut requests),
+                "{} fds: the connection goes on",
+                fds.len()
+            );
+            let (code, flags, payload) = answer(&front).expect("an answer, not a hang");
+            assert_eq!((code, flags & 0x4), (37, 0x4), "a reply to ADD_MEM_REG");
+            assert_ne!(payload, 0u64.to_le_bytes(), "{} fds: an error", fds.len());
+        }
+        for fds in [&[][..], &[fd, fd][..]] {
+            send(&front, 38, NEED_REPLY, &region, fds);
+            assert!(serve(&mut requests));
+            let (code, _, payload) = answer(&front).expect("an answer, not a hang");
+            assert_eq!(code, 38);
+            assert_ne!(payload, 0u64.to_le_bytes(), "no such region");
+        }
+        // Still in step: GET_FEATURES gets its reply.
+        send(&front, 1, 0, &[], &[]);
+        assert!(serve(&mut requests));
+        assert_eq!(answer(&front).unwrap().0, 1);
+    }
+
+    /// Issue 36, finding 6: the limit of refusal lines is the port's, not
+    /// the connection's: a frontend that reconnects after each refusal
+    /// gets no more lines than one that stays.
+    #[test]
+    fn refusal_lines_are_limited_across_connections() {
+        let port = port("reconnects");
+        let started = std::time::Instant::now();
+        for _ in 0..200 {
+            let (front, back) = UnixStream::pair().unwrap();
+            let conn = Arc::new(Mutex::new(Connection::new(Arc::clone(&port))));
+            let mut requests = RequestStream::new(back, conn);
+            // SET_FEATURES with bits never offered: refused, answered
+            // (an ack is owed only with NEED_REPLY), the connection goes on.
+            for _ in 0..20 {
+                send(&front, 2, 0, &u64::MAX.to_le_bytes(), &[]);
+                assert!(requests.serve_next("reconnects"));
+            }
+        }
+        let elapsed = started.elapsed();
+        let bound = crate::log_limit::peer_lines_bound(elapsed);
+        let (written, held_back) = port.log_totals(REFUSED);
+        assert_eq!(written + held_back, 4000);
+        assert!(written <= bound, "{written} lines in {elapsed:?}");
+        let (written, _) = port.log_totals("features never offered");
+        assert!(written <= bound, "{written} lines in {elapsed:?}");
     }
 }

@@ -27,6 +27,7 @@
 //! device start, not one per ring. Both were seen with QEMU 7.2 and a
 //! Linux guest here.
 
+use crate::queue::VmPort;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use vadapt_virtq::mem::MappedRegion;
@@ -44,7 +45,7 @@ pub enum Unshared {
 /// The WARN line for a refused `SET_VRING_ADDR` on `port`: without a memory
 /// table, that is the one sign QEMU without shared memory gives (it sends
 /// ring addresses, and no enable); once, for ring 0.
-pub fn check_ring_addr_refused(port: &str, index: u32, regions: &[MappedRegion]) {
+pub fn check_ring_addr_refused(port: &VmPort, index: u32, regions: &[MappedRegion]) {
     if index == 0 && regions.is_empty() {
         warn(port, Unshared::NoMemoryTable);
     }
@@ -53,7 +54,7 @@ pub fn check_ring_addr_refused(port: &str, index: u32, regions: &[MappedRegion])
 /// The WARN line when rings of `port` start over `regions` that the
 /// frontend never wrote through a shared mapping; looked at once per memory
 /// table (the worker restarts with every ring change).
-pub fn check_rings_started(port: &str, regions: &[MappedRegion]) {
+pub fn check_rings_started(port: &VmPort, regions: &[MappedRegion]) {
     let Some(first) = regions.first() else {
         return;
     };
@@ -63,7 +64,7 @@ pub fn check_rings_started(port: &str, regions: &[MappedRegion]) {
     let table = first.mapping.as_ptr() as usize;
     {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.get(port) == Some(&table) {
+        if seen.get(port.name()) == Some(&table) {
             return;
         }
         // Bounded however many port names come and go: forgetting only
@@ -71,7 +72,7 @@ pub fn check_rings_started(port: &str, regions: &[MappedRegion]) {
         if seen.len() >= MAX_REMEMBERED_PORTS {
             seen.clear();
         }
-        seen.insert(port.to_owned(), table);
+        seen.insert(port.name().to_owned(), table);
     }
     if find(regions) == Some(Unshared::NeverWritten) {
         warn(port, Unshared::NeverWritten);
@@ -88,15 +89,21 @@ pub fn find(regions: &[MappedRegion]) -> Option<Unshared> {
     (!written).then_some(Unshared::NeverWritten)
 }
 
-fn warn(port: &str, why: Unshared) {
+/// The line, through the port's limits: a frontend can send refused ring
+/// addresses, or new memory tables, in a loop.
+fn warn(port: &VmPort, why: Unshared) {
     let what = match why {
         Unshared::NoMemoryTable => "set up its rings without sending a memory table",
         Unshared::NeverWritten => {
             "started its rings over guest memory it never wrote through a shared mapping"
         }
     };
+    let Some(held_back) = port.may_log("guest memory not shared") else {
+        return;
+    };
     tracing::warn!(
-        port,
+        port = port.name(),
+        held_back,
         "the frontend {what}: its guest memory is not shared with vadapt, and this port will \
          move no packets. Give the VM shared memory: QEMU `-object \
          memory-backend-memfd,id=mem,size=...,share=on -numa node,memdev=mem`; libvirt \

@@ -47,7 +47,6 @@
 use super::ctrl_command::{CtrlAccepted, CtrlRefused, CtrlTarget};
 use super::ring::Ring;
 use super::VmPort;
-use crate::log_limit::LogLimit;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -155,14 +154,11 @@ impl CtrlQueue {
     }
 }
 
-/// Serves `queue` for `port` and counts and logs what a pass did.
-pub fn serve_and_count(
-    queue: &mut CtrlQueue,
-    mem: &GuestMemory,
-    port: &VmPort,
-    features: u64,
-    log: &mut LogLimit,
-) {
+/// Serves `queue` for `port` and counts and logs what a pass did. Every
+/// line goes through the port's limits ([`VmPort::may_log`]), one per
+/// kind of line: a guest can send commands as fast as it likes, and make
+/// the frontend restart this queue's thread with every ring message.
+pub fn serve_and_count(queue: &mut CtrlQueue, mem: &GuestMemory, port: &VmPort, features: u64) {
     let target = CtrlTarget {
         features,
         pairs: port.cfg.queues,
@@ -175,17 +171,20 @@ pub fn serve_and_count(
         match outcome {
             Ok(done) => {
                 stats.ctrl_accepted.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    port = port.name(),
-                    class,
-                    command,
-                    ?done,
-                    "control command accepted"
-                );
+                if let Some(held_back) = port.may_log(ACCEPTED) {
+                    tracing::info!(
+                        port = port.name(),
+                        class,
+                        command,
+                        ?done,
+                        held_back,
+                        "control command accepted"
+                    );
+                }
             }
             Err(e) => {
                 stats.ctrl_refused.fetch_add(1, Ordering::Relaxed);
-                if let Some(held_back) = log.allow(std::time::Instant::now()) {
+                if let Some(held_back) = port.may_log(REFUSED) {
                     tracing::warn!(
                         port = port.name(),
                         class,
@@ -200,7 +199,7 @@ pub fn serve_and_count(
     }
     for why in &pass.unanswered {
         stats.ctrl_refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(held_back) = log.allow(std::time::Instant::now()) {
+        if let Some(held_back) = port.may_log("control chain unanswered") {
             tracing::warn!(
                 port = port.name(),
                 reason = why,
@@ -210,7 +209,7 @@ pub fn serve_and_count(
         }
     }
     if pass.broke_ring {
-        if let Some(held_back) = log.allow(std::time::Instant::now()) {
+        if let Some(held_back) = port.may_log("control queue corrupted") {
             tracing::error!(
                 port = port.name(),
                 held_back,
@@ -219,6 +218,11 @@ pub fn serve_and_count(
         }
     }
 }
+
+/// The port's limit of "control command accepted" lines.
+pub const ACCEPTED: &str = "control command accepted";
+/// The port's limit of "control command refused" lines.
+pub const REFUSED: &str = "control command refused";
 
 /// A thread serving a port's control queue until stopped.
 #[derive(Debug)]
@@ -244,9 +248,8 @@ impl CtrlThread {
         let join = std::thread::Builder::new()
             .name(format!("vadapt-c-{}", port.name()))
             .spawn(move || {
-                let mut log = LogLimit::per_second();
                 while !stopped.load(Ordering::Acquire) {
-                    serve_and_count(&mut queue, &mem, &port, features, &mut log);
+                    serve_and_count(&mut queue, &mem, &port, features);
                     if queue.enable_kicks() {
                         continue;
                     }
@@ -378,5 +381,66 @@ mod tests {
         let again = q.serve(&mem, &t);
         assert!(again.answered.is_empty() && again.unanswered.is_empty());
         assert_eq!(q.last_avail(), 6);
+    }
+
+    /// Issue 36, finding 6: a guest floods its control queue with
+    /// `VQ_PAIRS_SET` (10,000 accepted: one INFO line each before), and
+    /// with refused commands while its frontend restarts the queue's server
+    /// between every 20 (each restart began a fresh limit before: 200
+    /// restarts gave 2,000 WARN lines). The lines are the port's to limit,
+    /// per reason, whatever serves the queue: at most 10 a second each.
+    #[test]
+    fn command_floods_log_a_bounded_number_of_lines_across_restarts() {
+        let port = {
+            let mut cfg = crate::config::VmPortConfig::new("ctrl-flood", "/nonexistent/vm.sock");
+            cfg.queues = 2;
+            VmPort::new(
+                cfg,
+                vadapt_policy::PolicyConfig::BusyPoll,
+                16,
+                None,
+                Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
+                None,
+            )
+            .unwrap()
+        };
+        let (mut r, mut g) = ring(256, RingFeatures::default());
+        let started = std::time::Instant::now();
+        // `pairs` per command, `per_restart` commands per incarnation of
+        // the queue's server.
+        let mut flood = |pairs: u16, commands: usize, per_restart: usize, r0: Ring| {
+            let mut r = r0;
+            let mut left = commands;
+            while left > 0 {
+                let n = left.min(per_restart);
+                for i in 0..n as u64 {
+                    let cmd = [4, 0, pairs as u8, (pairs >> 8) as u8];
+                    let c = put(&g, 2 * i, &cmd);
+                    g.driver
+                        .add(&[readable(c, 4), writable(buf(2 * i + 1), 1)])
+                        .unwrap();
+                }
+                g.driver.publish();
+                // A fresh server over the same ring, as after a restart.
+                let mut q = CtrlQueue::new(r);
+                serve_and_count(&mut q, &g.mem.clone(), &port, VIRTIO_NET_F_MQ);
+                while g.driver.pop_used().is_some() {}
+                r = q.ring;
+                left -= n;
+            }
+            r
+        };
+        r = flood(1, 10_000, 64, r);
+        let _ = flood(0, 4_000, 20, r);
+        let elapsed = started.elapsed();
+        let bound = crate::log_limit::peer_lines_bound(elapsed);
+        let stats = &port.stats;
+        assert_eq!(stats.ctrl_accepted.load(Ordering::Relaxed), 10_000);
+        assert_eq!(stats.ctrl_refused.load(Ordering::Relaxed), 4_000);
+        for reason in [ACCEPTED, REFUSED] {
+            let (written, held_back) = port.log_totals(reason);
+            assert!(written <= bound, "{reason}: {written} lines in {elapsed:?}");
+            assert!(held_back > 0, "{reason}: the rest held back and counted");
+        }
     }
 }

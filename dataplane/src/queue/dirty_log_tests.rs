@@ -11,7 +11,7 @@ use super::ring::Ring;
 use super::rx::{RxPending, RxService};
 use super::tx::TxService;
 use crate::frames::{Backlog, FrameBatch};
-use crate::migration::RingLog;
+use crate::migration::{MappedLog, RingLog};
 use crate::net::GuestOffloads;
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -20,23 +20,33 @@ use vadapt_virtq::mock::{buf, readable, writable, MEM_SIZE};
 use vadapt_virtq::{DirtyLog, RingFeatures, LOG_PAGE};
 use vadapt_wire::vnet_hdr::HDR_LEN_MRG;
 
-/// A log covering the mock guest's memory, set on `r`.
-fn log_on(r: &mut Ring, g: &Guest) -> Arc<DirtyLog> {
+/// A memfd of `bytes`, unsealed: the frontend can shrink it.
+fn log_file(bytes: u64) -> File {
     // SAFETY: a NUL-terminated name; the result is checked.
     let fd = unsafe { libc::memfd_create(c"vadapt-dirty-log".as_ptr(), 0) };
     assert!(fd >= 0);
     // SAFETY: a fresh descriptor nothing else owns.
     let f = unsafe { File::from_raw_fd(fd) };
-    let bytes = MEM_SIZE / LOG_PAGE / 8;
     f.set_len(bytes).unwrap();
-    let log = Arc::new(DirtyLog::map(&f, 0, bytes).unwrap());
+    f
+}
+
+/// A log covering the mock guest's memory, set on `r`.
+fn log_on(r: &mut Ring, g: &Guest) -> Arc<MappedLog> {
+    let bytes = MEM_SIZE / LOG_PAGE / 8;
+    let f = log_file(bytes);
+    let log = Arc::new(MappedLog::new(DirtyLog::map(&f, 0, bytes).unwrap(), None));
+    set_log(r, g, &log);
+    log
+}
+
+fn set_log(r: &mut Ring, g: &Guest, log: &Arc<MappedLog>) {
     r.log = Some(RingLog {
-        log: Arc::clone(&log),
+        log: Arc::clone(log),
         used_gpa: g.layout.used,
         used_len: 6 + 8 * u64::from(g.layout.size),
         device_event_gpa: None,
     });
-    log
 }
 
 fn snapshot(g: &Guest) -> Vec<u8> {
@@ -87,7 +97,7 @@ fn every_page_the_transmit_service_writes_is_logged() {
     let mut tx = TxService::new(HDR_LEN_MRG, 32);
     let pass = tx.serve(&mut r, &g.mem, UNLIMITED, |_b: &FrameBatch| {});
     assert_eq!(pass.packets, 64);
-    let changed = changed_pages(&g, &before_device, &log);
+    let changed = changed_pages(&g, &before_device, log.log());
     assert!(!changed.is_empty(), "the used ring was written");
     for (gpa, marked) in &changed {
         assert!(marked, "page at {gpa:#x} changed but is not in the log");
@@ -116,7 +126,7 @@ fn every_page_the_receive_service_writes_is_logged() {
     let none = GuestOffloads::default();
     let pass = rx.serve(Some(&mut r), &g.mem, &b, &mut pending, UNLIMITED, none);
     assert_eq!(pass.packets, 40);
-    let changed = changed_pages(&g, &before, &log);
+    let changed = changed_pages(&g, &before, log.log());
     assert!(
         changed.len() > 2,
         "buffers and the used ring were written: {changed:?}"
@@ -124,7 +134,7 @@ fn every_page_the_receive_service_writes_is_logged() {
     for (gpa, marked) in &changed {
         assert!(marked, "page at {gpa:#x} changed but is not in the log");
     }
-    assert_eq!(log.outside(), 0);
+    assert_eq!(log.log().outside(), 0);
 }
 
 #[test]
@@ -148,4 +158,60 @@ fn without_a_log_nothing_is_marked_and_the_service_is_unchanged() {
     );
     assert_eq!(pass.packets, 1);
     assert!(r.log.is_none());
+}
+
+/// Issue 36, finding 4: a frontend that shrinks its (unsealed) log under a
+/// running ring. Before the fix the used-ring write killed the process
+/// (SIGBUS); now the guard takes the fault, logging ends, the ring goes on
+/// serving, and the port says so once and counts it.
+#[test]
+fn a_log_that_shrinks_under_the_ring_ends_logging_and_the_service_goes_on() {
+    use crate::config::VmPortConfig;
+    let (mut r, mut g) = ring(256, RingFeatures::default());
+    let bytes = MEM_SIZE / LOG_PAGE / 8;
+    let f = log_file(bytes);
+    // As `crate::port::log_base` maps an unsealed log the port accepts:
+    // under a SIGBUS guard.
+    let mapped = DirtyLog::map(&f, 0, bytes).unwrap();
+    let (start, len) = mapped.mapping();
+    let guard = crate::sigbus_guard::guard(start, len).unwrap();
+    let log = Arc::new(MappedLog::new(mapped, Some(guard)));
+    set_log(&mut r, &g, &log);
+    let mut tx = TxService::new(HDR_LEN_MRG, 32);
+    let mut send = |g: &mut Guest, r: &mut Ring, slot: u64| {
+        let fr = frame(slot as u8, 100);
+        g.mem.write(buf(slot), &[0; HDR_LEN_MRG]).unwrap();
+        g.mem.write(buf(slot) + HDR_LEN_MRG as u64, &fr).unwrap();
+        g.driver
+            .add(&[
+                readable(buf(slot), HDR_LEN_MRG as u32),
+                readable(buf(slot) + HDR_LEN_MRG as u64, fr.len() as u32),
+            ])
+            .unwrap();
+        g.driver.publish();
+        tx.serve(r, &g.mem, UNLIMITED, |_b: &FrameBatch| {}).packets
+    };
+    assert_eq!(send(&mut g, &mut r, 0), 1);
+    assert!(log.log().is_marked(g.layout.used), "logging works");
+    f.set_len(0).unwrap();
+    assert_eq!(send(&mut g, &mut r, 1), 1, "the write after the shrink");
+    assert!(!log.is_live(), "the fault ended logging");
+    assert_eq!(send(&mut g, &mut r, 2), 1, "and the ring goes on");
+    let port = crate::queue::VmPort::new(
+        VmPortConfig::new("shrunk-log", "/nonexistent/vm.sock"),
+        vadapt_policy::PolicyConfig::BusyPoll,
+        16,
+        None,
+        Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
+        None,
+    )
+    .unwrap();
+    port.end_dirty_log(&log);
+    port.end_dirty_log(&log);
+    let shrank = port
+        .stats
+        .dirty_log_shrank
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(shrank, 1, "counted once");
+    assert_eq!(port.log_totals("dirty log shrank"), (1, 0), "one line");
 }

@@ -74,9 +74,6 @@ pub struct PortQueues {
     /// never sleep on a timer (the histogram is ~300 KB to zero).
     overshoot: Option<hdrhistogram::Histogram<u64>>,
     last_merge: Instant,
-    /// Warnings left before the next refill.
-    /// Lines the guest can provoke (bad chains, a corrupted ring).
-    log_limit: crate::log_limit::LogLimit,
     clock: PassClock,
     early_wake: EarlyWake,
     /// Last interval published to the port's gauge, µs (`u64::MAX`: none yet).
@@ -145,7 +142,6 @@ impl PortQueues {
             tally: PassTally::new(pair_count),
             overshoot: None,
             last_merge: Instant(0),
-            log_limit: crate::log_limit::LogLimit::per_second(),
             clock: PassClock::new(port.tsc_per_ns),
             early_wake: EarlyWake::default(),
             last_interval_us: u64::MAX,
@@ -161,6 +157,21 @@ impl PortQueues {
         for pair in &self.pairs {
             for r in pair.rings() {
                 r.log_used();
+            }
+        }
+    }
+
+    /// After a SIGBUS survived somewhere: if it was in the frontend's
+    /// dirty-page log (its file shrank), logging ends for the port. The
+    /// rings stop marking at once ([`crate::migration::RingLog`] looks
+    /// before each mark); here they drop the log, and the port says so
+    /// once. Guest memory that faulted is [`Self::control`]'s.
+    fn end_dead_log(&mut self) {
+        for pair in &mut self.pairs {
+            for r in [pair.rx.as_mut(), pair.tx.as_mut()].into_iter().flatten() {
+                if let Some(l) = r.log.take_if(|l| !l.log.is_live()) {
+                    self.port.end_dirty_log(&l.log);
+                }
             }
         }
     }
@@ -204,9 +215,11 @@ impl PortQueues {
         &self.port.stats.queues[pair.min(self.port.stats.queues.len() - 1)]
     }
 
-    fn rate_limited_warn(&mut self, pair: usize, dir: &str, what: &str) {
-        // At most 10 lines a second per worker; the counters have the totals.
-        if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+    /// The line for a bad chain or frame from the guest: `reason` keys the
+    /// port's limit (10 lines a second per reason, whichever worker writes
+    /// them), `what` says it; the counters have the totals.
+    fn rate_limited_warn(&mut self, pair: usize, dir: &str, reason: &'static str, what: &str) {
+        if let Some(held_back) = self.port.may_log(reason) {
             tracing::warn!(
                 port = self.port.name(),
                 queue = pair,
@@ -232,21 +245,23 @@ impl PortQueues {
             Dir::Rx => "rx",
         };
         if let Some(what) = wrong_direction.filter(|_| pass.drops.wrong_direction > 0) {
-            self.rate_limited_warn(p, dir, what);
+            self.rate_limited_warn(p, dir, "chain in the wrong direction", what);
         }
         for k in &pass.drops.chain_errors {
-            self.rate_limited_warn(p, dir, k.name());
+            self.rate_limited_warn(p, dir, k.name(), k.name());
         }
         if pass.drops.undersize > 0 {
-            self.rate_limited_warn(p, dir, "frame shorter than an Ethernet header");
+            let what = "frame shorter than an Ethernet header";
+            self.rate_limited_warn(p, dir, what, what);
         }
         if pass.drops.oversize > 0 {
-            self.rate_limited_warn(p, dir, "GSO frame longer than 64 KiB");
+            let what = "GSO frame longer than 64 KiB";
+            self.rate_limited_warn(p, dir, what, what);
         }
         if let Some(len) = pass.drops.first_over_mtu {
             // Sent by the guest (tx) or on its way to it (rx); the same
             // 10 lines a second as the rest.
-            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+            if let Some(held_back) = self.port.may_log("frame over the MTU") {
                 let mtu = self.port.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU);
                 tracing::warn!(
                     port = self.port.name(),
@@ -263,7 +278,7 @@ impl PortQueues {
         }
         if let Some(e) = &pass.drops.first_bad_vnet_hdr {
             let what = vadapt_host::error_chain::error_chain(e);
-            self.rate_limited_warn(p, dir, &what);
+            self.rate_limited_warn(p, dir, "bad virtio-net header", &what);
         }
     }
 
@@ -286,7 +301,7 @@ impl PortQueues {
             }
         });
         if pass.broke_ring {
-            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+            if let Some(held_back) = self.port.may_log("transmit ring corrupted") {
                 tracing::error!(
                     port = self.port.name(),
                     queue = p,
@@ -731,7 +746,7 @@ impl QueueIo for PortQueues {
 
     fn set_freq(&mut self, hint: FreqHint) {
         if let Err(e) = self.port.freq.apply(hint) {
-            if let Some(held_back) = self.log_limit.allow(std::time::Instant::now()) {
+            if let Some(held_back) = self.port.may_log("CPU-frequency hint failed") {
                 tracing::warn!(port = self.port.name(), error = %e, held_back, "CPU-frequency hint failed");
             }
         }
@@ -751,6 +766,7 @@ impl QueueIo for PortQueues {
                 self.frontend_failed =
                     Some("guest memory shrank under the daemon (SIGBUS survived)".into());
             }
+            self.end_dead_log();
         }
         if let Some(why) = self.frontend_failed.take() {
             self.port.disconnect(&why);

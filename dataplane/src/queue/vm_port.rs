@@ -12,7 +12,9 @@ use super::guest_offloads;
 use super::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::config::VmPortConfig;
 use crate::frames::{Backlog, FrameBatch};
+use crate::log_limit::LogLimits;
 use crate::metrics::{DropReason, PortStats, WorkerStats};
+use crate::migration::MappedLog;
 use crate::switch::{Egress, Ingress, PortId};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -55,6 +57,11 @@ pub struct VmPort {
     /// SIGBUS guards of the connected frontend's unsealed guest memory.
     /// By the guest-physical address of the region each covers.
     pub(crate) mem_guards: Mutex<Vec<(u64, crate::sigbus_guard::Guard)>>,
+    /// Limits of the lines this port's frontend and guest can cause, per
+    /// reason, for as long as the port lives: workers, control-queue
+    /// threads and connections come and go at the peer's will, this does
+    /// not (see [`crate::log_limit`]).
+    peer_lines: LogLimits,
     /// CPU to pin the worker to.
     pub(crate) cpu: Option<usize>,
     /// CPU-frequency control of the worker's core.
@@ -91,6 +98,7 @@ impl VmPort {
             policy: PolicySlot::new(policy),
             live: Arc::new(Mutex::new(None)),
             mem_guards: Mutex::new(Vec::new()),
+            peer_lines: LogLimits::default(),
             cpu,
             freq,
             tsc_per_ns,
@@ -150,14 +158,53 @@ impl VmPort {
     /// one); `why` goes to the log. Other ports are not affected.
     pub fn disconnect(&self, why: &str) {
         if let Some(s) = self.live.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            tracing::warn!(
-                port = self.name(),
-                reason = why,
-                "closing the frontend's connection"
-            );
+            if let Some(held_back) = self.may_log("frontend failed") {
+                tracing::warn!(
+                    port = self.name(),
+                    reason = why,
+                    held_back,
+                    "closing the frontend's connection"
+                );
+            }
             // The serve loop's read returns; it stops the worker before the
             // socket closes (see `Daemon::shutdown`).
             let _ = s.shutdown(std::net::Shutdown::Read);
+        }
+    }
+
+    /// May a line that this port's frontend or guest caused, for `reason`,
+    /// be written now? `Some(n)`: yes, and `n` lines of that reason were
+    /// held back since the last one (say so in the line). Every such line
+    /// goes through here, whichever thread writes it.
+    pub fn may_log(&self, reason: &'static str) -> Option<u64> {
+        self.peer_lines.allow(reason, std::time::Instant::now())
+    }
+
+    /// Lines of `reason` this port's peers caused: written, and held back.
+    pub fn log_totals(&self, reason: &str) -> (u64, u64) {
+        self.peer_lines.totals(reason)
+    }
+
+    /// When the frontend's dirty-page log `log` shrank under the daemon
+    /// (its guard survived a fault), logging has ended for the port: the
+    /// one ERROR line and the count (`dirty_log_shrank`), by whichever of
+    /// the port's threads sees it first. Nothing when the log is fine, or
+    /// was reported already.
+    pub(crate) fn end_dirty_log(&self, log: &MappedLog) {
+        if !log.end() {
+            return;
+        }
+        self.stats
+            .dirty_log_shrank
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(held_back) = self.may_log("dirty log shrank") {
+            tracing::error!(
+                port = self.name(),
+                held_back,
+                "the frontend's dirty-page log shrank under the daemon (SIGBUS survived): \
+                 logging ended for this port, the pages it writes from now on are not marked, \
+                 and a migration that goes on may corrupt the guest; the port keeps forwarding"
+            );
         }
     }
 

@@ -42,14 +42,32 @@ impl FrontendLog {
         let pages = mem_size.div_ceil(LOG_PAGE);
         let size = pages.div_ceil(64) * 8; // whole u64 words, as QEMU sizes it
                                            // SAFETY: a NUL-terminated name; the result is checked.
-        let fd =
-            unsafe { libc::memfd_create(c"vadapt-guest-dirty-log".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"vadapt-guest-dirty-log".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: a fresh descriptor nothing else owns.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(size)?;
+        // Sealed against shrinking and growing, as QEMU seals its log
+        // (`vhost_log_alloc`): a backend maps only a log that cannot
+        // shrink under it.
+        // SAFETY: F_ADD_SEALS takes an integer argument; `fd` is ours.
+        let r = unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         let log = DirtyLog::map(&file, 0, size).map_err(std::io::Error::other)?;
         Ok(FrontendLog {
             file,
