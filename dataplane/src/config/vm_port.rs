@@ -52,7 +52,8 @@ pub struct VmPortConfig {
     pub rss: bool,
     /// Guest-memory files not sealed against shrinking: `refuse` (default)
     /// or `accept` (DPDK virtio-user, QEMU `memory-backend-file`); see
-    /// [`crate::port::memory_file`].
+    /// [`crate::port::memory_file`]. The rule covers the dirty-page log
+    /// (`SET_LOG_BASE`) as well as the guest's memory regions.
     #[serde(default)]
     pub unsealed_memory: UnsealedMemory,
     /// The VM's QMP socket (QEMU `-qmp unix:PATH,server=on,wait=off`), where
