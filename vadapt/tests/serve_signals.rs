@@ -8,7 +8,6 @@
 //! exit status 1 and the sockets removed.
 
 use std::io::Read;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,6 +55,16 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Wait until the daemon answers a control request (`stats`): it serves.
+fn wait_until_serving(control: &Path) {
+    use vadapt_dataplane::control::{request, Request};
+    let since = Instant::now();
+    while request(control, &Request::Stats).is_err() {
+        assert!(since.elapsed() < Duration::from_secs(30), "never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn files(dir: &Path) -> Vec<String> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -94,11 +103,7 @@ fn sighup_during_start_up_reloads_once_it_is_done() {
     signal(&child, libc::SIGHUP);
     // Start-up goes on to the end: every port and the control socket.
     let control = dir.path().join("control.sock");
-    let since = Instant::now();
-    while UnixStream::connect(&control).is_err() {
-        assert!(since.elapsed() < Duration::from_secs(30), "never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_serving(&control);
     for i in 0..PORTS {
         assert!(dir.path().join(format!("vm{i}.sock")).exists(), "vm{i}");
     }
@@ -134,11 +139,7 @@ fn a_refused_sighup_reload_is_logged() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let since = Instant::now();
-    while UnixStream::connect(&control).is_err() {
-        assert!(since.elapsed() < Duration::from_secs(30), "never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_serving(&control);
     std::fs::write(&file, "policy = [\n").unwrap();
     signal(&child, libc::SIGHUP);
     std::thread::sleep(Duration::from_millis(600));
@@ -171,11 +172,7 @@ fn a_stop_that_hangs_ends_at_the_deadline_with_the_sockets_removed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let since = Instant::now();
-    while UnixStream::connect(&control).is_err() {
-        assert!(since.elapsed() < Duration::from_secs(30), "never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_serving(&control);
     signal(&child, libc::SIGTERM);
     let status = child.wait().unwrap();
     let log = stderr_of(&mut child);

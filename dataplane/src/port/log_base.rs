@@ -109,27 +109,10 @@ impl Connection {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
+    use super::super::memory_file::tests::memfd;
     use super::*;
     use crate::config::UnsealedMemory;
-    use std::os::fd::FromRawFd;
-
-    /// A memfd of `size` bytes, sealed against shrinking if `seal`.
-    pub(crate) fn memfd(size: u64, seal: bool) -> File {
-        let flags = if seal { libc::MFD_ALLOW_SEALING } else { 0 };
-        // SAFETY: a NUL-terminated literal name; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"vadapt-log-base".as_ptr(), flags) };
-        assert!(fd >= 0);
-        // SAFETY: a fresh descriptor nothing else owns.
-        let f = unsafe { File::from_raw_fd(fd) };
-        f.set_len(size).unwrap();
-        if seal {
-            // SAFETY: F_ADD_SEALS with an integer argument on our own memfd.
-            let r = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
-            assert_eq!(r, 0);
-        }
-        f
-    }
 
     #[test]
     fn only_a_sealed_memfd_by_default_and_never_past_its_file() {

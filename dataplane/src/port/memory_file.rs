@@ -87,11 +87,13 @@ fn seals(file: &File) -> libc::c_int {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::fd::FromRawFd;
 
-    fn memfd(size: u64, seal: bool) -> File {
+    /// A memfd of `size` bytes, sealed against shrinking if `seal` (guest
+    /// memory and dirty-log tests).
+    pub(crate) fn memfd(size: u64, seal: bool) -> File {
         let flags = if seal { libc::MFD_ALLOW_SEALING } else { 0 };
         // SAFETY: the name is a NUL-terminated literal; the result is checked.
         let fd = unsafe { libc::memfd_create(c"vadapt-test".as_ptr(), flags) };

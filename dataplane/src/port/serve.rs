@@ -472,16 +472,7 @@ mod tests {
 
     /// A test port (not attached to a switch).
     fn port(name: &str) -> Arc<VmPort> {
-        let cfg = crate::config::VmPortConfig::new(name, "/nonexistent/vm.sock");
-        VmPort::new(
-            cfg,
-            vadapt_policy::PolicyConfig::BusyPoll,
-            16,
-            None,
-            Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
-            None,
-        )
-        .unwrap()
+        crate::queue::vm_port::tests::port(name, 1)
     }
 
     /// One vhost-user message: header (`code`, version 1 and `flags`) and
@@ -537,7 +528,7 @@ mod tests {
         for v in [0u64, 1 << 20, 0x7f00_0000_0000, 0] {
             region.extend(v.to_le_bytes());
         }
-        let memfd = super::super::log_base::tests::memfd(1 << 20, true);
+        let memfd = super::super::memory_file::tests::memfd(1 << 20, true);
         let fd = memfd.as_raw_fd();
         for fds in [&[][..], &[fd, fd][..]] {
             send(&front, 37, NEED_REPLY, &region, fds);

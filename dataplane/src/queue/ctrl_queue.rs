@@ -391,19 +391,7 @@ mod tests {
     /// per reason, whatever serves the queue: at most 10 a second each.
     #[test]
     fn command_floods_log_a_bounded_number_of_lines_across_restarts() {
-        let port = {
-            let mut cfg = crate::config::VmPortConfig::new("ctrl-flood", "/nonexistent/vm.sock");
-            cfg.queues = 2;
-            VmPort::new(
-                cfg,
-                vadapt_policy::PolicyConfig::BusyPoll,
-                16,
-                None,
-                Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
-                None,
-            )
-            .unwrap()
-        };
+        let port = crate::queue::vm_port::tests::port("ctrl-flood", 2);
         let (mut r, mut g) = ring(256, RingFeatures::default());
         let started = std::time::Instant::now();
         // `pairs` per command, `per_restart` commands per incarnation of

@@ -307,13 +307,14 @@ impl VmPort {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::queue::ring_pass::test_utils::dropped;
     use vadapt_host::cpufreq::CpuFreq;
 
-    /// A port of `queues` pairs with backlogs of 1024 frames.
-    fn port(name: &str, queues: u16) -> Arc<VmPort> {
+    /// A port of `queues` pairs with backlogs of 1024 frames, on no
+    /// switch (unit tests of the port and what serves it).
+    pub(crate) fn port(name: &str, queues: u16) -> Arc<VmPort> {
         let mut cfg = VmPortConfig::new(name, "/nonexistent/vm.sock");
         cfg.queues = queues;
         VmPort::new(
