@@ -292,12 +292,14 @@ pub struct ReloadArgs {
 /// `vadapt set-limits`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Every limit is set at once: one not given is removed. Values as the \
-    `--vm` keys of the same meaning (OVS's Interface columns in brackets); 0 is no limit.\n\n\
-    A frame from the guest passes only if both ingress rates have the tokens for it: its bits\n  \
-    without the 14-byte Ethernet header, and one frame (a TSO frame counts whole, once).\n  \
-    Storm control counts the frames the switch would flood: broadcast, multicast and unknown\n  \
-    unicast. Dropped frames are counted by reason, `policed` and `storm` (`vadapt stats`).\n\n\
+    after_help = "Every limit is set at once: one not given is removed, 0 is no limit. Units \
+    as the `--vm` keys of the same meaning (OVS's Interface columns, in brackets). A frame \
+    from the guest passes only if both ingress rates have the tokens for it: its bits without \
+    the 14-byte Ethernet header, and one frame (a TSO frame counts whole, once). Storm control \
+    counts the frames the switch would flood: broadcast, multicast and unknown unicast. \
+    Dropped frames are counted by reason, `policed` and `storm` (`vadapt stats`). The port's \
+    worker applies the limits after its current pass; the guest stays connected. See \
+    docs/tenancy.md, \"Rate limits and storm control\".\n\n\
     EXAMPLES:\n  \
     vadapt set-limits vm1 --rate-kbps 100000 --burst-kb 10000 --storm-pps 200\n  \
     vadapt set-limits vm1          # no limits"
