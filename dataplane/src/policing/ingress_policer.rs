@@ -2,12 +2,13 @@
 //! bucket, of which a frame must conform to both.
 //!
 //! As OVS charges them: a frame costs its length less the 14-byte Ethernet
-//! header in bits (`netdev_dpdk_srtcm_policer_pkt_handle`; the kernel's
-//! ingress `tc police` sees the frame past its MAC header too) and one frame;
+//! header in bits (`netdev_dpdk_srtcm_policer_pkt_handle`: "bytes of IP
+//! packets ..., not link specific (e.g. Ethernet) headers", in the words of
+//! `vswitch.conf.db(5)` on OVS-DPDK's policers) and one frame;
 //! a GSO frame is charged whole, as the one frame the guest handed over, as
 //! OVS charges the one buffer that carries it. Both buckets are checked
-//! before either is charged, as the kernel's `act_police` does with a byte
-//! and a packet rate: a frame refused by one costs the other nothing.
+//! before either is charged: a frame refused by one costs the other
+//! nothing, since a dropped frame used nothing.
 
 use super::token_bucket::TokenBucket;
 use crate::config::PortLimits;

@@ -23,9 +23,7 @@ impl PortPolicers {
         PortPolicers {
             limits,
             ingress: IngressPolicer::new(&limits, now),
-            storm: limits
-                .storm()
-                .map(|r| TokenBucket::new(r.per_second, r.burst, now)),
+            storm: storm_bucket(&limits, now),
         }
     }
 
@@ -50,9 +48,7 @@ impl PortPolicers {
             self.ingress = IngressPolicer::new(&limits, now);
         }
         if limits.storm() != self.limits.storm() {
-            self.storm = limits
-                .storm()
-                .map(|r: RateLimit| TokenBucket::new(r.per_second, r.burst, now));
+            self.storm = storm_bucket(&limits, now);
         }
         self.limits = limits;
     }
@@ -72,6 +68,12 @@ impl PortPolicers {
     pub fn parts(&mut self) -> (Option<&mut IngressPolicer>, Option<&mut TokenBucket>) {
         (self.ingress.as_mut(), self.storm.as_mut())
     }
+}
+
+/// The storm-control bucket `limits` ask for, full as of `now`.
+fn storm_bucket(limits: &PortLimits, now: Instant) -> Option<TokenBucket> {
+    let r: RateLimit = limits.storm()?;
+    Some(TokenBucket::new(r.per_second, r.burst, now))
 }
 
 #[cfg(test)]

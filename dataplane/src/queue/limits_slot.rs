@@ -12,6 +12,11 @@
 //! reaches a running worker after its current pass
 //! ([`LimitsSlot::changed`], lock-free while nothing changed), and a
 //! parked one when it is taken.
+//!
+//! Its two locks are leaves of the daemon's lock order
+//! (`docs/reliability.md`): each is held for a copy or a swap, nothing is
+//! locked or called while it is held, and they are never held together.
+//! `set-limits` takes one under the port book's lock.
 
 use crate::config::PortLimits;
 use crate::policing::PortPolicers;
