@@ -247,3 +247,30 @@ fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
     check("cores", old.cores == new.cores);
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse_local_spec, parse_vm_spec};
+
+    fn vm(spec: &str) -> PortSpec {
+        PortSpec::Vm(Box::new(parse_vm_spec(spec).unwrap()))
+    }
+
+    #[test]
+    fn only_a_change_of_limits_alone_is_applied_in_place() {
+        let now = vm("name=a,socket=/a");
+        let limited = vm("name=a,socket=/a,storm_control_pps=10");
+        let want = PortLimits {
+            storm_control_pps: 10,
+            ..PortLimits::NONE
+        };
+        assert_eq!(limits_alone_changed(&now, &limited), Some(want));
+        assert_eq!(limits_alone_changed(&limited, &now), Some(PortLimits::NONE));
+        // Anything else changed as well: the port is made again.
+        let also_queues = vm("name=a,socket=/a,storm_control_pps=10,queues=2");
+        assert_eq!(limits_alone_changed(&now, &also_queues), None);
+        let sink = PortSpec::Sink(parse_local_spec("--sink", "a").unwrap());
+        assert_eq!(limits_alone_changed(&sink, &now), None);
+    }
+}
