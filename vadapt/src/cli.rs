@@ -293,7 +293,7 @@ pub struct ReloadArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Every limit is set at once: one not given is removed, 0 is no limit. Units \
-    as the `--vm` keys of the same meaning (OVS's Interface columns, in brackets). A frame \
+    as the `--vm` keys of the same meaning (OVS's Interface columns, in parentheses). A frame \
     from the guest passes only if both ingress rates have the tokens for it: its bits without \
     the 14-byte Ethernet header, and one frame (a TSO frame counts whole, once). Storm control \
     counts the frames the switch would flood: broadcast, multicast and unknown unicast. \
@@ -307,7 +307,7 @@ pub struct ReloadArgs {
 pub struct SetLimitsArgs {
     /// The VM port's name.
     pub port: String,
-    /// Bits a second from the guest, kbps [ingress_policing_rate].
+    /// Bits a second from the guest, kbps (`ingress_policing_rate`).
     #[arg(
         long,
         value_name = "KBPS",
@@ -315,7 +315,7 @@ pub struct SetLimitsArgs {
         visible_alias = "ingress-policing-rate"
     )]
     pub rate_kbps: u32,
-    /// Burst of the bit rate, kb [ingress_policing_burst]; 0: 8000. At least one frame.
+    /// Burst of the bit rate, kb (`ingress_policing_burst`); 0: 8000. At least one frame.
     #[arg(
         long,
         value_name = "KB",
@@ -323,7 +323,7 @@ pub struct SetLimitsArgs {
         visible_alias = "ingress-policing-burst"
     )]
     pub burst_kb: u32,
-    /// Frames a second from the guest, kpps [ingress_policing_kpkts_rate].
+    /// Frames a second from the guest, kpps (`ingress_policing_kpkts_rate`).
     #[arg(
         long,
         value_name = "KPPS",
@@ -331,7 +331,7 @@ pub struct SetLimitsArgs {
         visible_alias = "ingress-policing-kpkts-rate"
     )]
     pub kpps: u32,
-    /// Burst of the frame rate, kpkts [ingress_policing_kpkts_burst]; 0: 16.
+    /// Burst of the frame rate, kpkts (`ingress_policing_kpkts_burst`); 0: 16.
     #[arg(
         long,
         value_name = "KPKTS",
@@ -339,7 +339,7 @@ pub struct SetLimitsArgs {
         visible_alias = "ingress-policing-kpkts-burst"
     )]
     pub kpkts_burst: u32,
-    /// Flooded frames a second from the guest, packets/s [storm_control_pps].
+    /// Flooded frames a second from the guest, packets/s (`storm_control_pps`).
     #[arg(
         long,
         value_name = "PPS",
@@ -347,7 +347,7 @@ pub struct SetLimitsArgs {
         visible_alias = "storm-control-pps"
     )]
     pub storm_pps: u32,
-    /// Burst of the flood rate, packets [storm_control_burst]; 0: as many as --storm-pps.
+    /// Burst of the flood rate, packets (`storm_control_burst`); 0: as many as --storm-pps.
     #[arg(
         long,
         value_name = "PACKETS",
