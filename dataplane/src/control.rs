@@ -4,7 +4,7 @@
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.
 
-use crate::config::PortSpec;
+use crate::config::{PortLimits, PortSpec};
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use crate::socket_file::{self, Access, SocketFileError, SocketLedger};
@@ -65,6 +65,14 @@ pub enum Request {
     /// Read the configuration again and apply the difference in ports
     /// (`vadapt reload`, or `SIGHUP` to `vadapt serve`).
     Reload,
+    /// Change a VM port's rate limits (`vadapt set-limits`): its worker
+    /// applies them after its current pass; the frontend stays connected.
+    SetLimits {
+        /// Port name.
+        port: String,
+        /// The limits, all of them (a field 0 or absent: no such limit).
+        limits: PortLimits,
+    },
 }
 
 /// The largest P95 sample `cores-report` takes, µs: an hour. Anything
@@ -115,6 +123,10 @@ pub struct ReloadReport {
     /// Ports whose configuration changed: removed and added again (their
     /// frontends reconnect).
     pub restarted: Vec<String>,
+    /// Ports whose rate limits alone changed: applied in place (their
+    /// frontends stay connected).
+    #[serde(default)]
+    pub limits_changed: Vec<String>,
     /// Ports left as they were.
     pub unchanged: usize,
     /// Settings that changed in the file but take a restart of the daemon
@@ -139,6 +151,13 @@ impl std::fmt::Display for ReloadReport {
             list(&self.restarted),
             self.unchanged
         )?;
+        if !self.limits_changed.is_empty() {
+            write!(
+                f,
+                "; rate limits changed in place: {}",
+                self.limits_changed.join(", ")
+            )?;
+        }
         if !self.need_restart.is_empty() {
             write!(
                 f,
@@ -371,6 +390,7 @@ impl Request {
             Request::AddPort { .. } => "add-port",
             Request::DelPort { .. } => "del-port",
             Request::Reload => "reload",
+            Request::SetLimits { .. } => "set-limits",
         }
     }
 
@@ -427,7 +447,9 @@ mod tests {
                 },
                 Request::Metrics => Response::Metrics { text: "x".into() },
                 Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
-                Request::SetPolicy { port, .. } | Request::Retune { port, .. } => Response::Error {
+                Request::SetPolicy { port, .. }
+                | Request::Retune { port, .. }
+                | Request::SetLimits { port, .. } => Response::Error {
                     error: format!("no port {port}"),
                 },
                 Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. } => {

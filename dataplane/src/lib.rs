@@ -15,6 +15,8 @@
 //!   port state that outlives a connection ([`queue::VmPort`]).
 //! * [`switch`], [`frames`] — forwarding between ports; the ports that live
 //!   inside the daemon (sink, echo, TAP).
+//! * [`policing`] — a port's rate limits as its worker holds them: OVS's
+//!   ingress policing and storm control, token buckets told the time.
 //! * [`config`] — the daemon's configuration, every room's part of it
 //!   (TOML and `--vm` specs), at the bottom: every room reads it.
 //! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
@@ -43,6 +45,7 @@ pub mod net;
 pub mod netap_ml_model;
 pub mod offload;
 pub mod panic_message;
+pub mod policing;
 pub mod port;
 pub mod queue;
 pub mod sigbus_guard;

@@ -482,6 +482,7 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         queues,
         mac: None,
         policy: None,
+        limits: Default::default(),
         // Offered: an input that acks it gets packed rings over whatever
         // the harness's split driver wrote, which the packed device must
         // survive as it survives any memory.

@@ -42,6 +42,9 @@ pub enum Command {
     /// Make the running daemon read its configuration again and apply the
     /// difference in ports (as SIGHUP does); unchanged ports are not touched.
     Reload(ReloadArgs),
+    /// Set a VM port's rate limits (ingress policing, storm control) in the
+    /// running daemon; its frontend stays connected.
+    SetLimits(SetLimitsArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(vadapt_harness::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
@@ -94,11 +97,19 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
     /// [,policy=POLICY][,packed=on|off][,rss=on|off][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
-    /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535]`. `packed`: offer packed
+    /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535][,ingress_policing_rate=KBPS]
+    /// [,ingress_policing_burst=KB][,ingress_policing_kpkts_rate=KPPS]
+    /// [,ingress_policing_kpkts_burst=KPKTS][,storm_control_pps=PPS][,storm_control_burst=N]`.
+    /// `packed`: offer packed
     /// virtqueues (VIRTIO_F_RING_PACKED; default on: QEMU `packed=on` and DPDK `packed_vq=1`
     /// take them, other frontends keep split rings). `rss`: offer VIRTIO_NET_F_RSS (default
     /// on): a frontend that gives vadapt its control queue sets the guest's Toeplitz key and
     /// indirection table there (QEMU 7.2 and DPDK keep the queue: default steering).
+    /// Rate limits, each 0 or absent for none: `ingress_policing_rate=KBPS`,
+    /// `ingress_policing_burst=KB` (default 8000), `ingress_policing_kpkts_rate=KPPS`,
+    /// `ingress_policing_kpkts_burst=KPKTS` (default 16), as OVS's columns of these names;
+    /// `storm_control_pps=PPS`, `storm_control_burst=PACKETS` (default: PPS) for the
+    /// broadcast, multicast and unknown unicast the guest sends (see `vadapt set-limits`).
     /// `mode=client`: QEMU
     /// listens on PATH and vadapt connects (default `server`: vadapt listens). `qmp`: the
     /// VM's QMP socket, for the core manager; only threads of the process serving it are
@@ -267,11 +278,83 @@ pub struct DelPortArgs {
 #[command(
     after_help = "The daemon reads its --config file again, with the command line it was \
     started with, and applies the difference in ports: ports no longer there are removed, new \
-    ones added, changed ones removed and added again. Other settings (policy, cpus, [cores], \
+    ones added, changed ones removed and added again (a VM port whose rate limits alone \
+    changed gets them in place, still connected). Other settings (policy, cpus, [cores], \
     ...) take a restart; the answer names those that changed. An invalid file changes nothing.\n\n\
     `kill -HUP $(pidof vadapt)` does the same."
 )]
 pub struct ReloadArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// `vadapt set-limits`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Every limit is set at once: one not given is removed, 0 is no limit. Units \
+    as the `--vm` keys of the same meaning (OVS's Interface columns, in parentheses). A frame \
+    from the guest passes only if both ingress rates have the tokens for it: its bits without \
+    the 14-byte Ethernet header, and one frame (a TSO frame counts whole, once). Storm control \
+    counts the frames the switch would flood: broadcast, multicast and unknown unicast. \
+    Dropped frames are counted by reason, `policed` and `storm` (`vadapt stats`). The port's \
+    worker applies the limits after its current pass; the guest stays connected. See \
+    docs/tenancy.md, \"Rate limits and storm control\".\n\n\
+    EXAMPLES:\n  \
+    vadapt set-limits vm1 --rate-kbps 100000 --burst-kb 10000 --storm-pps 200\n  \
+    vadapt set-limits vm1          # no limits"
+)]
+pub struct SetLimitsArgs {
+    /// The VM port's name.
+    pub port: String,
+    /// Bits a second from the guest, kbps (`ingress_policing_rate`).
+    #[arg(
+        long,
+        value_name = "KBPS",
+        default_value_t = 0,
+        visible_alias = "ingress-policing-rate"
+    )]
+    pub rate_kbps: u32,
+    /// Burst of the bit rate, kb (`ingress_policing_burst`); 0: 8000. At least one frame.
+    #[arg(
+        long,
+        value_name = "KB",
+        default_value_t = 0,
+        visible_alias = "ingress-policing-burst"
+    )]
+    pub burst_kb: u32,
+    /// Frames a second from the guest, kpps (`ingress_policing_kpkts_rate`).
+    #[arg(
+        long,
+        value_name = "KPPS",
+        default_value_t = 0,
+        visible_alias = "ingress-policing-kpkts-rate"
+    )]
+    pub kpps: u32,
+    /// Burst of the frame rate, kpkts (`ingress_policing_kpkts_burst`); 0: 16.
+    #[arg(
+        long,
+        value_name = "KPKTS",
+        default_value_t = 0,
+        visible_alias = "ingress-policing-kpkts-burst"
+    )]
+    pub kpkts_burst: u32,
+    /// Flooded frames a second from the guest, packets/s (`storm_control_pps`).
+    #[arg(
+        long,
+        value_name = "PPS",
+        default_value_t = 0,
+        visible_alias = "storm-control-pps"
+    )]
+    pub storm_pps: u32,
+    /// Burst of the flood rate, packets (`storm_control_burst`); 0: as many as --storm-pps.
+    #[arg(
+        long,
+        value_name = "PACKETS",
+        default_value_t = 0,
+        visible_alias = "storm-control-burst"
+    )]
+    pub storm_burst: u32,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
     pub control: PathBuf,

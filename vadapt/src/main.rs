@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         cli::Command::AddPort(args) => port_changes::add_port(args),
         cli::Command::DelPort(args) => port_changes::del_port(args),
         cli::Command::Reload(args) => port_changes::reload(args),
+        cli::Command::SetLimits(args) => port_changes::set_limits(args),
         cli::Command::Demo(args) => vadapt_harness::demo::run(args),
         cli::Command::Calibrate(args) => vadapt_harness::calibrate::run(args),
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),

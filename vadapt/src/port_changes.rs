@@ -1,11 +1,11 @@
-//! `vadapt add-port`, `vadapt del-port`, `vadapt reload`: changing a
-//! running daemon's ports over its control socket.
+//! `vadapt add-port`, `vadapt del-port`, `vadapt reload`, `vadapt
+//! set-limits`: changing a running daemon's ports over its control socket.
 
-use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs};
+use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs, SetLimitsArgs};
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::config::{
-    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, PortSpec,
+    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, PortLimits, PortSpec,
 };
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_harness::cli_util::{chain, fail};
@@ -67,4 +67,73 @@ pub fn del_port(a: DelPortArgs) -> ExitCode {
 /// `vadapt reload`.
 pub fn reload(a: ReloadArgs) -> ExitCode {
     ask(&a.control, &Request::Reload, "reloaded")
+}
+
+/// `vadapt set-limits`.
+pub fn set_limits(a: SetLimitsArgs) -> ExitCode {
+    let limits = limits_of(&a);
+    let done = format!("port `{}`: {limits}", a.port);
+    ask(
+        &a.control,
+        &Request::SetLimits {
+            port: a.port,
+            limits,
+        },
+        &done,
+    )
+}
+
+/// The limits `a` gives, every one not given 0 (none).
+fn limits_of(a: &SetLimitsArgs) -> PortLimits {
+    PortLimits {
+        ingress_policing_rate: a.rate_kbps,
+        ingress_policing_burst: a.burst_kb,
+        ingress_policing_kpkts_rate: a.kpps,
+        ingress_policing_kpkts_burst: a.kpkts_burst,
+        storm_control_pps: a.storm_pps,
+        storm_control_burst: a.storm_burst,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn limits(argv: &[&str]) -> PortLimits {
+        let mut full = vec!["vadapt", "set-limits"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full)
+            .expect("valid command line")
+            .command
+        {
+            Command::SetLimits(a) => limits_of(&a),
+            c => panic!("not set-limits: {c:?}"),
+        }
+    }
+
+    #[test]
+    fn set_limits_takes_short_flags_and_ovs_names_and_clears_the_rest() {
+        assert_eq!(limits(&["vm1"]), PortLimits::NONE);
+        let l = limits(&[
+            "vm1",
+            "--rate-kbps",
+            "1000",
+            "--ingress-policing-burst",
+            "50",
+            "--storm-pps",
+            "7",
+        ]);
+        assert_eq!(
+            l,
+            PortLimits {
+                ingress_policing_rate: 1000,
+                ingress_policing_burst: 50,
+                storm_control_pps: 7,
+                ..PortLimits::NONE
+            }
+        );
+        assert!(Cli::try_parse_from(["vadapt", "set-limits", "vm1", "--kpps", "-1"]).is_err());
+    }
 }

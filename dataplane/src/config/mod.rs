@@ -31,6 +31,7 @@
 pub mod cores;
 mod error;
 mod host_port;
+mod port_limits;
 mod port_spec;
 mod uplink_port;
 mod vm_port;
@@ -38,6 +39,7 @@ mod vm_port;
 use error::field;
 pub use error::ConfigError;
 pub use host_port::{parse_local_spec, parse_tap_spec, LocalPortConfig, TapPortConfig};
+pub use port_limits::{PortLimits, RateLimit, DEFAULT_BURST_KB, DEFAULT_KPKTS_BURST};
 pub use port_spec::PortSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -272,6 +274,7 @@ impl DaemonConfig {
                 ));
             }
             vm_port::check_mtu("vm.mtu", &vm.name, vm.mtu)?;
+            vm.limits.check("vm.limits.", &vm.name, vm.mtu)?;
             vm_port::check_socket_path("vm.socket", Some(&vm.name), &vm.socket)?;
             if !sockets.insert(vm.socket.clone()) {
                 return Err(field(
@@ -632,6 +635,58 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("mtu"), "{e}");
+    }
+
+    #[test]
+    fn limits_come_flat_in_a_spec_and_as_a_table_in_toml() {
+        let v = parse_vm_spec(
+            "name=a,socket=/x,ingress_policing_rate=10000,ingress_policing_kpkts_rate=50,\
+             storm_control_pps=100,storm_control_burst=20",
+        )
+        .unwrap();
+        let want = PortLimits {
+            ingress_policing_rate: 10_000,
+            ingress_policing_kpkts_rate: 50,
+            storm_control_pps: 100,
+            storm_control_burst: 20,
+            ..PortLimits::NONE
+        };
+        assert_eq!(v.limits, want);
+        let text = "[[vm]]\nname=\"a\"\nsocket=\"/x\"\n[vm.limits]\ningress_policing_rate = 10000\n\
+                    ingress_policing_kpkts_rate = 50\nstorm_control_pps = 100\nstorm_control_burst = 20\n";
+        let c = DaemonConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.vm[0].limits, want);
+        // Checked with the port, in the field's spelling of each form.
+        let e = parse_vm_spec("name=a,socket=/x,storm_control_burst=5")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--vm storm_control_burst") && e.contains("`a`"),
+            "{e}"
+        );
+        let bad = text.replace("storm_control_pps = 100\n", "");
+        let e = DaemonConfig::from_toml(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vm.limits.storm_control_burst"), "{e}");
+        let e = DaemonConfig::from_toml(
+            &text.replace("storm_control_pps", "storm_pps"),
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("storm_pps"), "unknown key named: {e}");
+        let e = parse_vm_spec("name=a,socket=/x,rate=5")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ingress_policing_rate"),
+            "the known keys listed: {e}"
+        );
+        // No limits: nothing in the spec's JSON (add-port), equal to a port without.
+        let plain = parse_vm_spec("name=a,socket=/x").unwrap();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("limits"));
+        assert_eq!(plain, VmPortConfig::new("a", "/x"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One VM port's configuration: the `[[vm]]` table and the `--vm` spec.
 
 use super::error::{field, ConfigError};
+use super::port_limits::PortLimits;
 use crate::socket_file::MAX_PATH_BYTES;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,12 @@ pub struct VmPortConfig {
     /// Policy of this port's worker; default: the daemon's `policy`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
+    /// Rate limits on what the guest sends: ingress policing (OVS's
+    /// `ingress_policing_*` keys and units) and storm control, as a
+    /// `[vm.limits]` table here and flat keys in a `--vm` spec; none by
+    /// default. Changed at run time by `vadapt set-limits`.
+    #[serde(default, skip_serializing_if = "PortLimits::is_unlimited")]
+    pub limits: PortLimits,
     /// Offer `VIRTIO_F_RING_PACKED` (default): a frontend that asks for it
     /// (QEMU `packed=on`, DPDK virtio-user `packed_vq=1`) gets packed
     /// rings; `false` offers split rings only.
@@ -161,6 +168,7 @@ impl VmPortConfig {
             queues: one(),
             mac: None,
             policy: None,
+            limits: PortLimits::NONE,
             packed: true,
             rss: true,
             unsealed_memory: UnsealedMemory::default(),
@@ -235,6 +243,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut queues = 1u16;
     let mut mac = None;
     let mut policy = None;
+    let mut limits = PortLimits::NONE;
     let mut unsealed_memory = UnsealedMemory::default();
     let mut packed = true;
     let mut rss = true;
@@ -302,11 +311,13 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     )
                 })?)
             }
+            k if limits.set_key("--vm", k, v)? => {}
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu)"
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, {})",
+                        PortLimits::KEYS.join(", ")
                     ),
                 ))
             }
@@ -322,6 +333,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         ));
     }
     check_mtu("--vm mtu", &name, mtu)?;
+    limits.check("--vm ", &name, mtu)?;
     Ok(VmPortConfig {
         name,
         socket,
@@ -329,6 +341,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         queues,
         mac,
         policy,
+        limits,
         packed,
         rss,
         unsealed_memory,

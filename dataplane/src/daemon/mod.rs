@@ -11,7 +11,7 @@ pub use error::DaemonError;
 use port_book::PortBook;
 use started::Started;
 
-use crate::config::{DaemonConfig, PortSpec};
+use crate::config::{DaemonConfig, PortLimits, PortSpec};
 use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US};
 use crate::cores::CoresStatus;
 use crate::lock_order::{Mutex, MutexGuard};
@@ -70,6 +70,10 @@ impl Handler for Shared {
                 Err(error) => Response::Error { error },
             },
             Request::Retune { port, retune } => match self.retune(&port, retune) {
+                Ok(()) => Response::Ok,
+                Err(error) => Response::Error { error },
+            },
+            Request::SetLimits { port, limits } => match self.set_limits(&port, limits) {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
             },
@@ -150,6 +154,12 @@ impl Shared {
         }
         .map_err(|e| format!("port `{name}`: {e}"))?;
         tracing::info!(port = name, retune = ?r, "retune requested");
+        Ok(())
+    }
+
+    fn set_limits(&self, name: &str, limits: PortLimits) -> Result<(), String> {
+        self.book().set_limits(name, limits)?;
+        tracing::info!(port = name, %limits, "rate limits set");
         Ok(())
     }
 
@@ -386,6 +396,12 @@ impl Daemon {
     /// Change a parameter of a VM port's or an uplink's running policy.
     pub fn retune(&self, port: &str, r: Retune) -> Result<(), String> {
         self.shared.retune(port, r)
+    }
+
+    /// Change a VM port's rate limits (as `vadapt set-limits` does); its
+    /// frontend stays connected.
+    pub fn set_limits(&self, port: &str, limits: PortLimits) -> Result<(), String> {
+        self.shared.set_limits(port, limits)
     }
 
     /// True once [`Daemon::request_stop`] was called.

@@ -6,7 +6,7 @@
 
 use super::error::DaemonError;
 use super::ports::{PortMaker, RunningHost, RunningVm};
-use crate::config::{DaemonConfig, PortSpec};
+use crate::config::{DaemonConfig, PortLimits, PortSpec};
 use crate::control::ReloadReport;
 use crate::queue::Roster;
 use std::sync::Arc;
@@ -107,8 +107,35 @@ impl PortBook {
         Ok(())
     }
 
+    /// Change the rate limits of the VM port named `name`, checked against
+    /// its configuration; the configuration as the ports are now follows,
+    /// so that a reload compares the file with them.
+    pub(super) fn set_limits(&mut self, name: &str, limits: PortLimits) -> Result<(), String> {
+        let Some(vm) = self.vms.iter().find(|v| v.port.name() == name) else {
+            return Err(match self.hosts.iter().find(|h| h.spec.name() == name) {
+                Some(h) => format!(
+                    "port `{name}` is a {} port: rate limits apply to VM ports",
+                    h.spec.kind()
+                ),
+                None => {
+                    let names: Vec<_> = self.vms.iter().map(|v| v.port.name()).collect();
+                    format!("no VM port `{name}` (VM ports: {})", names.join(", "))
+                }
+            });
+        };
+        limits
+            .check("", name, vm.port.cfg.mtu)
+            .map_err(|e| e.to_string())?;
+        vm.port.set_limits(limits);
+        if let Some(c) = self.config.vm.iter_mut().find(|c| c.name == name) {
+            c.limits = limits;
+        }
+        Ok(())
+    }
+
     /// Apply the difference between the ports now and `new`'s: removed
-    /// ports go, added ones come, a port whose configuration changed is
+    /// ports go, added ones come, a VM port whose rate limits alone changed
+    /// gets them in place, a port whose configuration changed otherwise is
     /// removed and added again; the rest are not touched. `new` is checked
     /// whole first, so an invalid file changes nothing. A port that cannot
     /// be added (its socket in use, say) stops the reload there: what was
@@ -130,11 +157,17 @@ impl PortBook {
                     self.remove(p.name())?;
                     report.removed.push(p.name().to_owned());
                 }
-                Some(w) if &w != p => {
-                    self.remove(p.name())?;
-                    report.restarted.push(p.name().to_owned());
-                    to_add.push(w);
-                }
+                Some(w) if &w != p => match limits_alone_changed(p, &w) {
+                    Some(limits) => {
+                        self.set_limits(p.name(), limits)?;
+                        report.limits_changed.push(p.name().to_owned());
+                    }
+                    None => {
+                        self.remove(p.name())?;
+                        report.restarted.push(p.name().to_owned());
+                        to_add.push(w);
+                    }
+                },
                 Some(_) => report.unchanged += 1,
             }
         }
@@ -183,6 +216,17 @@ impl PortBook {
     }
 }
 
+/// `wanted`'s rate limits, when they are all that differs from `now` (two
+/// VM ports' configurations).
+fn limits_alone_changed(now: &PortSpec, wanted: &PortSpec) -> Option<PortLimits> {
+    let (PortSpec::Vm(now), PortSpec::Vm(wanted)) = (now, wanted) else {
+        return None;
+    };
+    let mut now = now.clone();
+    now.limits = wanted.limits;
+    (now == *wanted).then_some(wanted.limits)
+}
+
 /// The settings other than the ports that differ between `old` and `new`,
 /// by their names in the file.
 fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
@@ -202,4 +246,31 @@ fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
     check("netap_ml_model", old.netap_ml_model == new.netap_ml_model);
     check("cores", old.cores == new.cores);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse_local_spec, parse_vm_spec};
+
+    fn vm(spec: &str) -> PortSpec {
+        PortSpec::Vm(Box::new(parse_vm_spec(spec).unwrap()))
+    }
+
+    #[test]
+    fn only_a_change_of_limits_alone_is_applied_in_place() {
+        let now = vm("name=a,socket=/a");
+        let limited = vm("name=a,socket=/a,storm_control_pps=10");
+        let want = PortLimits {
+            storm_control_pps: 10,
+            ..PortLimits::NONE
+        };
+        assert_eq!(limits_alone_changed(&now, &limited), Some(want));
+        assert_eq!(limits_alone_changed(&limited, &now), Some(PortLimits::NONE));
+        // Anything else changed as well: the port is made again.
+        let also_queues = vm("name=a,socket=/a,storm_control_pps=10,queues=2");
+        assert_eq!(limits_alone_changed(&now, &also_queues), None);
+        let sink = PortSpec::Sink(parse_local_spec("--sink", "a").unwrap());
+        assert_eq!(limits_alone_changed(&sink, &now), None);
+    }
 }

@@ -47,13 +47,19 @@ pub enum DropReason {
     /// range, an offload not negotiated, a GSO frame that is not the TCP
     /// segment its header says (see [`crate::offload::OffloadRefused`]).
     BadVnetHdr,
+    /// Frame from the guest over its port's ingress policing rates
+    /// (`ingress_policing_rate`, `ingress_policing_kpkts_rate`).
+    Policed,
+    /// Frame the switch would have flooded (broadcast, multicast, unknown
+    /// unicast) over its ingress port's `storm_control_pps`.
+    Storm,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -67,6 +73,8 @@ impl DropReason {
         DropReason::RingCorrupt,
         DropReason::PortDown,
         DropReason::BadVnetHdr,
+        DropReason::Policed,
+        DropReason::Storm,
         DropReason::Other,
     ];
 
@@ -86,6 +94,8 @@ impl DropReason {
             DropReason::RingCorrupt => "ring_corrupt",
             DropReason::PortDown => "port_down",
             DropReason::BadVnetHdr => "bad_vnet_hdr",
+            DropReason::Policed => "policed",
+            DropReason::Storm => "storm",
             DropReason::Other => "other",
         }
     }

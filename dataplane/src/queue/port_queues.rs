@@ -19,6 +19,7 @@ use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
+use crate::policing::PortPolicers;
 use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
 use crate::switch::{FdbCache, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +66,11 @@ pub struct PortQueues {
     /// Per queue pair: frames taken from its backlog, not yet delivered.
     rx_pending: Vec<RxPending>,
     fdb: FdbCache,
+    /// The port's rate limits as this worker applies them (taken from the
+    /// port's limits slot at start, parked there at the end).
+    policers: PortPolicers,
+    /// The slot's change count the policers stand for.
+    limits_seen: u64,
     passes: u64,
     /// Passes, busy cycles and packets not yet in the port's counters.
     tally: PassTally,
@@ -93,6 +99,7 @@ impl Drop for PortQueues {
     fn drop(&mut self) {
         self.drop_undelivered();
         self.publish_counts();
+        self.port.limits.park(std::mem::take(&mut self.policers));
     }
 }
 
@@ -116,6 +123,8 @@ impl PortQueues {
         let pair_count = pairs.len();
         let hdr_len = crate::net::hdr_len(features);
         let max_frame = crate::net::max_frame(port.cfg.mtu.unwrap_or(crate::net::DEFAULT_MTU));
+        let mut clock = PassClock::new(port.tsc_per_ns);
+        let (policers, limits_seen) = port.limits.take(clock.now());
         Ok(PortQueues {
             sender: port.ingress().and_then(Ingress::sender),
             mem,
@@ -138,11 +147,13 @@ impl PortQueues {
                 .collect(),
             pairs,
             fdb: FdbCache::default(),
+            policers,
+            limits_seen,
             passes: 0,
             tally: PassTally::new(pair_count),
             overshoot: None,
             last_merge: Instant(0),
-            clock: PassClock::new(port.tsc_per_ns),
+            clock,
             early_wake: EarlyWake::default(),
             last_interval_us: u64::MAX,
             port,
@@ -294,12 +305,28 @@ impl PortQueues {
             // that moved something did all of that before it ended).
             return (0, 0, false, 0);
         }
+        if self.policers.is_active() {
+            self.policers.refill(self.clock.now());
+        }
+        let (policer, mut storm) = self.policers.parts();
         let (sender, fdb) = (&self.sender, &mut self.fdb);
-        let pass = self.tx.serve(ring, &self.mem, budget, |batch| {
-            if let Some(s) = sender {
-                s.forward(p as u16, batch, fdb);
-            }
-        });
+        let mut storm_drops = 0u64;
+        let pass = self
+            .tx
+            .serve_policed(ring, &self.mem, budget, policer, |batch| {
+                let Some(s) = sender else { return };
+                match storm.as_deref_mut() {
+                    None => s.forward(p as u16, batch, fdb),
+                    Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| {
+                        let ok = bucket.take(1);
+                        storm_drops += u64::from(!ok);
+                        ok
+                    }),
+                }
+            });
+        if storm_drops > 0 {
+            self.qstats(p).drop(DropReason::Storm, storm_drops);
+        }
         if pass.broke_ring {
             if let Some(held_back) = self.port.may_log("transmit ring corrupted") {
                 tracing::error!(
@@ -772,6 +799,10 @@ impl QueueIo for PortQueues {
             self.port.disconnect(&why);
             self.stop.store(true, Ordering::Relaxed);
             return Control::Stop;
+        }
+        if let Some(limits) = self.port.limits.changed(&mut self.limits_seen) {
+            let now = self.clock.now();
+            self.policers.update(limits, now);
         }
         let Some(view) = self.policy_view.as_mut() else {
             return Control::Continue;

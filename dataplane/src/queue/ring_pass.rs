@@ -107,6 +107,8 @@ pub struct Drops {
     pub bad_vnet_hdr: u64,
     /// Why the first of them was refused (for the log line).
     pub first_bad_vnet_hdr: Option<OffloadRefused>,
+    /// Transmit frames over the port's ingress policer's rates.
+    pub policed: u64,
 }
 
 impl Drops {
@@ -120,6 +122,7 @@ impl Drops {
             && self.port_down == 0
             && self.chain_errors.is_empty()
             && self.bad_vnet_hdr == 0
+            && self.policed == 0
     }
 
     /// Adds every drop to `stats` under its [`DropReason`].
@@ -132,6 +135,7 @@ impl Drops {
             (DropReason::NoRxBuffer, self.no_rx_buffer),
             (DropReason::PortDown, self.port_down),
             (DropReason::BadVnetHdr, self.bad_vnet_hdr),
+            (DropReason::Policed, self.policed),
         ] {
             if n > 0 {
                 stats.drop(reason, n);
@@ -205,6 +209,7 @@ mod tests {
                 ],
                 bad_vnet_hdr: 6,
                 first_bad_vnet_hdr: None,
+                policed: 10,
             },
             ..RingPass::default()
         };
@@ -223,6 +228,7 @@ mod tests {
         assert_eq!(dropped(&st, DropReason::NoRxBuffer), 4);
         assert_eq!(dropped(&st, DropReason::PortDown), 5);
         assert_eq!(dropped(&st, DropReason::BadVnetHdr), 6);
+        assert_eq!(dropped(&st, DropReason::Policed), 10);
         assert_eq!(dropped(&st, DropReason::BadAddress), 2);
     }
 
@@ -277,6 +283,7 @@ mod tests {
             drops(|d| d.port_down = 1),
             drops(|d| d.chain_errors.push(ChainErrorKind::ChainTooLong)),
             drops(|d| d.bad_vnet_hdr = 1),
+            drops(|d| d.policed = 1),
         ];
         for (i, pass) in loud.iter().enumerate() {
             assert!(!pass.is_quiet(), "case {i}: {pass:?}");

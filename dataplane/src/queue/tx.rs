@@ -12,6 +12,7 @@ use super::ring_pass::RingPass;
 use crate::frames::{FrameBatch, Offloaded, SLOT};
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
 use crate::offload::{keep, tx_offload, OffloadRefused};
+use crate::policing::IngressPolicer;
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
@@ -140,6 +141,22 @@ impl TxService {
         ring: &mut Ring,
         mem: &GuestMemory,
         budget: Budget,
+        forward: impl FnMut(&FrameBatch),
+    ) -> RingPass {
+        self.serve_policed(ring, mem, budget, None, forward)
+    }
+
+    /// As [`serve`](Self::serve), with the port's ingress `policer` (refilled
+    /// by the caller for this pass): a frame that passed every check above
+    /// and does not conform to it is dropped (`policed`) before it is
+    /// copied, its chain completed as every dropped one's is. `None`: no
+    /// limit, one branch a frame.
+    pub fn serve_policed(
+        &mut self,
+        ring: &mut Ring,
+        mem: &GuestMemory,
+        budget: Budget,
+        mut policer: Option<&mut IngressPolicer>,
         mut forward: impl FnMut(&FrameBatch),
     ) -> RingPass {
         let mut pass = RingPass {
@@ -185,6 +202,7 @@ impl TxService {
                 batch: &mut self.batch,
                 pass: &mut pass,
                 forward: &mut forward,
+                policer: policer.as_deref_mut(),
             };
             let batched = out.ring.q.batches_used_in_order();
             for (chain, head) in &self.gathered[..n] {
@@ -230,12 +248,13 @@ impl TxService {
 }
 
 /// Where one pass puts what it copies: the ring (for publishing), the
-/// batch, the pass's counts and the switch.
+/// batch, the pass's counts and the switch; what it is policed by.
 struct Out<'a, F: FnMut(&FrameBatch)> {
     ring: &'a mut Ring,
     batch: &'a mut FrameBatch,
     pass: &'a mut RingPass,
     forward: &'a mut F,
+    policer: Option<&'a mut IngressPolicer>,
 }
 
 impl<F: FnMut(&FrameBatch)> Out<'_, F> {
@@ -268,14 +287,21 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
         } else {
             Ok(Offload::None)
         };
+        let is_gso = matches!(offload, Ok(Offload::Tcp(..)));
         match offload {
             Err(e) => refuse(self.pass, e),
-            Ok(Offload::Tcp(..)) if len > MAX_GSO_FRAME => self.pass.drops.oversize += 1,
-            Ok(offload @ Offload::Tcp(..)) => self.take_large(c, hdr, len, offload, max_frame),
-            Ok(_) if len > max_frame => {
+            Ok(_) if is_gso && len > MAX_GSO_FRAME => self.pass.drops.oversize += 1,
+            Ok(_) if !is_gso && len > max_frame => {
                 self.pass.drops.over_mtu += 1;
                 self.pass.drops.first_over_mtu.get_or_insert(len);
             }
+            // Policed after the checks, so that only a frame that would go
+            // on is charged, and before the copy, so that one dropped costs
+            // no copy.
+            Ok(_) if !self.policer.as_mut().is_none_or(|p| p.admit(len)) => {
+                self.pass.drops.policed += 1
+            }
+            Ok(offload @ Offload::Tcp(..)) => self.take_large(c, hdr, len, offload, max_frame),
             Ok(offload) if len > SLOT => self.take_large(c, hdr, len, offload, max_frame),
             Ok(Offload::None) => {
                 let slot = self.batch.next_slot().expect("batch flushed when full");
@@ -431,6 +457,54 @@ mod tests {
         assert!(got[..45].iter().all(|s| s.len() == 1514));
         assert_eq!(check_segments(&got[..45], LINUX_V4, 1448), payload);
         assert_eq!(used(&mut g)[0], (head, 0));
+    }
+
+    #[test]
+    fn frames_over_the_policer_are_dropped_uncopied_and_their_chains_completed() {
+        use crate::config::PortLimits;
+        let (mut r, mut g) = ring(32, RingFeatures::default());
+        let mut tx = TxService::new(HDR_LEN_MRG, TX_BATCH);
+        // 1 kpps with a burst of 1 kpkts, charged by the frame: the first
+        // 1000 frames pass at one instant, then none.
+        let limits = PortLimits {
+            ingress_policing_kpkts_rate: 1,
+            ingress_policing_kpkts_burst: 1,
+            ..PortLimits::NONE
+        };
+        let mut policer = IngressPolicer::new(&limits, vadapt_policy::Instant(0)).unwrap();
+        let mut passed = 0;
+        for round in 0..100 {
+            let heads: Vec<u16> = (0..12)
+                .map(|i| send(&mut g, i, &frame(i as u8, 60)))
+                .collect();
+            // A frame the checks drop is not charged: it is undersize first.
+            send(&mut g, 12, &frame(0, MIN_FRAME - 1));
+            let mut got = 0;
+            let pass =
+                tx.serve_policed(&mut r, &g.mem, ALL, Some(&mut policer), |b| got += b.len());
+            passed += got as u64;
+            assert_eq!(pass.packets, got as u64);
+            assert_eq!(pass.drops.policed, 12 - got as u64, "round {round}");
+            assert_eq!(pass.drops.undersize, 1);
+            let back = used(&mut g);
+            assert_eq!(back.len(), 13, "every chain given back, round {round}");
+            assert_eq!(
+                back[..12],
+                heads.iter().map(|&h| (h, 0)).collect::<Vec<_>>()[..]
+            );
+        }
+        assert_eq!(passed, 1000);
+        // The counters get the reason.
+        let st = QueueStats::default();
+        let mut pass = RingPass::default();
+        pass.drops.policed = 3;
+        pass.count_into(&st, Dir::Tx);
+        assert_eq!(dropped(&st, DropReason::Policed), 3);
+        // Time passes: a second earns 1000 frames again.
+        policer.refill(vadapt_policy::Instant(1_000_000_000));
+        send(&mut g, 0, &frame(1, 60));
+        let pass = tx.serve_policed(&mut r, &g.mem, ALL, Some(&mut policer), |_| {});
+        assert_eq!((pass.packets, pass.drops.policed), (1, 0));
     }
 
     #[test]

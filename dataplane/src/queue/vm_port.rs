@@ -9,8 +9,9 @@
 //! as transmit processing, exactly like the papers' vhost thread.
 
 use super::guest_offloads;
+use super::limits_slot::LimitsSlot;
 use super::policy_slot::{PolicyRequestError, PolicySlot};
-use crate::config::VmPortConfig;
+use crate::config::{PortLimits, VmPortConfig};
 use crate::frames::{Backlog, FrameBatch};
 use crate::log_limit::LogLimits;
 use crate::metrics::{DropReason, PortStats, WorkerStats};
@@ -51,6 +52,9 @@ pub struct VmPort {
     /// The port's policy: asked for, switched, retuned, parked between
     /// worker incarnations.
     pub(crate) policy: PolicySlot,
+    /// The port's rate limits (`cfg.limits` at first; `vadapt set-limits`
+    /// changes them here), and its worker's policers between incarnations.
+    pub(crate) limits: LimitsSlot,
     /// The connected frontend's socket (a clone), so that a shutdown or a
     /// misbehaving frontend can end the connection from any thread.
     pub(crate) live: Arc<Mutex<Option<UnixStream>>>,
@@ -96,6 +100,7 @@ impl VmPort {
             wake: EventFd::new(libc::EFD_NONBLOCK)?,
             waiting: AtomicBool::new(false),
             policy: PolicySlot::new(policy),
+            limits: LimitsSlot::new(cfg.limits),
             live: Arc::new(Mutex::new(None)),
             mem_guards: Mutex::new(Vec::new()),
             peer_lines: LogLimits::default(),
@@ -152,6 +157,21 @@ impl VmPort {
     /// The policy asked for.
     pub fn policy_config(&self) -> PolicyConfig {
         self.policy.config()
+    }
+
+    /// Change the port's rate limits (checked by the caller against its
+    /// configuration: [`PortLimits::check`]); its worker applies them after
+    /// its current pass, the frontend stays connected.
+    pub fn set_limits(&self, limits: PortLimits) {
+        self.limits.set(limits);
+        // A worker blocked waiting for a kick applies them when it wakes;
+        // one sleeping on a timer, when the timer ends.
+        self.kick_worker();
+    }
+
+    /// The port's rate limits now.
+    pub fn limits(&self) -> PortLimits {
+        self.limits.get()
     }
 
     /// End the frontend's connection (the port is reset and waits for a new

@@ -100,6 +100,19 @@ impl Sender {
         self.switch.forward(self.port, flow, frames, cache);
     }
 
+    /// As [`forward`](Self::forward), flooding only the frames `may_flood`
+    /// lets through ([`Switch::forward_gated`]).
+    pub fn forward_gated(
+        &self,
+        flow: u16,
+        frames: &FrameBatch,
+        cache: &mut FdbCache,
+        may_flood: impl FnMut(usize) -> bool,
+    ) {
+        self.switch
+            .forward_gated(self.port, flow, frames, cache, may_flood);
+    }
+
     /// The switch (for its table: learning, lookups).
     pub fn switch(&self) -> &Switch {
         &self.switch
@@ -133,6 +146,35 @@ mod tests {
         let sender = ingress.sender().expect("switch alive");
         sender.forward(0, &b, &mut FdbCache::default());
         assert_eq!(rec.0.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_flood_gate_is_asked_about_floods_only() {
+        let (sw, rec) = two_ports();
+        let sender = sw.ingress(1).sender().expect("switch alive");
+        let known = Mac([2, 0, 0, 0, 0, 0xa]);
+        sw.add_static(known, 0);
+        let frame = |dst: Mac| {
+            let mut f = [0u8; 60];
+            f[..6].copy_from_slice(&dst.0);
+            f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xb]);
+            f
+        };
+        let mut b = FrameBatch::new(4);
+        b.push(&frame(known)); // unicast to a known MAC: not asked
+        b.push(&frame(Mac::BROADCAST)); // asked, refused
+        b.push(&frame(Mac([1, 0, 0x5e, 0, 0, 1]))); // multicast: asked, let through
+        b.push(&frame(Mac([2, 0, 0, 0, 0, 0xc]))); // unknown unicast: asked, refused
+        let mut asked = Vec::new();
+        sender.forward_gated(0, &b, &mut FdbCache::default(), |i| {
+            asked.push(i);
+            i == 2
+        });
+        assert_eq!(asked, [1, 2, 3]);
+        let got = rec.0.lock().unwrap();
+        assert_eq!(got.len(), 2, "the unicast and the multicast frame");
+        assert_eq!(got[0][..6], known.0);
+        assert_eq!(got[1][0], 1);
     }
 
     #[test]

@@ -320,6 +320,21 @@ impl Switch {
 
     /// Forward every frame of `frames` that entered on `ingress` (queue `flow`).
     pub fn forward(&self, ingress: PortId, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) {
+        self.forward_gated(ingress, flow, frames, cache, |_| true);
+    }
+
+    /// As [`forward`](Self::forward), asking `may_flood` about each frame
+    /// (by its index) that would be flooded: broadcast, multicast and
+    /// unknown unicast; one it refuses goes nowhere (the caller's storm
+    /// control counts it). Its source is learned all the same.
+    pub fn forward_gated(
+        &self,
+        ingress: PortId,
+        flow: u16,
+        frames: &FrameBatch,
+        cache: &mut FdbCache,
+        mut may_flood: impl FnMut(usize) -> bool,
+    ) {
         if frames.is_empty() {
             return;
         }
@@ -346,6 +361,7 @@ impl Switch {
             match target {
                 Some(p) if p == ingress => {} // hairpin: drop, like a learning bridge
                 Some(p) if p < cache.nports => cache.groups[p].push(i as u16),
+                _ if !may_flood(i) => {}
                 _ => {
                     for p in 0..cache.nports {
                         if p != ingress && cache.egress[p].is_some() {
