@@ -20,7 +20,7 @@ use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
-use crate::switch::{FdbCache, Ingress, Sender};
+use crate::switch::{FdbCache, Forwarded, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
@@ -231,6 +231,27 @@ impl PortQueues {
         }
     }
 
+    /// Counts what the switch refused of pair `p`'s frames, and logs a
+    /// spoofed source (through the port's limit for the lines its guest
+    /// causes, as every other).
+    fn count_refused(&mut self, p: usize, refused: &Forwarded) {
+        refused.count_into(&self.port.stats, p);
+        let Some(src) = refused.spoofed_src else {
+            return;
+        };
+        if let Some(held_back) = self.port.may_log("spoofed source address") {
+            tracing::warn!(
+                port = self.port.name(),
+                queue = p,
+                src = %src,
+                dropped = refused.spoofed,
+                held_back,
+                "dropped frames from the guest whose source address is not the port's \
+                 (port security: its mac= and allowed_macs=)"
+            );
+        }
+    }
+
     /// Counts a pass over pair `p`'s ring in direction `dir` and logs its
     /// bad chains (rate-limited); `wrong_direction` names the bad chains
     /// the pass counts in `drops.wrong_direction`, if they are worth a line.
@@ -295,11 +316,13 @@ impl PortQueues {
             return (0, 0, false, 0);
         }
         let (sender, fdb) = (&self.sender, &mut self.fdb);
+        let mut refused = Forwarded::default();
         let pass = self.tx.serve(ring, &self.mem, budget, |batch| {
             if let Some(s) = sender {
-                s.forward(p as u16, batch, fdb);
+                refused.merge(s.forward(p as u16, batch, fdb));
             }
         });
+        self.count_refused(p, &refused);
         if pass.broke_ring {
             if let Some(held_back) = self.port.may_log("transmit ring corrupted") {
                 tracing::error!(
