@@ -84,7 +84,7 @@ pub struct Switch {
 ///
 /// Its memory is bounded whatever sources a guest sends from: `table` is
 /// a copy of the bounded shared table (plus what the frames of one batch
-/// taught), `refreshed` holds at most [`REFRESHED_MAX`] addresses, and the
+/// taught), `refreshed` holds at most 4,096 addresses (`REFRESHED_MAX`), and the
 /// rest is per port.
 #[derive(Debug, Default)]
 pub struct FdbCache {
