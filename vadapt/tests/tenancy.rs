@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
+use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, PortSpec, VmPortConfig};
 use vadapt_dataplane::control::{request, Request, Response};
-use vadapt_dataplane::switch::EntryKind;
+use vadapt_dataplane::switch::{EntryKind, FdbListing};
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
 use vadapt_policy::{PolicyConfig, PolicyKind};
@@ -145,5 +145,95 @@ fn a_guest_sending_as_another_vm_steals_none_of_its_traffic() {
     }
     assert_eq!(fdb.entries.iter().filter(|e| e.mac == VM1).count(), 1);
     assert_eq!(fdb.learned, 0, "no port learned anything: {fdb:?}");
+    d.shutdown();
+}
+
+/// The port a MAC is on in the daemon's table, and whether it is static.
+fn where_is(d: &Daemon, mac: Mac) -> Option<(String, EntryKind)> {
+    let l: FdbListing = d.switch().listing(vadapt_policy::Instant(0));
+    l.entries
+        .into_iter()
+        .find(|e| e.mac == mac)
+        .map(|e| (e.port, e.kind))
+}
+
+/// Live migration on one daemon, as `tests/interop/test_migration.py` does
+/// it with QEMU: the destination port is added with the VM's MAC while the
+/// VM runs behind the source port. The address stays with the source port
+/// until the destination's guest sends; then it is the destination's, and
+/// removing the source port leaves it there. A third port claiming it
+/// meanwhile is refused.
+#[test]
+fn a_migrating_vms_address_moves_to_the_destination_when_its_guest_speaks() {
+    let tmp = tmpdir("tenancy-migration");
+    let dir = tmp.path();
+    let d = Daemon::start(DaemonConfig {
+        vm: vec![vm(dir, "vma", VM1), vm(dir, "vmb", VM2)],
+        sink: vec![LocalPortConfig {
+            name: "sink0".into(),
+            mac: Some(SINK),
+        }],
+        policy: PolicyConfig::default_for(PolicyKind::Interrupt),
+        control: dir.join("control.sock"),
+        ..DaemonConfig::default()
+    })
+    .expect("daemon starts");
+    let stop_source = Arc::new(AtomicBool::new(false));
+    let source = spawn(
+        guest(&dir.join("vma.sock"), None, SINK, 1_000.0, 60_000),
+        Arc::clone(&stop_source),
+    );
+    settled(&d, |s| total(s, "vma", |q| q.tx_packets) > 10);
+    d.add_port(PortSpec::Vm(Box::new(vm(dir, "vma2", VM1))))
+        .expect("the destination port, with the VM's MAC");
+    let e = d
+        .add_port(PortSpec::Vm(Box::new(vm(dir, "vm3", VM1))))
+        .expect_err("a third owner");
+    assert!(e.contains("owned by 3 ports"), "{e}");
+    assert_eq!(where_is(&d, VM1), Some(("vma".into(), EntryKind::Static)));
+    let to_vm = |ms| {
+        let r = spawn(
+            guest(&dir.join("vmb.sock"), None, VM1, 5_000.0, ms),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .join()
+        .unwrap();
+        r.totals.sent_packets
+    };
+    let before = to_vm(500);
+    let s = settled(&d, |s| total(s, "vma", |q| q.rx_packets) == before);
+    assert_eq!(total(&s, "vma", |q| q.rx_packets), before, "to the source");
+    assert_eq!(
+        total(&s, "vma2", |q| q.rx_packets
+            + q.dropped.values().sum::<u64>()),
+        0
+    );
+    // The switch-over: the source's guest stops, the destination's speaks.
+    stop_source.store(true, Ordering::Relaxed);
+    source.join().unwrap();
+    let stop_dest = Arc::new(AtomicBool::new(false));
+    let dest = spawn(
+        guest(&dir.join("vma2.sock"), None, SINK, 1_000.0, 60_000),
+        Arc::clone(&stop_dest),
+    );
+    settled(&d, |s| total(s, "vma2", |q| q.tx_packets) > 10);
+    assert_eq!(where_is(&d, VM1), Some(("vma2".into(), EntryKind::Static)));
+    let after = to_vm(500);
+    let s = settled(&d, |s| total(s, "vma2", |q| q.rx_packets) == after);
+    assert_eq!(
+        total(&s, "vma2", |q| q.rx_packets),
+        after,
+        "to the destination"
+    );
+    assert_eq!(
+        total(&s, "vma", |q| q.rx_packets),
+        before,
+        "nothing more to the source"
+    );
+    d.remove_port("vma").expect("the source port goes");
+    assert_eq!(where_is(&d, VM1), Some(("vma2".into(), EntryKind::Static)));
+    stop_dest.store(true, Ordering::Relaxed);
+    let r = dest.join().unwrap();
+    assert_eq!(r.totals.recv_packets, after);
     d.shutdown();
 }
