@@ -104,7 +104,7 @@ fn main() {
             }
             let t = Instant::now();
             let pass = tx.serve(&mut ring, &mem, budget, |b| {
-                switch.forward(vm, 0, b, &mut fdb);
+                let _ = switch.forward(vm, 0, b, &mut fdb);
             });
             spent += t.elapsed();
             n += pass.packets;

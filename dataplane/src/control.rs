@@ -8,6 +8,7 @@ use crate::config::{PortLimits, PortSpec};
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use crate::socket_file::{self, Access, SocketFileError, SocketLedger};
+use crate::switch::FdbListing;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -73,6 +74,8 @@ pub enum Request {
         /// The limits, all of them (a field 0 or absent: no such limit).
         limits: PortLimits,
     },
+    /// The switch's forwarding table (`vadapt fdb`).
+    Fdb,
 }
 
 /// The largest P95 sample `cores-report` takes, µs: an hour. Anything
@@ -103,6 +106,11 @@ pub enum Response {
     Reloaded {
         /// The changes.
         report: ReloadReport,
+    },
+    /// The forwarding table.
+    Fdb {
+        /// Its addresses.
+        fdb: FdbListing,
     },
     /// Done.
     Ok,
@@ -291,7 +299,8 @@ pub const HANDLE_DEADLINE: Duration = Duration::from_secs(8);
 pub const MAX_CHANGES_IN_FLIGHT: usize = 8;
 
 /// Hands each request to the daemon's [`Handler`] so that no request can
-/// hold up another: those that only read (`stats`, `metrics`, `cores`)
+/// hold up another: those that only read (`stats`, `metrics`, `cores`,
+/// `fdb`)
 /// are answered at once on the server's runtime, since they take no lock
 /// a port operation holds while it waits; those that change ports or
 /// policies, which may wait on a frontend, a worker or the port book, run
@@ -391,13 +400,17 @@ impl Request {
             Request::DelPort { .. } => "del-port",
             Request::Reload => "reload",
             Request::SetLimits { .. } => "set-limits",
+            Request::Fdb => "fdb",
         }
     }
 
     /// Whether the request only reads counters or state (never waits on a
     /// port, a frontend or the port book).
     pub fn only_reads(&self) -> bool {
-        matches!(self, Request::Stats | Request::Metrics | Request::Cores)
+        matches!(
+            self,
+            Request::Stats | Request::Metrics | Request::Cores | Request::Fdb
+        )
     }
 }
 
@@ -446,6 +459,9 @@ mod tests {
                     stats: StatsSnapshot::default(),
                 },
                 Request::Metrics => Response::Metrics { text: "x".into() },
+                Request::Fdb => Response::Fdb {
+                    fdb: FdbListing::default(),
+                },
                 Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
                 Request::SetPolicy { port, .. }
                 | Request::Retune { port, .. }

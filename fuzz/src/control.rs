@@ -392,8 +392,9 @@ pub fn run(line: &[u8]) {
     };
     let known = |port: &str| ["a", "b"].contains(&port);
     match (&req, &resp) {
-        (Request::Stats, Response::Stats { .. }) | (Request::Metrics, Response::Metrics { .. }) => {
-        }
+        (Request::Stats, Response::Stats { .. })
+        | (Request::Metrics, Response::Metrics { .. })
+        | (Request::Fdb, Response::Fdb { .. }) => {}
         (Request::SetPolicy { port, .. } | Request::Retune { port, .. }, Response::Ok)
             if known(port) => {}
         (Request::Cores, Response::Cores { .. })
@@ -441,6 +442,7 @@ mod tests {
             include_bytes!("../seeds/control/cores"),
             include_bytes!("../seeds/control/set-cores"),
             include_bytes!("../seeds/control/cores-report"),
+            include_bytes!("../seeds/control/fdb"),
         ] {
             let line = input_line(seed).unwrap();
             serde_json::from_slice::<Request>(&line).unwrap();

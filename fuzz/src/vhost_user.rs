@@ -491,6 +491,9 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         // The harness's memfds are not sealed: accepting them keeps the
         // fuzzer past the memory table and exercises the SIGBUS guard.
         unsealed_memory: UnsealedMemory::Accept,
+        port_security: true,
+        allowed_macs: Vec::new(),
+        max_learned: None,
     };
     let freq = Arc::new(CpuFreq::unavailable("fuzzing"));
     let vm =

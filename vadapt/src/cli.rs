@@ -25,6 +25,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the running daemon's counters.
     Stats(StatsArgs),
+    /// Print the running daemon's forwarding table: each MAC address, its
+    /// port, whether it is static (a port's own, a sink's or echo's) or
+    /// learned, and its age.
+    Fdb(FdbArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
     /// Change one parameter of a VM port's running policy, keeping its state.
@@ -97,7 +101,8 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
     /// [,policy=POLICY][,packed=on|off][,rss=on|off][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
-    /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535][,ingress_policing_rate=KBPS]
+    /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535][,port_security=on|off]
+    /// [,allowed_macs=MAC:MAC...][,max_learned=N][,ingress_policing_rate=KBPS]
     /// [,ingress_policing_burst=KB][,ingress_policing_kpkts_rate=KPPS]
     /// [,ingress_policing_kpkts_burst=KPKTS][,storm_control_pps=PPS][,storm_control_burst=N]`.
     /// `packed`: offer packed
@@ -116,7 +121,14 @@ pub struct ServeArgs {
     /// moved, and that process must name the socket on its command line, or be the one
     /// `qemu_pidfile` names (needed under libvirt, which passes QEMU its monitor as a
     /// descriptor). `mtu`: offered as VIRTIO_NET_F_MTU; frames of up to MTU + 18 bytes
-    /// pass, longer ones are dropped (`over_mtu`); default 1500, not offered. Repeatable.
+    /// pass, longer ones are dropped (`over_mtu`); default 1500, not offered.
+    /// `port_security` (default on): the port owns its `mac` and `allowed_macs` (static in
+    /// the switch, no other port takes them) and the guest may send from them alone; other
+    /// frames are dropped (`spoofed_src`). A port with neither has no security; `off` lets
+    /// the guest send from any address. `allowed_macs`: separated by `:`, each written
+    /// `02-00-00-00-00-b1` or `02:00:00:00:00:b1`. `max_learned`: most addresses learned
+    /// from the port's guest (default: the config file's `max_learned_per_port`, 1024; the
+    /// table holds `mac_table_size`, 8192, in all). See docs/tenancy.md. Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
     /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.
@@ -227,6 +239,25 @@ pub struct StatsArgs {
     /// Print the Prometheus text exposition instead of a table.
     #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
+}
+
+/// `vadapt fdb`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A static address is a VM port's own (its mac= and allowed_macs=, with \
+    port security) or a sink's or echo's: it never ages, and no other port takes it; its age is \
+    the time since it was pinned or moved (a migrating VM's address moves to the destination \
+    port when its guest first sends). A learned address ages out after mac_ageing_s without a \
+    frame from it. At most mac_table_size addresses are learned; the counters \
+    (`vadapt stats`, vadapt_port_fdb_not_learned_total) count those that were not."
+)]
+pub struct FdbArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `vadapt add-port`: one port, as `serve` takes it.

@@ -1,6 +1,8 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
 mod cli;
+mod control_client;
+mod fdb;
 mod port_changes;
 mod serve;
 mod service_manager;
@@ -16,6 +18,7 @@ fn main() -> ExitCode {
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Stats(args) => serve::stats(args),
+        cli::Command::Fdb(args) => fdb::fdb(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Cores(args) => serve::cores(args),

@@ -15,6 +15,8 @@
 //! socket = "/run/vadapt/vm1.sock"
 //! queues = 2
 //! policy = { kind = "eekbp" }
+//! mac = "52:54:00:00:00:01"  # the port owns it: no other source (port security)
+//! allowed_macs = ["52:54:00:00:00:11"]
 //!
 //! [[vm]]              # QEMU listens: -chardev socket,path=..,server=on,wait=off
 //! name = "vm2"
@@ -42,15 +44,16 @@ pub use host_port::{parse_local_spec, parse_tap_spec, LocalPortConfig, TapPortCo
 pub use port_limits::{PortLimits, RateLimit, DEFAULT_BURST_KB, DEFAULT_KPKTS_BURST};
 pub use port_spec::PortSpec;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 pub use uplink_port::{parse_uplink_spec, UplinkPortConfig, XskMode, MAX_UPLINK_QUEUES};
 use vadapt_policy::PolicyConfig;
 use vadapt_qemu::peer_text::PeerText;
+use vadapt_wire::Mac;
 pub use vm_port::{
-    parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole, MAX_MTU, MAX_QUEUE_PAIRS,
-    MIN_MTU,
+    parse_mac_list, parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole,
+    MAX_ALLOWED_MACS, MAX_MTU, MAX_QUEUE_PAIRS, MIN_MTU,
 };
 
 /// The whole daemon configuration.
@@ -91,6 +94,19 @@ pub struct DaemonConfig {
     /// MAC table ageing time, seconds.
     #[serde(default = "default_ageing")]
     pub mac_ageing_s: u64,
+    /// Most learned addresses in the switch's table,
+    /// 1..=[`MAX_MAC_TABLE_SIZE`] (static ones, a port's own and a sink's
+    /// or echo's, are not counted): past it a new source is not learned
+    /// (`table_full`) and frames to it are flooded; default 8,192, OVS's
+    /// `mac-table-size`.
+    #[serde(default = "default_table_size")]
+    pub mac_table_size: usize,
+    /// Most addresses learned on one VM port at once (`port_limit`),
+    /// 1..=[`MAX_MAC_TABLE_SIZE`]; a port's `max_learned` overrides it.
+    /// TAP ports and uplinks, with networks behind them, are bounded by
+    /// `mac_table_size` alone. Default 1,024.
+    #[serde(default = "default_max_learned")]
+    pub max_learned_per_port: usize,
     /// Frames queued per destination queue before drops, per queue pair.
     #[serde(default = "default_backlog")]
     pub backlog: usize,
@@ -121,6 +137,19 @@ fn default_backlog() -> usize {
     1024
 }
 
+fn default_table_size() -> usize {
+    8192
+}
+
+fn default_max_learned() -> usize {
+    1024
+}
+
+/// Largest `mac_table_size` (and `max_learned_per_port`, a port's
+/// `max_learned`): a million addresses, some 100 MB of table and worker
+/// copies; no L2 domain a host serves needs more.
+pub const MAX_MAC_TABLE_SIZE: usize = 1 << 20;
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
@@ -135,6 +164,8 @@ impl Default for DaemonConfig {
             socket_group: None,
             cpus: Vec::new(),
             mac_ageing_s: default_ageing(),
+            mac_table_size: default_table_size(),
+            max_learned_per_port: default_max_learned(),
             backlog: default_backlog(),
             cores: Default::default(),
             netap_ml_model: None,
@@ -286,6 +317,25 @@ impl DaemonConfig {
                 p.validate()
                     .map_err(|e| field("vm.policy", format!("port `{}`: {e}", vm.name)))?;
             }
+            if vm.allowed_macs.len() > MAX_ALLOWED_MACS {
+                return Err(field(
+                    "vm.allowed_macs",
+                    format!(
+                        "{} addresses for port `{}`: at most {MAX_ALLOWED_MACS}",
+                        vm.allowed_macs.len(),
+                        vm.name
+                    ),
+                ));
+            }
+            if let Some(n) = vm.max_learned.filter(|&n| !table_size_ok(n)) {
+                return Err(field(
+                    "vm.max_learned",
+                    format!(
+                        "{n} for port `{}`: must be 1..={MAX_MAC_TABLE_SIZE} addresses",
+                        vm.name
+                    ),
+                ));
+            }
         }
         // Sink and echo MACs are pinned in the switch: each is unique, and
         // no VM port may claim one. Two VM ports may share a MAC: they are
@@ -308,18 +358,40 @@ impl DaemonConfig {
                 }
             }
         }
+        let mut owners: HashMap<Mac, Vec<&str>> = HashMap::new();
         for vm in &self.vm {
-            if let Some(m) = vm.mac {
+            let given = vm.mac.iter().map(|m| ("vm.mac", m));
+            for (key, &m) in given.chain(vm.allowed_macs.iter().map(|m| ("vm.allowed_macs", m))) {
                 if m.is_multicast() {
-                    return Err(field("vm.mac", format!("{m} is a multicast address")));
+                    return Err(field(key, format!("{m} is a multicast address")));
                 }
                 if macs.contains(&m) {
                     return Err(field(
-                        "vm.mac",
+                        key,
                         format!("{m} of port `{}` is a sink or echo port's", vm.name),
                     ));
                 }
             }
+            for m in vm.owned_macs() {
+                owners.entry(m).or_default().push(&vm.name);
+            }
+        }
+        // An owned address is static on its port; two ports own one only
+        // while a VM migrates between them (the source port, and the
+        // destination that takes the address when its guest speaks). A
+        // third could be a tenant claiming another's address.
+        let mut shared: Vec<_> = owners.into_iter().filter(|(_, o)| o.len() > 2).collect();
+        shared.sort_unstable();
+        if let Some((m, ports)) = shared.first() {
+            return Err(field(
+                "vm.mac",
+                format!(
+                    "{m} is owned by {} ports ({}): only a migrating VM's source and destination \
+                     ports may share an address (or set port_security=off on a port)",
+                    ports.len(),
+                    ports.join(", ")
+                ),
+            ));
         }
         for t in &self.tap {
             if t.name.len() > 15 {
@@ -349,6 +421,8 @@ impl DaemonConfig {
         if self.mac_ageing_s == 0 {
             return Err(field("mac_ageing_s", "must be at least 1 second"));
         }
+        check_table_size("mac_table_size", self.mac_table_size)?;
+        check_table_size("max_learned_per_port", self.max_learned_per_port)?;
         if !self.cpus.is_empty() {
             // The daemon's own affinity: CPUs the machine lacks, or that a
             // cpuset or `taskset` excluded, would fail later in the worker.
@@ -380,6 +454,24 @@ impl DaemonConfig {
             })?;
         }
         Ok(())
+    }
+}
+
+/// Whether `n` is a table size or learning bound: 1..=[`MAX_MAC_TABLE_SIZE`].
+fn table_size_ok(n: usize) -> bool {
+    (1..=MAX_MAC_TABLE_SIZE).contains(&n)
+}
+
+/// Daemon setting `key`, a table size or learning bound `n`, is
+/// [`table_size_ok`].
+fn check_table_size(key: &str, n: usize) -> Result<(), ConfigError> {
+    if table_size_ok(n) {
+        Ok(())
+    } else {
+        Err(field(
+            key,
+            format!("{n}: must be 1..={MAX_MAC_TABLE_SIZE} addresses"),
+        ))
     }
 }
 
@@ -607,6 +699,73 @@ mod tests {
         c.echo
             .push(parse_local_spec("--echo", "e0,mac=02:00:00:00:00:09").unwrap());
         assert!(c.validate().unwrap_err().to_string().contains("used twice"));
+    }
+
+    #[test]
+    fn owned_addresses_are_checked_and_at_most_two_ports_own_one() {
+        let mac = "52:54:00:00:00:01";
+        let vm = |name: &str, extra: &str| {
+            parse_vm_spec(&format!("name={name},socket=/tmp/{name}.sock,{extra}")).unwrap()
+        };
+        let mut c = base();
+        c.vm = vec![
+            vm("src", &format!("mac={mac}")),
+            vm("dst", &format!("mac={mac}")),
+        ];
+        c.validate().expect("a migrating VM's two ports");
+        c.vm.push(vm("third", &format!("allowed_macs={mac}")));
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("owned by 3 ports") && e.contains("src, dst, third"),
+            "{e}"
+        );
+        // A third port without security owns nothing: no conflict.
+        c.vm[2] = vm("third", &format!("mac={mac},port_security=off"));
+        c.validate().expect("port_security=off owns nothing");
+        let mut c = base();
+        c.vm = vec![vm("a", "allowed_macs=01:00:5e:00:00:01")];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("vm.allowed_macs") && e.contains("multicast"),
+            "{e}"
+        );
+        let mut c = base();
+        c.echo
+            .push(parse_local_spec("--echo", "e0,mac=02:00:00:00:00:09").unwrap());
+        c.vm = vec![vm("a", "allowed_macs=02:00:00:00:00:09")];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("vm.allowed_macs") && e.contains("echo"), "{e}");
+        let mut c = base();
+        c.vm[0].allowed_macs = (0..=MAX_ALLOWED_MACS as u8)
+            .map(|i| Mac([2, 0, 0, 0, 1, i]))
+            .collect();
+        assert!(c.validate().unwrap_err().to_string().contains("at most 64"));
+    }
+
+    #[test]
+    fn table_bounds_come_from_toml_and_are_checked() {
+        let c = DaemonConfig::default();
+        assert_eq!((c.mac_table_size, c.max_learned_per_port), (8192, 1024));
+        let text = "mac_table_size = 100\nmax_learned_per_port = 10\n[[vm]]\nname=\"a\"\nsocket=\"/x\"\nmax_learned = 3\nport_security = false\nallowed_macs = [\"02:00:00:00:00:b1\"]\n";
+        let c = DaemonConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        assert_eq!((c.mac_table_size, c.max_learned_per_port), (100, 10));
+        assert_eq!(c.vm[0].max_learned, Some(3));
+        assert!(!c.vm[0].port_security);
+        assert_eq!(c.vm[0].allowed_macs, vec![Mac([2, 0, 0, 0, 0, 0xb1])]);
+        for (bad, key) in [
+            ("mac_table_size = 0\n", "mac_table_size"),
+            ("max_learned_per_port = 0\n", "max_learned_per_port"),
+            ("mac_table_size = 2000000\n", "mac_table_size"),
+            (
+                "[[vm]]\nname=\"a\"\nsocket=\"/x\"\nmax_learned = 0\n",
+                "vm.max_learned",
+            ),
+        ] {
+            let e = DaemonConfig::from_toml(bad, Path::new("x.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -96,7 +96,33 @@ pub struct VmPortConfig {
     /// ([`crate::net::DEFAULT_MTU`]).
     #[serde(default)]
     pub mtu: Option<u16>,
+    /// Port security (`port_security=on|off`; default on): the port owns
+    /// its `mac` and `allowed_macs`, which are static in the switch from
+    /// the port's creation (no other port takes them, whatever it sends),
+    /// and a frame from the guest with any other source is dropped
+    /// (`spoofed_src`). Without `mac` and `allowed_macs` the port owns
+    /// nothing and has no security. Off: the guest may send from any
+    /// address, and the switch learns what it sends from (within
+    /// `max_learned`).
+    #[serde(default = "yes")]
+    pub port_security: bool,
+    /// More addresses the guest may send from besides `mac` (containers or
+    /// VRRP in the guest), at most [`MAX_ALLOWED_MACS`]: with port
+    /// security the port owns them as it owns `mac`. With them and no
+    /// `mac`, the port has security too.
+    #[serde(default)]
+    pub allowed_macs: Vec<Mac>,
+    /// Most addresses the switch learns from this port's guest at once
+    /// (1..=[`super::MAX_MAC_TABLE_SIZE`]); default: the daemon's
+    /// `max_learned_per_port`. A port with security learns none: its
+    /// addresses are its own, static.
+    #[serde(default)]
+    pub max_learned: Option<usize>,
 }
+
+/// Most `allowed_macs` of one VM port: each is a static entry in the
+/// switch, outside the table's bound, so their number is bounded here.
+pub const MAX_ALLOWED_MACS: usize = 64;
 
 /// Smallest `mtu` a port takes: IPv4's minimum (RFC 791), as Linux's `ETH_MIN_MTU`.
 pub const MIN_MTU: u16 = 68;
@@ -178,8 +204,56 @@ impl VmPortConfig {
             guest_iface: None,
             role: VmRole::default(),
             mtu: None,
+            port_security: true,
+            allowed_macs: Vec::new(),
+            max_learned: None,
         }
     }
+
+    /// The addresses the port owns (see
+    /// [`port_security`](Self::port_security)): `mac` and `allowed_macs`,
+    /// sorted, each once; none with port security off.
+    pub fn owned_macs(&self) -> Vec<Mac> {
+        if !self.port_security {
+            return Vec::new();
+        }
+        let mut v: Vec<Mac> = self.mac.iter().chain(&self.allowed_macs).copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// `allowed_macs=` of a `--vm` spec: addresses separated by `:`, as
+/// `--uplink cpus=A:B` separates CPUs (`,` separates the spec's keys). An
+/// address in the list may be written with `-`
+/// (`02-00-00-00-00-b1:02-00-00-00-00-b2`) or with `:`, in which case the
+/// list is read six bytes at a time (`02:00:00:00:00:b1:02:00:00:00:00:b2`).
+pub fn parse_mac_list(v: &str) -> Result<Vec<Mac>, String> {
+    let bad = || {
+        format!(
+            "`{v}` is not MAC addresses separated by `:` (write each as 02-00-00-00-00-b1, \
+             or as 02:00:00:00:00:b1)"
+        )
+    };
+    let parts: Vec<&str> = v.split(':').collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < parts.len() {
+        let one = if parts[i].contains('-') {
+            i += 1;
+            parts[i - 1].to_string()
+        } else {
+            let bytes = parts.get(i..i + 6).ok_or_else(bad)?;
+            if bytes.iter().any(|b| b.contains('-')) {
+                return Err(bad());
+            }
+            i += 6;
+            bytes.join(":")
+        };
+        out.push(one.parse::<Mac>().map_err(|_| bad())?);
+    }
+    Ok(out)
 }
 
 /// Which end of a VM port's vhost-user socket vadapt is.
@@ -254,6 +328,9 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut guest_iface = None;
     let mut role = VmRole::default();
     let mut mtu = None;
+    let mut port_security = true;
+    let mut allowed_macs = Vec::new();
+    let mut max_learned = None;
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -311,12 +388,33 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     )
                 })?)
             }
+            "port_security" => {
+                port_security = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(field(
+                            "--vm port_security",
+                            format!("`{v}` is not on or off"),
+                        ))
+                    }
+                }
+            }
+            "allowed_macs" => {
+                allowed_macs =
+                    parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e))?
+            }
+            "max_learned" => {
+                max_learned = Some(v.parse::<usize>().map_err(|_| {
+                    field("--vm max_learned", format!("`{v}` is not a number"))
+                })?)
+            }
             k if limits.set_key("--vm", k, v)? => {}
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, {})",
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, max_learned, {})",
                         PortLimits::KEYS.join(", ")
                     ),
                 ))
@@ -351,6 +449,9 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         guest_iface,
         role,
         mtu,
+        port_security,
+        allowed_macs,
+        max_learned,
     })
 }
 
@@ -373,6 +474,58 @@ mod tests {
         assert!(parse_vm_spec("name=a,socket=/s,rss=on").unwrap().rss);
         let e = parse_vm_spec("name=a,socket=/s,rss=yes").unwrap_err();
         assert!(e.to_string().contains("--vm rss"), "{e}");
+    }
+
+    #[test]
+    fn port_security_keys_parse() {
+        let v = parse_vm_spec("name=a,socket=/s,mac=02:00:00:00:00:a1").unwrap();
+        assert!(v.port_security && v.allowed_macs.is_empty() && v.max_learned.is_none());
+        assert_eq!(v.owned_macs(), vec![Mac([2, 0, 0, 0, 0, 0xa1])]);
+        let v = parse_vm_spec(
+            "name=a,socket=/s,mac=02:00:00:00:00:a1,allowed_macs=02-00-00-00-00-b2:02-00-00-00-00-b1,max_learned=8",
+        )
+        .unwrap();
+        let (a1, b1, b2) = (
+            Mac([2, 0, 0, 0, 0, 0xa1]),
+            Mac([2, 0, 0, 0, 0, 0xb1]),
+            Mac([2, 0, 0, 0, 0, 0xb2]),
+        );
+        assert_eq!(v.allowed_macs, vec![b2, b1]);
+        assert_eq!(v.owned_macs(), vec![a1, b1, b2]);
+        assert_eq!(v.max_learned, Some(8));
+        let v = parse_vm_spec("name=a,socket=/s,mac=02:00:00:00:00:a1,port_security=off").unwrap();
+        assert!(!v.port_security && v.owned_macs().is_empty());
+        for bad in ["port_security=yes", "max_learned=many", "allowed_macs=zz"] {
+            let e = parse_vm_spec(&format!("name=a,socket=/s,{bad}"))
+                .unwrap_err()
+                .to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(e.contains(&format!("--vm {key}")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_mac_list_is_separated_by_colons_each_written_either_way() {
+        let (b1, b2) = (Mac([2, 0, 0, 0, 0, 0xb1]), Mac([2, 0, 0, 0, 0, 0xb2]));
+        assert_eq!(parse_mac_list("02:00:00:00:00:b1"), Ok(vec![b1]));
+        assert_eq!(parse_mac_list("02-00-00-00-00-b1"), Ok(vec![b1]));
+        assert_eq!(
+            parse_mac_list("02:00:00:00:00:b1:02:00:00:00:00:b2"),
+            Ok(vec![b1, b2])
+        );
+        assert_eq!(
+            parse_mac_list("02-00-00-00-00-b1:02:00:00:00:00:b2"),
+            Ok(vec![b1, b2])
+        );
+        for bad in [
+            "",
+            "02:00:00:00:00",
+            "02:00:00:00:00:b1:02",
+            "02:00:00:00:00-b1",
+            "zz:00:00:00:00:01",
+        ] {
+            assert!(parse_mac_list(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub type ConfigSource = Box<dyn Fn() -> Result<DaemonConfig, String> + Send + Sy
 
 struct Shared {
     registry: Arc<Registry>,
+    /// The switch, for its table (`vadapt fdb`).
+    switch: Arc<Switch>,
     /// The VM ports running now.
     roster: Arc<Roster>,
     /// Every port, to add and remove them.
@@ -52,6 +54,9 @@ impl Handler for Shared {
             },
             Request::Metrics => Response::Metrics {
                 text: self.registry.prometheus_text(),
+            },
+            Request::Fdb => Response::Fdb {
+                fdb: self.switch.listing(crate::clock::coarse_now()),
             },
             Request::SetPolicy { port, policy } => match self.set_policy(&port, policy) {
                 Ok(()) => Response::Ok,
@@ -269,7 +274,10 @@ impl Daemon {
     pub fn start_until(cfg: DaemonConfig, stop: Arc<AtomicBool>) -> Result<Daemon, DaemonError> {
         prepare(&cfg)?;
         let registry = Arc::new(Registry::default());
-        let switch = Arc::new(Switch::new(Duration::from_secs(cfg.mac_ageing_s)));
+        let switch = Arc::new(Switch::with_table_size(
+            Duration::from_secs(cfg.mac_ageing_s),
+            cfg.mac_table_size,
+        ));
         // Until start-up is complete, a failure stops what was started and
         // removes the sockets already created.
         let mut started = Started::new(Arc::clone(&stop));
@@ -299,6 +307,7 @@ impl Daemon {
         services::workload_estimate(&roster, &mut started)?;
         let shared = Arc::new(Shared {
             registry: Arc::clone(&registry),
+            switch: Arc::clone(&switch),
             roster,
             book,
             cores,
@@ -550,15 +559,17 @@ mod tests {
         let status = Arc::new(CoresStatus::default());
         let registry = Arc::new(Registry::default());
         let roster = Arc::new(Roster::default());
+        let switch = Arc::new(Switch::new(Duration::from_secs(300)));
         let maker = ports::PortMaker::new(
             &DaemonConfig::default(),
-            Arc::new(Switch::new(Duration::from_secs(300))),
+            Arc::clone(&switch),
             Arc::clone(&registry),
             None,
             SocketLedger::default(),
         );
         let shared = Shared {
             registry,
+            switch,
             book: Arc::new(Mutex::new(PortBook::new(
                 maker,
                 Arc::clone(&roster),

@@ -242,6 +242,11 @@ fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
     check("policy", old.policy == new.policy);
     check("backlog", old.backlog == new.backlog);
     check("mac_ageing_s", old.mac_ageing_s == new.mac_ageing_s);
+    check("mac_table_size", old.mac_table_size == new.mac_table_size);
+    check(
+        "max_learned_per_port",
+        old.max_learned_per_port == new.max_learned_per_port,
+    );
     check("socket_group", old.socket_group == new.socket_group);
     check("netap_ml_model", old.netap_ml_model == new.netap_ml_model);
     check("cores", old.cores == new.cores);

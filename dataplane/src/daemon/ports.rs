@@ -14,7 +14,7 @@ use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
 use crate::socket_file::SocketLedger;
-use crate::switch::{Echo, PortId, Sink, Switch, Tap};
+use crate::switch::{Echo, PortId, PortRules, Sink, Switch, Tap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -137,7 +137,13 @@ impl PortMaker {
                 None,
             ),
         };
-        let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
+        let rules = PortRules {
+            owned: vm.owned_macs(),
+            max_learned: Some(vm.max_learned.unwrap_or(cfg.max_learned_per_port)),
+        };
+        let id = self
+            .switch
+            .add_port_with(port.clone(), Arc::clone(&port.stats), rules);
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));
         self.registry.add_worker(Arc::clone(&port.worker_stats));

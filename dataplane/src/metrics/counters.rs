@@ -53,13 +53,17 @@ pub enum DropReason {
     /// Frame the switch would have flooded (broadcast, multicast, unknown
     /// unicast) over its ingress port's `storm_control_pps`.
     Storm,
+    /// A frame from a guest whose source address is not its port's (port
+    /// security: the port's `mac=` and `allowed_macs=`), dropped by the
+    /// switch.
+    SpoofedSrc,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -75,6 +79,7 @@ impl DropReason {
         DropReason::BadVnetHdr,
         DropReason::Policed,
         DropReason::Storm,
+        DropReason::SpoofedSrc,
         DropReason::Other,
     ];
 
@@ -96,8 +101,48 @@ impl DropReason {
             DropReason::BadVnetHdr => "bad_vnet_hdr",
             DropReason::Policed => "policed",
             DropReason::Storm => "storm",
+            DropReason::SpoofedSrc => "spoofed_src",
             DropReason::Other => "other",
         }
+    }
+}
+
+/// Why the switch did not learn a frame's source address. The frame
+/// itself is forwarded all the same: only the table does not take its
+/// source (frames to that address keep being flooded, or keep going where
+/// the table has it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotLearned {
+    /// The table holds `mac_table_size` learned addresses already.
+    TableFull,
+    /// The port holds as many learned addresses as it may
+    /// (`max_learned_per_port`, or the port's `max_learned`).
+    PortLimit,
+    /// Another port owns the address: a VM port's `mac=` or
+    /// `allowed_macs=`, or a sink's or echo's MAC.
+    OwnedElsewhere,
+}
+
+impl NotLearned {
+    /// Every reason, in export order.
+    pub const ALL: [NotLearned; 3] = [
+        NotLearned::TableFull,
+        NotLearned::PortLimit,
+        NotLearned::OwnedElsewhere,
+    ];
+
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotLearned::TableFull => "table_full",
+            NotLearned::PortLimit => "port_limit",
+            NotLearned::OwnedElsewhere => "owned_elsewhere",
+        }
+    }
+
+    /// Its index in [`NotLearned::ALL`] (and in [`PortStats::not_learned`]).
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -190,6 +235,11 @@ pub struct PortStats {
     /// SIGBUS survived) and logging ended for the port (VM ports, see
     /// `crate::migration`).
     pub dirty_log_shrank: AtomicU64,
+    /// Source addresses of the port's frames the switch did not learn, by
+    /// reason, indexed like [`NotLearned::ALL`]: once per source and
+    /// second per worker while it keeps sending, not once per frame (see
+    /// `crate::switch`'s learning).
+    pub not_learned: [AtomicU64; NotLearned::ALL.len()],
     /// Per queue pair.
     pub queues: Vec<QueueStats>,
 }
@@ -212,6 +262,7 @@ impl PortStats {
             ctrl_refused: AtomicU64::new(0),
             dirty_log_shrank: AtomicU64::new(0),
             memory_bytes: AtomicU64::new(0),
+            not_learned: Default::default(),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
         }
     }

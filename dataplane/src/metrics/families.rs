@@ -166,6 +166,15 @@ pub const PORT_DIRTY_LOG_SHRANK: Family = Family {
     doc: "times the frontend's dirty-page log shrank under the daemon (an unsealed log on an `unsealed_memory = \"accept\"` port; SIGBUS survived) and logging ended for the port",
 };
 
+/// Source addresses the switch did not learn, by reason.
+pub const PORT_FDB_NOT_LEARNED: Family = Family {
+    name: "vadapt_port_fdb_not_learned",
+    kind: Kind::Counter,
+    labels: &["port", "reason"],
+    help: "Source addresses of the port's frames the switch did not learn, by reason (the frames are forwarded all the same).",
+    doc: "source addresses of the port's frames the switch did not learn (the frames are forwarded all the same), once per source and second per worker: `reason=\"table_full\"` the table holds `mac_table_size` learned addresses, `reason=\"port_limit\"` the port holds its `max_learned_per_port`, `reason=\"owned_elsewhere\"` another port owns the address (its `mac=`, `allowed_macs=`, a sink's or echo's MAC)",
+};
+
 /// A queue worker's CPU time.
 pub const WORKER_CPU: Family = Family {
     name: "vadapt_worker_cpu_seconds",
@@ -212,7 +221,7 @@ pub const WORKER_SLEEP_OVERSHOOT: Family = Family {
 };
 
 /// Every family above, in the order the export writes them.
-pub const ALL: [&Family; 22] = [
+pub const ALL: [&Family; 23] = [
     &QUEUE_PACKETS,
     &QUEUE_BYTES,
     &QUEUE_KICKS,
@@ -230,6 +239,7 @@ pub const ALL: [&Family; 22] = [
     &PORT_GUEST_MEMORY,
     &PORT_CTRL_COMMANDS,
     &PORT_DIRTY_LOG_SHRANK,
+    &PORT_FDB_NOT_LEARNED,
     &WORKER_CPU,
     &WORKER_BUSY_CYCLES,
     &WORKER_PASSES,

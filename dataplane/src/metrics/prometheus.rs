@@ -2,7 +2,7 @@
 //! `prometheus-client` writes) or the text format 0.0.4, each family
 //! written through its one declaration in `families.rs`.
 
-use super::counters::{DropReason, PortStats, WorkerStats, WAKE_CAUSES};
+use super::counters::{DropReason, NotLearned, PortStats, WorkerStats, WAKE_CAUSES};
 use super::families as f;
 use super::registry::Registry;
 use super::text004::openmetrics_to_prometheus;
@@ -155,6 +155,12 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
     let mut m = f::PORT_DIRTY_LOG_SHRANK.encode(enc)?;
     for p in ports.iter().filter(|p| p.kind == "vm") {
         m.counter(&[&p.name], p.dirty_log_shrank.load(Relaxed))?;
+    }
+    let mut m = f::PORT_FDB_NOT_LEARNED.encode(enc)?;
+    for p in ports {
+        for (r, v) in NotLearned::ALL.iter().zip(&p.not_learned) {
+            m.counter(&[&p.name, r.as_str()], v.load(Relaxed))?;
+        }
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! What `vadapt stats --json` prints: a copy of every counter.
 
-use super::counters::{DropReason, PortStats, WorkerStats, WAKE_CAUSES};
+use super::counters::{DropReason, NotLearned, PortStats, WorkerStats, WAKE_CAUSES};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -52,6 +52,10 @@ pub struct PortSnapshot {
     /// Times the frontend's dirty-page log shrank and logging ended.
     #[serde(default)]
     pub dirty_log_shrank: u64,
+    /// Source addresses the switch did not learn, by reason (only
+    /// non-zero reasons; see [`NotLearned`]).
+    #[serde(default)]
+    pub fdb_not_learned: BTreeMap<String, u64>,
     /// Queue pairs.
     pub queues: Vec<QueueSnapshot>,
 }
@@ -143,6 +147,12 @@ impl PortSnapshot {
             ctrl_accepted: p.ctrl_accepted.load(Relaxed),
             ctrl_refused: p.ctrl_refused.load(Relaxed),
             dirty_log_shrank: p.dirty_log_shrank.load(Relaxed),
+            fdb_not_learned: NotLearned::ALL
+                .iter()
+                .zip(&p.not_learned)
+                .filter(|(_, c)| c.load(Relaxed) != 0)
+                .map(|(r, c)| (r.as_str().to_string(), c.load(Relaxed)))
+                .collect(),
             queues: p
                 .queues
                 .iter()

@@ -92,6 +92,9 @@ impl StatsSnapshot {
                     "", p.dirty_log_shrank
                 );
             }
+            for (r, n) in &p.fdb_not_learned {
+                let _ = writeln!(s, "{:>24} source addresses not learned, {r}: {n}", "");
+            }
         }
         let _ = writeln!(
             s,

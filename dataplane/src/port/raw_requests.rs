@@ -120,8 +120,10 @@ pub(super) fn reply(fd: RawFd, code: u32, ok: bool) -> std::io::Result<()> {
 impl Connection {
     /// `SEND_RARP`: sends the RARP announcement of `mac` into the switch
     /// from this port, as if the guest had sent it. Refused unless the
-    /// frontend acked `VHOST_USER_PROTOCOL_F_RARP`, and for an address no
-    /// guest could send from (group, or all zeros).
+    /// frontend acked `VHOST_USER_PROTOCOL_F_RARP`, for an address no
+    /// guest could send from (group, or all zeros), and for one the port's
+    /// guest may not send from (port security; the switch drops and counts
+    /// it as `spoofed_src`).
     pub fn announce(&mut self, mac: Mac) -> Result<(), String> {
         use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
         if self.protocol & P::RARP.bits() == 0 {
@@ -132,15 +134,24 @@ impl Connection {
         }
         let mut frames = crate::frames::FrameBatch::new(1);
         frames.push(&vadapt_wire::rarp::rarp_announcement(mac));
-        let sent = self
+        let refused = self
             .port
             .ingress()
-            .is_some_and(|i| i.forward(0, &frames, &mut crate::switch::FdbCache::default()));
+            .and_then(|i| i.forward(0, &frames, &mut crate::switch::FdbCache::default()));
+        if let Some(r) = &refused {
+            r.count_into(&self.port.stats, 0);
+            if r.spoofed > 0 {
+                return Err(format!(
+                    "SEND_RARP for {mac}, not an address the port owns (port security: \
+                     its mac= and allowed_macs=)"
+                ));
+            }
+        }
         if let Some(held_back) = self.port.may_log("SEND_RARP announced") {
             tracing::info!(
                 port = self.port.name(),
                 %mac,
-                sent,
+                sent = refused.is_some(),
                 held_back,
                 "announced the VM's MAC for its frontend (SEND_RARP, after a live migration)"
             );

@@ -100,7 +100,7 @@ impl Pair {
         let pass = self
             .tx
             .serve(&mut self.a_ring, &self.a.mem, UNLIMITED, |b| {
-                sw.forward(0, 0, b, fdb)
+                let _ = sw.forward(0, 0, b, fdb);
             });
         assert!(
             pass.packets > 0 && pass.drops == Default::default(),

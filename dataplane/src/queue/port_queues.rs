@@ -21,7 +21,7 @@ use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::policing::PortPolicers;
 use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
-use crate::switch::{FdbCache, Ingress, Sender};
+use crate::switch::{FdbCache, Forwarded, Ingress, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
@@ -242,6 +242,27 @@ impl PortQueues {
         }
     }
 
+    /// Counts what the switch refused of pair `p`'s frames, and logs a
+    /// spoofed source (through the port's limit for the lines its guest
+    /// causes, as every other).
+    fn count_refused(&mut self, p: usize, refused: &Forwarded) {
+        refused.count_into(&self.port.stats, p);
+        let Some(src) = refused.spoofed_src else {
+            return;
+        };
+        if let Some(held_back) = self.port.may_log("spoofed source address") {
+            tracing::warn!(
+                port = self.port.name(),
+                queue = p,
+                src = %src,
+                dropped = refused.spoofed,
+                held_back,
+                "dropped frames from the guest whose source address is not the port's \
+                 (port security: its mac= and allowed_macs=)"
+            );
+        }
+    }
+
     /// Counts a pass over pair `p`'s ring in direction `dir` and logs its
     /// bad chains (rate-limited); `wrong_direction` names the bad chains
     /// the pass counts in `drops.wrong_direction`, if they are worth a line.
@@ -311,22 +332,24 @@ impl PortQueues {
         let (policer, mut storm) = self.policers.parts();
         let (sender, fdb) = (&self.sender, &mut self.fdb);
         let mut storm_drops = 0u64;
+        let mut refused = Forwarded::default();
         let pass = self
             .tx
             .serve_policed(ring, &self.mem, budget, policer, |batch| {
                 let Some(s) = sender else { return };
-                match storm.as_deref_mut() {
+                refused.merge(match storm.as_deref_mut() {
                     None => s.forward(p as u16, batch, fdb),
                     Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| {
                         let ok = bucket.take(1);
                         storm_drops += u64::from(!ok);
                         ok
                     }),
-                }
+                });
             });
         if storm_drops > 0 {
             self.qstats(p).drop(DropReason::Storm, storm_drops);
         }
+        self.count_refused(p, &refused);
         if pass.broke_ring {
             if let Some(held_back) = self.port.may_log("transmit ring corrupted") {
                 tracing::error!(

@@ -66,7 +66,7 @@ fn port_churn_beside_a_mac_spray_never_stops_forwarding() {
             }
             let mut cache = FdbCache::default();
             while !done.load(Ordering::Relaxed) {
-                sw.forward(sender, 0, &batch, &mut cache);
+                let _ = sw.forward(sender, 0, &batch, &mut cache);
                 forwarded.fetch_add(1, Ordering::Relaxed);
             }
         })
@@ -92,7 +92,7 @@ fn port_churn_beside_a_mac_spray_never_stops_forwarding() {
                         &[0; 46],
                     ));
                 }
-                sw.forward(sprayer, 0, &batch, &mut cache);
+                let _ = sw.forward(sprayer, 0, &batch, &mut cache);
             }
         })
     });

@@ -62,7 +62,9 @@ impl Egress for Echo {
                     // the side store full sends the batch first.
                     if !batch.push_from(frames, usize::from(i)) {
                         q.add(Dir::Tx, batch.len() as u64, batch.bytes());
-                        ingress.forward(flow, batch, cache);
+                        if let Some(f) = ingress.forward(flow, batch, cache) {
+                            f.count_into(&self.stats, 0);
+                        }
                         batch.clear();
                         batch.push_from(frames, usize::from(i));
                     }
@@ -76,7 +78,9 @@ impl Egress for Echo {
                     }
                 }
                 q.add(Dir::Tx, batch.len() as u64, batch.bytes());
-                ingress.forward(flow, batch, cache);
+                if let Some(f) = ingress.forward(flow, batch, cache) {
+                    f.count_into(&self.stats, 0);
+                }
             }
         });
     }
@@ -125,7 +129,7 @@ mod tests {
         s.extend_from_slice(&vmac.0);
         s.extend_from_slice(&[0x08, 0x00, 7]);
         b.push(&s);
-        sw.forward(vm, 0, &b, &mut FdbCache::default());
+        let _ = sw.forward(vm, 0, &b, &mut FdbCache::default());
 
         let got = rec.0.lock().unwrap();
         assert_eq!(got.len(), 1);

@@ -9,6 +9,7 @@
 //! once ([`Ingress::sender`]) rather than upgrading on every pass.
 
 use super::egress::PortId;
+use super::forwarded::Forwarded;
 use super::learning_switch::{FdbCache, Switch};
 use crate::frames::FrameBatch;
 use std::sync::{Arc, Weak};
@@ -42,17 +43,18 @@ impl Ingress {
         self.port
     }
 
-    /// Forward `frames` as having entered on this port (queue `flow`);
-    /// `false` if the switch is gone (the daemon is stopping), and nothing
-    /// was sent.
-    pub fn forward(&self, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) -> bool {
-        match self.switch.upgrade() {
-            Some(sw) => {
-                sw.forward(self.port, flow, frames, cache);
-                true
-            }
-            None => false,
-        }
+    /// Forward `frames` as having entered on this port (queue `flow`):
+    /// what the switch refused, for the port to count; `None` if the switch
+    /// is gone (the daemon is stopping), and nothing was sent.
+    pub fn forward(
+        &self,
+        flow: u16,
+        frames: &FrameBatch,
+        cache: &mut FdbCache,
+    ) -> Option<Forwarded> {
+        self.switch
+            .upgrade()
+            .map(|sw| sw.forward(self.port, flow, frames, cache))
     }
 
     /// Learn `mac` on this port now, unless another port has it (a port's
@@ -95,9 +97,10 @@ impl Sender {
         self.port
     }
 
-    /// Forward `frames` as having entered on this port (queue `flow`).
-    pub fn forward(&self, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) {
-        self.switch.forward(self.port, flow, frames, cache);
+    /// Forward `frames` as having entered on this port (queue `flow`):
+    /// what the switch refused, for the port to count.
+    pub fn forward(&self, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) -> Forwarded {
+        self.switch.forward(self.port, flow, frames, cache)
     }
 
     /// As [`forward`](Self::forward), flooding only the frames `may_flood`
@@ -108,9 +111,9 @@ impl Sender {
         frames: &FrameBatch,
         cache: &mut FdbCache,
         may_flood: impl FnMut(usize) -> bool,
-    ) {
+    ) -> Forwarded {
         self.switch
-            .forward_gated(self.port, flow, frames, cache, may_flood);
+            .forward_gated(self.port, flow, frames, cache, may_flood)
     }
 
     /// The switch (for its table: learning, lookups).
@@ -141,10 +144,10 @@ mod tests {
         b.push(&[0xff; 60]); // broadcast: flooded to every port but the ingress
         let ingress = sw.ingress(1);
         assert_eq!(ingress.port(), 1);
-        assert!(ingress.forward(0, &b, &mut FdbCache::default()));
+        assert!(ingress.forward(0, &b, &mut FdbCache::default()).is_some());
         assert_eq!(rec.0.lock().unwrap().len(), 1, "to port 0 only");
         let sender = ingress.sender().expect("switch alive");
-        sender.forward(0, &b, &mut FdbCache::default());
+        assert!(sender.forward(0, &b, &mut FdbCache::default()).is_quiet());
         assert_eq!(rec.0.lock().unwrap().len(), 2);
     }
 
@@ -184,7 +187,7 @@ mod tests {
         drop(sw);
         let mut b = FrameBatch::new(1);
         b.push(&[0xff; 60]);
-        assert!(!ingress.forward(0, &b, &mut FdbCache::default()));
+        assert!(ingress.forward(0, &b, &mut FdbCache::default()).is_none());
         assert!(ingress.sender().is_none());
         assert!(rec.0.lock().unwrap().is_empty());
     }

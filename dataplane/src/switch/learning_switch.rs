@@ -14,16 +14,29 @@
 //! `tracing_mutex`'s, which panic at the first acquisition that closes a
 //! cycle in the order, deadlock or not.
 //!
+//! # Tenants
+//!
+//! A port's [`PortRules`] come with it: the addresses it owns are static on
+//! it from its creation, its frames must come from them (port security),
+//! and what it learns is bounded, as the whole table is (see `fdb.rs`).
+//! The rules are copied into each worker's cache with the ports, and a
+//! frame's check is part of its flow's cached [`Route`]: a stream of frames
+//! with one pair of addresses is checked once, not per frame.
+//!
 //! Its times come from [`coarse_now`]: learning and ageing count in
 //! seconds, and `forward` reads the clock once a batch, where a precise
 //! read had cost a busy-poll pass of a few frames several nanoseconds a
 //! frame.
 
 use super::egress::{Egress, PortId};
+use super::fdb::{Fdb, DEFAULT_TABLE_SIZE};
+use super::fdb_listing::{EntryKind, FdbListing, FdbRow};
+use super::forwarded::Forwarded;
+use super::port_rules::PortRules;
 use crate::clock::coarse_now;
 use crate::frames::FrameBatch;
 use crate::lock_order::{Mutex, MutexGuard};
-use crate::metrics::PortStats;
+use crate::metrics::{NotLearned, PortStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,22 +47,23 @@ use vadapt_wire::Mac;
 struct PortEntry {
     egress: Arc<dyn Egress>,
     stats: Arc<PortStats>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct FdbEntry {
-    port: PortId,
-    seen: Instant,
-    is_static: bool,
+    rules: Arc<PortRules>,
 }
 
 /// What the switch's one lock guards.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Tables {
     /// By [`PortId`]; `None`: a removed port's slot, free for the next.
     ports: Vec<Option<PortEntry>>,
     /// The forwarding table.
-    fdb: HashMap<Mac, FdbEntry>,
+    fdb: Fdb,
+}
+
+impl Tables {
+    /// Port `id`'s rules, if it is there.
+    fn rules(&self, id: PortId) -> Option<&PortRules> {
+        self.ports.get(id)?.as_ref().map(|p| &*p.rules)
+    }
 }
 
 /// The switch.
@@ -67,11 +81,18 @@ pub struct Switch {
 }
 
 /// A worker's lock-free view of the forwarding table.
+///
+/// Its memory is bounded whatever sources a guest sends from: `table` is
+/// a copy of the bounded shared table (plus what the frames of one batch
+/// taught), `refreshed` holds at most 4,096 addresses (`REFRESHED_MAX`), and the
+/// rest is per port.
 #[derive(Debug, Default)]
 pub struct FdbCache {
     generation: u64,
     table: HashMap<Mac, PortId>,
-    refreshed: HashMap<Mac, Instant>,
+    /// When each source this worker sees was last asserted in the shared
+    /// table, and whether it was learned then.
+    refreshed: HashMap<Mac, Asserted>,
     nports: usize,
     groups: Vec<Vec<u16>>,
     /// The ports at `generation` (`None`: a free slot), so that delivery
@@ -79,9 +100,37 @@ pub struct FdbCache {
     /// not take the ports' lock inside itself, and a port added or removed
     /// meanwhile waits for no delivery.
     egress: Vec<Option<Arc<dyn Egress>>>,
+    /// Each port's rules at `generation` (`None`: a free slot), so that a
+    /// frame's source is checked without a lock.
+    rules: Vec<Option<Arc<PortRules>>>,
     /// The last flow routed, reused while the table stands (see [`Route`]).
     last_route: Option<Route>,
 }
+
+impl FdbCache {
+    /// Addresses in its copy of the table, and sources it remembers
+    /// asserting (tests: both are bounded).
+    #[cfg(test)]
+    pub(super) fn sizes(&self) -> (usize, usize) {
+        (self.table.len(), self.refreshed.len())
+    }
+}
+
+/// A source's last assertion in the shared table, by one worker.
+#[derive(Clone, Copy, Debug)]
+struct Asserted {
+    at: Instant,
+    /// Whether the table took it then. A source that was refused (table
+    /// full, port limit, owned elsewhere) is not asked again for
+    /// [`LEARN_REFRESH`], so that a guest's refused sources cost a lock
+    /// once a second each, not once a flow.
+    learned: bool,
+}
+
+/// Most sources a worker's [`FdbCache`] remembers asserting; past it the
+/// record starts again (each source then costs one more lock), so a guest
+/// spraying source addresses cannot grow it.
+pub(super) const REFRESHED_MAX: usize = 4096;
 
 /// Where frames with one pair of addresses entering on one port go, and
 /// until when that answer holds: until the table changes (the cache's
@@ -93,58 +142,103 @@ struct Route {
     ingress: PortId,
     /// Destination and source MAC, as they lie at the start of the frame.
     addrs: [u8; 12],
-    /// The port (`None`: flood; the ingress itself: drop).
-    target: Option<PortId>,
+    target: Target,
     /// When the source must be re-asserted in the shared table.
     until: Instant,
+}
+
+/// What becomes of a flow's frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// To this port (the ingress itself: dropped, like a learning bridge).
+    Port(PortId),
+    /// To every port but the ingress.
+    Flood,
+    /// Dropped: the source is not one the ingress port owns (`spoofed_src`).
+    Spoofed,
 }
 
 /// How often a worker re-asserts a source MAC it keeps seeing.
 const LEARN_REFRESH: Duration = Duration::from_secs(1);
 
 impl Switch {
-    /// A switch whose learned entries expire after `ageing`.
+    /// A switch whose learned entries expire after `ageing`, with room for
+    /// [`DEFAULT_TABLE_SIZE`] learned addresses.
     pub fn new(ageing: std::time::Duration) -> Self {
+        Self::with_table_size(ageing, DEFAULT_TABLE_SIZE)
+    }
+
+    /// A switch whose learned entries expire after `ageing`, with room for
+    /// `table_size` learned addresses (`mac_table_size`).
+    pub fn with_table_size(ageing: std::time::Duration, table_size: usize) -> Self {
         static SWITCHES: AtomicU64 = AtomicU64::new(0);
         let first = (SWITCHES.fetch_add(1, Ordering::Relaxed) << 32) | 1;
         Switch {
-            tables: Mutex::new(Tables::default()),
+            tables: Mutex::new(Tables {
+                ports: Vec::new(),
+                fdb: Fdb::new(table_size),
+            }),
             generation: AtomicU64::new(first),
             ageing: Duration::from_nanos(u64::try_from(ageing.as_nanos()).unwrap_or(u64::MAX)),
         }
     }
 
-    /// Attach a port: in the first free slot a removed port left, or a new
-    /// one.
+    /// Attach a port with no rules ([`PortRules::open`]): in the first free
+    /// slot a removed port left, or a new one.
     pub fn add_port(&self, egress: Arc<dyn Egress>, stats: Arc<PortStats>) -> PortId {
+        self.add_port_with(egress, stats, PortRules::open())
+    }
+
+    /// Attach a port with `rules`: in the first free slot a removed port
+    /// left, or a new one. The addresses it owns are static on it from now
+    /// on, except one static on another port already: a migrating VM's
+    /// source port keeps its address until the destination port's guest
+    /// sends from it (see [`Switch::learn_if_unknown`]).
+    pub fn add_port_with(
+        &self,
+        egress: Arc<dyn Egress>,
+        stats: Arc<PortStats>,
+        rules: PortRules,
+    ) -> PortId {
         let mut t = self.tables();
         let p = &mut t.ports;
-        let entry = Some(PortEntry { egress, stats });
-        let id = match p.iter().position(Option::is_none) {
-            Some(free) => {
-                p[free] = entry;
-                free
-            }
-            None => {
-                p.push(entry);
-                p.len() - 1
-            }
-        };
+        let id = p.iter().position(Option::is_none).unwrap_or(p.len());
+        let now = coarse_now();
+        for &mac in &rules.owned {
+            t.fdb.pin(mac, id, now, false);
+        }
+        let entry = Some(PortEntry {
+            egress,
+            stats,
+            rules: Arc::new(rules),
+        });
+        match t.ports.get_mut(id) {
+            Some(free) => *free = entry,
+            None => t.ports.push(entry),
+        }
         self.generation.fetch_add(1, Ordering::Release);
         id
     }
 
     /// Detach port `id`: every address on it, learned or static, is
-    /// forgotten, and no frame is handed to it after the forwarding that
-    /// runs now. Its slot is free for the next port. The caller stops
-    /// whatever sends as `id` first (an [`Ingress`](super::Ingress) of a
-    /// removed port sends as whichever port takes its slot next).
+    /// forgotten, except a static one another port owns too, which goes to
+    /// that port (a migrating VM's source port removed before the
+    /// destination's guest spoke); and no frame is handed to it after the
+    /// forwarding that runs now. Its slot is free for the next port. The
+    /// caller stops whatever sends as `id` first (an
+    /// [`Ingress`](super::Ingress) of a removed port sends as whichever
+    /// port takes its slot next).
     pub fn remove_port(&self, id: PortId) {
         let mut t = self.tables();
         if let Some(slot) = t.ports.get_mut(id) {
             *slot = None;
         }
-        t.fdb.retain(|_, e| e.port != id);
+        let Tables { ports, fdb } = &mut *t;
+        fdb.remove_port(id, |mac| {
+            ports
+                .iter()
+                .position(|p| p.as_ref().is_some_and(|p| p.rules.owns(mac)))
+        });
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -163,34 +257,24 @@ impl Switch {
             .map(|e| Arc::clone(&e.stats))
     }
 
-    /// Pin `mac` to `port` (sink/echo addresses); never ages.
+    /// Pin `mac` to `port` (sink/echo addresses), taking it from any other
+    /// port; never ages.
     pub fn add_static(&self, mac: Mac, port: PortId) {
-        self.tables().fdb.insert(
-            mac,
-            FdbEntry {
-                port,
-                seen: coarse_now(),
-                is_static: true,
-            },
-        );
+        self.tables().fdb.pin(mac, port, coarse_now(), true);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Forget every learned MAC of `port` (its frontend went away).
+    /// Forget every learned MAC of `port` (its frontend went away); its
+    /// static ones stay.
     pub fn forget_port(&self, port: PortId) {
-        self.tables()
-            .fdb
-            .retain(|_, e| e.is_static || e.port != port);
-        self.generation.fetch_add(1, Ordering::Release);
+        if self.tables().fdb.forget_learned(port) {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Drop learned entries older than the ageing time; returns how many.
     pub fn age(&self, now: Instant) -> usize {
-        let mut t = self.tables();
-        let f = &mut t.fdb;
-        let before = f.len();
-        f.retain(|_, e| e.is_static || now.saturating_since(e.seen) < self.ageing);
-        let n = before - f.len();
+        let n = self.tables().fdb.age(now, self.ageing);
         if n > 0 {
             self.generation.fetch_add(1, Ordering::Release);
         }
@@ -202,57 +286,94 @@ impl Switch {
         self.tables().fdb.get(&mac).map(|e| e.port)
     }
 
+    /// The table as `vadapt fdb` lists it, ages at `now`.
+    pub fn listing(&self, now: Instant) -> FdbListing {
+        // Copied under the lock, named and sorted after it: a full table's
+        // strings are not built while workers wait to refresh.
+        let (raw, names, learned, table_size) = {
+            let t = self.tables();
+            let raw: Vec<_> = t
+                .fdb
+                .iter()
+                .map(|(m, e)| (*m, e.port, e.is_static, e.seen))
+                .collect();
+            let names: Vec<Option<String>> = t
+                .ports
+                .iter()
+                .map(|p| p.as_ref().map(|p| p.stats.name.clone()))
+                .collect();
+            (raw, names, t.fdb.learned(), t.fdb.capacity())
+        };
+        let mut entries: Vec<FdbRow> = raw
+            .into_iter()
+            .map(|(mac, port, is_static, seen)| FdbRow {
+                port: names
+                    .get(port)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| format!("#{port}")),
+                mac,
+                kind: if is_static {
+                    EntryKind::Static
+                } else {
+                    EntryKind::Learned
+                },
+                age_s: now.saturating_since(seen).as_nanos() / 1_000_000_000,
+            })
+            .collect();
+        entries.sort_by(|a, b| (&a.port, a.mac).cmp(&(&b.port, b.mac)));
+        FdbListing {
+            entries,
+            learned,
+            table_size,
+        }
+    }
+
     /// Learn `mac` on `port` now, unless it is known on another port. Used
     /// for a VM port's configured MAC when its frontend connects, so the
     /// first frames towards a guest that has not sent yet are not flooded.
+    /// Within the table's bounds, as learning from a frame; not counted
+    /// when refused (it is a hint, not a frame).
     ///
     /// A configured MAC is a hint and a frame is the proof: a MAC known
     /// elsewhere stays there until a frame from `port` moves it. The
     /// destination port of a live migration, configured with the VM's MAC,
     /// connects while the guest still runs behind the source port; taking
     /// the MAC then would send the guest's traffic to a port with no guest
-    /// until the switch-over.
+    /// until the switch-over. With port security the MAC is the port's own
+    /// and static from its creation ([`Switch::add_port_with`]): this changes
+    /// nothing then, and the first frame from the destination's guest moves
+    /// it as it moves a learned one.
     pub fn learn_if_unknown(&self, mac: Mac, port: PortId) {
         let mut t = self.tables();
-        let f = &mut t.fdb;
-        match f.get_mut(&mac) {
-            Some(e) if e.port != port => {}
-            Some(e) => e.seen = coarse_now(),
-            None => {
-                f.insert(
-                    mac,
-                    FdbEntry {
-                        port,
-                        seen: coarse_now(),
-                        is_static: false,
-                    },
-                );
-                self.generation.fetch_add(1, Ordering::Release);
-            }
+        let Some(limit) = t.rules(port).map(PortRules::learn_limit) else {
+            return; // removed meanwhile
+        };
+        if t.fdb.learn_if_unknown(mac, port, coarse_now(), limit) {
+            self.generation.fetch_add(1, Ordering::Release);
         }
     }
 
-    /// Learn `mac` on `port` at `now`; whether the table now has it there
-    /// (not when it is static on another port).
-    fn learn(&self, mac: Mac, port: PortId, now: Instant) -> bool {
+    /// A frame from `port` carried `mac` as its source at `now`: learn it
+    /// there (or refresh it, or move it), within the table's bounds and
+    /// never taking an address another port owns. `Ok`: the table has it
+    /// on `port` now (or `port` was removed meanwhile, and learns nothing).
+    fn learn(&self, mac: Mac, port: PortId, now: Instant) -> Result<(), NotLearned> {
         let mut t = self.tables();
-        let f = &mut t.fdb;
-        match f.get_mut(&mac) {
-            Some(e) if e.is_static => return e.port == port,
-            Some(e) if e.port == port => e.seen = now,
-            _ => {
-                f.insert(
-                    mac,
-                    FdbEntry {
-                        port,
-                        seen: now,
-                        is_static: false,
-                    },
-                );
-                self.generation.fetch_add(1, Ordering::Release);
-            }
+        let Some(rules) = t.rules(port) else {
+            return Ok(());
+        };
+        let (limit, owner) = (rules.learn_limit(), rules.owns(mac));
+        if t.fdb.learn(mac, port, now, limit, owner)? {
+            self.generation.fetch_add(1, Ordering::Release);
         }
-        true
+        Ok(())
+    }
+
+    /// Whether the table's counts of learned addresses are exact (tests).
+    #[cfg(test)]
+    pub(super) fn counts_are_exact(&self) -> bool {
+        self.tables().fdb.counts_are_exact()
     }
 
     fn refresh_cache(&self, cache: &mut FdbCache) {
@@ -269,6 +390,12 @@ impl Switch {
                 .iter()
                 .map(|e| e.as_ref().map(|e| Arc::clone(&e.egress))),
         );
+        cache.rules.clear();
+        cache.rules.extend(
+            t.ports
+                .iter()
+                .map(|e| e.as_ref().map(|e| Arc::clone(&e.rules))),
+        );
         cache.nports = t.ports.len();
         drop(t);
         cache.groups.resize_with(cache.nports, Vec::new);
@@ -277,23 +404,54 @@ impl Switch {
     }
 
     /// Where a frame with destination and source `addrs` that entered on
-    /// `ingress` goes, learning its source on the way.
-    fn route(&self, ingress: PortId, addrs: [u8; 12], now: Instant, cache: &mut FdbCache) -> Route {
+    /// `ingress` goes, checking its source against the port's rules and
+    /// learning it on the way; a source not learned is counted in `refused`.
+    fn route(
+        &self,
+        ingress: PortId,
+        addrs: [u8; 12],
+        now: Instant,
+        cache: &mut FdbCache,
+        refused: &mut Forwarded,
+    ) -> Route {
         let dst = Mac(addrs[..6].try_into().expect("6 bytes"));
         let src = Mac(addrs[6..].try_into().expect("6 bytes"));
         let mut until = now + LEARN_REFRESH;
+        let allowed = cache
+            .rules
+            .get(ingress)
+            .and_then(Option::as_ref)
+            .is_none_or(|r| r.allows(src));
+        if !allowed {
+            // Neither learned nor forwarded; decided again only when the
+            // ports change (the cache's generation moves) or it expires.
+            return Route {
+                ingress,
+                addrs,
+                target: Target::Spoofed,
+                until,
+            };
+        }
         if !src.is_multicast() {
             let known_here = cache.table.get(&src) == Some(&ingress);
             match cache.refreshed.get(&src) {
-                Some(t) if known_here && now.saturating_since(*t) < LEARN_REFRESH => {
-                    until = *t + LEARN_REFRESH;
+                Some(a)
+                    if (known_here || !a.learned) && now.saturating_since(a.at) < LEARN_REFRESH =>
+                {
+                    until = a.at + LEARN_REFRESH;
                 }
                 _ => {
-                    let learned = self.learn(src, ingress, now);
-                    cache.refreshed.insert(src, now);
-                    if cache.refreshed.len() > 4096 {
+                    let learned = match self.learn(src, ingress, now) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            refused.not_learned[why.index()] += 1;
+                            false
+                        }
+                    };
+                    if cache.refreshed.len() >= REFRESHED_MAX {
                         cache.refreshed.clear();
                     }
+                    cache.refreshed.insert(src, Asserted { at: now, learned });
                     // The cache takes what this frame taught (the next
                     // batch's refresh brings the rest): copying the whole
                     // table here, once per new source, held the switch's
@@ -306,9 +464,12 @@ impl Switch {
             }
         }
         let target = if dst.is_multicast() {
-            None
+            Target::Flood
         } else {
-            cache.table.get(&dst).copied()
+            cache
+                .table
+                .get(&dst)
+                .map_or(Target::Flood, |&p| Target::Port(p))
         };
         Route {
             ingress,
@@ -318,15 +479,24 @@ impl Switch {
         }
     }
 
-    /// Forward every frame of `frames` that entered on `ingress` (queue `flow`).
-    pub fn forward(&self, ingress: PortId, flow: u16, frames: &FrameBatch, cache: &mut FdbCache) {
-        self.forward_gated(ingress, flow, frames, cache, |_| true);
+    /// Forward every frame of `frames` that entered on `ingress` (queue
+    /// `flow`); what was refused (frames dropped by port security, sources
+    /// not learned) is returned for the sending port to count.
+    pub fn forward(
+        &self,
+        ingress: PortId,
+        flow: u16,
+        frames: &FrameBatch,
+        cache: &mut FdbCache,
+    ) -> Forwarded {
+        self.forward_gated(ingress, flow, frames, cache, |_| true)
     }
 
     /// As [`forward`](Self::forward), asking `may_flood` about each frame
     /// (by its index) that would be flooded: broadcast, multicast and
     /// unknown unicast; one it refuses goes nowhere (the caller's storm
-    /// control counts it). Its source is learned all the same.
+    /// control counts it). Its source is learned all the same. A frame
+    /// port security drops is never flooded, so never asked about.
     pub fn forward_gated(
         &self,
         ingress: PortId,
@@ -334,9 +504,10 @@ impl Switch {
         frames: &FrameBatch,
         cache: &mut FdbCache,
         mut may_flood: impl FnMut(usize) -> bool,
-    ) {
+    ) -> Forwarded {
+        let mut refused = Forwarded::default();
         if frames.is_empty() {
-            return;
+            return refused;
         }
         self.refresh_cache(cache);
         let now = coarse_now();
@@ -353,16 +524,22 @@ impl Switch {
             let target = match cache.last_route {
                 Some(r) if r.addrs == *addrs => r.target,
                 _ => {
-                    let r = self.route(ingress, *addrs, now, cache);
+                    let r = self.route(ingress, *addrs, now, cache, &mut refused);
                     cache.last_route = Some(r);
                     r.target
                 }
             };
             match target {
-                Some(p) if p == ingress => {} // hairpin: drop, like a learning bridge
-                Some(p) if p < cache.nports => cache.groups[p].push(i as u16),
-                _ if !may_flood(i) => {}
-                _ => {
+                Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge
+                Target::Port(p) if p < cache.nports => cache.groups[p].push(i as u16),
+                Target::Spoofed => {
+                    refused.spoofed += 1;
+                    if refused.spoofed_src.is_none() {
+                        refused.spoofed_src = Some(Mac(addrs[6..].try_into().expect("6 bytes")));
+                    }
+                }
+                Target::Port(_) | Target::Flood if !may_flood(i) => {}
+                Target::Port(_) | Target::Flood => {
                     for p in 0..cache.nports {
                         if p != ingress && cache.egress[p].is_some() {
                             cache.groups[p].push(i as u16);
@@ -380,6 +557,7 @@ impl Switch {
             }
             cache.groups[p].clear();
         }
+        refused
     }
 }
 
@@ -420,21 +598,21 @@ mod tests {
             batch.push(&frame(dst, src, tag));
             batch
         };
-        sw.forward(0, 0, &one(b, a, 1), &mut c); // a learned on p0 (flooded)
-        sw.forward(2, 0, &one(a, b, 2), &mut c); // b learned on p2
+        let _ = sw.forward(0, 0, &one(b, a, 1), &mut c); // a learned on p0 (flooded)
+        let _ = sw.forward(2, 0, &one(a, b, 2), &mut c); // b learned on p2
         let before = (got(0), got(1));
         sw.learn_if_unknown(a, 1);
         assert_eq!(sw.lookup(a), Some(0), "a connect must not take the MAC");
-        sw.forward(2, 0, &one(a, b, 3), &mut c);
+        let _ = sw.forward(2, 0, &one(a, b, 3), &mut c);
         assert_eq!(
             (got(0), got(1)),
             (before.0 + 1, before.1),
             "to the source port only"
         );
         // The guest's first frame from p1 moves it.
-        sw.forward(1, 0, &one(b, a, 4), &mut c);
+        let _ = sw.forward(1, 0, &one(b, a, 4), &mut c);
         assert_eq!(sw.lookup(a), Some(1));
-        sw.forward(2, 0, &one(a, b, 5), &mut c);
+        let _ = sw.forward(2, 0, &one(a, b, 5), &mut c);
         assert_eq!(
             (got(0), got(1)),
             (before.0 + 1, before.1 + 1),
@@ -455,14 +633,14 @@ mod tests {
         let mut c1 = FdbCache::default();
         let mut batch = FrameBatch::new(4);
         batch.push(&frame(b, a, 1));
-        sw.forward(0, 0, &batch, &mut c0);
+        let _ = sw.forward(0, 0, &batch, &mut c0);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(recs[0].0.lock().unwrap().len(), 0, "never back to ingress");
         // b answers from port 1: a is known on port 0, so only port 0 gets it.
         batch.clear();
         batch.push(&frame(a, b, 2));
-        sw.forward(1, 0, &batch, &mut c1);
+        let _ = sw.forward(1, 0, &batch, &mut c1);
         assert_eq!(recs[0].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(sw.lookup(b), Some(1));
@@ -476,14 +654,14 @@ mod tests {
         let mut c = FdbCache::default();
         let mut batch = FrameBatch::new(4);
         batch.push(&frame(Mac::BROADCAST, s, 1)); // spoofed source must not move it
-        sw.forward(0, 0, &batch, &mut c);
+        let _ = sw.forward(0, 0, &batch, &mut c);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         assert_eq!(sw.lookup(s), Some(2));
         // Nor in the spoofer's own cache: its frames to `s` still reach port 2.
         batch.clear();
         batch.push(&frame(s, Mac([2, 0, 0, 0, 0, 0x6]), 2));
-        sw.forward(0, 0, &batch, &mut c);
+        let _ = sw.forward(0, 0, &batch, &mut c);
         assert_eq!(recs[2].0.lock().unwrap().len(), 2);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         // The learned 0x6 ages out; the static entry stays.
@@ -499,20 +677,20 @@ mod tests {
         let mut c = FdbCache::default();
         let mut from_a = FrameBatch::new(4);
         from_a.push(&frame(b, a, 1));
-        sw.forward(0, 0, &from_a, &mut c);
+        let _ = sw.forward(0, 0, &from_a, &mut c);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
         sw.remove_port(1);
         assert_eq!(sw.lookup(b), None, "its static address goes too");
         assert!(sw.port_stats(1).is_none());
         // Unknown now: flooded to the ports that remain, not to the removed one.
-        sw.forward(0, 0, &from_a, &mut c);
+        let _ = sw.forward(0, 0, &from_a, &mut c);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1, "nothing after removal");
         assert_eq!(recs[2].0.lock().unwrap().len(), 1, "flooded to port 2");
         let new = Arc::new(Recorder::default());
         let id = sw.add_port(new.clone(), Arc::new(PortStats::new("n", "vm", 1)));
         assert_eq!(id, 1, "the free slot is reused");
         sw.add_static(b, id);
-        sw.forward(0, 0, &from_a, &mut c);
+        let _ = sw.forward(0, 0, &from_a, &mut c);
         assert_eq!(new.0.lock().unwrap().len(), 1);
         assert_eq!(recs[1].0.lock().unwrap().len(), 1);
     }
@@ -524,11 +702,11 @@ mod tests {
         let mut c = FdbCache::default();
         let mut batch = FrameBatch::new(1);
         batch.push(&frame(Mac::BROADCAST, a, 1));
-        sw.forward(0, 0, &batch, &mut c);
+        let _ = sw.forward(0, 0, &batch, &mut c);
         assert_eq!(sw.lookup(a), Some(0));
         assert_eq!(sw.age(coarse_now() + Duration::from_secs(301)), 1);
         assert_eq!(sw.lookup(a), None);
-        sw.forward(0, 0, &batch, &mut FdbCache::default());
+        let _ = sw.forward(0, 0, &batch, &mut FdbCache::default());
         sw.forget_port(0);
         assert_eq!(sw.lookup(a), None);
     }
@@ -538,7 +716,7 @@ mod tests {
         let (sw, recs) = setup(2);
         let mut batch = FrameBatch::new(1);
         batch.push(&[1, 2, 3]);
-        sw.forward(0, 0, &batch, &mut FdbCache::default());
+        let _ = sw.forward(0, 0, &batch, &mut FdbCache::default());
         assert!(recs[1].0.lock().unwrap().is_empty());
     }
 
@@ -552,29 +730,29 @@ mod tests {
         let mut c2 = FdbCache::default();
         let mut from_b = FrameBatch::new(1);
         from_b.push(&frame(a, b, 0));
-        sw.forward(1, 0, &from_b, &mut c1); // b lives on port 1; a unknown: flooded
+        let _ = sw.forward(1, 0, &from_b, &mut c1); // b lives on port 1; a unknown: flooded
         assert_eq!(recs[0].0.lock().unwrap().len(), 1);
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         let mut batch = FrameBatch::new(8);
         for tag in 0..8 {
             batch.push(&frame(b, a, tag));
         }
-        sw.forward(0, 0, &batch, &mut c0);
+        let _ = sw.forward(0, 0, &batch, &mut c0);
         assert_eq!(recs[1].0.lock().unwrap().len(), 8, "one flow, one port");
         assert_eq!(recs[2].0.lock().unwrap().len(), 1);
         // b moves to port 2; the same flow from port 0 now goes there.
-        sw.forward(2, 0, &from_b, &mut c2);
+        let _ = sw.forward(2, 0, &from_b, &mut c2);
         assert_eq!(
             recs[0].0.lock().unwrap().len(),
             2,
             "a was learned on port 0"
         );
-        sw.forward(0, 0, &batch, &mut c0);
+        let _ = sw.forward(0, 0, &batch, &mut c0);
         assert_eq!(recs[1].0.lock().unwrap().len(), 8);
         assert_eq!(recs[2].0.lock().unwrap().len(), 9);
         // Port 2 forgotten: b is unknown, so the flow floods.
         sw.forget_port(2);
-        sw.forward(0, 0, &batch, &mut c0);
+        let _ = sw.forward(0, 0, &batch, &mut c0);
         assert_eq!(recs[1].0.lock().unwrap().len(), 16);
         assert_eq!(recs[2].0.lock().unwrap().len(), 17);
         // A frame with other addresses in the middle of the flow is routed
@@ -583,7 +761,7 @@ mod tests {
         mixed.push(&frame(b, a, 1));
         mixed.push(&frame(Mac::BROADCAST, a, 2));
         mixed.push(&frame(a, a, 3)); // to its own port: dropped
-        sw.forward(0, 0, &mixed, &mut c0);
+        let _ = sw.forward(0, 0, &mixed, &mut c0);
         assert_eq!(recs[1].0.lock().unwrap().len(), 18);
         assert_eq!(recs[2].0.lock().unwrap().len(), 19);
         assert_eq!(recs[0].0.lock().unwrap().len(), 2, "nothing back to port 0");

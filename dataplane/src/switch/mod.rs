@@ -6,6 +6,12 @@
 //! so the per-packet lookup takes no lock. Learning writes to the shared table
 //! only when a source MAC is new, moved, or has not been refreshed for a second.
 //!
+//! Between tenants (issue 37): a port's [`PortRules`] say which addresses
+//! it owns (static, never taken by another port) and sends from (port
+//! security: other sources are dropped, `spoofed_src`), and the table is
+//! bounded overall and per port (`fdb.rs`). [`Switch::forward`] returns
+//! what it refused ([`Forwarded`]) for the sending port to count.
+//!
 //! Ports are [`Egress`]es: the switch hands each its frames. A port that
 //! also sends into the switch holds an [`Ingress`] for its own id, never
 //! the switch itself. The ports that live inside the daemon are here:
@@ -14,19 +20,29 @@
 
 mod echo;
 mod egress;
+mod fdb;
+mod fdb_listing;
+mod forwarded;
 mod ingress;
 mod learning_switch;
+mod port_rules;
 mod sink;
 mod tap;
 
 pub use echo::Echo;
 pub use egress::{Egress, PortId};
+pub use fdb::DEFAULT_TABLE_SIZE;
+pub use fdb_listing::{EntryKind, FdbListing, FdbRow};
+pub use forwarded::Forwarded;
 pub use ingress::{Ingress, Sender};
 pub use learning_switch::{FdbCache, Switch};
+pub use port_rules::PortRules;
 pub use sink::Sink;
 pub use tap::{Tap, TapError};
 
 #[cfg(test)]
 mod churn_tests;
+#[cfg(test)]
+mod tenancy_tests;
 #[cfg(test)]
 pub(crate) mod test_utils;

@@ -166,7 +166,7 @@ impl Tap {
     /// Counts `batch` as sent into the switch, forwards it, empties it.
     fn emit(&self, to: &Sender, batch: &mut FrameBatch, cache: &mut FdbCache) {
         self.stats.queues[0].add(Dir::Tx, batch.len() as u64, batch.bytes());
-        to.forward(0, batch, cache);
+        to.forward(0, batch, cache).count_into(&self.stats, 0);
         batch.clear();
     }
 

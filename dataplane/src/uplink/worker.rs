@@ -174,7 +174,8 @@ impl UplinkQueue {
         self.tally
             .moved(self.q, Dir::Tx, self.batch.len() as u64, self.batch.bytes());
         if let Some(s) = &self.sender {
-            s.forward(self.q as u16, &self.batch, &mut self.cache);
+            s.forward(self.q as u16, &self.batch, &mut self.cache)
+                .count_into(&self.port.stats, self.q);
         }
         self.batch.clear();
     }

@@ -1,0 +1,88 @@
+//! What forwarding a batch refused: frames dropped by port security and
+//! source addresses not learned. The switch returns it; the port that sent
+//! the batch counts it ([`Forwarded::count_into`]) and, for a VM port,
+//! logs the spoofed source (rate-limited).
+
+use crate::metrics::{DropReason, NotLearned, PortStats};
+use std::sync::atomic::Ordering::Relaxed;
+use vadapt_wire::Mac;
+
+/// What a batch's forwarding refused (see the module documentation). All
+/// zero for almost every batch.
+#[must_use = "count what forwarding refused (Forwarded::count_into)"]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    /// Frames dropped because their source is not an address the ingress
+    /// port owns (`spoofed_src`).
+    pub spoofed: u64,
+    /// The source of the first of them.
+    pub spoofed_src: Option<Mac>,
+    /// Sources not learned, by reason, indexed like [`NotLearned::ALL`]
+    /// (once per source and second per worker, not per frame).
+    pub not_learned: [u64; NotLearned::ALL.len()],
+}
+
+impl Forwarded {
+    /// Nothing refused.
+    pub fn is_quiet(&self) -> bool {
+        self.spoofed == 0 && self.not_learned.iter().all(|&n| n == 0)
+    }
+
+    /// Add `other`'s counts (several batches of one pass).
+    pub fn merge(&mut self, other: Forwarded) {
+        self.spoofed += other.spoofed;
+        self.spoofed_src = self.spoofed_src.or(other.spoofed_src);
+        for (a, b) in self.not_learned.iter_mut().zip(other.not_learned) {
+            *a += b;
+        }
+    }
+
+    /// Count it in the sending port's counters: the drops in queue
+    /// `queue`'s (the last queue if there are fewer), the sources not
+    /// learned in the port's.
+    pub fn count_into(&self, stats: &PortStats, queue: usize) {
+        if self.is_quiet() {
+            return;
+        }
+        if self.spoofed > 0 {
+            let q = &stats.queues[queue.min(stats.queues.len() - 1)];
+            q.drop(DropReason::SpoofedSrc, self.spoofed);
+        }
+        for (c, &n) in stats.not_learned.iter().zip(&self.not_learned) {
+            if n > 0 {
+                c.fetch_add(n, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_land_in_the_port_and_the_queue() {
+        let stats = PortStats::new("p", "vm", 2);
+        let mut f = Forwarded::default();
+        assert!(f.is_quiet());
+        f.merge(Forwarded {
+            spoofed: 3,
+            spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
+            not_learned: [0, 2, 0],
+        });
+        f.merge(Forwarded {
+            spoofed: 1,
+            spoofed_src: Some(Mac([2, 0, 0, 0, 0, 2])),
+            not_learned: [1, 0, 0],
+        });
+        assert_eq!(f.spoofed_src, Some(Mac([2, 0, 0, 0, 0, 1])), "the first");
+        f.count_into(&stats, 7);
+        let spoofed = DropReason::ALL
+            .iter()
+            .position(|r| *r == DropReason::SpoofedSrc)
+            .unwrap();
+        assert_eq!(stats.queues[1].drops[spoofed].load(Relaxed), 4);
+        let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
+        assert_eq!(got, [1, 2, 0]);
+    }
+}
