@@ -169,10 +169,11 @@ mod tests {
         b.push(&frame(Mac([1, 0, 0x5e, 0, 0, 1]))); // multicast: asked, let through
         b.push(&frame(Mac([2, 0, 0, 0, 0, 0xc]))); // unknown unicast: asked, refused
         let mut asked = Vec::new();
-        sender.forward_gated(0, &b, &mut FdbCache::default(), |i| {
+        let refused = sender.forward_gated(0, &b, &mut FdbCache::default(), |i| {
             asked.push(i);
             i == 2
         });
+        assert_eq!(refused.spoofed, 0, "no port security on this port");
         assert_eq!(asked, [1, 2, 3]);
         let got = rec.0.lock().unwrap();
         assert_eq!(got.len(), 2, "the unicast and the multicast frame");
