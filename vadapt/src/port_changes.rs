@@ -2,13 +2,14 @@
 //! set-limits`: changing a running daemon's ports over its control socket.
 
 use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs, SetLimitsArgs};
+use crate::control_client;
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::config::{
     parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, PortLimits, PortSpec,
 };
-use vadapt_dataplane::control::{request, Request, Response};
-use vadapt_harness::cli_util::{chain, fail};
+use vadapt_dataplane::control::{Request, Response};
+use vadapt_harness::cli_util::fail;
 
 /// The port `a` names (clap makes sure it names exactly one).
 fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {
@@ -31,9 +32,9 @@ fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {
     }
 }
 
-/// Send `req`; `Ok` prints `done`.
+/// Send `req`; `Ok` prints `done`, a reload's report prints itself.
 fn ask(control: &Path, req: &Request, done: &str) -> ExitCode {
-    match request(control, req) {
+    match control_client::ask(control, req) {
         Ok(Response::Ok) => {
             println!("{done}");
             ExitCode::SUCCESS
@@ -42,9 +43,8 @@ fn ask(control: &Path, req: &Request, done: &str) -> ExitCode {
             println!("{report}");
             ExitCode::SUCCESS
         }
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 

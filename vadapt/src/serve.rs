@@ -4,6 +4,7 @@
 use crate::cli::{
     CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
 };
+use crate::control_client;
 use crate::service_manager;
 use crate::stop_signals::{Event, StopSignals};
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use vadapt_dataplane::config::{
     parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, DaemonConfig,
 };
-use vadapt_dataplane::control::{request, Request, Response};
+use vadapt_dataplane::control::{Request, Response};
 use vadapt_dataplane::{Daemon, DaemonError};
 use vadapt_harness::cli_util::{chain, fail};
 use vadapt_policy::PolicyConfig;
@@ -183,25 +184,11 @@ pub fn stats(a: StatsArgs) -> ExitCode {
     } else {
         Request::Stats
     };
-    match request(&a.control, &req) {
-        Ok(Response::Stats { stats }) => {
-            if a.json {
-                match serde_json::to_string_pretty(&stats) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => return fail(e),
-                }
-            } else {
-                print!("{}", stats.to_table());
-            }
-            ExitCode::SUCCESS
-        }
-        Ok(Response::Metrics { text }) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+    match control_client::ask(&a.control, &req) {
+        Ok(Response::Stats { stats }) => control_client::print(&stats, a.json, || stats.to_table()),
+        Ok(Response::Metrics { text }) => control_client::print(&text, false, || text.clone()),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 
@@ -211,20 +198,17 @@ pub fn set_policy(a: SetPolicyArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    match request(
-        &a.control,
-        &Request::SetPolicy {
-            port: a.port.clone(),
-            policy,
-        },
-    ) {
+    let req = Request::SetPolicy {
+        port: a.port.clone(),
+        policy,
+    };
+    match control_client::ask(&a.control, &req) {
         Ok(Response::Ok) => {
             println!("{}: policy set to {}", a.port, policy.kind());
             ExitCode::SUCCESS
         }
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 
@@ -234,20 +218,17 @@ pub fn retune(a: RetuneArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(format!("invalid retune: {e}")),
     };
-    match request(
-        &a.control,
-        &Request::Retune {
-            port: a.port.clone(),
-            retune,
-        },
-    ) {
+    let req = Request::Retune {
+        port: a.port.clone(),
+        retune,
+    };
+    match control_client::ask(&a.control, &req) {
         Ok(Response::Ok) => {
             println!("{}: {} retuned", a.port, retune.param());
             ExitCode::SUCCESS
         }
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 
@@ -257,22 +238,11 @@ pub fn cores(a: CoresArgs) -> ExitCode {
         Some(CoresCommand::Report { p95_us }) => Request::CoresReport { p95_us },
         None => Request::Cores,
     };
-    match request(&a.control, &req) {
-        Ok(Response::Cores { cores }) => {
-            if a.json {
-                match serde_json::to_string_pretty(&cores) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => return fail(e),
-                }
-            } else {
-                print!("{}", cores.to_table());
-            }
-            ExitCode::SUCCESS
-        }
+    match control_client::ask(&a.control, &req) {
+        Ok(Response::Cores { cores }) => control_client::print(&cores, a.json, || cores.to_table()),
         Ok(Response::Ok) => ExitCode::SUCCESS,
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 
@@ -282,14 +252,13 @@ pub fn set_cores(a: SetCoresArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => return fail(format!("invalid `--mode`: {e}")),
     };
-    match request(&a.control, &Request::SetCores { mode }) {
+    match control_client::ask(&a.control, &Request::SetCores { mode }) {
         Ok(Response::Ok) => {
             println!("core manager: mode {mode} from the next period");
             ExitCode::SUCCESS
         }
-        Ok(Response::Error { error }) => fail(error),
-        Ok(other) => fail(format!("unexpected answer {other:?}")),
-        Err(e) => fail(chain(&e)),
+        Ok(other) => control_client::unexpected(&other),
+        Err(exit) => exit,
     }
 }
 
