@@ -14,12 +14,12 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, PortSpec, VmPortCo
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
-use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
+use vadapt_guest::{GuestReport, Load};
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
 mod common;
-use common::{settled, tmpdir};
+use common::{run_guest, settled, stream_guest, tmpdir};
 
 /// The tests of this file one at a time: the churn test counts the
 /// process's descriptors and memory, which the others' sockets and threads
@@ -45,23 +45,6 @@ fn sink(name: &str, mac: Mac) -> LocalPortConfig {
         name: name.into(),
         mac: Some(mac),
     }
-}
-
-fn guest(socket: &Path, load: Load, dst: Mac, ms: u64) -> GuestConfig {
-    let mut g = GuestConfig::new(socket);
-    g.load = load;
-    g.mode = Mode::Stream;
-    g.dst_mac = dst.0;
-    g.duration = Duration::from_millis(ms);
-    g.exit_cost_ns = 0;
-    g
-}
-
-fn run(cfg: GuestConfig, stop: Arc<AtomicBool>) -> GuestReport {
-    let g = Guest::connect(cfg).expect("guest connects");
-    let r = g.run(stop).expect("guest runs");
-    assert!(r.error.is_none(), "guest error: {:?}", r.error);
-    r
 }
 
 fn ask(control: &Path, req: Request) -> Response {
@@ -111,8 +94,8 @@ fn rss_kib() -> u64 {
 /// `stop`, on a thread.
 fn steady_sender(socket: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<GuestReport> {
     std::thread::spawn(move || {
-        run(
-            guest(&socket, Load::Rate { pps: 20_000.0 }, SINK, 600_000),
+        run_guest(
+            stream_guest(&socket, Load::Rate { pps: 20_000.0 }, SINK, 600_000),
             stop,
         )
     })
@@ -144,8 +127,8 @@ fn fifty_rounds_of_add_connect_send_delete_cost_the_other_port_nothing() {
         };
         assert_eq!(ask(&control, add), Response::Ok, "round {round}");
         assert!(socket.exists(), "round {round}: the socket is there");
-        let r = run(
-            guest(&socket, Load::ClosedLoop, CHURN_SINK, 30),
+        let r = run_guest(
+            stream_guest(&socket, Load::ClosedLoop, CHURN_SINK, 30),
             Arc::new(AtomicBool::new(false)),
         );
         assert!(r.totals.sent_packets > 0, "round {round}: {:?}", r.totals);
@@ -366,8 +349,8 @@ fn a_daemon_starts_with_no_ports_and_takes_them_at_run_time() {
     assert_eq!(names, ["s", "a"]);
     assert!(dir.join("a.sock").exists());
     // The traffic of a guest on the added port reaches the added sink.
-    let r = run(
-        guest(&dir.join("a.sock"), Load::Rate { pps: 2000.0 }, SINK, 300),
+    let r = run_guest(
+        stream_guest(&dir.join("a.sock"), Load::Rate { pps: 2000.0 }, SINK, 300),
         Arc::new(AtomicBool::new(false)),
     );
     let sent = r.totals.sent_packets;

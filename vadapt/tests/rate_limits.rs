@@ -18,12 +18,12 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, PortLimits, VmPort
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
-use vadapt_guest::{Guest, GuestConfig, GuestReport, Load, Mode};
+use vadapt_guest::Load;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::Mac;
 
 mod common;
-use common::{settled, tmpdir, total};
+use common::{run_guest, settled, stream_guest, tmpdir, total};
 
 const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x01]);
 
@@ -47,24 +47,6 @@ fn config(dir: &Path, vms: Vec<VmPortConfig>) -> DaemonConfig {
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     }
-}
-
-/// A guest on `socket` sending 64-byte frames to `dst` as fast as it can.
-fn guest(socket: &Path, dst: [u8; 6], ms: u64) -> GuestConfig {
-    let mut g = GuestConfig::new(socket);
-    g.load = Load::ClosedLoop;
-    g.mode = Mode::Stream;
-    g.dst_mac = dst;
-    g.duration = Duration::from_millis(ms);
-    g.exit_cost_ns = 0;
-    g
-}
-
-fn run(cfg: GuestConfig, stop: Arc<AtomicBool>) -> GuestReport {
-    let g = Guest::connect(cfg).expect("guest connects");
-    let r = g.run(stop).expect("guest runs");
-    assert!(r.error.is_none(), "guest error: {:?}", r.error);
-    r
 }
 
 fn tx(s: &StatsSnapshot, port: &str) -> u64 {
@@ -110,9 +92,16 @@ fn a_policed_port_drops_and_counts_while_a_port_without_limits_loses_nothing() {
     .expect("daemon starts");
     let start = Instant::now();
     let (s1, s2) = (dir.join("vm1.sock"), dir.join("vm2.sock"));
-    let free =
-        std::thread::spawn(move || run(guest(&s2, SINK.0, 400), Arc::new(AtomicBool::new(false))));
-    let policed = run(guest(&s1, SINK.0, 400), Arc::new(AtomicBool::new(false)));
+    let free = std::thread::spawn(move || {
+        run_guest(
+            stream_guest(&s2, Load::ClosedLoop, SINK, 400),
+            Arc::new(AtomicBool::new(false)),
+        )
+    });
+    let policed = run_guest(
+        stream_guest(&s1, Load::ClosedLoop, SINK, 400),
+        Arc::new(AtomicBool::new(false)),
+    );
     let free = free.join().unwrap();
     let (sent1, sent2) = (policed.totals.sent_packets, free.totals.sent_packets);
     let s = settled(&d, |s| {
@@ -163,9 +152,12 @@ fn storm_control_drops_floods_over_the_limit_and_leaves_known_unicast_alone() {
     let no_stop = || Arc::new(AtomicBool::new(false));
 
     // Unicast to the sink's (static, known) MAC: not a flood, not limited.
-    let uni = run(guest(&socket, SINK.0, 300), no_stop())
-        .totals
-        .sent_packets;
+    let uni = run_guest(
+        stream_guest(&socket, Load::ClosedLoop, SINK, 300),
+        no_stop(),
+    )
+    .totals
+    .sent_packets;
     let s = settled(&d, |s| rx(s, "sink0") == uni);
     assert!(uni > 1000, "the guest sent only {uni}");
     assert_eq!(rx(&s, "sink0"), uni);
@@ -175,8 +167,10 @@ fn storm_control_drops_floods_over_the_limit_and_leaves_known_unicast_alone() {
     // or dropped as a storm. The bucket is empty after the first.
     let mut floods = 0;
     let start = Instant::now();
-    for dst in [Mac::BROADCAST.0, [0x02, 0, 0, 0, 0x99, 0x99]] {
-        floods += run(guest(&socket, dst, 300), no_stop()).totals.sent_packets;
+    for dst in [Mac::BROADCAST, Mac([0x02, 0, 0, 0, 0x99, 0x99])] {
+        floods += run_guest(stream_guest(&socket, Load::ClosedLoop, dst, 300), no_stop())
+            .totals
+            .sent_packets;
         let s = settled(&d, |s| {
             rx(s, "sink0") - uni + dropped(s, "vm1", "storm") == floods
         });
@@ -211,7 +205,9 @@ fn limits_set_at_run_time_act_on_the_connected_guest_without_a_reconnect() {
     let stop = Arc::new(AtomicBool::new(false));
     let (socket, st) = (dir.join("vm1.sock"), Arc::clone(&stop));
     // One connection for the whole test: 60 s unless stopped.
-    let g = std::thread::spawn(move || run(guest(&socket, SINK.0, 60_000), st));
+    let g = std::thread::spawn(move || {
+        run_guest(stream_guest(&socket, Load::ClosedLoop, SINK, 60_000), st)
+    });
     let policed = |s: &StatsSnapshot| dropped(s, "vm1", "policed");
 
     let s = settled(&d, |s| tx(s, "vm1") > 5000);
