@@ -2,6 +2,7 @@
 //! queues, on the switch like any port.
 
 use super::error::{field, ConfigError};
+use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
 use vadapt_policy::PolicyConfig;
@@ -74,6 +75,14 @@ pub struct UplinkPortConfig {
     /// its workers itself.
     #[serde(default)]
     pub cpus: Vec<usize>,
+    /// The VLANs carried tagged (802.1Q) on the wire, `trunks=10:20:100-199`
+    /// in a spec; empty: every VLAN, as an OVS port without `tag`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trunks: Vec<u16>,
+    /// The VLAN carried untagged; absent: VLAN 0, the untagged domain of
+    /// the VM ports without `vlan` (see [`crate::switch::PortVlan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_vlan: Option<u16>,
 }
 
 fn one() -> u16 {
@@ -91,6 +100,17 @@ impl UplinkPortConfig {
             policy: None,
             mtu: None,
             cpus: Vec::new(),
+            trunks: Vec::new(),
+            native_vlan: None,
+        }
+    }
+
+    /// Its VLAN keys.
+    pub fn vlan_keys(&self) -> VlanKeys<'_> {
+        VlanKeys {
+            vlan: None,
+            trunks: &self.trunks,
+            native_vlan: self.native_vlan,
         }
     }
 
@@ -112,6 +132,7 @@ impl UplinkPortConfig {
             ));
         }
         check_mtu("uplink.mtu", &self.name, self.mtu)?;
+        self.vlan_keys().check("uplink.", &self.name)?;
         if let Some(p) = &self.policy {
             p.validate()
                 .map_err(|e| field("uplink.policy", e.to_string()))?;
@@ -120,7 +141,7 @@ impl UplinkPortConfig {
     }
 }
 
-/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B]` spec.
+/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B][,trunks=V:W-X][,native_vlan=V]` spec.
 pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
     let mut name = None;
     let mut iface = None;
@@ -164,11 +185,14 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
                         )
                     })?
             }
+            "trunks" => cfg.trunks = parse_trunks("--uplink trunks", v)?,
+            "native_vlan" => cfg.native_vlan = Some(parse_vid("--uplink native_vlan", v)?),
             other => {
                 return Err(field(
                     "--uplink",
                     format!(
-                    "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, cpus)"
+                    "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, cpus, \
+                     trunks, native_vlan)"
                 ),
                 ))
             }
@@ -204,6 +228,8 @@ mod tests {
             ("iface=eth1,mtu=20", "mtu"),
             ("iface=eth1,cpus=1,2", "not key=value"),
             ("iface=eth1,cpus=a", "CPU numbers"),
+            ("iface=eth1,trunks=0", "VLAN id"),
+            ("iface=eth1,native_vlan=5000", "VLAN id"),
         ] {
             let e = parse_uplink_spec(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -1,5 +1,5 @@
-//! What forwarding a batch refused: frames dropped by port security and
-//! source addresses not learned. The switch returns it; the port that sent
+//! What forwarding a batch refused: frames dropped by port security or
+//! for their VLAN tag, and source addresses not learned. The switch returns it; the port that sent
 //! the batch counts it ([`Forwarded::count_into`]) and, for a VM port,
 //! logs the spoofed source (rate-limited).
 
@@ -20,12 +20,21 @@ pub struct Forwarded {
     /// Sources not learned, by reason, indexed like [`NotLearned::ALL`]
     /// (once per source and second per worker, not per frame).
     pub not_learned: [u64; NotLearned::ALL.len()],
+    /// Frames dropped for their VLAN tag (`vlan_tagged`,
+    /// `vlan_not_allowed`), indexed by [`VlanRefusal::index`](super::vlan::VlanRefusal::index).
+    pub vlan: [u64; 2],
+    /// Frames whose offload could not follow a tag's push or pop
+    /// (`bad_vnet_hdr`).
+    pub unretaggable: u64,
 }
 
 impl Forwarded {
     /// Nothing refused.
     pub fn is_quiet(&self) -> bool {
-        self.spoofed == 0 && self.not_learned.iter().all(|&n| n == 0)
+        self.spoofed == 0
+            && self.not_learned.iter().all(|&n| n == 0)
+            && self.vlan == [0, 0]
+            && self.unretaggable == 0
     }
 
     /// Add `other`'s counts (several batches of one pass).
@@ -35,6 +44,9 @@ impl Forwarded {
         for (a, b) in self.not_learned.iter_mut().zip(other.not_learned) {
             *a += b;
         }
+        self.vlan[0] += other.vlan[0];
+        self.vlan[1] += other.vlan[1];
+        self.unretaggable += other.unretaggable;
     }
 
     /// Count it in the sending port's counters: the drops in queue
@@ -44,9 +56,16 @@ impl Forwarded {
         if self.is_quiet() {
             return;
         }
-        if self.spoofed > 0 {
-            let q = &stats.queues[queue.min(stats.queues.len() - 1)];
-            q.drop(DropReason::SpoofedSrc, self.spoofed);
+        let q = &stats.queues[queue.min(stats.queues.len() - 1)];
+        for (reason, n) in [
+            (DropReason::SpoofedSrc, self.spoofed),
+            (DropReason::VlanTagged, self.vlan[0]),
+            (DropReason::VlanNotAllowed, self.vlan[1]),
+            (DropReason::BadVnetHdr, self.unretaggable),
+        ] {
+            if n > 0 {
+                q.drop(reason, n);
+            }
         }
         for (c, &n) in stats.not_learned.iter().zip(&self.not_learned) {
             if n > 0 {
@@ -69,11 +88,15 @@ mod tests {
             spoofed: 3,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
             not_learned: [0, 2, 0],
+            vlan: [5, 0],
+            unretaggable: 0,
         });
         f.merge(Forwarded {
             spoofed: 1,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 2])),
             not_learned: [1, 0, 0],
+            vlan: [0, 6],
+            unretaggable: 0,
         });
         assert_eq!(f.spoofed_src, Some(Mac([2, 0, 0, 0, 0, 1])), "the first");
         f.count_into(&stats, 7);
@@ -82,6 +105,15 @@ mod tests {
             .position(|r| *r == DropReason::SpoofedSrc)
             .unwrap();
         assert_eq!(stats.queues[1].drops[spoofed].load(Relaxed), 4);
+        let at = |r| DropReason::ALL.iter().position(|x| *x == r).unwrap();
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::VlanTagged)].load(Relaxed),
+            5
+        );
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::VlanNotAllowed)].load(Relaxed),
+            6
+        );
         let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
         assert_eq!(got, [1, 2, 0]);
     }
