@@ -98,7 +98,7 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     let ifname = format!("vadt{}", std::process::id() % 100_000);
     let cfg = DaemonConfig {
         tap: vec![TapPortConfig::new(ifname.clone())],
-        echo: vec![LocalPortConfig::new("echo0".into(), Some(ECHO))],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     };
@@ -169,7 +169,7 @@ fn jumbo_host_frame_crosses_a_9000_byte_tap_to_echo_and_back() {
             mtu: Some(9000),
             ..TapPortConfig::new(ifname.clone())
         }],
-        echo: vec![LocalPortConfig::new("echo0".into(), Some(ECHO))],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     };

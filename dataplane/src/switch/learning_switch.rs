@@ -589,7 +589,7 @@ impl Switch {
             let i = i as u16;
             match target {
                 Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge
-                Target::Port(p) if p < cache.nports => cache.to_port(p, i, entered),
+                Target::Port(p) if p < cache.nports => cache.send_to(p, i, entered),
                 Target::Spoofed => {
                     refused.spoofed += 1;
                     if refused.spoofed_src.is_none() {
@@ -600,7 +600,7 @@ impl Switch {
                 Target::Port(_) | Target::Flood => {
                     for p in 0..cache.nports {
                         if p != ingress {
-                            cache.to_port(p, i, entered);
+                            cache.send_to(p, i, entered);
                         }
                     }
                 }
@@ -634,7 +634,7 @@ impl FdbCache {
     /// `p`'s group in its form, or into its retagged list, or nowhere if
     /// `p` is gone or does not carry the VLAN.
     #[inline]
-    fn to_port(&mut self, p: PortId, i: u16, entered: Entered) {
+    fn send_to(&mut self, p: PortId, i: u16, entered: Entered) {
         let Some(rules) = &self.rules[p] else {
             return;
         };
