@@ -1,5 +1,5 @@
 //! OVS-DPDK (Debian `openvswitch-switch-dpdk`) as a benchmark anchor, by
-//! DESIGN.md's verified recipe: `ovsdb-server` and the DPDK build of
+//! the recipe verified in docs/architecture.md ("Facts the code relies on"): `ovsdb-server` and the DPDK build of
 //! `ovs-vswitchd` run by hand in a private run directory (no systemd),
 //! `dpdk-extra="--no-huge -m 1024 --no-pci --legacy-mem"`,
 //! `per-port-memory=true`, main lcore on the sender CPU (0), PMD on the
