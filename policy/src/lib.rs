@@ -18,7 +18,7 @@
 //! is the one [`wait_protocol`] both follow.
 //!
 //! The three actions are the only things a worker can be told to do
-//! (DESIGN.md): poll again now; sleep for a bounded time with guest
+//! (`docs/architecture.md`): poll again now; sleep for a bounded time with guest
 //! notifications off; or re-enable notifications, re-check the rings (closing
 //! the race with a guest that added work meanwhile) and block until a kick.
 //! Each decision also carries a CPU-frequency hint that the core manager may
