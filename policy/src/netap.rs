@@ -99,13 +99,14 @@
 //!   carried 0.04–0.47× DPDK's vhost PMD in B1's short rounds, and 0–15
 //!   Mpps from one 2-s count to the next while it searched. So a NetAP
 //!   built by [`crate::PolicyConfig::build`] sits behind the ring guard: a
-//!   sleep after which a ring was at least 90 % full turns NetAP's next
+//!   sleep after which a ring was at least 90 % full (or as full as the
+//!   safety net's kick threshold, 75 % by default) turns NetAP's next
 //!   sleeps into kick-driven waits (timed out where the sleep would have
 //!   ended, so rounds and the search go on) for a hold of 1 s, doubling
 //!   to 64 s while the ring keeps filling; then sleeps are capped by what
 //!   the ring holds at the observed arrival rate (half of it), never below
 //!   `min_interval_us`. It applies during the search as after it. Rings
-//!   that stay below 90 % after every sleep — the papers' senders — never
+//!   that stay below that level after every sleep — the papers' senders — never
 //!   engage it, and Algorithm 2's search runs unchanged
 //!   (`tests/ring_guard.rs`). `ring_guard = false` is the paper's NetAP;
 //!   docs/netap.md has the measurements.

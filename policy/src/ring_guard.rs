@@ -20,11 +20,14 @@
 //! × ring size ÷ arrival rate", with no ring size or frame count needed.
 //!
 //! - **Open** (no bound): the policy's sleeps go through unchanged. This is
-//!   the state for every guest whose ring stays below [`NEAR_FULL_PERMILLE`]
+//!   the state for every guest whose ring stays below the near-full level
 //!   after a sleep — the senders the papers measured — so their policies
 //!   run exactly as without the guard.
-//! - A sleep after which the ring was at least [`NEAR_FULL_PERMILLE`] full
-//!   (the ring filled while the worker slept, whatever the bytes say):
+//! - A sleep after which the ring was at least [`NEAR_FULL_PERMILLE`] full,
+//!   or as full as the sleep's safety-net kick threshold (750‰ by
+//!   default) — the ring filled while the worker slept, whatever the bytes
+//!   say, and a guest that never blocks dropped what did not fit, while
+//!   one that blocks waited for the worker instead of overlapping with it:
 //!   **kick-driven** service for a hold time. A sleep becomes a wait for a
 //!   kick with notifications on, timed out where the sleep would have ended,
 //!   so the policy's own clock (NetAP's rounds) runs on. Every guest kicks
@@ -63,7 +66,11 @@ use crate::retune::{Retune, RetuneError};
 use crate::time::{Duration, Instant};
 
 /// A ring at least this full (permille of its size) after a sleep filled
-/// while the worker slept: the sleep was too long for this sender.
+/// while the worker slept: the sleep was too long for this sender. A sleep
+/// that carried the ring-full safety net's kick threshold (at least
+/// [`TARGET_PERMILLE`]) counts as filled from that threshold on: a guest
+/// that kicks there has filled the ring that far, and a guest that does
+/// not kick while notifications are off shows it at the same level.
 pub const NEAR_FULL_PERMILLE: u16 = 900;
 
 /// Fill a capped sleep aims for at wake-up, permille of the ring: half, to
@@ -104,8 +111,9 @@ pub struct RingGuard {
     hold: Duration,
     /// When the last hold ended (capped sleeps were tried again).
     retried_at: Option<Instant>,
-    /// The decision last let through was a sleep.
-    asleep: bool,
+    /// The decision last let through was a sleep; with the fill at which
+    /// it counts as filled (its kick threshold, or [`NEAR_FULL_PERMILLE`]).
+    asleep: Option<u16>,
     /// Sleeps after which the ring was near full.
     fills: u64,
 }
@@ -118,7 +126,7 @@ impl RingGuard {
             state: GuardState::Open,
             hold: MIN_HOLD,
             retried_at: None,
-            asleep: false,
+            asleep: None,
             fills: 0,
         }
     }
@@ -142,9 +150,11 @@ impl RingGuard {
     /// Learn from the pass `pass`, which followed the decision last returned
     /// by [`RingGuard::bound`].
     pub fn observe(&mut self, pass: &PassReport) {
-        let slept = std::mem::take(&mut self.asleep)
-            && matches!(pass.wake, WakeCause::Timer | WakeCause::Kick)
-            && pass.waited > Duration::ZERO;
+        let near_full = self
+            .asleep
+            .take()
+            .filter(|_| matches!(pass.wake, WakeCause::Timer | WakeCause::Kick))
+            .filter(|_| pass.waited > Duration::ZERO);
         if let GuardState::KickDriven { until } = self.state {
             if pass.now >= until {
                 self.state = GuardState::Capped { cap: self.floor };
@@ -152,11 +162,11 @@ impl RingGuard {
             }
             return;
         }
-        if !slept {
+        let Some(near_full) = near_full else {
             return;
-        }
+        };
         let fill = pass.max_fill_permille.min(1000);
-        if fill >= NEAR_FULL_PERMILLE {
+        if fill >= near_full {
             self.fills += 1;
             self.fall_back(pass.now);
             return;
@@ -234,7 +244,16 @@ impl RingGuard {
             },
             _ => d,
         };
-        self.asleep = matches!(out.action, Action::Sleep { .. });
+        self.asleep = match out.action {
+            // A guest that kicks at the safety net's threshold (the ring
+            // p‰ full, p at least TARGET) has filled the ring that far.
+            Action::Sleep {
+                kick_threshold: Some(p),
+                ..
+            } if p >= TARGET_PERMILLE => Some(p.min(NEAR_FULL_PERMILLE)),
+            Action::Sleep { .. } => Some(NEAR_FULL_PERMILLE),
+            _ => None,
+        };
         out
     }
 
@@ -332,14 +351,36 @@ mod tests {
     #[test]
     fn an_open_guard_changes_nothing_while_the_ring_stays_below_near_full() {
         let mut g = RingGuard::new(FLOOR);
-        for fill in [0, 500, NEAR_FULL_PERMILLE - 1] {
+        for fill in [0, 500, 749] {
             let d = sleep_then(&mut g, us(4000), woke(10_000, us(4000), fill));
             assert_eq!(d, Decision::sleep(us(4000), Some(750)));
             assert_eq!(g.state(), GuardState::Open);
         }
+        // Without the safety net's threshold, near full is 900 ‰.
+        g.bound(Decision::sleep(us(4000), None));
+        g.observe(&woke(20_000, us(4000), NEAR_FULL_PERMILLE - 1));
+        assert_eq!(g.state(), GuardState::Open);
         assert_eq!(g.fills(), 0);
         assert_eq!(g.bound(Decision::POLL), Decision::POLL);
         assert_eq!(g.bound(Decision::WAIT_KICK), Decision::WAIT_KICK);
+    }
+
+    #[test]
+    fn a_ring_as_full_as_the_safety_nets_threshold_counts_as_filled() {
+        let mut g = RingGuard::new(FLOOR);
+        // notify_during_sleep's 1 ‰ threshold says nothing about a fill.
+        g.bound(Decision::sleep(us(4000), Some(1)));
+        g.observe(&woke(10_000, us(40), 800));
+        assert_eq!(g.state(), GuardState::Open);
+        let mut r = woke(20_000, us(600), 760);
+        r.wake = WakeCause::Kick;
+        sleep_then(&mut g, us(4000), r);
+        assert!(matches!(g.state(), GuardState::KickDriven { .. }));
+        // Without a threshold armed, 760 ‰ is not near full.
+        let mut g = RingGuard::new(FLOOR);
+        g.bound(Decision::sleep(us(4000), None));
+        g.observe(&woke(10_000, us(4000), 760));
+        assert_eq!(g.state(), GuardState::Open);
     }
 
     #[test]
@@ -396,14 +437,9 @@ mod tests {
         assert_eq!(g.state(), GuardState::Capped { cap: us(400) });
         sleep_then(&mut g, us(4000), woke(t + 800, us(400), 400));
         assert_eq!(g.state(), GuardState::Capped { cap: us(500) });
-        // The rate doubles: the cap halves at once.
-        sleep_then(&mut g, us(4000), woke(t + 1400, us(500), 800));
-        assert_eq!(
-            g.state(),
-            GuardState::Capped {
-                cap: Duration::from_nanos(312_500)
-            }
-        );
+        // The rate rises by a quarter: the cap shrinks at once.
+        sleep_then(&mut g, us(4000), woke(t + 1400, us(500), 625));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(400) });
         // The sender stops: the cap doubles each sleep until the guard opens.
         let mut now = t + 2000;
         for _ in 0..20 {

@@ -304,16 +304,17 @@ fn a_sender_whose_ring_never_fills_keeps_algorithm_2s_search() {
         let mut paper = PolicyConfig::Netap(netap(false)).build().unwrap();
         let length = Duration::from_millis(1800);
         let w = Duration::from_millis(100);
-        // 50 kpps: 4 ms of sleep fills 200 of 256 entries (781 ‰).
+        // 40 kpps: 4 ms of sleep fills 160 of 256 entries (625 ‰), below
+        // the safety net's 750 ‰.
         let a = run(
             guarded.as_mut(),
-            &mut Sender::new(50_000, !blocking),
+            &mut Sender::new(40_000, !blocking),
             length,
             w,
         );
         let b = run(
             paper.as_mut(),
-            &mut Sender::new(50_000, !blocking),
+            &mut Sender::new(40_000, !blocking),
             length,
             w,
         );
