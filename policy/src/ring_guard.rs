@@ -392,14 +392,15 @@ mod tests {
         assert_eq!(g.state(), GuardState::KickDriven { until });
         // A sleep becomes a wait for a kick that ends where the sleep would
         // have; the frequency hint is kept.
-        let d = g.bound(Decision::sleep(us(1590), Some(750)).with_freq(crate::FreqHint::Min));
+        let d = g
+            .bound(Decision::sleep(us(1590), Some(750)).with_freq(crate::interface::FreqHint::Min));
         assert_eq!(
             d.action,
             Action::WaitKick {
                 timeout: Some(us(1590))
             }
         );
-        assert_eq!(d.freq, crate::FreqHint::Min);
+        assert_eq!(d.freq, crate::interface::FreqHint::Min);
         // Kick-driven passes before the hold ends change nothing.
         g.observe(&PassReport::empty(
             Instant(until.0 - 1),
