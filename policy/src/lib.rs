@@ -48,6 +48,7 @@ pub mod interrupt;
 pub mod netap;
 pub mod netap_ml;
 pub mod retune;
+pub mod ring_guard;
 pub mod time;
 pub mod vspace;
 pub mod wait_protocol;
@@ -63,6 +64,7 @@ pub use interface::{
     Action, Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP,
 };
 pub use retune::{Retune, RetuneError};
+pub use ring_guard::{GuardState, RingGuard, RingGuarded};
 pub use time::{Duration, Instant};
 pub use vspace::{
     CoreAllocation, CoreAllocator, CoreSets, GroupLoad, PeriodMeasurement, PeriodOutcome,

@@ -41,9 +41,11 @@ pub const TITLE: &str =
     "saturation: DPDK vhost PMD vs vadapt, DPDK virtio-user and synthetic-guest senders";
 
 /// vadapt policies measured, in round order.
-const POLICIES: [PolicyKind; 4] = [
+const POLICIES: [PolicyKind; 6] = [
     PolicyKind::BusyPoll,
     PolicyKind::Netap,
+    PolicyKind::NetapMl,
+    PolicyKind::Growshrink,
     PolicyKind::Eekbp,
     PolicyKind::Interrupt,
 ];
