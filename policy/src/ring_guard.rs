@@ -28,6 +28,11 @@
 //!   default) — the ring filled while the worker slept, whatever the bytes
 //!   say, and a guest that never blocks dropped what did not fit, while
 //!   one that blocks waited for the worker instead of overlapping with it:
+//!   the next sleeps are **capped** at a quarter of that sleep
+//!   ([`SHRINK_ON_FILL`]), and again at each fill. A Linux TCP sender
+//!   settles at the longest sleep its ring holds, and keeps most of NetAP's
+//!   batching; a sender that fills the ring in microseconds (DPDK's
+//!   `txonly`) is cut below `floor` within a few sleeps, and then gets
 //!   **kick-driven** service for a hold time. A sleep becomes a wait for a
 //!   kick with notifications on, timed out where the sleep would have ended,
 //!   so the policy's own clock (NetAP's rounds) runs on. Every guest kicks
@@ -77,7 +82,15 @@ pub const NEAR_FULL_PERMILLE: u16 = 900;
 /// leave room for bursts and for timers that wake late on a busy host.
 pub const TARGET_PERMILLE: u16 = 500;
 
-/// First hold of kick-driven service after the ring filled during a sleep.
+/// A sleep after which the ring was near full is cut to this fraction
+/// (one over it) for the next: fast enough to reach kick-driven service
+/// from NetAP's longest probes within a few sleeps for a sender that
+/// fills the ring in microseconds, slow enough that a sender that filled
+/// it just barely keeps most of its batching.
+pub const SHRINK_ON_FILL: u64 = 4;
+
+/// First hold of kick-driven service after the ring filled during a sleep
+/// shorter than four times the floor.
 pub const MIN_HOLD: Duration = Duration::from_secs(1);
 
 /// Longest hold of kick-driven service.
@@ -167,8 +180,20 @@ impl RingGuard {
         };
         let fill = pass.max_fill_permille.min(1000);
         if fill >= near_full {
+            // The ring filled: the sender is at least this fast, maybe much
+            // faster (a full ring says no more). A quarter of the sleep that
+            // filled it; below the floor, kick-driven service.
             self.fills += 1;
-            self.fall_back(pass.now);
+            let slept = match self.state {
+                GuardState::Capped { cap } => cap.min(pass.waited),
+                _ => pass.waited,
+            };
+            let cap = Duration(slept.as_nanos() / SHRINK_ON_FILL);
+            if cap < self.floor {
+                self.fall_back(pass.now);
+            } else {
+                self.state = GuardState::Capped { cap };
+            }
             return;
         }
         if let GuardState::Capped { cap } = self.state {
@@ -348,6 +373,21 @@ mod tests {
         out
     }
 
+    /// Sleeps of NetAP's first probe, cut as the guard cuts them, that
+    /// each fill the ring, from `now` until the guard is kick-driven; the
+    /// time then.
+    fn fill_until_kick_driven(g: &mut RingGuard, mut now: Instant) -> Instant {
+        let mut slept = us(2510);
+        while !matches!(g.state(), GuardState::KickDriven { .. }) {
+            now += slept;
+            sleep_then(g, us(2510), woke(now.0, slept, 1000));
+            if let GuardState::Capped { cap } = g.state() {
+                slept = cap;
+            }
+        }
+        now
+    }
+
     #[test]
     fn an_open_guard_changes_nothing_while_the_ring_stays_below_near_full() {
         let mut g = RingGuard::new(FLOOR);
@@ -375,7 +415,8 @@ mod tests {
         let mut r = woke(20_000, us(600), 760);
         r.wake = WakeCause::Kick;
         sleep_then(&mut g, us(4000), r);
-        assert!(matches!(g.state(), GuardState::KickDriven { .. }));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(150) });
+        assert_eq!(g.fills(), 1);
         // Without a threshold armed, 760 ‰ is not near full.
         let mut g = RingGuard::new(FLOOR);
         g.bound(Decision::sleep(us(4000), None));
@@ -384,11 +425,32 @@ mod tests {
     }
 
     #[test]
-    fn a_ring_that_filled_while_asleep_turns_sleeps_into_kick_waits_for_the_hold() {
+    fn a_ring_that_filled_while_asleep_cuts_the_sleeps_and_below_the_floor_turns_them_into_kick_waits(
+    ) {
         let mut g = RingGuard::new(FLOOR);
+        // Each sleep that fills the ring cuts the next to a quarter: 2510,
+        // 627.5, 156.875 µs; a quarter of that is below the floor.
         sleep_then(&mut g, us(2510), woke(3_000_000, us(2510), 1000));
-        assert_eq!(g.fills(), 1);
-        let until = Instant(3_000_000) + MIN_HOLD;
+        assert_eq!(
+            g.state(),
+            GuardState::Capped {
+                cap: Duration(627_500)
+            }
+        );
+        assert_eq!(
+            g.bound(Decision::sleep(us(2510), Some(750))),
+            Decision::sleep(Duration(627_500), Some(750))
+        );
+        g.observe(&woke(3_001_000, Duration(627_500), 1000));
+        assert_eq!(
+            g.state(),
+            GuardState::Capped {
+                cap: Duration(156_875)
+            }
+        );
+        sleep_then(&mut g, us(2510), woke(3_002_000, Duration(156_875), 1000));
+        assert_eq!(g.fills(), 3);
+        let until = Instant(3_002_000) + MIN_HOLD;
         assert_eq!(g.state(), GuardState::KickDriven { until });
         // A sleep becomes a wait for a kick that ends where the sleep would
         // have; the frequency hint is kept.
@@ -424,13 +486,14 @@ mod tests {
     #[test]
     fn a_capped_sleep_follows_the_observed_rate_and_the_guard_opens_when_it_stops() {
         let mut g = RingGuard::new(FLOOR);
-        sleep_then(&mut g, us(2510), woke(1_000_000, us(2510), 1000));
+        let filled = fill_until_kick_driven(&mut g, Instant(1_000_000));
         g.observe(&PassReport::empty(
-            Instant(1_000_000) + MIN_HOLD,
+            filled + MIN_HOLD,
             WakeCause::Kick,
             us(5),
         ));
-        let t = (Instant(1_000_000) + MIN_HOLD).0;
+        assert_eq!(g.state(), GuardState::Capped { cap: FLOOR });
+        let t = (filled + MIN_HOLD).0;
         // 100 µs filled 100 ‰: 500 ‰ takes 500 µs, but a cap at most doubles.
         sleep_then(&mut g, us(4000), woke(t + 200, us(100), 100));
         assert_eq!(g.state(), GuardState::Capped { cap: us(200) });
@@ -452,14 +515,13 @@ mod tests {
             sleep_then(&mut g, MAX_SLEEP, woke(now, d, 0));
         }
         assert_eq!(g.state(), GuardState::Open);
-        assert_eq!(g.fills(), 1);
+        assert_eq!(g.fills(), 3);
     }
 
     #[test]
     fn a_rate_too_high_for_the_floor_falls_back_and_the_hold_doubles() {
         let mut g = RingGuard::new(FLOOR);
-        let mut now = Instant(0) + us(2510);
-        sleep_then(&mut g, us(2510), woke(now.0, us(2510), 1000));
+        let mut now = fill_until_kick_driven(&mut g, Instant(0));
         let mut holds = Vec::new();
         for _ in 0..9 {
             let GuardState::KickDriven { until } = g.state() else {
@@ -474,14 +536,13 @@ mod tests {
             sleep_then(&mut g, us(4000), woke(now.0, FLOOR, 700));
         }
         assert_eq!(holds, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
-        assert_eq!(g.fills(), 1, "no retry let the ring fill");
+        assert_eq!(g.fills(), 3, "no retry let the ring fill");
     }
 
     #[test]
     fn a_fill_long_after_the_last_retry_starts_from_the_shortest_hold() {
         let mut g = RingGuard::new(FLOOR);
-        sleep_then(&mut g, us(2510), woke(2_510_000, us(2510), 1000));
-        let until = Instant(2_510_000) + MIN_HOLD;
+        let until = fill_until_kick_driven(&mut g, Instant(0)) + MIN_HOLD;
         g.observe(&PassReport::empty(until, WakeCause::Kick, us(5)));
         // Capped sleeps that keep the ring at 10 % for 5 s, then a burst.
         let mut now = until;
@@ -497,7 +558,7 @@ mod tests {
                 until: now + MIN_HOLD
             }
         );
-        assert_eq!(g.fills(), 2);
+        assert_eq!(g.fills(), 4);
     }
 
     #[test]
@@ -530,7 +591,7 @@ mod tests {
         assert_eq!(d, Decision::sleep(us(2510), Some(750)));
         assert_eq!(p.status().interval, Some(us(2510)));
         p.on_pass(&woke(2_600_000, us(2510), 1000));
-        assert_eq!(p.status().interval, None, "kick-driven");
+        assert_eq!(p.status().interval, Some(Duration(627_500)), "capped");
         assert_eq!(p.name(), "netap");
         p.start(Instant(0));
         assert_eq!(p.guard().state(), GuardState::Open);
