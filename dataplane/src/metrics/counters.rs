@@ -57,13 +57,17 @@ pub enum DropReason {
     /// security: the port's `mac=` and `allowed_macs=`), dropped by the
     /// switch.
     SpoofedSrc,
+    /// A frame from a guest whose ARP sender, IP source or Neighbor
+    /// Discovery target is not one of its port's `allowed_ips` (the IP
+    /// source guard), dropped by the switch.
+    SpoofedIp,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -80,6 +84,7 @@ impl DropReason {
         DropReason::Policed,
         DropReason::Storm,
         DropReason::SpoofedSrc,
+        DropReason::SpoofedIp,
         DropReason::Other,
     ];
 
@@ -102,6 +107,7 @@ impl DropReason {
             DropReason::Policed => "policed",
             DropReason::Storm => "storm",
             DropReason::SpoofedSrc => "spoofed_src",
+            DropReason::SpoofedIp => "spoofed_ip",
             DropReason::Other => "other",
         }
     }

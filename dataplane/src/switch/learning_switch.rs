@@ -517,6 +517,14 @@ impl Switch {
         {
             cache.last_route = None;
         }
+        // A port with `allowed_ips` checks each frame's L3 sender too (the
+        // cached route compares MACs only); other ports skip it.
+        let guarded = cache
+            .rules
+            .get(ingress)
+            .and_then(Option::as_ref)
+            .filter(|r| r.ip_guard.is_some())
+            .cloned();
         for i in 0..frames.len() {
             let Some(addrs) = frames.get(i).first_chunk::<12>() else {
                 continue; // shorter than a header: the ingress already counted it
@@ -529,6 +537,15 @@ impl Switch {
                     r.target
                 }
             };
+            if let (Some(g), false) = (
+                guarded.as_ref().and_then(|r| r.ip_guard.as_ref()),
+                target == Target::Spoofed,
+            ) {
+                if let Err(why) = g.admits(frames.get(i)) {
+                    refused.refuse_ip(why);
+                    continue;
+                }
+            }
             match target {
                 Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge
                 Target::Port(p) if p < cache.nports => cache.groups[p].push(i as u16),

@@ -9,7 +9,12 @@
 //! ([`Switch::add_port_with`](super::Switch::add_port_with)) and copied
 //! into each worker's cache with the ports, so a frame's check reads no
 //! lock: it is decided once per flow and kept in the flow's cached route.
+//!
+//! A port with `allowed_ips` has an IP source guard as well
+//! ([`SourceGuard`]), checked per frame (a flow's cached route compares
+//! MACs only).
 
+use super::source_guard::SourceGuard;
 use vadapt_wire::Mac;
 
 /// One port's rules (see the module documentation).
@@ -24,6 +29,9 @@ pub struct PortRules {
     /// or the VM port's `max_learned`); `None`: only the table's size
     /// bounds it (a TAP or an uplink, with a network behind it).
     pub max_learned: Option<usize>,
+    /// The IP source guard of a port with `allowed_ips` (`spoofed_ip`
+    /// drops); `None`: frames are not checked at L3.
+    pub ip_guard: Option<SourceGuard>,
 }
 
 impl PortRules {
@@ -59,6 +67,7 @@ mod tests {
         let r = PortRules {
             owned: vec![a],
             max_learned: Some(4),
+            ip_guard: None,
         };
         assert!(r.allows(a) && !r.allows(b) && !r.allows(Mac::BROADCAST));
         assert_eq!(r.learn_limit(), 4);
