@@ -95,7 +95,7 @@ mod tests {
             ..Forwarded::default()
         });
         let why = IpRefusal {
-            rule: super::super::GuardRule::Ipv4Source,
+            rule: super::super::source_guard::GuardRule::Ipv4Source,
             addr: None,
         };
         f.refuse_ip(why);
