@@ -22,7 +22,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
-ALL_TARGETS=(split_device driver_device packed_device packed_driver_device vhost_user control config vnet_hdr qmp qga)
+ALL_TARGETS=(split_device driver_device packed_device packed_driver_device vhost_user control config vnet_hdr qmp qga source_guard)
 RSS_LIMIT_MB=2048
 INPUT_TIMEOUT_S=10
 # Per-target libFuzzer options. vhost_user's inputs are operation lists

@@ -12,6 +12,8 @@
 //! * [`qmp`], [`qga`] — what QEMU's QMP socket and the guest agent send,
 //!   into the core manager's clients, from the server's end.
 //! * [`config`] — the config file and command-line spec parsers.
+//! * [`source_guard`] — a guest's frame into the frame classifier and the
+//!   IP source guard of a port with `allowed_ips`.
 //! * [`vnet_hdr`] — a guest's virtio-net header and frame into checksum
 //!   completion and TCP segmentation.
 
@@ -20,6 +22,7 @@ pub mod control;
 pub mod packed_ring;
 pub mod qga;
 pub mod qmp;
+pub mod source_guard;
 pub mod vhost_user;
 pub mod vnet_hdr;
 

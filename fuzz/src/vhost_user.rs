@@ -493,6 +493,7 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         unsealed_memory: UnsealedMemory::Accept,
         port_security: true,
         allowed_macs: Vec::new(),
+        allowed_ips: Vec::new(),
         max_learned: None,
     };
     let freq = Arc::new(CpuFreq::unavailable("fuzzing"));

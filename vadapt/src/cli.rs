@@ -102,7 +102,7 @@ pub struct ServeArgs {
     /// A VM port: `name=NAME,socket=PATH[,mode=server|client][,queues=N][,mac=MAC]
     /// [,policy=POLICY][,packed=on|off][,rss=on|off][,unsealed_memory=refuse|accept][,qmp=PATH[,qemu_pidfile=PATH]]
     /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535][,port_security=on|off]
-    /// [,allowed_macs=MAC:MAC...][,max_learned=N][,ingress_policing_rate=KBPS]
+    /// [,allowed_macs=MAC:MAC...][,allowed_ips=PREFIX+PREFIX...][,max_learned=N][,ingress_policing_rate=KBPS]
     /// [,ingress_policing_burst=KB][,ingress_policing_kpkts_rate=KPPS]
     /// [,ingress_policing_kpkts_burst=KPKTS][,storm_control_pps=PPS][,storm_control_burst=N]
     /// [,vlan=1..4094]`.
@@ -127,7 +127,12 @@ pub struct ServeArgs {
     /// the switch, no other port takes them) and the guest may send from them alone; other
     /// frames are dropped (`spoofed_src`). A port with neither has no security; `off` lets
     /// the guest send from any address. `allowed_macs`: separated by `:`, each written
-    /// `02-00-00-00-00-b1` or `02:00:00:00:00:b1`. `max_learned`: most addresses learned
+    /// `02-00-00-00-00-b1` or `02:00:00:00:00:b1`. `allowed_ips`: IPv4/IPv6 prefixes separated
+    /// by `+` (`10.0.0.5/32+fd00::5`; a bare address is its /32 or /128), at most 64; needs
+    /// port security. The guest's ARP sender, IPv4 and IPv6 source and Neighbor Advertisement
+    /// target must be inside them (DHCP from 0.0.0.0, ARP probes, the MAC's IPv6 link-local
+    /// and `::` for duplicate address detection excepted; router advertisements are dropped);
+    /// other frames are dropped (`spoofed_ip`). `max_learned`: most addresses learned
     /// from the port's guest (default: the config file's `max_learned_per_port`, 1024; the
     /// table holds `mac_table_size`, 8192, in all). `vlan`: the port is an access port of that
     /// VLAN (default: VLAN 0, the untagged domain); either way a tagged frame from the guest

@@ -231,3 +231,47 @@ fn a_migrating_vms_address_moves_to_the_destination_when_its_guest_speaks() {
     assert_eq!(r.totals.recv_packets, after);
     d.shutdown();
 }
+
+/// A port with `allowed_ips` (the IP source guard) forwards its guest's
+/// other traffic as before: the synthetic guest's frames (not ARP or IP)
+/// all reach the sink, none is a `spoofed_ip` drop, and the counter is
+/// exported at zero. And the guard needs port security: a port added with
+/// `allowed_ips` and `port_security=off` is refused, saying so.
+#[test]
+fn a_guarded_port_forwards_what_is_not_ip_and_needs_port_security() {
+    let tmp = tmpdir("ipguard");
+    let dir = tmp.path();
+    let mut vm1 = vm(dir, "vm1", VM1);
+    vm1.allowed_ips = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+    let d = Daemon::start(DaemonConfig {
+        vm: vec![vm1],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
+        policy: PolicyConfig::default_for(PolicyKind::Interrupt),
+        control: dir.join("control.sock"),
+        ..DaemonConfig::default()
+    })
+    .expect("daemon starts");
+    let r = spawn(
+        guest(&dir.join("vm1.sock"), None, SINK, 2_000.0, 300),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .join()
+    .unwrap();
+    let sent = r.totals.sent_packets;
+    assert!(sent > 100, "{:?}", r.totals);
+    let s = settled(&d, |s| total(s, "sink0", |q| q.rx_packets) == sent);
+    assert_eq!(total(&s, "sink0", |q| q.rx_packets), sent);
+    let refused = total(&s, "vm1", |q| {
+        q.dropped.get("spoofed_ip").copied().unwrap_or(0)
+    });
+    assert_eq!(refused, 0);
+    let mut bad = vm(dir, "vm2", VM2);
+    bad.port_security = false;
+    bad.allowed_ips = vec!["10.0.0.2".parse().unwrap()];
+    let e = d.add_port(PortSpec::Vm(Box::new(bad))).unwrap_err();
+    assert!(
+        e.contains("allowed_ips") && e.contains("port security"),
+        "{e}"
+    );
+    d.shutdown();
+}

@@ -19,6 +19,11 @@
 //! * [`tcp_cut`] — cutting one TCP segment of up to 64 KiB into MSS-sized
 //!   frames with their headers fixed ([`TcpSegmenter`]): the host's
 //!   software TSO.
+//! * [`frame_class`] — what a frame says about its sender: VLAN tags,
+//!   EtherType, ARP, IPv4, IPv6 and Neighbor Discovery fields
+//!   ([`frame_class::classify`]), for the switch's IP source guard.
+//! * [`ip_prefix`] — IPv4 and IPv6 prefixes ([`IpPrefix`]), as a port's
+//!   `allowed_ips` lists them.
 //! * [`rarp`] — the RARP frame that announces a migrated VM's MAC
 //!   ([`rarp::rarp_announcement`]), sent for a guest that cannot announce.
 //! * [`toeplitz`] — receive-side scaling's Toeplitz hash of a flow's
@@ -41,6 +46,8 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod frame_class;
+pub mod ip_prefix;
 pub mod mac;
 pub mod rarp;
 pub mod rss_config;
@@ -58,6 +65,7 @@ pub mod vnet_hdr;
 mod vnet_hdr_tests;
 
 pub use checksum::complete_partial_checksum;
+pub use ip_prefix::{IpPrefix, IpPrefixError};
 pub use mac::{Mac, MacParseError};
 pub use tcp_cut::{SegmentError, TcpSegmenter};
 pub use vnet_hdr::{ChecksumAt, Offload, TcpGso, VnetHdr, VnetHdrError};

@@ -17,6 +17,7 @@
 //! policy = { kind = "eekbp" }
 //! mac = "52:54:00:00:00:01"  # the port owns it: no other source (port security)
 //! allowed_macs = ["52:54:00:00:00:11"]
+//! allowed_ips = ["10.0.0.5", "fd00::5/128"]  # IP source guard (ARP, IP, ND)
 //!
 //! [[vm]]              # QEMU listens: -chardev socket,path=..,server=on,wait=off
 //! name = "vm2"
@@ -54,8 +55,8 @@ use vadapt_qemu::peer_text::PeerText;
 use vadapt_wire::Mac;
 pub use vlan_keys::{Vid, VlanKeys, MAX_VID};
 pub use vm_port::{
-    parse_mac_list, parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole,
-    MAX_ALLOWED_MACS, MAX_MTU, MAX_QUEUE_PAIRS, MIN_MTU,
+    parse_mac_list, parse_prefix_list, parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig,
+    VmRole, MAX_ALLOWED_IPS, MAX_ALLOWED_MACS, MAX_MTU, MAX_QUEUE_PAIRS, MIN_MTU,
 };
 
 /// The whole daemon configuration.
@@ -332,6 +333,26 @@ impl DaemonConfig {
             if let Some(v) = vm.vlan {
                 vlan_keys::parse_vid("vm.vlan", &v.to_string())
                     .map_err(|e| field("vm.vlan", format!("port `{}`: {e}", vm.name)))?;
+            }
+            if vm.allowed_ips.len() > MAX_ALLOWED_IPS {
+                return Err(field(
+                    "vm.allowed_ips",
+                    format!(
+                        "{} prefixes for port `{}`: at most {MAX_ALLOWED_IPS}",
+                        vm.allowed_ips.len(),
+                        vm.name
+                    ),
+                ));
+            }
+            if !vm.allowed_ips.is_empty() && vm.owned_macs().is_empty() {
+                return Err(field(
+                    "vm.allowed_ips",
+                    format!(
+                        "port `{}` has allowed_ips but no port security: they need \
+                         port_security on and a mac= (or allowed_macs=)",
+                        vm.name
+                    ),
+                ));
             }
             if let Some(n) = vm.max_learned.filter(|&n| !table_size_ok(n)) {
                 return Err(field(
@@ -747,6 +768,40 @@ mod tests {
             .map(|i| Mac([2, 0, 0, 0, 1, i]))
             .collect();
         assert!(c.validate().unwrap_err().to_string().contains("at most 64"));
+    }
+
+    #[test]
+    fn allowed_ips_need_port_security_and_are_bounded() {
+        let text = "[[vm]]\nname=\"a\"\nsocket=\"/x\"\nmac=\"02:00:00:00:00:a1\"\nallowed_ips = [\"10.0.0.5\", \"fd00::/64\"]\n";
+        let mut c = DaemonConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        c.validate().expect("a mac and allowed_ips");
+        let got: Vec<String> = c.vm[0].allowed_ips.iter().map(|p| p.to_string()).collect();
+        assert_eq!(got, ["10.0.0.5/32", "fd00::/64"]);
+        let bad = text.replace("10.0.0.5", "10.0.0.5/24");
+        let e = DaemonConfig::from_toml(&bad, Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("10.0.0.0/24"), "{e}");
+        c.vm[0].port_security = false;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("vm.allowed_ips") && e.contains("port security"),
+            "{e}"
+        );
+        c.vm[0].port_security = true;
+        c.vm[0].mac = None;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("no port security"));
+        c.vm[0].mac = Some(Mac([2, 0, 0, 0, 0, 0xa1]));
+        c.vm[0].allowed_ips = (0..=MAX_ALLOWED_IPS as u8)
+            .map(|i| vadapt_wire::IpPrefix::host([10, 0, 0, i].into()))
+            .collect();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("vm.allowed_ips") && e.contains("at most 64"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use vadapt_policy::PolicyConfig;
 use vadapt_qemu::peer_text::PeerText;
-use vadapt_wire::Mac;
+use vadapt_wire::{IpPrefix, Mac};
 
 pub use super::cores::VmRole;
 
@@ -113,6 +113,16 @@ pub struct VmPortConfig {
     /// `mac`, the port has security too.
     #[serde(default)]
     pub allowed_macs: Vec<Mac>,
+    /// IPv4 and IPv6 prefixes the guest may send from (a bare address is
+    /// its host prefix), at most [`MAX_ALLOWED_IPS`]. Given, the port has
+    /// an IP source guard: ARP, IPv4, IPv6 and Neighbor Discovery from the
+    /// guest must use them as sender or source (with exceptions for DHCP,
+    /// the MACs' IPv6 link-local addresses and duplicate address
+    /// detection; see `crate::switch::SourceGuard`), and other frames are
+    /// dropped (`spoofed_ip`). Needs port security (a `mac` or
+    /// `allowed_macs`, and `port_security` on). Empty: no IP check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_ips: Vec<IpPrefix>,
     /// Most addresses the switch learns from this port's guest at once
     /// (1..=[`super::MAX_MAC_TABLE_SIZE`]); default: the daemon's
     /// `max_learned_per_port`. A port with security learns none: its
@@ -130,6 +140,10 @@ pub struct VmPortConfig {
 /// Most `allowed_macs` of one VM port: each is a static entry in the
 /// switch, outside the table's bound, so their number is bounded here.
 pub const MAX_ALLOWED_MACS: usize = 64;
+
+/// Most `allowed_ips` of one VM port: each frame of a guarded port is
+/// checked against all of them, so their number is bounded here.
+pub const MAX_ALLOWED_IPS: usize = 64;
 
 /// Smallest `mtu` a port takes: IPv4's minimum (RFC 791), as Linux's `ETH_MIN_MTU`.
 pub const MIN_MTU: u16 = 68;
@@ -213,6 +227,7 @@ impl VmPortConfig {
             mtu: None,
             port_security: true,
             allowed_macs: Vec::new(),
+            allowed_ips: Vec::new(),
             max_learned: None,
             vlan: None,
         }
@@ -262,6 +277,15 @@ pub fn parse_mac_list(v: &str) -> Result<Vec<Mac>, String> {
         out.push(one.parse::<Mac>().map_err(|_| bad())?);
     }
     Ok(out)
+}
+
+/// `allowed_ips=` of a `--vm` spec: prefixes separated by `+`
+/// (`10.0.0.5/32+fd00::5`), as `,` separates the spec's keys and IPv6
+/// addresses hold `:`. A bare address is its host prefix.
+pub fn parse_prefix_list(v: &str) -> Result<Vec<IpPrefix>, String> {
+    v.split('+')
+        .map(|p| p.parse::<IpPrefix>().map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// Which end of a VM port's vhost-user socket vadapt is.
@@ -338,6 +362,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut mtu = None;
     let mut port_security = true;
     let mut allowed_macs = Vec::new();
+    let mut allowed_ips = Vec::new();
     let mut max_learned = None;
     let mut vlan = None;
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
@@ -413,6 +438,10 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                 allowed_macs =
                     parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e))?
             }
+            "allowed_ips" => {
+                allowed_ips =
+                    parse_prefix_list(v).map_err(|e| field("--vm allowed_ips", e))?
+            }
             "max_learned" => {
                 max_learned = Some(v.parse::<usize>().map_err(|_| {
                     field("--vm max_learned", format!("`{v}` is not a number"))
@@ -424,7 +453,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, max_learned, vlan, {})",
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, allowed_ips, max_learned, vlan, {})",
                         PortLimits::KEYS.join(", ")
                     ),
                 ))
@@ -461,6 +490,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         mtu,
         port_security,
         allowed_macs,
+        allowed_ips,
         max_learned,
         vlan,
     })
@@ -506,13 +536,31 @@ mod tests {
         assert_eq!(v.max_learned, Some(8));
         let v = parse_vm_spec("name=a,socket=/s,mac=02:00:00:00:00:a1,port_security=off").unwrap();
         assert!(!v.port_security && v.owned_macs().is_empty());
-        for bad in ["port_security=yes", "max_learned=many", "allowed_macs=zz"] {
+        for bad in [
+            "port_security=yes",
+            "max_learned=many",
+            "allowed_macs=zz",
+            "allowed_ips=10.0.0.5/24",
+            "allowed_ips=10.0.0.5;fd00::1",
+        ] {
             let e = parse_vm_spec(&format!("name=a,socket=/s,{bad}"))
                 .unwrap_err()
                 .to_string();
             let key = bad.split('=').next().unwrap();
             assert!(e.contains(&format!("--vm {key}")), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn allowed_ips_are_separated_by_plus() {
+        let v = parse_vm_spec(
+            "name=a,socket=/s,mac=02:00:00:00:00:a1,allowed_ips=10.0.0.5/32+fd00::5+10.1.0.0/24",
+        )
+        .unwrap();
+        let got: Vec<String> = v.allowed_ips.iter().map(|p| p.to_string()).collect();
+        assert_eq!(got, ["10.0.0.5/32", "fd00::5/128", "10.1.0.0/24"]);
+        let e = parse_prefix_list("10.0.0.5+fd00::/129").unwrap_err();
+        assert!(e.contains("0..=128"), "{e}");
     }
 
     #[test]

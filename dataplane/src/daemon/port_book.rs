@@ -275,6 +275,10 @@ mod tests {
         // Anything else changed as well: the port is made again.
         let also_queues = vm("name=a,socket=/a,storm_control_pps=10,queues=2");
         assert_eq!(limits_alone_changed(&now, &also_queues), None);
+        // New allowed_ips (the port's rules in the switch): made again.
+        let mac = "name=a,socket=/a,mac=02:00:00:00:00:a1";
+        let guarded = vm(&format!("{mac},allowed_ips=10.0.0.5"));
+        assert_eq!(limits_alone_changed(&vm(mac), &guarded), None);
         let sink = PortSpec::Sink(parse_local_spec("--sink", "a").unwrap());
         assert_eq!(limits_alone_changed(&sink, &now), None);
     }

@@ -14,7 +14,7 @@ use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
 use crate::socket_file::SocketLedger;
-use crate::switch::{Echo, PortId, PortRules, PortVlan, Sink, Switch, Tap};
+use crate::switch::{Echo, PortId, PortRules, PortVlan, Sink, SourceGuard, Switch, Tap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -137,10 +137,16 @@ impl PortMaker {
                 None,
             ),
         };
+        let owned = vm.owned_macs();
+        // Validation refuses `allowed_ips` without port security, so a
+        // guard always has the MACs its link-local addresses come from.
+        let ip_guard = (!vm.allowed_ips.is_empty() && !owned.is_empty())
+            .then(|| SourceGuard::new(&vm.allowed_ips, &owned));
         let rules = PortRules {
-            owned: vm.owned_macs(),
+            owned,
             max_learned: Some(vm.max_learned.unwrap_or(cfg.max_learned_per_port)),
             vlan: PortVlan::Access(vm.vlan.unwrap_or(0)),
+            ip_guard,
         };
         let id = self
             .switch

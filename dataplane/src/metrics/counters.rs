@@ -63,13 +63,17 @@ pub enum DropReason {
     /// A frame tagged with a VLAN its trunk port does not carry
     /// (`trunks=`), or with an outer tag other than 802.1Q.
     VlanNotAllowed,
+    /// A frame from a guest whose ARP sender, IP source or Neighbor
+    /// Discovery target is not one of its port's `allowed_ips` (the IP
+    /// source guard), dropped by the switch.
+    SpoofedIp,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -88,6 +92,7 @@ impl DropReason {
         DropReason::SpoofedSrc,
         DropReason::VlanTagged,
         DropReason::VlanNotAllowed,
+        DropReason::SpoofedIp,
         DropReason::Other,
     ];
 
@@ -112,6 +117,7 @@ impl DropReason {
             DropReason::SpoofedSrc => "spoofed_src",
             DropReason::VlanTagged => "vlan_tagged",
             DropReason::VlanNotAllowed => "vlan_not_allowed",
+            DropReason::SpoofedIp => "spoofed_ip",
             DropReason::Other => "other",
         }
     }

@@ -244,10 +244,23 @@ impl PortQueues {
     }
 
     /// Counts what the switch refused of pair `p`'s frames, and logs a
-    /// spoofed source (through the port's limit for the lines its guest
-    /// causes, as every other).
+    /// spoofed source, MAC or IP (through the port's limit for the lines
+    /// its guest causes, as every other).
     fn count_refused(&mut self, p: usize, refused: &Forwarded) {
         refused.count_into(&self.port.stats, p);
+        if let Some(why) = refused.spoofed_ip_first {
+            if let Some(held_back) = self.port.may_log("spoofed IP address") {
+                tracing::warn!(
+                    port = self.port.name(),
+                    queue = p,
+                    refused = %why,
+                    dropped = refused.spoofed_ip,
+                    held_back,
+                    "dropped frames from the guest whose IP sender is not the port's \
+                     (IP source guard: its allowed_ips=)"
+                );
+            }
+        }
         let Some(src) = refused.spoofed_src else {
             return;
         };

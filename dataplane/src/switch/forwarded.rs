@@ -1,8 +1,10 @@
-//! What forwarding a batch refused: frames dropped by port security or
-//! for their VLAN tag, and source addresses not learned. The switch returns it; the port that sent
-//! the batch counts it ([`Forwarded::count_into`]) and, for a VM port,
-//! logs the spoofed source (rate-limited).
+//! What forwarding a batch refused: frames dropped by port security (by
+//! MAC, and by IP for a port with `allowed_ips`) or for their VLAN tag,
+//! and source addresses not learned. The switch returns it; the port that
+//! sent the batch counts it ([`Forwarded::count_into`]) and, for a VM
+//! port, logs the spoofed source (rate-limited).
 
+use super::source_guard::IpRefusal;
 use crate::metrics::{DropReason, NotLearned, PortStats};
 use std::sync::atomic::Ordering::Relaxed;
 use vadapt_wire::Mac;
@@ -17,6 +19,10 @@ pub struct Forwarded {
     pub spoofed: u64,
     /// The source of the first of them.
     pub spoofed_src: Option<Mac>,
+    /// Frames dropped by the ingress port's IP source guard (`spoofed_ip`).
+    pub spoofed_ip: u64,
+    /// Why the first of them was.
+    pub spoofed_ip_first: Option<IpRefusal>,
     /// Sources not learned, by reason, indexed like [`NotLearned::ALL`]
     /// (once per source and second per worker, not per frame).
     pub not_learned: [u64; NotLearned::ALL.len()],
@@ -32,6 +38,7 @@ impl Forwarded {
     /// Nothing refused.
     pub fn is_quiet(&self) -> bool {
         self.spoofed == 0
+            && self.spoofed_ip == 0
             && self.not_learned.iter().all(|&n| n == 0)
             && self.vlan == [0, 0]
             && self.unretaggable == 0
@@ -41,12 +48,20 @@ impl Forwarded {
     pub fn merge(&mut self, other: Forwarded) {
         self.spoofed += other.spoofed;
         self.spoofed_src = self.spoofed_src.or(other.spoofed_src);
+        self.spoofed_ip += other.spoofed_ip;
+        self.spoofed_ip_first = self.spoofed_ip_first.or(other.spoofed_ip_first);
         for (a, b) in self.not_learned.iter_mut().zip(other.not_learned) {
             *a += b;
         }
         self.vlan[0] += other.vlan[0];
         self.vlan[1] += other.vlan[1];
         self.unretaggable += other.unretaggable;
+    }
+
+    /// One frame refused by the IP source guard, for `why`.
+    pub fn refuse_ip(&mut self, why: IpRefusal) {
+        self.spoofed_ip += 1;
+        self.spoofed_ip_first.get_or_insert(why);
     }
 
     /// Count it in the sending port's counters: the drops in queue
@@ -66,6 +81,9 @@ impl Forwarded {
             if n > 0 {
                 q.drop(reason, n);
             }
+        }
+        if self.spoofed_ip > 0 {
+            q.drop(DropReason::SpoofedIp, self.spoofed_ip);
         }
         for (c, &n) in stats.not_learned.iter().zip(&self.not_learned) {
             if n > 0 {
@@ -89,15 +107,21 @@ mod tests {
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
             not_learned: [0, 2, 0],
             vlan: [5, 0],
-            unretaggable: 0,
+            ..Forwarded::default()
         });
         f.merge(Forwarded {
             spoofed: 1,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 2])),
             not_learned: [1, 0, 0],
             vlan: [0, 6],
-            unretaggable: 0,
+            ..Forwarded::default()
         });
+        let why = IpRefusal {
+            rule: super::super::source_guard::GuardRule::Ipv4Source,
+            addr: None,
+        };
+        f.refuse_ip(why);
+        f.refuse_ip(why);
         assert_eq!(f.spoofed_src, Some(Mac([2, 0, 0, 0, 0, 1])), "the first");
         f.count_into(&stats, 7);
         let spoofed = DropReason::ALL
@@ -114,6 +138,11 @@ mod tests {
             stats.queues[1].drops[at(DropReason::VlanNotAllowed)].load(Relaxed),
             6
         );
+        let spoofed_ip = DropReason::ALL
+            .iter()
+            .position(|r| *r == DropReason::SpoofedIp)
+            .unwrap();
+        assert_eq!(stats.queues[1].drops[spoofed_ip].load(Relaxed), 2);
         let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
         assert_eq!(got, [1, 2, 0]);
     }

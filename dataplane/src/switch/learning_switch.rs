@@ -586,6 +586,12 @@ impl Switch {
                     r.target
                 }
             };
+            if let (Some(g), false) = (rules.ip_guard.as_ref(), target == Target::Spoofed) {
+                if let Err(why) = g.admits(frame) {
+                    refused.refuse_ip(why);
+                    continue;
+                }
+            }
             let i = i as u16;
             match target {
                 Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge

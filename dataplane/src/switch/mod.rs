@@ -10,7 +10,9 @@
 //! it owns (static, never taken by another port) and sends from (port
 //! security: other sources are dropped, `spoofed_src`), and the table is
 //! bounded overall and per port (`fdb.rs`); VLANs as OVS spells them
-//! (`vlan.rs`) split it into broadcast domains. [`Switch::forward`] returns
+//! (`vlan.rs`) split it into broadcast domains. A port with `allowed_ips`
+//! has an IP source guard too ([`SourceGuard`]: ARP, IPv4, IPv6 and ND
+//! senders; other sources are dropped, `spoofed_ip`). [`Switch::forward`] returns
 //! what it refused ([`Forwarded`]) for the sending port to count.
 //!
 //! Ports are [`Egress`]es: the switch hands each its frames. A port that
@@ -28,6 +30,7 @@ mod ingress;
 mod learning_switch;
 mod port_rules;
 mod sink;
+mod source_guard;
 mod tap;
 mod vlan;
 
@@ -40,6 +43,7 @@ pub use ingress::{Ingress, Sender};
 pub use learning_switch::{FdbCache, Switch};
 pub use port_rules::PortRules;
 pub use sink::Sink;
+pub use source_guard::{link_local, GuardRule, IpRefusal, SourceGuard};
 pub use tap::{Tap, TapError};
 pub use vlan::{PortVlan, Retag, Vid, VidSet, MAX_VID};
 

@@ -9,7 +9,12 @@
 //! ([`Switch::add_port_with`](super::Switch::add_port_with)) and copied
 //! into each worker's cache with the ports, so a frame's check reads no
 //! lock: it is decided once per flow and kept in the flow's cached route.
+//!
+//! A port with `allowed_ips` has an IP source guard as well
+//! ([`SourceGuard`]), checked per frame (a flow's cached route compares
+//! MACs only).
 
+use super::source_guard::SourceGuard;
 use super::vlan::PortVlan;
 use vadapt_wire::Mac;
 
@@ -28,6 +33,9 @@ pub struct PortRules {
     /// Its VLANs: an access port of the untagged domain by default (see
     /// [`PortVlan`]).
     pub vlan: PortVlan,
+    /// The IP source guard of a port with `allowed_ips` (`spoofed_ip`
+    /// drops); `None`: frames are not checked at L3.
+    pub ip_guard: Option<SourceGuard>,
 }
 
 impl PortRules {

@@ -316,3 +316,52 @@ fn a_random_source_flood_leaves_the_table_and_the_caches_bounded() {
     assert_eq!(sw.lookup(VM1), Some(victim));
     assert!(sw.counts_are_exact());
 }
+
+/// A gratuitous ARP from `sha` claiming `spa`.
+fn garp(sha: Mac, spa: [u8; 4]) -> Vec<u8> {
+    let mut p = vec![0, 1, 8, 0, 6, 4, 0, 2];
+    p.extend_from_slice(&sha.0);
+    p.extend_from_slice(&spa);
+    p.extend_from_slice(&[0xff; 6]);
+    p.extend_from_slice(&spa);
+    ethernet_frame(Mac::BROADCAST, sha, 0x0806, &p)
+}
+
+#[test]
+fn the_ip_source_guard_drops_spoofed_arp_per_frame_of_one_flow() {
+    let sw = Switch::new(Duration::from_secs(300));
+    let (vm1, r1) = port(&sw, "vm1", owning(&[VM1]));
+    let mut guarded = owning(&[VM3]);
+    guarded.ip_guard = Some(SourceGuard::new(&["10.0.0.3".parse().unwrap()], &[VM3]));
+    let (vm3, _r3) = port(&sw, "vm3", guarded);
+    let (_, r2) = port(&sw, "vm2", owning(&[VM2]));
+    let mut c3 = FdbCache::default();
+    // One flow by MAC (broadcast from VM3): its own ARP, a spoofed one
+    // (vm1's 10.0.0.1), its own again. The cached route does not let the
+    // spoofed frame through.
+    let mut b = FrameBatch::new(4);
+    b.push(&garp(VM3, [10, 0, 0, 3]));
+    b.push(&garp(VM3, [10, 0, 0, 1]));
+    b.push(&garp(VM3, [10, 0, 0, 3]));
+    b.push(&ethernet_frame(VM1, VM3, ETHERTYPE_EXPERIMENTAL, &[1])); // not IP: passes
+    let f = sw.forward(vm3, 0, &b, &mut c3);
+    assert_eq!(f.spoofed_ip, 1);
+    assert_eq!(
+        f.spoofed_ip_first.map(|w| (w.rule, w.addr)),
+        Some((GuardRule::ArpSenderIp, Some("10.0.0.1".parse().unwrap())))
+    );
+    assert_eq!(
+        (got(&r1), got(&r2)),
+        (3, 2),
+        "two ARPs flooded, one unicast"
+    );
+    // A spoofed MAC counts as spoofed_src first, not as spoofed_ip too.
+    let mut b = FrameBatch::new(1);
+    b.push(&garp(VM1, [10, 0, 0, 1]));
+    let f = sw.forward(vm3, 0, &b, &mut c3);
+    assert_eq!((f.spoofed, f.spoofed_ip), (1, 0));
+    // A port without a guard sends any ARP.
+    let mut b = FrameBatch::new(1);
+    b.push(&garp(VM1, [10, 9, 9, 9]));
+    assert!(sw.forward(vm1, 0, &b, &mut FdbCache::default()).is_quiet());
+}
