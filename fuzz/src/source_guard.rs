@@ -15,9 +15,16 @@
 //! not the guard's code); ARP, IPv4 or IPv6 that cannot be read is never
 //! admitted, and any other EtherType always is; and one more 802.1Q tag
 //! (where there is room for one) changes no verdict.
+//!
+//! The same frame into the switch's VLAN classifier
+//! (`vadapt_dataplane::switch::PortVlan`), as an access port and as a
+//! trunk of VLAN `v` (the MAC's last 12 bits) with native VLAN `v + 1`: an
+//! access port takes exactly the untagged frames, in its VLAN; a trunk's
+//! tagged frame, popped and pushed again, is the frame with its tag's
+//! priority bits cleared.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use vadapt_dataplane::switch::{link_local, SourceGuard};
+use vadapt_dataplane::switch::{link_local, PortVlan, Retag, SourceGuard};
 use vadapt_wire::frame_class::{classify, icmpv6, L3, MAX_TAGS};
 use vadapt_wire::{IpPrefix, Mac};
 
@@ -92,6 +99,7 @@ pub fn run(data: &[u8]) {
     assert!(usize::from(class.tags) <= MAX_TAGS);
     let admitted = guard.admits(frame).is_ok();
     assert_eq!(admitted, rule_admits(&p, frame), "{class:?}");
+    vlans(&p, frame);
     if usize::from(class.tags) < MAX_TAGS && frame.len() >= 12 {
         let mut tagged = frame.to_vec();
         tagged.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
@@ -100,6 +108,42 @@ pub fn run(data: &[u8]) {
             assert_eq!(again, admitted, "a tag changed the verdict");
         }
     }
+}
+
+/// The VLAN checks (module documentation).
+fn vlans(p: &Port, frame: &[u8]) {
+    let vid = u16::from_be_bytes([p.mac.0[4], p.mac.0[5]]) % 4094 + 1;
+    let tagged = frame.len() >= 14 && matches!(frame[12..14], [0x81, 0] | [0x88, 0xa8] | [0x91, 0]);
+    match PortVlan::Access(vid).classify(frame) {
+        Ok(e) => assert!(!tagged && e.vid == vid && !e.tagged),
+        Err(_) => assert!(tagged),
+    }
+    let native = vid % 4094 + 1;
+    let trunk = PortVlan::Trunk {
+        allowed: [vid].into_iter().collect(),
+        native,
+    };
+    let Ok(e) = trunk.classify(frame) else {
+        return;
+    };
+    assert!(e.vid == vid || e.vid == native, "{e:?}");
+    if !e.tagged {
+        assert_eq!(trunk.leave(e.vid, false), Some(Retag::Keep));
+        return;
+    }
+    let pop = Retag::Pop;
+    let mut popped = vec![0; pop.len(frame.len())];
+    pop.edit(frame, &mut popped);
+    let push = Retag::Push(e.vid);
+    let mut again = vec![0; push.len(popped.len())];
+    push.edit(&popped, &mut again);
+    let mut expected = frame.to_vec();
+    expected[14] &= 0x0f;
+    if e.vid == native && frame[14] & 0x0f == 0 && frame[15] == 0 {
+        // A priority tag: pushed again with the native VLAN's id.
+        expected[14..16].copy_from_slice(&native.to_be_bytes());
+    }
+    assert_eq!(again, expected);
 }
 
 #[cfg(test)]

@@ -495,6 +495,7 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         allowed_macs: Vec::new(),
         allowed_ips: Vec::new(),
         max_learned: None,
+        vlan: None,
     };
     let freq = Arc::new(CpuFreq::unavailable("fuzzing"));
     let vm =
