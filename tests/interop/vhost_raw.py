@@ -568,3 +568,31 @@ def frame(dst: bytes, src: bytes, size: int = 60, hdr_len: int = 12, body: bytes
     assert 14 + len(body) <= size
     eth = dst + src + b"\x88\xb5" + body + bytes(size - 14 - len(body))
     return bytes(hdr_len) + eth
+
+
+# VLAN tags' TPIDs: 802.1Q, 802.1ad (the outer tag of QinQ), and the
+# pre-standard QinQ TPID some switches still send.
+TPID_8021Q = 0x8100
+TPID_8021AD = 0x88A8
+TPID_QINQ_OLD = 0x9100
+
+
+def tagged_frame(
+    dst: bytes,
+    src: bytes,
+    tags: list[tuple[int, int]] = (),
+    ethertype: int = 0x88B5,
+    payload: bytes = b"",
+    size: int = 60,
+    hdr_len: int = 12,
+) -> bytes:
+    """A virtio-net header (all zero) and an Ethernet frame with VLAN
+    `tags`, outermost first, each (TPID, TCI) (e.g. `[(TPID_8021AD, 10),
+    (TPID_8021Q, 20)]`: double-tagged, outer VLAN 10, inner 20), then
+    `ethertype` and `payload`, zero-padded to `size` bytes (or longer if
+    the headers and payload need it)."""
+    eth = dst + src
+    for tpid, tci in tags:
+        eth += struct.pack("!HH", tpid, tci)
+    eth += struct.pack("!H", ethertype) + payload
+    return bytes(hdr_len) + eth + bytes(max(0, size - len(eth)))

@@ -644,7 +644,7 @@ impl FdbCache {
         let Some(rules) = &self.rules[p] else {
             return;
         };
-        match rules.vlan.leave(entered.vid, entered.tagged) {
+        match rules.vlan.leave_entered(entered) {
             None => {}
             Some(Retag::Keep) => self.groups[p].push(i),
             Some(r) => self.retagged[p].push((i, r)),

@@ -149,6 +149,9 @@ pub struct Entered {
     pub vid: Vid,
     /// Whether its first tag is still on it (a trunk's tagged frame).
     pub tagged: bool,
+    /// Whether that tag is a priority tag (VID 0): the frame is in the
+    /// trunk's native VLAN, which the tag does not name.
+    pub priority: bool,
 }
 
 /// What leaving by one port does to a frame's tag.
@@ -160,6 +163,10 @@ pub enum Retag {
     Push(Vid),
     /// Pop its first tag.
     Pop,
+    /// Set its first tag's VID to this one, keeping its priority: a
+    /// priority-tagged frame leaving by a trunk that carries its VLAN
+    /// tagged.
+    SetVid(Vid),
 }
 
 impl PortVlan {
@@ -214,6 +221,7 @@ impl PortVlan {
                 Ok(Entered {
                     vid: *v,
                     tagged: false,
+                    priority: false,
                 })
             }
             PortVlan::Trunk { allowed, native } => match tpid(frame) {
@@ -226,10 +234,12 @@ impl PortVlan {
                         0 => Ok(Entered {
                             vid: *native,
                             tagged: true,
+                            priority: true,
                         }),
                         v if v <= MAX_VID && (v == *native || allowed.contains(v)) => Ok(Entered {
                             vid: v,
                             tagged: true,
+                            priority: false,
                         }),
                         _ => Err(VlanRefusal::NotAllowed),
                     }
@@ -238,6 +248,7 @@ impl PortVlan {
                 _ => Ok(Entered {
                     vid: *native,
                     tagged: false,
+                    priority: false,
                 }),
             },
         }
@@ -258,10 +269,21 @@ impl PortVlan {
             (false, false) => Retag::Keep,
             (false, true) => Retag::Push(vid),
             (true, false) => Retag::Pop,
-            // Tagged with `vid` on entry (a priority tag is the native
-            // VLAN's, which leaves untagged): the same tag.
+            // Tagged with `vid` on entry: the same tag. (A priority tag
+            // does not name `vid`: see [`PortVlan::leave_entered`].)
             (true, true) => Retag::Keep,
         })
+    }
+
+    /// [`PortVlan::leave`] for a frame as it entered (`e`): a
+    /// priority-tagged frame that leaves tagged gets its VLAN's VID in its
+    /// tag, else the far side would take it into its own native VLAN.
+    #[inline]
+    pub fn leave_entered(&self, e: Entered) -> Option<Retag> {
+        match self.leave(e.vid, e.tagged)? {
+            Retag::Keep if e.priority => Some(Retag::SetVid(e.vid)),
+            r => Some(r),
+        }
     }
 }
 
@@ -269,7 +291,7 @@ impl Retag {
     /// The frame's length after it.
     pub fn len(self, len: usize) -> usize {
         match self {
-            Retag::Keep => len,
+            Retag::Keep | Retag::SetVid(_) => len,
             Retag::Push(_) => len + TAG_LEN,
             Retag::Pop => len.saturating_sub(TAG_LEN),
         }
@@ -279,6 +301,11 @@ impl Retag {
     pub fn edit(self, from: &[u8], to: &mut [u8]) {
         match self {
             Retag::Keep => to.copy_from_slice(from),
+            Retag::SetVid(vid) => {
+                to.copy_from_slice(from);
+                let tci = (u16::from_be_bytes([from[14], from[15]]) & 0xf000) | (vid & 0xfff);
+                to[14..16].copy_from_slice(&tci.to_be_bytes());
+            }
             Retag::Push(vid) => {
                 to[..ETHERTYPE_OFFSET].copy_from_slice(&from[..ETHERTYPE_OFFSET]);
                 to[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
@@ -297,7 +324,7 @@ impl Retag {
     pub fn reoffload(self, mut o: Offloaded) -> Option<Offloaded> {
         let shift = |at: u16| -> Option<u16> {
             match self {
-                Retag::Keep => Some(at),
+                Retag::Keep | Retag::SetVid(_) => Some(at),
                 Retag::Push(_) => at.checked_add(TAG_LEN as u16),
                 Retag::Pop => at
                     .checked_sub(TAG_LEN as u16)
@@ -324,7 +351,7 @@ impl Retag {
         }
         let per = TAG_LEN as u32 * o.cut_frames;
         o.cut_bytes = match self {
-            Retag::Keep => o.cut_bytes,
+            Retag::Keep | Retag::SetVid(_) => o.cut_bytes,
             Retag::Push(_) => o.cut_bytes.saturating_add(per),
             Retag::Pop => o.cut_bytes.saturating_sub(per),
         };
@@ -361,6 +388,7 @@ mod tests {
         let untagged = Entered {
             vid: 10,
             tagged: false,
+            priority: false,
         };
         assert_eq!(p.classify(&frame(&[])), Ok(untagged));
         for tags in [
@@ -383,7 +411,13 @@ mod tests {
     #[test]
     fn a_trunk_takes_the_tags_it_carries_and_its_native_vlan_untagged() {
         let p = trunk(&[10, 20], 30);
-        let e = |vid, tagged| Ok(Entered { vid, tagged });
+        let e = |vid, tagged| {
+            Ok(Entered {
+                vid,
+                tagged,
+                priority: false,
+            })
+        };
         assert_eq!(p.classify(&frame(&[(0x8100, 10)])), e(10, true));
         assert_eq!(
             p.classify(&frame(&[(0x8100, 0x2000 | 20)])),
@@ -397,7 +431,11 @@ mod tests {
         );
         assert_eq!(
             p.classify(&frame(&[(0x8100, 0)])),
-            e(30, true),
+            Ok(Entered {
+                vid: 30,
+                tagged: true,
+                priority: true
+            }),
             "priority tag"
         );
         assert_eq!(p.classify(&frame(&[])), e(30, false));
@@ -453,6 +491,23 @@ mod tests {
         let mut popped = vec![0; Retag::Pop.len(pushed.len())];
         Retag::Pop.edit(&pushed, &mut popped);
         assert_eq!(popped, f);
+    }
+
+    #[test]
+    fn a_priority_tag_leaving_tagged_names_its_vlan_and_keeps_its_priority() {
+        let e = trunk(&[], 30)
+            .classify(&frame(&[(0x8100, 0xa000)]))
+            .unwrap();
+        let out = trunk(&[30], 0);
+        assert_eq!(out.leave_entered(e), Some(Retag::SetVid(30)));
+        assert_eq!(trunk(&[], 30).leave_entered(e), Some(Retag::Pop));
+        assert_eq!(PortVlan::Access(30).leave_entered(e), Some(Retag::Pop));
+        let f = frame(&[(0x8100, 0xa000)]);
+        let mut to = vec![0; Retag::SetVid(30).len(f.len())];
+        Retag::SetVid(30).edit(&f, &mut to);
+        assert_eq!(to, frame(&[(0x8100, 0xa000 | 30)]));
+        let tagged = trunk(&[], 30).classify(&frame(&[(0x8100, 30)])).unwrap();
+        assert_eq!(out.leave_entered(tagged), Some(Retag::Keep));
     }
 
     #[test]

@@ -183,6 +183,32 @@ fn a_tagged_frame_between_two_trunks_keeps_its_tag() {
     assert_eq!(got(&r2), [f]);
 }
 
+#[test]
+fn a_priority_tagged_frame_leaves_a_trunk_tagged_with_its_vlan() {
+    // A priority tag (VID 0) on a trunk puts the frame in the trunk's
+    // native VLAN, 30 here. Out by a trunk that carries VLAN 30 tagged,
+    // the tag must name VLAN 30 (keeping its priority): left as VID 0,
+    // the far side takes the frame into its own native VLAN, not 30.
+    let sw = Switch::new(Duration::from_secs(300));
+    let (t1, _) = port(&sw, trunk(&[10], 30));
+    let (_, r2) = port(&sw, trunk(&[30], 0));
+    let (_, r30) = port(&sw, PortVlan::Access(30));
+    let (_, r10) = port(&sw, PortVlan::Access(10));
+    let f = send(&sw, t1, &[tagged(Mac::BROADCAST, A, &[(0x8100, 0xa000)])]);
+    assert!(f.is_quiet());
+    assert_eq!(
+        got(&r2),
+        [tagged(Mac::BROADCAST, A, &[(0x8100, 0xa000 | 30)])]
+    );
+    assert_eq!(got(&r30), [untagged(Mac::BROADCAST, A)]);
+    assert!(got(&r10).is_empty());
+    // A priority tag from a trunk of native VLAN 0 is popped on the way
+    // to a trunk whose native VLAN 0 is too.
+    let (t0, _) = port(&sw, PortVlan::trunk_all());
+    let _ = send(&sw, t0, &[tagged(Mac::BROADCAST, B, &[(0x8100, 0x2000)])]);
+    assert_eq!(got(&r2), [untagged(Mac::BROADCAST, B)]);
+}
+
 /// An [`Egress`] that keeps each frame with its kept offload.
 #[derive(Debug, Default)]
 struct OffloadRecorder(Mutex<Vec<(Vec<u8>, Option<Offloaded>)>>);
