@@ -2,6 +2,7 @@
 //! `[[echo]]`, `--sink`, `--echo`) and TAP (`[[tap]]`, `--tap`).
 
 use super::error::{field, ConfigError};
+use super::port_limits::PortLimits;
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
 use vadapt_wire::Mac;
@@ -30,19 +31,26 @@ pub struct TapPortConfig {
     /// that should carry a jumbo VM's frames gets the same `mtu`.
     #[serde(default)]
     pub mtu: Option<u16>,
+    /// Rate limits on what the host sends into the switch through the TAP
+    /// (a VM port's keys and units: see [`PortLimits`]), as a
+    /// `[tap.limits]` table here and flat keys in a `--tap` spec; none by
+    /// default. Changed at run time by `vadapt set-limits`.
+    #[serde(default, skip_serializing_if = "PortLimits::is_unlimited")]
+    pub limits: PortLimits,
 }
 
 impl TapPortConfig {
-    /// TAP port `name` with the interface's MTU left alone.
+    /// TAP port `name` with the interface's MTU left alone, no limits.
     pub fn new(name: impl Into<String>) -> Self {
         TapPortConfig {
             name: name.into(),
             mtu: None,
+            limits: PortLimits::NONE,
         }
     }
 }
 
-/// Parse a `--tap NAME[,mtu=N]` spec.
+/// Parse a `--tap NAME[,mtu=N][,ingress_policing_rate=..,...]` spec.
 pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
     let mut it = spec.split(',');
     let name = it.next().unwrap_or_default().to_string();
@@ -50,6 +58,7 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
         return Err(field("--tap", "missing port name"));
     }
     let mut mtu = None;
+    let mut limits = PortLimits::NONE;
     for kv in it {
         match kv.split_once('=') {
             Some(("mtu", v)) => {
@@ -60,16 +69,21 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
                     )
                 })?)
             }
+            Some((k, v)) if limits.set_key("--tap", k, v)? => {}
             _ => {
                 return Err(field(
                     "--tap",
-                    format!("unknown option `{kv}` (known: mtu=)"),
+                    format!(
+                        "unknown option `{kv}` (known: mtu=, {}=)",
+                        PortLimits::KEYS.join("=, ")
+                    ),
                 ))
             }
         }
     }
     check_mtu("--tap mtu", &name, mtu)?;
-    Ok(TapPortConfig { name, mtu })
+    limits.check("--tap ", &name, mtu)?;
+    Ok(TapPortConfig { name, mtu, limits })
 }
 
 /// Parse a `--sink NAME[,mac=..]` or `--echo NAME[,mac=..]` spec.
@@ -105,5 +119,30 @@ mod tests {
         assert!(e.contains("--tap mtu") && e.contains("`tap0`"), "{e}");
         assert!(parse_tap_spec("tap0,mtu=x").is_err());
         assert!(parse_tap_spec("tap0,mac=1").is_err());
+    }
+
+    #[test]
+    fn a_tap_spec_takes_the_limits_keys_checked_against_its_mtu() {
+        let t = parse_tap_spec("tap0,ingress_policing_kpkts_rate=10,storm_control_pps=100").unwrap();
+        assert_eq!(
+            t.limits,
+            PortLimits {
+                ingress_policing_kpkts_rate: 10,
+                storm_control_pps: 100,
+                ..PortLimits::NONE
+            }
+        );
+        let e = parse_tap_spec("tap0,mtu=9000,ingress_policing_rate=1000,ingress_policing_burst=20")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--tap ingress_policing_burst") && e.contains("`tap0`"),
+            "{e}"
+        );
+        let e = parse_tap_spec("tap0,rate=5").unwrap_err().to_string();
+        assert!(e.contains("storm_control_pps="), "the keys listed: {e}");
+        // No limits: nothing in the spec's JSON (add-port).
+        let plain = serde_json::to_string(&TapPortConfig::new("tap0")).unwrap();
+        assert!(!plain.contains("limits"), "{plain}");
     }
 }

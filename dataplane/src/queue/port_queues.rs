@@ -331,7 +331,6 @@ impl PortQueues {
         }
         let (policer, mut storm) = self.policers.parts();
         let (sender, fdb) = (&self.sender, &mut self.fdb);
-        let mut storm_drops = 0u64;
         let mut refused = Forwarded::default();
         let pass = self
             .tx
@@ -339,16 +338,9 @@ impl PortQueues {
                 let Some(s) = sender else { return };
                 refused.merge(match storm.as_deref_mut() {
                     None => s.forward(p as u16, batch, fdb),
-                    Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| {
-                        let ok = bucket.take(1);
-                        storm_drops += u64::from(!ok);
-                        ok
-                    }),
+                    Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| bucket.take(1)),
                 });
             });
-        if storm_drops > 0 {
-            self.qstats(p).drop(DropReason::Storm, storm_drops);
-        }
         self.count_refused(p, &refused);
         if pass.broke_ring {
             if let Some(held_back) = self.port.may_log("transmit ring corrupted") {

@@ -1,5 +1,5 @@
-//! What forwarding a batch refused: frames dropped by port security and
-//! source addresses not learned. The switch returns it; the port that sent
+//! What forwarding a batch refused: frames dropped by port security or by
+//! storm control, and source addresses not learned. The switch returns it; the port that sent
 //! the batch counts it ([`Forwarded::count_into`]) and, for a VM port,
 //! logs the spoofed source (rate-limited).
 
@@ -17,6 +17,9 @@ pub struct Forwarded {
     pub spoofed: u64,
     /// The source of the first of them.
     pub spoofed_src: Option<Mac>,
+    /// Frames not flooded because the ingress port's storm control
+    /// refused them (`storm`).
+    pub storm: u64,
     /// Sources not learned, by reason, indexed like [`NotLearned::ALL`]
     /// (once per source and second per worker, not per frame).
     pub not_learned: [u64; NotLearned::ALL.len()],
@@ -25,13 +28,14 @@ pub struct Forwarded {
 impl Forwarded {
     /// Nothing refused.
     pub fn is_quiet(&self) -> bool {
-        self.spoofed == 0 && self.not_learned.iter().all(|&n| n == 0)
+        self.spoofed == 0 && self.storm == 0 && self.not_learned.iter().all(|&n| n == 0)
     }
 
     /// Add `other`'s counts (several batches of one pass).
     pub fn merge(&mut self, other: Forwarded) {
         self.spoofed += other.spoofed;
         self.spoofed_src = self.spoofed_src.or(other.spoofed_src);
+        self.storm += other.storm;
         for (a, b) in self.not_learned.iter_mut().zip(other.not_learned) {
             *a += b;
         }
@@ -44,9 +48,12 @@ impl Forwarded {
         if self.is_quiet() {
             return;
         }
+        let q = &stats.queues[queue.min(stats.queues.len() - 1)];
         if self.spoofed > 0 {
-            let q = &stats.queues[queue.min(stats.queues.len() - 1)];
             q.drop(DropReason::SpoofedSrc, self.spoofed);
+        }
+        if self.storm > 0 {
+            q.drop(DropReason::Storm, self.storm);
         }
         for (c, &n) in stats.not_learned.iter().zip(&self.not_learned) {
             if n > 0 {
@@ -68,11 +75,13 @@ mod tests {
         f.merge(Forwarded {
             spoofed: 3,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
+            storm: 5,
             not_learned: [0, 2, 0],
         });
         f.merge(Forwarded {
             spoofed: 1,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 2])),
+            storm: 0,
             not_learned: [1, 0, 0],
         });
         assert_eq!(f.spoofed_src, Some(Mac([2, 0, 0, 0, 0, 1])), "the first");
@@ -82,6 +91,11 @@ mod tests {
             .position(|r| *r == DropReason::SpoofedSrc)
             .unwrap();
         assert_eq!(stats.queues[1].drops[spoofed].load(Relaxed), 4);
+        let storm = DropReason::ALL
+            .iter()
+            .position(|r| *r == DropReason::Storm)
+            .unwrap();
+        assert_eq!(stats.queues[1].drops[storm].load(Relaxed), 5);
         let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
         assert_eq!(got, [1, 2, 0]);
     }
