@@ -330,8 +330,15 @@ fn a_tap_port_polices_what_the_host_sends_and_takes_limits_at_run_time() {
     send(&broadcast, 300);
     let s = read(tx(&s) + 300);
     let flooded = s.port_total("sink0", |q| q.rx_packets).unwrap() - before;
-    assert!(flooded <= 20, "{flooded} broadcasts flooded, at most ~10 may");
-    assert!(drops(&s, "storm") >= 250, "storm drops: {}", drops(&s, "storm"));
+    assert!(
+        flooded <= 20,
+        "{flooded} broadcasts flooded, at most ~10 may"
+    );
+    assert!(
+        drops(&s, "storm") >= 250,
+        "storm drops: {}",
+        drops(&s, "storm")
+    );
     assert_eq!(drops(&s, "policed"), dropped);
     // A sink or echo port has no limits to set.
     let e = d.set_limits("sink0", storm).unwrap_err();

@@ -123,7 +123,8 @@ mod tests {
 
     #[test]
     fn a_tap_spec_takes_the_limits_keys_checked_against_its_mtu() {
-        let t = parse_tap_spec("tap0,ingress_policing_kpkts_rate=10,storm_control_pps=100").unwrap();
+        let t =
+            parse_tap_spec("tap0,ingress_policing_kpkts_rate=10,storm_control_pps=100").unwrap();
         assert_eq!(
             t.limits,
             PortLimits {
@@ -132,9 +133,10 @@ mod tests {
                 ..PortLimits::NONE
             }
         );
-        let e = parse_tap_spec("tap0,mtu=9000,ingress_policing_rate=1000,ingress_policing_burst=20")
-            .unwrap_err()
-            .to_string();
+        let e =
+            parse_tap_spec("tap0,mtu=9000,ingress_policing_rate=1000,ingress_policing_burst=20")
+                .unwrap_err()
+                .to_string();
         assert!(
             e.contains("--tap ingress_policing_burst") && e.contains("`tap0`"),
             "{e}"

@@ -131,8 +131,7 @@ impl LimitsSlot {
         let fresh = gen + 1 > self.shared_gen.load(Ordering::Acquire);
         let limits = fresh.then(|| self.get());
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(limits) = limits.filter(|_| gen + 1 > self.shared_gen.load(Ordering::Acquire))
-        {
+        if let Some(limits) = limits.filter(|_| gen + 1 > self.shared_gen.load(Ordering::Acquire)) {
             match parked.as_mut() {
                 Some(p) => p.update(limits, now),
                 None => *parked = Some(PortPolicers::new(limits, now)),
@@ -191,9 +190,7 @@ mod tests {
         // Nothing limited: no policers, no clock read.
         s.with_shared(|| panic!("clock read"), |p| assert!(p.is_none()));
         s.set(storm(10));
-        let flood = |t: u64| {
-            s.with_shared(|| Instant(t), |p| p.expect("limited").admit_flood())
-        };
+        let flood = |t: u64| s.with_shared(|| Instant(t), |p| p.expect("limited").admit_flood());
         // Two senders drawing on one bucket: ten floods between them.
         assert_eq!((0..20).filter(|_| flood(0)).count(), 10);
         // 100 ms later: one more token (10/s), the bucket not rebuilt.

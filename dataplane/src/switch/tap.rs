@@ -5,8 +5,8 @@
 use super::egress::Egress;
 use super::ingress::{Ingress, Sender};
 use super::learning_switch::FdbCache;
-use crate::frames::{FrameBatch, SLOT};
 use crate::clock::monotonic_now;
+use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, DEFAULT_MTU, MAX_GSO_FRAME, MIN_FRAME};
@@ -235,7 +235,9 @@ impl Tap {
                 match file.read(&mut buf) {
                     Ok(len)
                         if len >= VnetHdr::LEN + MIN_FRAME
-                            && policer.as_mut().is_some_and(|p| !p.admit(len - VnetHdr::LEN)) =>
+                            && policer
+                                .as_mut()
+                                .is_some_and(|p| !p.admit(len - VnetHdr::LEN)) =>
                     {
                         q.drop(DropReason::Policed, 1)
                     }

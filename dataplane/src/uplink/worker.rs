@@ -177,7 +177,8 @@ impl UplinkQueue {
             // Storm control: a token from the port's shared bucket for
             // each frame the switch would flood (no lock without limits).
             let (limits, clock) = (&self.port.limits, &mut self.clock);
-            let may_flood = |_| limits.with_shared(|| clock.now(), |p| p.is_none_or(|p| p.admit_flood()));
+            let may_flood =
+                |_| limits.with_shared(|| clock.now(), |p| p.is_none_or(|p| p.admit_flood()));
             s.forward_gated(self.q as u16, &self.batch, &mut self.cache, may_flood)
                 .count_into(&self.port.stats, self.q);
         }
@@ -200,22 +201,25 @@ impl UplinkQueue {
             // Policing, under the port's shared buckets' lock for the
             // chunk (no lock without limits): a frame over the rate is
             // not copied into the batch.
-            let got = port.limits.with_shared(|| clock.now(), |mut policers| {
-                let mut policer = policers.as_mut().and_then(|p| p.parts().0);
-                xsk.receive((max - taken).min(BATCH as u32), |f| {
-                    if f.len() < MIN_FRAME || lies_about_its_length(f) {
-                        runts += 1;
-                    } else if f.len() > max_frame {
-                        over += 1;
-                    } else if policer.as_mut().is_some_and(|p| !p.admit(f.len())) {
-                        policed += 1;
-                    } else {
-                        batch.push(f);
-                        n += 1;
-                        bytes += f.len() as u64;
-                    }
-                })
-            });
+            let got = port.limits.with_shared(
+                || clock.now(),
+                |mut policers| {
+                    let mut policer = policers.as_mut().and_then(|p| p.parts().0);
+                    xsk.receive((max - taken).min(BATCH as u32), |f| {
+                        if f.len() < MIN_FRAME || lies_about_its_length(f) {
+                            runts += 1;
+                        } else if f.len() > max_frame {
+                            over += 1;
+                        } else if policer.as_mut().is_some_and(|p| !p.admit(f.len())) {
+                            policed += 1;
+                        } else {
+                            batch.push(f);
+                            n += 1;
+                            bytes += f.len() as u64;
+                        }
+                    })
+                },
+            );
             taken += got.frames;
             foreign += got.foreign;
             self.emit();
