@@ -270,6 +270,47 @@ impl FrameBatch {
         true
     }
 
+    /// Copies frame `i` of `src` in as `edit` makes it: `edit` writes the
+    /// new frame, `len` bytes, from the old; `reoffload` moves its kept
+    /// offload to match (`None`: the offload cannot follow the edit, and
+    /// nothing is copied). False when nothing was copied: the batch or the
+    /// side store is full, or `reoffload` refused. Used to push and pop
+    /// VLAN tags ([`crate::switch`]).
+    pub fn push_edited(
+        &mut self,
+        src: &FrameBatch,
+        i: usize,
+        len: usize,
+        edit: impl FnOnce(&[u8], &mut [u8]),
+        reoffload: impl FnOnce(Offloaded) -> Option<Offloaded>,
+    ) -> bool {
+        let frame = src.get(i);
+        let mark = match src.mark(i) {
+            Some(m) if m.offloaded.asks() => match reoffload(m.offloaded) {
+                Some(o) => Some(o),
+                None => return false,
+            },
+            _ => None,
+        };
+        if len > SLOT {
+            let Some(dst) = self.next_large(len) else {
+                return false;
+            };
+            edit(frame, &mut dst[..len]);
+            self.commit_large(mark.unwrap_or_else(|| Offloaded::plain(len)));
+            return true;
+        }
+        let Some(slot) = self.next_slot() else {
+            return false;
+        };
+        edit(frame, &mut slot[..len]);
+        match mark {
+            Some(o) => self.commit_offloaded(len, o),
+            None => self.commit(len),
+        }
+        true
+    }
+
     /// Frame `i`'s entry if it is marked.
     fn mark(&self, i: usize) -> Option<&Mark> {
         if self.lens[i] & MARKED == 0 {

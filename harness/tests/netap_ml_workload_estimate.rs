@@ -80,10 +80,7 @@ fn active_ports_queues_and_frame_size_reach_the_netap_ml_ports() {
             vm("vm2", &dir, 2, 0),
             vm("vm3", &dir, 1, 6),
         ],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     };

@@ -88,10 +88,7 @@ fn queue_sets_move_between_workers_without_loss() {
             vm("vm2", &dir, PolicyConfig::default_for(PolicyKind::Eekbp)),
             vm("vm3", &dir, PolicyConfig::default_for(PolicyKind::Netap)),
         ],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         control: dir.join("control.sock"),
         cores: CoresConfig {
             cpus: vec![0, 1],

@@ -30,10 +30,7 @@ fn the_core_manager_takes_a_guest_vcpu_offline_through_its_agent() {
             qga: Some(qga.clone()),
             ..VmPortConfig::new("vm1", dir.join("vm1.sock"))
         }],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         control: dir.join("control.sock"),
         cores: CoresConfig {
             mode: VspaceMode::Performance,

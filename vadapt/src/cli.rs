@@ -104,7 +104,8 @@ pub struct ServeArgs {
     /// [,qga=PATH][,guest_iface=IF][,role=lc|be][,mtu=68..65535][,port_security=on|off]
     /// [,allowed_macs=MAC:MAC...][,max_learned=N][,ingress_policing_rate=KBPS]
     /// [,ingress_policing_burst=KB][,ingress_policing_kpkts_rate=KPPS]
-    /// [,ingress_policing_kpkts_burst=KPKTS][,storm_control_pps=PPS][,storm_control_burst=N]`.
+    /// [,ingress_policing_kpkts_burst=KPKTS][,storm_control_pps=PPS][,storm_control_burst=N]
+    /// [,vlan=1..4094]`.
     /// `packed`: offer packed
     /// virtqueues (VIRTIO_F_RING_PACKED; default on: QEMU `packed=on` and DPDK `packed_vq=1`
     /// take them, other frontends keep split rings). `rss`: offer VIRTIO_NET_F_RSS (default
@@ -128,22 +129,29 @@ pub struct ServeArgs {
     /// the guest send from any address. `allowed_macs`: separated by `:`, each written
     /// `02-00-00-00-00-b1` or `02:00:00:00:00:b1`. `max_learned`: most addresses learned
     /// from the port's guest (default: the config file's `max_learned_per_port`, 1024; the
-    /// table holds `mac_table_size`, 8192, in all). See docs/tenancy.md. Repeatable.
+    /// table holds `mac_table_size`, 8192, in all). `vlan`: the port is an access port of that
+    /// VLAN (default: VLAN 0, the untagged domain); either way a tagged frame from the guest
+    /// is dropped (`vlan_tagged`). See docs/tenancy.md. Repeatable.
     #[arg(long = "vm", value_name = "SPEC")]
     pub vms: Vec<String>,
-    /// A sink port (counts and drops): `NAME[,mac=MAC]`. Repeatable.
+    /// A sink port (counts and drops): `NAME[,mac=MAC][,vlan=1..4094]`. Repeatable.
     #[arg(long = "sink", value_name = "SPEC")]
     pub sinks: Vec<String>,
-    /// An echo port (swaps MACs, sends back): `NAME[,mac=MAC]`. Repeatable.
+    /// An echo port (swaps MACs, sends back): `NAME[,mac=MAC][,vlan=1..4094]`. Repeatable.
     #[arg(long = "echo", value_name = "SPEC")]
     pub echoes: Vec<String>,
     /// A TAP port to the host's network stack, named after the interface:
-    /// `NAME[,mtu=68..65535]` (`mtu` is set on the interface; default: left as it is, and
-    /// frames over 1518 bytes dropped). Repeatable.
+    /// `NAME[,mtu=68..65535][,vlan=V | ,trunks=V:W-X][,native_vlan=V]` (`mtu` is set on the
+    /// interface; default: left as it is, and frames over 1518 bytes dropped). VLANs as OVS's
+    /// `tag`/`trunks`: `vlan=V` makes an access port of VLAN V; otherwise the TAP is a trunk
+    /// of `trunks` (default: every VLAN) tagged with 802.1Q, and of `native_vlan` (default:
+    /// VLAN 0, the untagged domain) untagged. Repeatable.
     #[arg(long = "tap", value_name = "SPEC")]
     pub taps: Vec<String>,
     /// An uplink to the physical network over AF_XDP (no NIC unbinding, no hugepages):
-    /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N][,cpus=A:B]`.
+    /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N][,cpus=A:B]
+    /// [,trunks=V:W-X][,native_vlan=V]`: a trunk of `trunks` (default: every VLAN) tagged
+    /// with 802.1Q, and of `native_vlan` (default: VLAN 0, the untagged domain) untagged.
     /// One AF_XDP socket and queue worker per NIC queue `0..N`, running POLICY (default:
     /// `--policy`), queue q pinned to the q-th of `cpus` (round-robin; default: not pinned). libxdp attaches its redirect program to IFACE and detaches it at stop;
     /// one a killed vadapt left is replaced at the next start. Repeatable.

@@ -34,14 +34,8 @@ fn vm(dir: &Path, name: &str, queues: u16, mac: u8) -> VmPortConfig {
 fn daemon(dir: &Path, vms: Vec<VmPortConfig>, policy: PolicyKind) -> Daemon {
     let cfg = DaemonConfig {
         vm: vms,
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         policy: PolicyConfig::default_for(policy),
         control: dir.join("control.sock"),
         metrics: Some("127.0.0.1:0".parse().unwrap()),

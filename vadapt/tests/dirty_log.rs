@@ -37,10 +37,7 @@ fn check(policy: PolicyKind, pool: bool) {
     let dir = tmp.path();
     let mut cfg = DaemonConfig {
         vm: vec![VmPortConfig::new("vm1", dir.join("vm1.sock"))],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         policy: PolicyConfig::default_for(policy),
         control: dir.join("control.sock"),
         ..DaemonConfig::default()

@@ -40,14 +40,8 @@ fn vm(dir: &Path, name: &str, n: u8, mtu: Option<u16>) -> VmPortConfig {
 fn daemon(dir: &Path, vms: Vec<VmPortConfig>) -> Daemon {
     Daemon::start(DaemonConfig {
         vm: vms,
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         // Interrupt mode: a missed call stalls a request/response guest, so
         // every answer also proves the calls.
         policy: PolicyConfig::default_for(PolicyKind::Interrupt),

@@ -41,10 +41,7 @@ fn vm(dir: &Path, name: &str, queues: u16, mac: u8, packed: bool) -> VmPortConfi
 fn daemon(dir: &Path, vms: Vec<VmPortConfig>, policy: PolicyKind) -> Daemon {
     let cfg = DaemonConfig {
         vm: vms,
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         policy: PolicyConfig::default_for(policy),
         control: dir.join("control.sock"),
         ..DaemonConfig::default()

@@ -41,10 +41,7 @@ fn vm(dir: &Path, name: &str, mac: u8) -> VmPortConfig {
 }
 
 fn sink(name: &str, mac: Mac) -> LocalPortConfig {
-    LocalPortConfig {
-        name: name.into(),
-        mac: Some(mac),
-    }
+    LocalPortConfig::new(name, Some(mac))
 }
 
 fn ask(control: &Path, req: Request) -> Response {

@@ -38,10 +38,7 @@ fn vm(dir: &Path, name: &str, mac: u8, limits: PortLimits) -> VmPortConfig {
 fn config(dir: &Path, vms: Vec<VmPortConfig>) -> DaemonConfig {
     DaemonConfig {
         vm: vms,
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         // Workers wait for kicks: the guests get the test machine's CPUs.
         policy: PolicyConfig::default_for(PolicyKind::Interrupt),
         control: dir.join("control.sock"),

@@ -99,10 +99,7 @@ fn host_frame_crosses_tap_to_echo_and_back() {
     let ifname = format!("vadt{}", std::process::id() % 100_000);
     let cfg = DaemonConfig {
         tap: vec![TapPortConfig::new(ifname.clone())],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     };
@@ -173,10 +170,7 @@ fn jumbo_host_frame_crosses_a_9000_byte_tap_to_echo_and_back() {
             mtu: Some(9000),
             ..TapPortConfig::new(ifname.clone())
         }],
-        echo: vec![LocalPortConfig {
-            name: "echo0".into(),
-            mac: Some(ECHO),
-        }],
+        echo: vec![LocalPortConfig::new("echo0", Some(ECHO))],
         control: dir.join("control.sock"),
         ..DaemonConfig::default()
     };
@@ -255,10 +249,7 @@ fn a_tap_port_polices_what_the_host_sends_and_takes_limits_at_run_time() {
             limits: policed,
             ..TapPortConfig::new(ifname.clone())
         }],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         control: tmp.path().join("control.sock"),
         ..DaemonConfig::default()
     };

@@ -70,10 +70,7 @@ fn a_guest_sending_as_another_vm_steals_none_of_its_traffic() {
             vm(dir, "vm2", VM2),
             vm(dir, "vm3", VM3),
         ],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         policy: PolicyConfig::default_for(PolicyKind::Interrupt),
         control: control.clone(),
         ..DaemonConfig::default()
@@ -169,10 +166,7 @@ fn a_migrating_vms_address_moves_to_the_destination_when_its_guest_speaks() {
     let dir = tmp.path();
     let d = Daemon::start(DaemonConfig {
         vm: vec![vm(dir, "vma", VM1), vm(dir, "vmb", VM2)],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         policy: PolicyConfig::default_for(PolicyKind::Interrupt),
         control: dir.join("control.sock"),
         ..DaemonConfig::default()

@@ -36,6 +36,7 @@ mod host_port;
 mod port_limits;
 mod port_spec;
 mod uplink_port;
+mod vlan_keys;
 mod vm_port;
 
 use error::field;
@@ -327,6 +328,10 @@ impl DaemonConfig {
                     ),
                 ));
             }
+            if let Some(v) = vm.vlan {
+                vlan_keys::parse_vid("vm.vlan", &v.to_string())
+                    .map_err(|e| field("vm.vlan", format!("port `{}`: {e}", vm.name)))?;
+            }
             if let Some(n) = vm.max_learned.filter(|&n| !table_size_ok(n)) {
                 return Err(field(
                     "vm.max_learned",
@@ -401,6 +406,7 @@ impl DaemonConfig {
                 ));
             }
             vm_port::check_mtu("tap.mtu", &t.name, t.mtu)?;
+            t.vlan_keys().check("tap.", &t.name)?;
             t.limits.check("tap.limits.", &t.name, t.mtu)?;
         }
         let mut ifaces = HashSet::new();

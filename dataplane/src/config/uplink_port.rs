@@ -3,6 +3,7 @@
 
 use super::error::{field, ConfigError};
 use super::port_limits::PortLimits;
+use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
 use vadapt_policy::PolicyConfig;
@@ -75,6 +76,14 @@ pub struct UplinkPortConfig {
     /// its workers itself.
     #[serde(default)]
     pub cpus: Vec<usize>,
+    /// The VLANs carried tagged (802.1Q) on the wire, `trunks=10:20:100-199`
+    /// in a spec; empty: every VLAN, as an OVS port without `tag`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trunks: Vec<u16>,
+    /// The VLAN carried untagged; absent: VLAN 0, the untagged domain of
+    /// the VM ports without `vlan` (see [`crate::switch::PortVlan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_vlan: Option<u16>,
     /// Rate limits on what the wire sends into the switch, all the NIC
     /// queues together (a VM port's keys and units: see [`PortLimits`]),
     /// as an `[uplink.limits]` table here and flat keys in an `--uplink`
@@ -98,7 +107,18 @@ impl UplinkPortConfig {
             policy: None,
             mtu: None,
             cpus: Vec::new(),
+            trunks: Vec::new(),
+            native_vlan: None,
             limits: PortLimits::NONE,
+        }
+    }
+
+    /// Its VLAN keys.
+    pub fn vlan_keys(&self) -> VlanKeys<'_> {
+        VlanKeys {
+            vlan: None,
+            trunks: &self.trunks,
+            native_vlan: self.native_vlan,
         }
     }
 
@@ -120,6 +140,7 @@ impl UplinkPortConfig {
             ));
         }
         check_mtu("uplink.mtu", &self.name, self.mtu)?;
+        self.vlan_keys().check("uplink.", &self.name)?;
         self.limits.check("uplink.limits.", &self.name, self.mtu)?;
         if let Some(p) = &self.policy {
             p.validate()
@@ -129,7 +150,7 @@ impl UplinkPortConfig {
     }
 }
 
-/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B][,ingress_policing_rate=..,...]` spec.
+/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B][,trunks=V:W-X][,native_vlan=V][,ingress_policing_rate=..,...]` spec.
 pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
     let mut name = None;
     let mut iface = None;
@@ -173,13 +194,15 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
                         )
                     })?
             }
+            "trunks" => cfg.trunks = parse_trunks("--uplink trunks", v)?,
+            "native_vlan" => cfg.native_vlan = Some(parse_vid("--uplink native_vlan", v)?),
             k if cfg.limits.set_key("--uplink", k, v)? => {}
             other => {
                 return Err(field(
                     "--uplink",
                     format!(
                         "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, \
-                         cpus, {})",
+                         cpus, trunks, native_vlan, {})",
                         PortLimits::KEYS.join(", ")
                     ),
                 ))
@@ -216,6 +239,8 @@ mod tests {
             ("iface=eth1,mtu=20", "mtu"),
             ("iface=eth1,cpus=1,2", "not key=value"),
             ("iface=eth1,cpus=a", "CPU numbers"),
+            ("iface=eth1,trunks=0", "VLAN id"),
+            ("iface=eth1,native_vlan=5000", "VLAN id"),
             ("iface=eth1,storm_control_burst=5", "storm_control_burst"),
             ("iface=eth1,ingress_policing_kpkts_rate=x", "kpps"),
         ] {

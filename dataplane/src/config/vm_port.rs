@@ -2,6 +2,7 @@
 
 use super::error::{field, ConfigError};
 use super::port_limits::PortLimits;
+use super::vlan_keys::parse_vid;
 use crate::socket_file::MAX_PATH_BYTES;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -118,6 +119,12 @@ pub struct VmPortConfig {
     /// addresses are its own, static.
     #[serde(default)]
     pub max_learned: Option<usize>,
+    /// The port's VLAN (`vlan=N`, 1..=4094): an access port, whose frames
+    /// are in VLAN N, untagged both ways; a tagged frame from the guest is
+    /// dropped (`vlan_tagged`). Absent: VLAN 0, the untagged domain, with
+    /// the same rule (see [`crate::switch::PortVlan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
 }
 
 /// Most `allowed_macs` of one VM port: each is a static entry in the
@@ -207,6 +214,7 @@ impl VmPortConfig {
             port_security: true,
             allowed_macs: Vec::new(),
             max_learned: None,
+            vlan: None,
         }
     }
 
@@ -331,6 +339,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     let mut port_security = true;
     let mut allowed_macs = Vec::new();
     let mut max_learned = None;
+    let mut vlan = None;
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -409,12 +418,13 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     field("--vm max_learned", format!("`{v}` is not a number"))
                 })?)
             }
+            "vlan" => vlan = Some(parse_vid("--vm vlan", v)?),
             k if limits.set_key("--vm", k, v)? => {}
             other => {
                 return Err(field(
                     "--vm",
                     format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, max_learned, {})",
+                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, max_learned, vlan, {})",
                         PortLimits::KEYS.join(", ")
                     ),
                 ))
@@ -452,6 +462,7 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
         port_security,
         allowed_macs,
         max_learned,
+        vlan,
     })
 }
 

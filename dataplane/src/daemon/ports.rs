@@ -15,7 +15,7 @@ use crate::port::serve;
 use crate::queue::pool::NqWorkers;
 use crate::queue::VmPort;
 use crate::socket_file::SocketLedger;
-use crate::switch::{Echo, PortId, PortRules, Sink, Switch, Tap};
+use crate::switch::{Echo, PortId, PortRules, PortVlan, Sink, Switch, Tap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -143,6 +143,7 @@ impl PortMaker {
         let rules = PortRules {
             owned: vm.owned_macs(),
             max_learned: Some(vm.max_learned.unwrap_or(cfg.max_learned_per_port)),
+            vlan: PortVlan::Access(vm.vlan.unwrap_or(0)),
         };
         let id = self
             .switch
@@ -229,9 +230,11 @@ impl PortMaker {
 
     fn sink(&self, s: &LocalPortConfig) -> PortId {
         let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
-        let id = self
-            .switch
-            .add_port(Arc::new(Sink::new(Arc::clone(&stats))), Arc::clone(&stats));
+        let id = self.switch.add_port_with(
+            Arc::new(Sink::new(Arc::clone(&stats))),
+            Arc::clone(&stats),
+            PortRules::open_in(PortVlan::Access(s.vlan.unwrap_or(0))),
+        );
         self.switch
             .add_static(s.mac.unwrap_or_else(|| Mac::from_name(&s.name)), id);
         self.registry.add_port(stats);
@@ -241,7 +244,11 @@ impl PortMaker {
     fn echo(&self, e: &LocalPortConfig) -> PortId {
         let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
-        let id = self.switch.add_port(echo.clone(), Arc::clone(&stats));
+        let id = self.switch.add_port_with(
+            echo.clone(),
+            Arc::clone(&stats),
+            PortRules::open_in(PortVlan::Access(e.vlan.unwrap_or(0))),
+        );
         echo.attach(self.switch.ingress(id));
         self.switch
             .add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
@@ -258,7 +265,11 @@ impl PortMaker {
             offloads = ?tap.offloads(),
             "TAP port opened (IFF_VNET_HDR; offloads the host may send: checksum, TSO4/6, ECN, or none if TUNSETOFFLOAD was refused)"
         );
-        let id = self.switch.add_port(tap.clone(), Arc::clone(&stats));
+        let id = self.switch.add_port_with(
+            tap.clone(),
+            Arc::clone(&stats),
+            PortRules::open_in(t.vlan_keys().trunk_mode()),
+        );
         self.registry.add_port(stats);
         let stop = Arc::new(AtomicBool::new(false));
         let (ingress, st, reader) = (self.switch.ingress(id), Arc::clone(&stop), tap.clone());
@@ -293,7 +304,11 @@ impl PortMaker {
             port: u.name.clone(),
             source,
         })?;
-        let id = self.switch.add_port(port.clone(), Arc::clone(&port.stats));
+        let id = self.switch.add_port_with(
+            port.clone(),
+            Arc::clone(&port.stats),
+            PortRules::open_in(u.vlan_keys().trunk_mode()),
+        );
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));
         let dir = crate::uplink::program::default_record_dir();

@@ -57,13 +57,19 @@ pub enum DropReason {
     /// security: the port's `mac=` and `allowed_macs=`), dropped by the
     /// switch.
     SpoofedSrc,
+    /// A VLAN-tagged frame (802.1Q, 802.1ad, double tags) sent into an
+    /// access port: a guest cannot put itself into another VLAN.
+    VlanTagged,
+    /// A frame tagged with a VLAN its trunk port does not carry
+    /// (`trunks=`), or with an outer tag other than 802.1Q.
+    VlanNotAllowed,
     /// Anything else the ring rejected.
     Other,
 }
 
 impl DropReason {
     /// Every reason, in export order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::BadIndex,
         DropReason::BadAddress,
         DropReason::ChainLoop,
@@ -80,6 +86,8 @@ impl DropReason {
         DropReason::Policed,
         DropReason::Storm,
         DropReason::SpoofedSrc,
+        DropReason::VlanTagged,
+        DropReason::VlanNotAllowed,
         DropReason::Other,
     ];
 
@@ -102,6 +110,8 @@ impl DropReason {
             DropReason::Policed => "policed",
             DropReason::Storm => "storm",
             DropReason::SpoofedSrc => "spoofed_src",
+            DropReason::VlanTagged => "vlan_tagged",
+            DropReason::VlanNotAllowed => "vlan_not_allowed",
             DropReason::Other => "other",
         }
     }

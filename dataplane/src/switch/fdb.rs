@@ -1,4 +1,4 @@
-//! The forwarding table: the port each MAC address is on, learned from
+//! The forwarding table: the port each MAC address of each VLAN is on, learned from
 //! frames' sources or pinned (static), and its bounds.
 //!
 //! A guest chooses the source addresses of its frames, so learning is
@@ -17,6 +17,7 @@
 //! ([`Fdb::counts_are_exact`]).
 
 use super::egress::PortId;
+use super::vlan::Vid;
 use crate::metrics::NotLearned;
 use std::collections::HashMap;
 use vadapt_policy::{Duration, Instant};
@@ -25,6 +26,23 @@ use vadapt_wire::Mac;
 /// Learned addresses the table holds by default (`mac_table_size`): OVS's
 /// `other_config:mac-table-size` default.
 pub const DEFAULT_TABLE_SIZE: usize = 8192;
+
+/// An address in one VLAN: what the table is keyed by (the same MAC in
+/// two VLANs is two addresses, as in OVS's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VlanMac {
+    /// The VLAN (0: the untagged domain).
+    pub vid: Vid,
+    /// The address.
+    pub mac: Mac,
+}
+
+impl VlanMac {
+    /// `mac` in VLAN `vid`.
+    pub fn new(vid: Vid, mac: Mac) -> Self {
+        VlanMac { vid, mac }
+    }
+}
 
 /// One address in the table.
 #[derive(Clone, Copy, Debug)]
@@ -41,7 +59,7 @@ pub(super) struct FdbEntry {
 /// The table and its counts (see the module documentation).
 #[derive(Debug)]
 pub(super) struct Fdb {
-    entries: HashMap<Mac, FdbEntry>,
+    entries: HashMap<VlanMac, FdbEntry>,
     /// Most learned entries.
     capacity: usize,
     /// Learned entries now.
@@ -84,12 +102,12 @@ impl Fdb {
     }
 
     /// Where `mac` is.
-    pub(super) fn get(&self, mac: &Mac) -> Option<&FdbEntry> {
+    pub(super) fn get(&self, mac: &VlanMac) -> Option<&FdbEntry> {
         self.entries.get(mac)
     }
 
     /// Every address and its entry.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&Mac, &FdbEntry)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&VlanMac, &FdbEntry)> {
         self.entries.iter()
     }
 
@@ -115,7 +133,7 @@ impl Fdb {
     /// `Ok(false)`: it was there already; `Err`: not learned, and why.
     pub(super) fn learn(
         &mut self,
-        mac: Mac,
+        mac: VlanMac,
         port: PortId,
         now: Instant,
         port_limit: usize,
@@ -165,7 +183,7 @@ impl Fdb {
     /// [`Fdb::learn`]; whether the table changed.
     pub(super) fn learn_if_unknown(
         &mut self,
-        mac: Mac,
+        mac: VlanMac,
         port: PortId,
         now: Instant,
         port_limit: usize,
@@ -186,7 +204,7 @@ impl Fdb {
     /// migrating VM's address waits for its guest's first frame) and a
     /// learned one becomes static here (an owner outranks a guest that
     /// sent from its address first). Whether the table changed.
-    pub(super) fn pin(&mut self, mac: Mac, port: PortId, now: Instant, take: bool) -> bool {
+    pub(super) fn pin(&mut self, mac: VlanMac, port: PortId, now: Instant, take: bool) -> bool {
         let was = self.entries.get(&mac).copied();
         match was {
             Some(e) if e.is_static && (e.port == port || !take) => return false,
@@ -210,7 +228,11 @@ impl Fdb {
     /// Port `port` is gone: its learned addresses go; each of its static
     /// ones goes to `next_owner(mac)`, another port that owns it, or goes
     /// too.
-    pub(super) fn remove_port(&mut self, port: PortId, next_owner: impl Fn(Mac) -> Option<PortId>) {
+    pub(super) fn remove_port(
+        &mut self,
+        port: PortId,
+        next_owner: impl Fn(VlanMac) -> Option<PortId>,
+    ) {
         let mut gone_learned = 0;
         self.entries.retain(|mac, e| {
             if e.port != port {
@@ -284,9 +306,9 @@ impl Fdb {
 mod tests {
     use super::*;
 
-    fn mac(i: u32) -> Mac {
+    fn mac(i: u32) -> VlanMac {
         let b = i.to_be_bytes();
-        Mac([2, 0, b[0], b[1], b[2], b[3]])
+        VlanMac::new(0, Mac([2, 0, b[0], b[1], b[2], b[3]]))
     }
 
     const T: Instant = Instant(1_000_000_000);

@@ -1,5 +1,5 @@
 //! What `vadapt fdb` prints: a copy of the forwarding table, each address
-//! with its port, whether it is static or learned, and its age.
+//! with its port and VLAN, whether it is static or learned, and its age.
 
 use serde::{Deserialize, Serialize};
 use vadapt_wire::Mac;
@@ -20,6 +20,9 @@ pub struct FdbListing {
 pub struct FdbRow {
     /// The port's name.
     pub port: String,
+    /// The VLAN (0: the untagged domain).
+    #[serde(default)]
+    pub vlan: u16,
     /// The address.
     pub mac: Mac,
     /// Static or learned.
@@ -57,14 +60,15 @@ impl FdbListing {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<12} {:<17} {:<7} {:>8}",
-            "port", "mac", "kind", "age_s"
+            "{:<12} {:>4} {:<17} {:<7} {:>8}",
+            "port", "vlan", "mac", "kind", "age_s"
         );
         for e in &self.entries {
             let _ = writeln!(
                 s,
-                "{:<12} {:<17} {:<7} {:>8}",
+                "{:<12} {:>4} {:<17} {:<7} {:>8}",
                 e.port,
+                e.vlan,
                 // Mac's Display ignores width: pad its string.
                 e.mac.to_string(),
                 e.kind.as_str(),
@@ -91,6 +95,7 @@ mod tests {
         let l = FdbListing {
             entries: vec![FdbRow {
                 port: "vm1".into(),
+                vlan: 10,
                 mac: Mac([2, 0, 0, 0, 0, 0xa1]),
                 kind: EntryKind::Static,
                 age_s: 12,
@@ -104,6 +109,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("0 learned of at most 8192"), "{t}");
+        assert!(t.contains("  10 02:00"), "{t}");
         let json = serde_json::to_string(&l).unwrap();
         assert!(json.contains("\"kind\":\"static\""), "{json}");
         assert_eq!(serde_json::from_str::<FdbListing>(&json).unwrap(), l);

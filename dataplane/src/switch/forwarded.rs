@@ -1,5 +1,5 @@
-//! What forwarding a batch refused: frames dropped by port security or by
-//! storm control, and source addresses not learned. The switch returns it; the port that sent
+//! What forwarding a batch refused: frames dropped by port security, for
+//! their VLAN tag or by storm control, and source addresses not learned. The switch returns it; the port that sent
 //! the batch counts it ([`Forwarded::count_into`]) and, for a VM port,
 //! logs the spoofed source (rate-limited).
 
@@ -17,28 +17,41 @@ pub struct Forwarded {
     pub spoofed: u64,
     /// The source of the first of them.
     pub spoofed_src: Option<Mac>,
-    /// Frames not flooded because the ingress port's storm control
-    /// refused them (`storm`).
-    pub storm: u64,
     /// Sources not learned, by reason, indexed like [`NotLearned::ALL`]
     /// (once per source and second per worker, not per frame).
     pub not_learned: [u64; NotLearned::ALL.len()],
+    /// Frames dropped for their VLAN tag (`vlan_tagged`,
+    /// `vlan_not_allowed`), indexed by [`VlanRefusal::index`](super::vlan::VlanRefusal::index).
+    pub vlan: [u64; 2],
+    /// Frames whose offload could not follow a tag's push or pop
+    /// (`bad_vnet_hdr`).
+    pub unretaggable: u64,
+    /// Frames not flooded because the ingress port's storm control
+    /// refused them (`storm`).
+    pub storm: u64,
 }
 
 impl Forwarded {
     /// Nothing refused.
     pub fn is_quiet(&self) -> bool {
-        self.spoofed == 0 && self.storm == 0 && self.not_learned.iter().all(|&n| n == 0)
+        self.spoofed == 0
+            && self.not_learned.iter().all(|&n| n == 0)
+            && self.vlan == [0, 0]
+            && self.unretaggable == 0
+            && self.storm == 0
     }
 
     /// Add `other`'s counts (several batches of one pass).
     pub fn merge(&mut self, other: Forwarded) {
         self.spoofed += other.spoofed;
         self.spoofed_src = self.spoofed_src.or(other.spoofed_src);
-        self.storm += other.storm;
         for (a, b) in self.not_learned.iter_mut().zip(other.not_learned) {
             *a += b;
         }
+        self.vlan[0] += other.vlan[0];
+        self.vlan[1] += other.vlan[1];
+        self.unretaggable += other.unretaggable;
+        self.storm += other.storm;
     }
 
     /// Count it in the sending port's counters: the drops in queue
@@ -49,11 +62,16 @@ impl Forwarded {
             return;
         }
         let q = &stats.queues[queue.min(stats.queues.len() - 1)];
-        if self.spoofed > 0 {
-            q.drop(DropReason::SpoofedSrc, self.spoofed);
-        }
-        if self.storm > 0 {
-            q.drop(DropReason::Storm, self.storm);
+        for (reason, n) in [
+            (DropReason::SpoofedSrc, self.spoofed),
+            (DropReason::VlanTagged, self.vlan[0]),
+            (DropReason::VlanNotAllowed, self.vlan[1]),
+            (DropReason::BadVnetHdr, self.unretaggable),
+            (DropReason::Storm, self.storm),
+        ] {
+            if n > 0 {
+                q.drop(reason, n);
+            }
         }
         for (c, &n) in stats.not_learned.iter().zip(&self.not_learned) {
             if n > 0 {
@@ -75,14 +93,18 @@ mod tests {
         f.merge(Forwarded {
             spoofed: 3,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
-            storm: 5,
             not_learned: [0, 2, 0],
+            vlan: [5, 0],
+            unretaggable: 0,
+            storm: 7,
         });
         f.merge(Forwarded {
             spoofed: 1,
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 2])),
-            storm: 0,
             not_learned: [1, 0, 0],
+            vlan: [0, 6],
+            unretaggable: 0,
+            storm: 0,
         });
         assert_eq!(f.spoofed_src, Some(Mac([2, 0, 0, 0, 0, 1])), "the first");
         f.count_into(&stats, 7);
@@ -91,11 +113,19 @@ mod tests {
             .position(|r| *r == DropReason::SpoofedSrc)
             .unwrap();
         assert_eq!(stats.queues[1].drops[spoofed].load(Relaxed), 4);
-        let storm = DropReason::ALL
-            .iter()
-            .position(|r| *r == DropReason::Storm)
-            .unwrap();
-        assert_eq!(stats.queues[1].drops[storm].load(Relaxed), 5);
+        let at = |r| DropReason::ALL.iter().position(|x| *x == r).unwrap();
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::VlanTagged)].load(Relaxed),
+            5
+        );
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::VlanNotAllowed)].load(Relaxed),
+            6
+        );
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::Storm)].load(Relaxed),
+            7
+        );
         let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
         assert_eq!(got, [1, 2, 0]);
     }

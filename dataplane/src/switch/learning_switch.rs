@@ -23,16 +23,28 @@
 //! frame's check is part of its flow's cached [`Route`]: a stream of frames
 //! with one pair of addresses is checked once, not per frame.
 //!
+//! # VLANs
+//!
+//! The table is keyed by (VLAN, MAC). Each frame's VLAN is read from its
+//! ingress port's [`PortVlan`](super::vlan::PortVlan) (a tagged frame on
+//! an access port is dropped there), and it leaves only by ports of that
+//! VLAN: in the form it came in, delivered from the batch as before, or,
+//! when the egress wants the other form (a trunk's tagged VLAN, an access
+//! port's untagged one), copied with its tag pushed or popped and
+//! delivered from a scratch batch (see `vlan.rs`).
+//!
 //! Its times come from [`coarse_now`]: learning and ageing count in
 //! seconds, and `forward` reads the clock once a batch, where a precise
 //! read had cost a busy-poll pass of a few frames several nanoseconds a
 //! frame.
 
 use super::egress::{Egress, PortId};
+use super::fdb::VlanMac;
 use super::fdb::{Fdb, DEFAULT_TABLE_SIZE};
 use super::fdb_listing::{EntryKind, FdbListing, FdbRow};
 use super::forwarded::Forwarded;
 use super::port_rules::PortRules;
+use super::vlan::{Entered, Retag, Vid};
 use crate::clock::coarse_now;
 use crate::frames::FrameBatch;
 use crate::lock_order::{Mutex, MutexGuard};
@@ -89,12 +101,19 @@ pub struct Switch {
 #[derive(Debug, Default)]
 pub struct FdbCache {
     generation: u64,
-    table: HashMap<Mac, PortId>,
+    table: HashMap<VlanMac, PortId>,
     /// When each source this worker sees was last asserted in the shared
     /// table, and whether it was learned then.
-    refreshed: HashMap<Mac, Asserted>,
+    refreshed: HashMap<VlanMac, Asserted>,
     nports: usize,
+    /// Frames of the batch being forwarded, by egress port, that leave in
+    /// the form they entered.
     groups: Vec<Vec<u16>>,
+    /// Those that leave with a VLAN tag pushed or popped, by egress port.
+    retagged: Vec<Vec<(u16, Retag)>>,
+    /// Where retagged frames are copied to be delivered (made at the
+    /// first).
+    scratch: Option<FrameBatch>,
     /// The ports at `generation` (`None`: a free slot), so that delivery
     /// takes no lock: a port that delivers back into the switch (echo) does
     /// not take the ports' lock inside itself, and a port added or removed
@@ -142,6 +161,8 @@ struct Route {
     ingress: PortId,
     /// Destination and source MAC, as they lie at the start of the frame.
     addrs: [u8; 12],
+    /// The VLAN the frames entered in.
+    vid: Vid,
     target: Target,
     /// When the source must be re-asserted in the shared table.
     until: Instant,
@@ -204,8 +225,9 @@ impl Switch {
         let p = &mut t.ports;
         let id = p.iter().position(Option::is_none).unwrap_or(p.len());
         let now = coarse_now();
+        let home = rules.vlan.home();
         for &mac in &rules.owned {
-            t.fdb.pin(mac, id, now, false);
+            t.fdb.pin(VlanMac::new(home, mac), id, now, false);
         }
         let entry = Some(PortEntry {
             egress,
@@ -234,10 +256,11 @@ impl Switch {
             *slot = None;
         }
         let Tables { ports, fdb } = &mut *t;
-        fdb.remove_port(id, |mac| {
-            ports
-                .iter()
-                .position(|p| p.as_ref().is_some_and(|p| p.rules.owns(mac)))
+        fdb.remove_port(id, |a| {
+            ports.iter().position(|p| {
+                p.as_ref()
+                    .is_some_and(|p| p.rules.owns(a.mac) && p.rules.vlan.home() == a.vid)
+            })
         });
         self.generation.fetch_add(1, Ordering::Release);
     }
@@ -257,10 +280,16 @@ impl Switch {
             .map(|e| Arc::clone(&e.stats))
     }
 
-    /// Pin `mac` to `port` (sink/echo addresses), taking it from any other
-    /// port; never ages.
+    /// Pin `mac` to `port` (sink/echo addresses) in the port's VLAN
+    /// ([`PortVlan::home`](super::vlan::PortVlan::home)), taking it from
+    /// any other port; never ages.
     pub fn add_static(&self, mac: Mac, port: PortId) {
-        self.tables().fdb.pin(mac, port, coarse_now(), true);
+        let mut t = self.tables();
+        let Some(home) = t.rules(port).map(|r| r.vlan.home()) else {
+            return;
+        };
+        t.fdb.pin(VlanMac::new(home, mac), port, coarse_now(), true);
+        drop(t);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -281,9 +310,17 @@ impl Switch {
         n
     }
 
-    /// Port a MAC is known on (for tests and `stats`).
+    /// Port a MAC of the untagged domain is known on (tests).
     pub fn lookup(&self, mac: Mac) -> Option<PortId> {
-        self.tables().fdb.get(&mac).map(|e| e.port)
+        self.lookup_in(0, mac)
+    }
+
+    /// Port a MAC of VLAN `vid` is known on (tests).
+    pub fn lookup_in(&self, vid: Vid, mac: Mac) -> Option<PortId> {
+        self.tables()
+            .fdb
+            .get(&VlanMac::new(vid, mac))
+            .map(|e| e.port)
     }
 
     /// The table as `vadapt fdb` lists it, ages at `now`.
@@ -295,7 +332,7 @@ impl Switch {
             let raw: Vec<_> = t
                 .fdb
                 .iter()
-                .map(|(m, e)| (*m, e.port, e.is_static, e.seen))
+                .map(|(a, e)| (*a, e.port, e.is_static, e.seen))
                 .collect();
             let names: Vec<Option<String>> = t
                 .ports
@@ -306,13 +343,14 @@ impl Switch {
         };
         let mut entries: Vec<FdbRow> = raw
             .into_iter()
-            .map(|(mac, port, is_static, seen)| FdbRow {
+            .map(|(a, port, is_static, seen)| FdbRow {
                 port: names
                     .get(port)
                     .cloned()
                     .flatten()
                     .unwrap_or_else(|| format!("#{port}")),
-                mac,
+                vlan: a.vid,
+                mac: a.mac,
                 kind: if is_static {
                     EntryKind::Static
                 } else {
@@ -321,7 +359,7 @@ impl Switch {
                 age_s: now.saturating_since(seen).as_nanos() / 1_000_000_000,
             })
             .collect();
-        entries.sort_by(|a, b| (&a.port, a.mac).cmp(&(&b.port, b.mac)));
+        entries.sort_by(|a, b| (&a.port, a.vlan, a.mac).cmp(&(&b.port, b.vlan, b.mac)));
         FdbListing {
             entries,
             learned,
@@ -346,10 +384,11 @@ impl Switch {
     /// it as it moves a learned one.
     pub fn learn_if_unknown(&self, mac: Mac, port: PortId) {
         let mut t = self.tables();
-        let Some(limit) = t.rules(port).map(PortRules::learn_limit) else {
+        let Some((limit, home)) = t.rules(port).map(|r| (r.learn_limit(), r.vlan.home())) else {
             return; // removed meanwhile
         };
-        if t.fdb.learn_if_unknown(mac, port, coarse_now(), limit) {
+        let at = VlanMac::new(home, mac);
+        if t.fdb.learn_if_unknown(at, port, coarse_now(), limit) {
             self.generation.fetch_add(1, Ordering::Release);
         }
     }
@@ -358,12 +397,12 @@ impl Switch {
     /// there (or refresh it, or move it), within the table's bounds and
     /// never taking an address another port owns. `Ok`: the table has it
     /// on `port` now (or `port` was removed meanwhile, and learns nothing).
-    fn learn(&self, mac: Mac, port: PortId, now: Instant) -> Result<(), NotLearned> {
+    fn learn(&self, mac: VlanMac, port: PortId, now: Instant) -> Result<(), NotLearned> {
         let mut t = self.tables();
         let Some(rules) = t.rules(port) else {
             return Ok(());
         };
-        let (limit, owner) = (rules.learn_limit(), rules.owns(mac));
+        let (limit, owner) = (rules.learn_limit(), rules.owns(mac.mac));
         if t.fdb.learn(mac, port, now, limit, owner)? {
             self.generation.fetch_add(1, Ordering::Release);
         }
@@ -399,6 +438,7 @@ impl Switch {
         cache.nports = t.ports.len();
         drop(t);
         cache.groups.resize_with(cache.nports, Vec::new);
+        cache.retagged.resize_with(cache.nports, Vec::new);
         cache.generation = gen;
         cache.last_route = None;
     }
@@ -410,12 +450,14 @@ impl Switch {
         &self,
         ingress: PortId,
         addrs: [u8; 12],
+        vid: Vid,
         now: Instant,
         cache: &mut FdbCache,
         refused: &mut Forwarded,
     ) -> Route {
         let dst = Mac(addrs[..6].try_into().expect("6 bytes"));
         let src = Mac(addrs[6..].try_into().expect("6 bytes"));
+        let (dst_at, src_at) = (VlanMac::new(vid, dst), VlanMac::new(vid, src));
         let mut until = now + LEARN_REFRESH;
         let allowed = cache
             .rules
@@ -428,20 +470,21 @@ impl Switch {
             return Route {
                 ingress,
                 addrs,
+                vid,
                 target: Target::Spoofed,
                 until,
             };
         }
         if !src.is_multicast() {
-            let known_here = cache.table.get(&src) == Some(&ingress);
-            match cache.refreshed.get(&src) {
+            let known_here = cache.table.get(&src_at) == Some(&ingress);
+            match cache.refreshed.get(&src_at) {
                 Some(a)
                     if (known_here || !a.learned) && now.saturating_since(a.at) < LEARN_REFRESH =>
                 {
                     until = a.at + LEARN_REFRESH;
                 }
                 _ => {
-                    let learned = match self.learn(src, ingress, now) {
+                    let learned = match self.learn(src_at, ingress, now) {
                         Ok(()) => true,
                         Err(why) => {
                             refused.not_learned[why.index()] += 1;
@@ -451,14 +494,16 @@ impl Switch {
                     if cache.refreshed.len() >= REFRESHED_MAX {
                         cache.refreshed.clear();
                     }
-                    cache.refreshed.insert(src, Asserted { at: now, learned });
+                    cache
+                        .refreshed
+                        .insert(src_at, Asserted { at: now, learned });
                     // The cache takes what this frame taught (the next
                     // batch's refresh brings the rest): copying the whole
                     // table here, once per new source, held the switch's
                     // lock for a table's copy per frame of a guest spraying
                     // source MACs, and starved every other port's refresh.
                     if learned {
-                        cache.table.insert(src, ingress);
+                        cache.table.insert(src_at, ingress);
                     }
                 }
             }
@@ -468,12 +513,13 @@ impl Switch {
         } else {
             cache
                 .table
-                .get(&dst)
+                .get(&dst_at)
                 .map_or(Target::Flood, |&p| Target::Port(p))
         };
         Route {
             ingress,
             addrs,
+            vid,
             target,
             until,
         }
@@ -518,48 +564,125 @@ impl Switch {
         {
             cache.last_route = None;
         }
+        let Some(rules) = cache.rules.get(ingress).cloned().flatten() else {
+            return refused; // removed meanwhile
+        };
         for i in 0..frames.len() {
-            let Some(addrs) = frames.get(i).first_chunk::<12>() else {
+            let frame = frames.get(i);
+            let Some(addrs) = frame.first_chunk::<12>() else {
                 continue; // shorter than a header: the ingress already counted it
             };
+            let entered = match rules.vlan.classify(frame) {
+                Ok(e) => e,
+                Err(why) => {
+                    refused.vlan[why.index()] += 1;
+                    continue;
+                }
+            };
             let target = match cache.last_route {
-                Some(r) if r.addrs == *addrs => r.target,
+                Some(r) if r.addrs == *addrs && r.vid == entered.vid => r.target,
                 _ => {
-                    let r = self.route(ingress, *addrs, now, cache, &mut refused);
+                    let r = self.route(ingress, *addrs, entered.vid, now, cache, &mut refused);
                     cache.last_route = Some(r);
                     r.target
                 }
             };
+            let i = i as u16;
             match target {
                 Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge
-                Target::Port(p) if p < cache.nports => cache.groups[p].push(i as u16),
+                Target::Port(p) if p < cache.nports => cache.send_to(p, i, entered),
                 Target::Spoofed => {
                     refused.spoofed += 1;
                     if refused.spoofed_src.is_none() {
                         refused.spoofed_src = Some(Mac(addrs[6..].try_into().expect("6 bytes")));
                     }
                 }
-                Target::Port(_) | Target::Flood if !may_flood(i) => refused.storm += 1,
+                Target::Port(_) | Target::Flood if !may_flood(usize::from(i)) => refused.storm += 1,
                 Target::Port(_) | Target::Flood => {
                     for p in 0..cache.nports {
-                        if p != ingress && cache.egress[p].is_some() {
-                            cache.groups[p].push(i as u16);
+                        if p != ingress {
+                            cache.send_to(p, i, entered);
                         }
                     }
                 }
             }
         }
         for p in 0..cache.nports {
-            if cache.groups[p].is_empty() {
+            if cache.groups[p].is_empty() && cache.retagged[p].is_empty() {
                 continue;
             }
             if let Some(egress) = &cache.egress[p] {
-                egress.deliver(frames, &cache.groups[p], flow);
+                if !cache.groups[p].is_empty() {
+                    egress.deliver(frames, &cache.groups[p], flow);
+                }
+                if !cache.retagged[p].is_empty() {
+                    let scratch = cache
+                        .scratch
+                        .get_or_insert_with(|| FrameBatch::new(RETAG_BATCH));
+                    refused.unretaggable +=
+                        deliver_retagged(&**egress, frames, &cache.retagged[p], scratch, flow);
+                }
             }
             cache.groups[p].clear();
+            cache.retagged[p].clear();
         }
         refused
     }
+}
+
+impl FdbCache {
+    /// Frame `i`, which `entered` its VLAN, is to leave by port `p`: into
+    /// `p`'s group in its form, or into its retagged list, or nowhere if
+    /// `p` is gone or does not carry the VLAN.
+    #[inline]
+    fn send_to(&mut self, p: PortId, i: u16, entered: Entered) {
+        let Some(rules) = &self.rules[p] else {
+            return;
+        };
+        match rules.vlan.leave(entered.vid, entered.tagged) {
+            None => {}
+            Some(Retag::Keep) => self.groups[p].push(i),
+            Some(r) => self.retagged[p].push((i, r)),
+        }
+    }
+}
+
+/// Frames copied at once to be retagged (then delivered, and the next).
+const RETAG_BATCH: usize = 64;
+
+/// Deliver frames `which` of `frames` to `egress`, each with its tag
+/// pushed or popped, through `scratch`; how many could not be (an offload
+/// the tag's pop would move into the Ethernet header).
+fn deliver_retagged(
+    egress: &dyn Egress,
+    frames: &FrameBatch,
+    which: &[(u16, Retag)],
+    scratch: &mut FrameBatch,
+    flow: u16,
+) -> u64 {
+    let mut refused = 0;
+    let flush = |scratch: &mut FrameBatch| {
+        if !scratch.is_empty() {
+            let all: Vec<u16> = (0..scratch.len() as u16).collect();
+            egress.deliver(scratch, &all, flow);
+            scratch.clear();
+        }
+    };
+    for &(i, r) in which {
+        let i = usize::from(i);
+        let len = r.len(frames.frame_len(i));
+        let mut copied = false;
+        for _ in 0..2 {
+            copied = scratch.push_edited(frames, i, len, |f, t| r.edit(f, t), |o| r.reoffload(o));
+            if copied || scratch.is_empty() {
+                break;
+            }
+            flush(scratch); // full: deliver what it holds, and try again
+        }
+        refused += u64::from(!copied);
+    }
+    flush(scratch);
+    refused
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! Between tenants (issue 37): a port's [`PortRules`] say which addresses
 //! it owns (static, never taken by another port) and sends from (port
 //! security: other sources are dropped, `spoofed_src`), and the table is
-//! bounded overall and per port (`fdb.rs`). [`Switch::forward`] returns
+//! bounded overall and per port (`fdb.rs`); VLANs as OVS spells them
+//! (`vlan.rs`) split it into broadcast domains. [`Switch::forward`] returns
 //! what it refused ([`Forwarded`]) for the sending port to count.
 //!
 //! Ports are [`Egress`]es: the switch hands each its frames. A port that
@@ -28,10 +29,11 @@ mod learning_switch;
 mod port_rules;
 mod sink;
 mod tap;
+mod vlan;
 
 pub use echo::Echo;
 pub use egress::{Egress, PortId};
-pub use fdb::DEFAULT_TABLE_SIZE;
+pub use fdb::{VlanMac, DEFAULT_TABLE_SIZE};
 pub use fdb_listing::{EntryKind, FdbListing, FdbRow};
 pub use forwarded::Forwarded;
 pub use ingress::{Ingress, Sender};
@@ -39,6 +41,7 @@ pub use learning_switch::{FdbCache, Switch};
 pub use port_rules::PortRules;
 pub use sink::Sink;
 pub use tap::{Tap, TapError};
+pub use vlan::{PortVlan, Retag, Vid, VidSet, MAX_VID};
 
 #[cfg(test)]
 mod churn_tests;
@@ -46,3 +49,5 @@ mod churn_tests;
 mod tenancy_tests;
 #[cfg(test)]
 pub(crate) mod test_utils;
+#[cfg(test)]
+mod vlan_tests;

@@ -1,5 +1,5 @@
 //! What the switch enforces for one port (issue 37): the addresses it
-//! owns, and how many it may learn.
+//! owns, how many it may learn, and its VLANs.
 //!
 //! A VM port with a configured `mac=` (or `allowed_macs=`) owns those
 //! addresses, unless `port_security=off`: they are static on it from its
@@ -10,6 +10,7 @@
 //! into each worker's cache with the ports, so a frame's check reads no
 //! lock: it is decided once per flow and kept in the flow's cached route.
 
+use super::vlan::PortVlan;
 use vadapt_wire::Mac;
 
 /// One port's rules (see the module documentation).
@@ -24,12 +25,24 @@ pub struct PortRules {
     /// or the VM port's `max_learned`); `None`: only the table's size
     /// bounds it (a TAP or an uplink, with a network behind it).
     pub max_learned: Option<usize>,
+    /// Its VLANs: an access port of the untagged domain by default (see
+    /// [`super::vlan`]).
+    pub vlan: PortVlan,
 }
 
 impl PortRules {
-    /// No address owned, none enforced, no bound but the table's.
+    /// No address owned, none enforced, no bound but the table's; an
+    /// access port of the untagged domain.
     pub fn open() -> Self {
         PortRules::default()
+    }
+
+    /// As [`PortRules::open`], in VLAN mode `vlan`.
+    pub fn open_in(vlan: PortVlan) -> Self {
+        PortRules {
+            vlan,
+            ..PortRules::default()
+        }
     }
 
     /// Whether the port owns `mac`.
@@ -59,6 +72,7 @@ mod tests {
         let r = PortRules {
             owned: vec![a],
             max_learned: Some(4),
+            ..PortRules::default()
         };
         assert!(r.allows(a) && !r.allows(b) && !r.allows(Mac::BROADCAST));
         assert_eq!(r.learn_limit(), 4);

@@ -29,6 +29,7 @@ fn owning(macs: &[Mac]) -> PortRules {
     PortRules {
         owned: macs.to_vec(),
         max_learned: Some(1024),
+        ..PortRules::default()
     }
 }
 
@@ -179,6 +180,7 @@ fn learning_is_bounded_per_port_and_in_the_table_and_what_is_known_keeps_working
         PortRules {
             owned: Vec::new(),
             max_learned: Some(10),
+            ..PortRules::default()
         },
     );
     let (uplink, r_uplink) = port(&sw, "uplink", PortRules::open());
@@ -249,6 +251,7 @@ fn a_random_source_flood_leaves_the_table_and_the_caches_bounded() {
         PortRules {
             owned: Vec::new(),
             max_learned: None, // the table's bound alone: the worst case
+            ..PortRules::default()
         },
     );
     let (victim, r_victim) = port(&sw, "victim", owning(&[VM1]));

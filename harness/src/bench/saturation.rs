@@ -23,7 +23,8 @@
 //! A round in which vadapt counts drops now says so in the file's notes.
 //!
 //! The synthetic guest also sends through a third port configured as a
-//! tenant's ([`tenant_keys`]: port security, a policer it never exceeds),
+//! tenant's ([`tenant_keys`]: port security, a VLAN, a policer it never
+//! exceeds), to a sink of its own in that VLAN,
 //! under busy-poll right after the plain port's busy-poll turn in each
 //! round: issue 37's overhead, judged in the report ([`tenant_ratio`]).
 //!
@@ -33,10 +34,12 @@
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::shared::{pct, per_mpkt, tenant_keys, GOAL_TENANT_OVERHEAD};
+use super::shared::{pct, per_mpkt, tenant_keys, GOAL_TENANT_OVERHEAD, TENANT_VLAN};
 use super::table::{label, metric_table, LabelCol};
 use super::testpmd::{self, Testpmd, UserRing};
-use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort, SINK_MAC};
+use super::vadapt_proc::{
+    delta, Daemon, GuestOpts, GuestProc, VmPort, Workers, ECHO_MAC, SINK_MAC,
+};
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
 use vadapt_results::{ratio, ResultFile, Row, Spread};
@@ -60,6 +63,9 @@ pub const TENANT: &str = "tenant";
 /// the MAC its device offers, so port security passes every frame.
 const TENANT_MAC: &str = "02:00:00:00:7e:01";
 
+/// The MAC of the sink in the tenant's VLAN, to which its guest sends.
+const TENANT_SINK_MAC: &str = "02:00:00:00:7e:5e";
+
 /// Frame sizes, bytes.
 const FRAMES: [u32; 2] = [64, 1518];
 
@@ -80,7 +86,16 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         VmPort::new(&ctx.work, "g", 1, PolicyKind::Interrupt),
         VmPort::new(&ctx.work, "gt", 1, PolicyKind::Interrupt).with_keys(tenant_keys(TENANT_MAC)),
     ];
-    let mut d = Daemon::spawn(ctx, "b1-vadapt", &vms)?;
+    // The tenant's port is in its VLAN: a sink of its own there.
+    let ports = [
+        "--sink".into(),
+        format!("sink0,mac={SINK_MAC}"),
+        "--echo".into(),
+        format!("echo0,mac={ECHO_MAC}"),
+        "--sink".into(),
+        format!("sinkt,mac={TENANT_SINK_MAC},vlan={TENANT_VLAN}"),
+    ];
+    let mut d = Daemon::spawn_ports(ctx, "b1-vadapt", &vms, Workers::PerPort, &ports)?;
     f.commands.push(ctx.show(&d.command));
     let be_sock = ctx.work.join("b1-dpdk.sock");
     let mut be = match dpdk {
@@ -314,7 +329,11 @@ fn guest_sender(
                 f.rows.push(guest_turn(ctx, d, vm, p, &opts, run)?);
                 if p == PolicyKind::BusyPoll {
                     // The tenant's port right after the plain one, the
-                    // same guest and policy.
+                    // same guest and policy, to the sink in its VLAN.
+                    let opts = GuestOpts {
+                        dst_mac: TENANT_SINK_MAC.into(),
+                        ..opts.clone()
+                    };
                     f.rows.push(guest_turn(ctx, d, tenant, p, &opts, run)?);
                 }
             }

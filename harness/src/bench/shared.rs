@@ -23,15 +23,20 @@ pub const POLICIES: [PolicyKind; 5] = [
 /// most this many times the same port's without, in the same round.
 pub const GOAL_TENANT_OVERHEAD: f64 = 1.05;
 
+/// The VLAN of the tenants' ports ([`tenant_keys`]): what they send
+/// reaches only ports of this VLAN.
+pub const TENANT_VLAN: u16 = 10;
+
 /// The `--vm` keys of a port configured as an operator would configure a
 /// tenant's VM whose guest sends from `mac`, with nothing the benchmark's
-/// traffic exceeds: port security (`mac=`, on by default with it) and
-/// ingress policing at 100 Mpps and 100 Gbit/s. Each key is one item, so
-/// that a setting that lands later (`vlan=N` on an access port) is one more
-/// line here and both tenant legs measure it.
+/// traffic exceeds: port security (`mac=`, on by default with it), an
+/// access port of [`TENANT_VLAN`], and ingress policing at 100 Mpps and
+/// 100 Gbit/s. Each key is one item, so that a setting that lands later is
+/// one more line here and both tenant legs measure it.
 pub fn tenant_keys(mac: &str) -> Vec<String> {
     vec![
         format!("mac={mac}"),
+        format!("vlan={TENANT_VLAN}"),
         "ingress_policing_kpkts_rate=100000".into(),
         "ingress_policing_rate=100000000".into(),
     ]

@@ -462,7 +462,7 @@ pub const DIRTY_LOG_LEG: &str = "busy-poll, one worker, dirty log";
 pub const GOAL_DIRTY_LOG: f64 = 1.3;
 
 /// The one-worker leg again, both ports configured as tenants' VMs
-/// ([`tenant_keys`]: port security on the guests' MACs, a policer they
+/// ([`tenant_keys`]: port security on the guests' MACs, one VLAN, a policer they
 /// never exceed): issue 37's overhead.
 pub const TENANT_LEG: &str = "busy-poll, one worker, tenant ports";
 

@@ -66,10 +66,7 @@ pub(super) fn run_point(p: &Point, plan: &Plan, cpus: Cpus) -> Result<PointResul
     let dir = tmpdir(p.name)?;
     let cfg = DaemonConfig {
         vm: vec![VmPortConfig::new("vm1", dir.join("vm1.sock"))],
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         policy: p.policy,
         control: dir.join("control.sock"),
         cpus: cpus.worker.into_iter().collect(),

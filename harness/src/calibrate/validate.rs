@@ -218,10 +218,7 @@ fn run_real(sc: &Scenario, setup: &RealSetup, exit_cost_ns: u64) -> Result<Vec<R
         vm: (1..=setup.vms.len())
             .map(|i| VmPortConfig::new(format!("vm{i}"), dir.join(format!("vm{i}.sock"))))
             .collect(),
-        sink: vec![LocalPortConfig {
-            name: "sink0".into(),
-            mac: Some(SINK),
-        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
         policy: setup.timeline[0].1,
         control: dir.join("control.sock"),
         ..DaemonConfig::default()

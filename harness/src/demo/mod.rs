@@ -105,10 +105,7 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
                 ..VmPortConfig::new(format!("vm{i}"), dir.join(format!("vm{i}.sock")))
             })
             .collect(),
-        sink: vec![LocalPortConfig {
-            name: "server".into(),
-            mac: Some(sink_mac),
-        }],
+        sink: vec![LocalPortConfig::new("server", Some(sink_mac))],
         policy: PolicyConfig::default_for(policies[0]),
         control: dir.join("control.sock"),
         cpus: a.cpus.clone(),
