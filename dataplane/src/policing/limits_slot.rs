@@ -114,7 +114,9 @@ impl LimitsSlot {
     /// asked for and refilled to `now()`, the slot's lock held while `f`
     /// runs (it must lock nothing and call nothing that does). `f` gets
     /// `None`, and neither the lock is taken nor `now` read, while nothing
-    /// is limited.
+    /// is limited. The senders' clocks need only roughly agree: a `now`
+    /// behind the buckets' last one earns nothing, so the buckets follow
+    /// the latest of them and never earn a stretch of time twice.
     pub fn with_shared<R>(
         &self,
         now: impl FnOnce() -> Instant,
