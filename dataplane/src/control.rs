@@ -1,5 +1,23 @@
-//! The control socket: `vadapt stats` and `vadapt set-policy` talk to the
-//! running daemon through it.
+//! The control socket: the operator commands talk to the running daemon
+//! through it, one [`Request`] each:
+//!
+//! | request | `cmd` | sent by |
+//! |---|---|---|
+//! | [`Request::Stats`] | `stats` | `vadapt stats` |
+//! | [`Request::Metrics`] | `metrics` | `vadapt stats --prometheus` |
+//! | [`Request::SetPolicy`] | `set-policy` | `vadapt set-policy` |
+//! | [`Request::Retune`] | `retune` | `vadapt retune` |
+//! | [`Request::Cores`] | `cores` | `vadapt cores` |
+//! | [`Request::SetCores`] | `set-cores` | `vadapt set-cores` |
+//! | [`Request::CoresReport`] | `cores-report` | `vadapt cores report` (and the synthetic guest's `--cores-control`) |
+//! | [`Request::AddPort`] | `add-port` | `vadapt add-port` |
+//! | [`Request::DelPort`] | `del-port` | `vadapt del-port` |
+//! | [`Request::Reload`] | `reload` | `vadapt reload` (and `SIGHUP` to `vadapt serve`, without the socket) |
+//! | [`Request::SetLimits`] | `set-limits` | `vadapt set-limits` |
+//! | [`Request::Fdb`] | `fdb` | `vadapt fdb` |
+//!
+//! The requests that only read ([`Request::only_reads`]: stats, metrics,
+//! cores, fdb) never wait on a port, a frontend or the port book.
 //!
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.

@@ -2,7 +2,8 @@
 //! switch, whose queue workers run the policies of `vadapt-policy`.
 //!
 //! Rooms, from the top down (a room imports only rooms below it;
-//! `scripts/check-imports.py` checks it):
+//! `scripts/check-imports.py` checks it; `docs/architecture.md` draws the
+//! layers and follows one frame through them):
 //!
 //! * [`daemon`] — config → ports → services, each a function; shutdown.
 //! * [`control`] — the control socket's requests and answers.
@@ -10,22 +11,31 @@
 //!   one peer thread per QMP socket and guest agent).
 //! * [`port`] — a VM port's vhost-user side: socket, protocol, guest
 //!   memory, the life of the connection's worker.
+//! * [`uplink`] — the AF_XDP uplink: a NIC's queues as ports of the switch,
+//!   each served by a queue worker running the port's policy.
+//! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
+//!   counters through the policy crate's estimator to the `netap-ml` ports.
 //! * [`queue`] — the worker's world: the [`queue::drive::QueueIo`] trait
 //!   and the loop over it, ring service, waiting, the worker pool, and the
 //!   port state that outlives a connection ([`queue::VmPort`]).
-//! * [`switch`], [`frames`] — forwarding between ports; the ports that live
-//!   inside the daemon (sink, echo, TAP).
+//! * [`switch`] — forwarding between ports (port security, VLANs, the
+//!   bounded table, flooding); the ports that live inside the daemon (sink,
+//!   echo, TAP).
+//! * [`offload`], [`frames`] — the virtio-net header checked, checksum
+//!   completion, TCP segmentation; host frame batches and the per-queue
+//!   backlogs between the switch and a worker.
+//! * [`net`] — virtio-net constants, header, config space, MACs.
 //! * [`policing`] — a port's rate limits as its worker holds them: OVS's
 //!   ingress policing and storm control, token buckets told the time.
 //! * [`config`] — the daemon's configuration, every room's part of it
-//!   (TOML and `--vm` specs), at the bottom: every room reads it.
-//! * [`metrics`], [`control`] — counters, `vadapt stats`, Prometheus.
-//! * [`net`] — virtio-net constants, header, config space, MACs.
-//! * [`offload`] — the virtio-net header checked, checksum completion, TCP segmentation.
-//! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
-//!   counters through the policy crate's estimator to the `netap-ml` ports.
-//! * [`migration`] — dirty-page logging in the data path (live migration);
-//!   [`uplink`] — a named home, empty until the AF_XDP issue fills it.
+//!   (TOML and `--vm` specs): every room above reads it.
+//! * [`metrics`] — counters, the snapshot, `vadapt stats`, Prometheus.
+//! * [`migration`] — dirty-page logging in the data path (live migration).
+//! * [`socket_file`], [`socket_dir`] — the sockets vadapt binds, and the
+//!   one rule by which it removes them (only a socket it bound itself).
+//! * Leaves that import no other room: [`clock`], [`conn_limit`],
+//!   [`local_server`], [`lock_order`], [`log_limit`], [`netap_ml_model`],
+//!   [`panic_message`], [`sigbus_guard`].
 
 #![deny(missing_docs)]
 

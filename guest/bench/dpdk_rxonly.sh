@@ -3,7 +3,8 @@
 # 1 thread, closed loop; forwarding lcore on CPU 1, guest pinned to CPU 0.
 # Env: RUNS (5), DUR (3s), EXIT (exit cost ns, 0), SIZE (64), BATCH (tx batch, 1),
 #      GUEST (binary; default: release build of the `guest` example).
-# Prints one line per run and the median; rates swing a lot on shared machines (DESIGN.md),
+# Prints one line per run and the median; rates swing a lot on shared machines
+# (docs/architecture.md, "Facts the code relies on"),
 # so read guest CPU ns/packet beside Mpps.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -20,9 +20,10 @@
 //! * **The device, as QEMU sets it up** ([`frontend`]): one memfd of guest memory shared with
 //!   `SET_MEM_TABLE`, feature negotiation as a Linux guest (`VERSION_1`, `MAC`, `MRG_RXBUF`,
 //!   `EVENT_IDX`, `IN_ORDER`, `INDIRECT_DESC`, `STATUS`, `MQ` + `CTRL_VQ` when offered, and
-//!   `CSUM` + `HOST_TSO4` in TCP-stream mode, `RING_PACKED` unless `--packed off`;
-//!   protocol features `MQ`, `CONFIG`, `REPLY_ACK`), one queue pair per thread as far as the
-//!   backend offers pairs, rings enabled with `SET_VRING_ENABLE`.
+//!   `CSUM` + `HOST_TSO4` in TCP-stream mode, `RING_PACKED` with `--packed auto` or `on`
+//!   (default `off`, as QEMU's `packed=off`); protocol features `MQ`, `CONFIG`, `REPLY_ACK`),
+//!   one queue pair per thread as far as the backend offers pairs, rings enabled with
+//!   `SET_VRING_ENABLE`.
 //! * **The driver** ([`driver`]): TX like `start_xmit` (one descriptor per packet, kicks only
 //!   when the backend's `NO_NOTIFY` flag or EVENT_IDX `avail_event` ask for one, queue stopped
 //!   with `enable_cb_delayed` when the ring runs low), RX like NAPI (budget 64, re-enable and

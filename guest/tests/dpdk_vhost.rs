@@ -1,6 +1,7 @@
 //! The synthetic guest against a real backend: DPDK's vhost PMD in `dpdk-testpmd`
-//! (`--forward-mode=rxonly`, busy polling, the reference backend of DESIGN.md), and the same
-//! PMD in `--forward-mode=macswap` as an echo port for request/response.
+//! (`--forward-mode=rxonly`, busy polling, the reference backend of
+//! `docs/architecture.md`), and the same PMD in `--forward-mode=macswap` as
+//! an echo port for request/response.
 //!
 //! Skipped, with the reason printed, when `dpdk-testpmd` is not installed or
 //! `VADAPT_SKIP_DPDK` is set. testpmd needs two lcores and no hugepages (`--no-huge`).

@@ -16,6 +16,7 @@ use crate::netap::NetAp;
 pub use crate::netap::NetapParams;
 use crate::netap_ml::NetapMl;
 pub use crate::netap_ml::NetapMlParams;
+use crate::ring_guard::RingGuarded;
 use crate::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -141,15 +142,36 @@ impl PolicyConfig {
     }
 
     /// Validate and build a fresh policy instance.
+    ///
+    /// Every adaptive policy is built behind the ring guard
+    /// ([`RingGuarded`], issue 41), NetAP and NetAP-ML unless their
+    /// `ring_guard` is off; the guard's shortest sleep is NetAP's smallest
+    /// interval. Grow/shrink and EE-KBP never sleep with notifications off,
+    /// so the guard never engages for them; it is there so that no adaptive
+    /// policy can lose what interrupt mode would carry.
     pub fn build(&self) -> Result<Box<dyn Policy>, ConfigError> {
         self.validate()?;
+        let guarded = |p: Box<dyn Policy>, floor_us: u64| -> Box<dyn Policy> {
+            Box::new(RingGuarded::new(p, Duration::from_micros(floor_us)))
+        };
+        let default_floor = NetapParams::default().min_interval_us;
         Ok(match *self {
             PolicyConfig::Interrupt => Box::new(Interrupt),
             PolicyConfig::BusyPoll => Box::new(BusyPoll),
+            PolicyConfig::Netap(p) if p.ring_guard => {
+                guarded(Box::new(NetAp::new(p)?), p.min_interval_us)
+            }
             PolicyConfig::Netap(p) => Box::new(NetAp::new(p)?),
-            PolicyConfig::Growshrink(p) => Box::new(GrowShrink::new(p)?),
-            PolicyConfig::Eekbp(p) => Box::new(EeKbp::new(p)?),
-            PolicyConfig::NetapMl(p) => crate::netap_ml::build(p, crate::netap_ml::model())?,
+            PolicyConfig::Growshrink(p) => guarded(Box::new(GrowShrink::new(p)?), default_floor),
+            PolicyConfig::Eekbp(p) => guarded(Box::new(EeKbp::new(p)?), default_floor),
+            PolicyConfig::NetapMl(p) => {
+                let inner = crate::netap_ml::build(p, crate::netap_ml::model())?;
+                if p.netap.ring_guard {
+                    guarded(inner, p.netap.min_interval_us)
+                } else {
+                    inner
+                }
+            }
         })
     }
 }

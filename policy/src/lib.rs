@@ -18,7 +18,7 @@
 //! is the one [`wait_protocol`] both follow.
 //!
 //! The three actions are the only things a worker can be told to do
-//! (DESIGN.md): poll again now; sleep for a bounded time with guest
+//! (`docs/architecture.md`): poll again now; sleep for a bounded time with guest
 //! notifications off; or re-enable notifications, re-check the rings (closing
 //! the race with a guest that added work meanwhile) and block until a kick.
 //! Each decision also carries a CPU-frequency hint that the core manager may
@@ -48,6 +48,7 @@ pub mod interrupt;
 pub mod netap;
 pub mod netap_ml;
 pub mod retune;
+pub mod ring_guard;
 pub mod time;
 pub mod vspace;
 pub mod wait_protocol;
@@ -63,6 +64,7 @@ pub use interface::{
     Action, Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP,
 };
 pub use retune::{Retune, RetuneError};
+pub use ring_guard::{GuardState, RingGuard, RingGuarded};
 pub use time::{Duration, Instant};
 pub use vspace::{
     CoreAllocation, CoreAllocator, CoreSets, GroupLoad, PeriodMeasurement, PeriodOutcome,

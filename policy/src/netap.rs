@@ -86,6 +86,30 @@
 //!   the same conditions (within the margin and the rounds' noise), at the
 //!   price of one kick-driven round per search. `kick_probe = false` is the
 //!   paper's behaviour.
+//! - **A guard against rings that fill while the worker sleeps**
+//!   (`ring_guard`, issue 41; [`crate::ring_guard`]). The paper's senders
+//!   are Linux TCP senders: they block when the ring is full, so a sleep
+//!   that is too long only shows as fewer bytes in the round, and the
+//!   search moves away from it. A guest that polls its rings and never
+//!   blocks (a DPDK application) drops what does not fit, and with
+//!   notifications off it does not kick at the safety net's threshold
+//!   either; every probe longer than its ring's fill time is loss, and the
+//!   search probes milliseconds for about 11 rounds after every restart.
+//!   Measured (a4bfa1b, 2-core VM, DPDK virtio-user `txonly`, 64 B): NetAP
+//!   carried 0.04–0.47× DPDK's vhost PMD in B1's short rounds, and 0–15
+//!   Mpps from one 2-s count to the next while it searched. So a NetAP
+//!   built by [`crate::PolicyConfig::build`] sits behind the ring guard: a
+//!   sleep after which a ring was at least 90 % full (or as full as the
+//!   safety net's kick threshold, 75 % by default) turns NetAP's next
+//!   sleeps into kick-driven waits (timed out where the sleep would have
+//!   ended, so rounds and the search go on) for a hold of 1 s, doubling
+//!   to 64 s while the ring keeps filling; then sleeps are capped by what
+//!   the ring holds at the observed arrival rate (half of it), never below
+//!   `min_interval_us`. It applies during the search as after it. Rings
+//!   that stay below that level after every sleep — the papers' senders — never
+//!   engage it, and Algorithm 2's search runs unchanged
+//!   (`tests/ring_guard.rs`). `ring_guard = false` is the paper's NetAP;
+//!   docs/netap.md has the measurements.
 //! - **Bytes per round are normalised** to `round_ms`: a round ends at the
 //!   first pass at or after its deadline, so it can be longer than `round_ms`
 //!   by up to one interval plus one pass (more if the worker is descheduled).
@@ -154,6 +178,11 @@ pub struct NetapParams {
     /// interval did for NetAP to keep it, as a fraction (vadapt's default
     /// 0.05: ties and noise stay with periodic polling, which costs no kicks).
     pub kick_probe_margin: f64,
+    /// Build NetAP behind the ring guard ([`crate::ring_guard`]): a sleep
+    /// after which a ring was near full turns into kick-driven service, then
+    /// sleeps capped by what the ring holds at the observed arrival rate.
+    /// The paper has no such guard: false. vadapt's default: true.
+    pub ring_guard: bool,
 }
 
 impl Default for NetapParams {
@@ -170,6 +199,7 @@ impl Default for NetapParams {
             notify_during_sleep: false,
             kick_probe: true,
             kick_probe_margin: 0.05,
+            ring_guard: true,
         }
     }
 }

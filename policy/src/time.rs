@@ -1,6 +1,6 @@
 //! Time as the policy core sees it: plain nanosecond counts handed in by the caller.
 //!
-//! Policies never read a clock (STYLE.md rule 1). The data plane passes
+//! Policies never read a clock (`docs/style.md` rule 1). The data plane passes
 //! `CLOCK_MONOTONIC` readings; the simulator passes simulated time. Both are
 //! nanoseconds since an arbitrary epoch fixed by the caller.
 

@@ -88,6 +88,7 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
         any::<bool>(),
         any::<bool>(),
         0.0f64..0.5,
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -102,6 +103,7 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
                 notify_during_sleep,
                 kick_probe,
                 kick_probe_margin,
+                ring_guard,
             )| {
                 NetapParams {
                     min_interval_us: min,
@@ -115,6 +117,7 @@ fn netap_params() -> impl Strategy<Value = NetapParams> {
                     notify_during_sleep,
                     kick_probe,
                     kick_probe_margin,
+                    ring_guard,
                 }
             },
         )
@@ -370,7 +373,7 @@ proptest! {
             PolicyConfig::Netap(NetapParams {
                 min_interval_us: min, max_interval_us: max, ratio, min_distance_us: md, round_ms,
                 min_change, max_rounds, kick_threshold_permille: kick,
-                notify_during_sleep: false, kick_probe: true, kick_probe_margin: margin,
+                notify_during_sleep: false, kick_probe: true, kick_probe_margin: margin, ring_guard: true,
             }),
             PolicyConfig::Growshrink(GrowShrinkParams {
                 poll_max_ns: poll_max, poll_start_ns: start, poll_grow: 0, poll_shrink: 0,

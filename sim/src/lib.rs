@@ -21,7 +21,7 @@
 //!   core each: CFS's fluid limit). Oversubscription costs one
 //!   `context_switch_ns` per `host.sched_slice_us` per core; every worker
 //!   wake-up costs `wakeup_cpu_ns + context_switch_ns` of worker CPU
-//!   (MEASURED: ~27 µs per wake-up in these VMs, DESIGN.md). Short polling
+//!   (MEASURED: ~27 µs per wake-up in these VMs, `docs/architecture.md`). Short polling
 //!   intervals thus burn CPU that the vCPUs need.
 //! * **Core groups, pinning and what oversubscription costs** ([`cores`],
 //!   `[host.core_alloc]`): threads run only on their group's cores — one

@@ -277,7 +277,7 @@ class Vadapt:
     def start(self, wait_sockets: list[Path] = ()) -> Vadapt:
         argv = [str(self.binary), "serve", "--control", str(self.control), *self.args]
         if self.cpus is not None and which("taskset"):
-            # Pin the daemon away from the frontend's forwarding core (DESIGN.md).
+            # Pin the daemon away from the frontend's forwarding core (docs/architecture.md).
             argv = ["taskset", "-c", self.cpus, *argv]
         self.proc = self.group.add(Proc(self.name, argv, self.workdir, env={"RUST_BACKTRACE": "1"}))
         for s in [self.control, *wait_sockets]:
@@ -532,7 +532,7 @@ class Guest:
             "-chardev", f"socket,id=c0,path={socket}{chardev}",
             "-netdev", "vhost-user,id=n0,chardev=c0",
             # vectors=0: MSI-X off, else QEMU 7.2 under TCG segfaults in
-            # msix_set_vector_notifiers (DESIGN.md).
+            # msix_set_vector_notifiers (docs/architecture.md, "Facts").
             "-device", f"virtio-net-pci,netdev=n0,vectors=0,mac={mac}{net_opts}",
             "-kernel", str(kernel),
             "-initrd", str(initrd),

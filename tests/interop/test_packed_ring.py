@@ -3,7 +3,7 @@ frontends.
 
 * DPDK virtio-user with `packed_vq=1`, in order and not: testpmd's txonly
   frames reach a sink, every one counted. DPDK falls back to the split ring
-  silently when the backend does not offer bit 34 (DESIGN.md), so the test
+  silently when the backend does not offer bit 34 (docs/architecture.md), so the test
   checks the features the daemon logged as negotiated, not only the count.
 * A QEMU TCG guest with `packed=on` on its virtio-net device and a second
   guest on a split ring, on one switch: ping, and a TCP stream each way

@@ -52,6 +52,7 @@ pub use uplink_port::{parse_uplink_spec, UplinkPortConfig, XskMode, MAX_UPLINK_Q
 use vadapt_policy::PolicyConfig;
 use vadapt_qemu::peer_text::PeerText;
 use vadapt_wire::Mac;
+pub use vlan_keys::{Vid, VlanKeys, MAX_VID};
 pub use vm_port::{
     parse_mac_list, parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig, VmRole,
     MAX_ALLOWED_MACS, MAX_MTU, MAX_QUEUE_PAIRS, MIN_MTU,

@@ -1,14 +1,20 @@
 //! The VLAN keys of a port's configuration, as OVS spells them (issue 37):
 //! `vlan=N` (an access port: VM, echo, sink and TAP ports), `trunks=` and
 //! `native_vlan=` (a trunk: TAP and uplink ports). What they mean is in
-//! [`crate::switch::PortVlan`]; this file reads and checks them.
+//! the switch's `PortVlan` (`switch/vlan.rs`), which is made from them;
+//! this file reads and checks them.
 //!
 //! In a spec, `trunks=` lists VLANs separated by `:` (`,` separates the
 //! spec's keys), with ranges: `trunks=10:20:100-199`. In TOML it is a
 //! list of numbers: `trunks = [10, 20]`.
 
 use super::error::{field, ConfigError};
-use crate::switch::{PortVlan, Vid, MAX_VID};
+
+/// A VLAN id: 1..=[`MAX_VID`], or 0 for the untagged domain.
+pub type Vid = u16;
+
+/// The highest VLAN id a port may name (4095 is reserved).
+pub const MAX_VID: Vid = 4094;
 
 /// Reads VLAN id `v` of key `flag` (1..=4094).
 pub fn parse_vid(flag: &str, v: &str) -> Result<Vid, ConfigError> {
@@ -86,28 +92,6 @@ impl VlanKeys<'_> {
         }
         Ok(())
     }
-
-    /// The mode of a port whose default is an access port of the untagged
-    /// domain (VM, echo, sink).
-    pub fn access_mode(&self) -> PortVlan {
-        PortVlan::Access(self.vlan.unwrap_or(0))
-    }
-
-    /// The mode of a port whose default is a trunk of every VLAN (TAP,
-    /// uplink), as an OVS port without `tag`.
-    pub fn trunk_mode(&self) -> PortVlan {
-        if let Some(v) = self.vlan {
-            return PortVlan::Access(v);
-        }
-        PortVlan::Trunk {
-            allowed: if self.trunks.is_empty() {
-                crate::switch::VidSet::all()
-            } else {
-                self.trunks.iter().copied().collect()
-            },
-            native: self.native_vlan.unwrap_or(0),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -128,24 +112,19 @@ mod tests {
     }
 
     #[test]
-    fn vlan_is_an_access_port_and_does_not_mix_with_trunk_keys() {
+    fn vlan_does_not_mix_with_trunk_keys() {
         let k = |vlan, trunks: &'static [Vid], native_vlan| VlanKeys {
             vlan,
             trunks,
             native_vlan,
         };
-        assert_eq!(k(None, &[], None).access_mode(), PortVlan::Access(0));
-        assert_eq!(k(Some(7), &[], None).access_mode(), PortVlan::Access(7));
-        assert_eq!(k(Some(7), &[], None).trunk_mode(), PortVlan::Access(7));
-        assert_eq!(k(None, &[], None).trunk_mode(), PortVlan::trunk_all());
-        let t = k(None, &[10, 20], Some(30)).trunk_mode();
-        assert_eq!(t.home(), 30);
-        assert_eq!(t.leave(10, false), Some(crate::switch::Retag::Push(10)));
         let e = k(Some(7), &[10], None)
             .check("--tap ", "t0")
             .unwrap_err()
             .to_string();
         assert!(e.contains("--tap vlan") && e.contains("`t0`"), "{e}");
+        assert!(k(Some(7), &[], Some(8)).check("tap.", "t0").is_err());
+        assert!(k(Some(0), &[], None).check("vm.", "v").is_err());
         assert!(k(None, &[10], Some(4095)).check("tap.", "t0").is_err());
         assert!(k(None, &[10], Some(30)).check("tap.", "t0").is_ok());
     }

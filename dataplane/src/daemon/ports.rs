@@ -268,7 +268,7 @@ impl PortMaker {
         let id = self.switch.add_port_with(
             tap.clone(),
             Arc::clone(&stats),
-            PortRules::open_in(t.vlan_keys().trunk_mode()),
+            PortRules::open_in(PortVlan::trunk_port(&t.vlan_keys())),
         );
         self.registry.add_port(stats);
         let stop = Arc::new(AtomicBool::new(false));
@@ -307,7 +307,7 @@ impl PortMaker {
         let id = self.switch.add_port_with(
             port.clone(),
             Arc::clone(&port.stats),
-            PortRules::open_in(u.vlan_keys().trunk_mode()),
+            PortRules::open_in(PortVlan::trunk_port(&u.vlan_keys())),
         );
         port.attach(self.switch.ingress(id));
         self.registry.add_port(Arc::clone(&port.stats));

@@ -1,7 +1,7 @@
 //! A token bucket that is told the time: `rate` tokens a second, up to
 //! `burst`, in whatever unit the caller counts (bits, packets).
 //!
-//! It never reads a clock (STYLE.md rule 1): the caller hands it `now`, the
+//! It never reads a clock (`docs/style.md` rule 1): the caller hands it `now`, the
 //! worker's pass clock in the daemon and a plain counter in the tests, which
 //! therefore run simulated seconds in microseconds and assert exact counts.
 //!

@@ -2,7 +2,7 @@
 //!
 //! [`drive`] runs a [`Policy`] against a [`QueueIo`] — the one narrow
 //! interface between a worker and the world (rings, kicks, calls, timers;
-//! STYLE.md rule 2). The daemon implements it over vhost-user rings
+//! `docs/style.md` rule 2). The daemon implements it over vhost-user rings
 //! ([`crate::queue`]); tests implement it with scripted fakes, and
 //! [`crate::queue::fault_injector::FaultInjector`] wraps any of them to make timers
 //! late, wake-ups spurious, kicks lost and passes short.

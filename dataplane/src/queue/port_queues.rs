@@ -5,9 +5,10 @@
 //! they are wired to the port (its switch, backlogs, counters, policy slot)
 //! and the results counted and logged.
 //!
-//! The control queue never reaches a vhost-user backend: QEMU and DPDK
-//! virtio-user handle it and translate `VQ_PAIRS_SET` into
-//! `SET_VRING_ENABLE`, which [`crate::port::handler`] honours.
+//! The control queue is not among these rings. QEMU and DPDK virtio-user
+//! keep it and translate `VQ_PAIRS_SET` into `SET_VRING_ENABLE`, which
+//! [`crate::port::handler`] honours; a frontend that gives it to the
+//! backend has it served beside the worker ([`super::ctrl_queue`]).
 
 use super::pending_wait::PendingWait;
 use super::policy_slot::WorkerView;

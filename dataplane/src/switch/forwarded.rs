@@ -21,7 +21,7 @@ pub struct Forwarded {
     /// (once per source and second per worker, not per frame).
     pub not_learned: [u64; NotLearned::ALL.len()],
     /// Frames dropped for their VLAN tag (`vlan_tagged`,
-    /// `vlan_not_allowed`), indexed by [`VlanRefusal::index`](super::vlan::VlanRefusal::index).
+    /// `vlan_not_allowed`), indexed by `VlanRefusal::index` (`switch/vlan.rs`).
     pub vlan: [u64; 2],
     /// Frames whose offload could not follow a tag's push or pop
     /// (`bad_vnet_hdr`).

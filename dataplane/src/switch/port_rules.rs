@@ -26,7 +26,7 @@ pub struct PortRules {
     /// bounds it (a TAP or an uplink, with a network behind it).
     pub max_learned: Option<usize>,
     /// Its VLANs: an access port of the untagged domain by default (see
-    /// [`super::vlan`]).
+    /// [`PortVlan`]).
     pub vlan: PortVlan,
 }
 

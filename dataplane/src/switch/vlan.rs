@@ -23,15 +23,10 @@
 //! pushed or popped ([`Retag`]), moving the checksum and segmentation
 //! offsets of a frame with offloads by the tag's four bytes.
 
+pub use crate::config::{Vid, VlanKeys, MAX_VID};
 use crate::frames::Offloaded;
 use vadapt_wire::ethernet::{ETHERTYPE_OFFSET, ETHERTYPE_QINQ, ETHERTYPE_VLAN};
 use vadapt_wire::Offload;
-
-/// A VLAN id: 1..=[`MAX_VID`], or 0 for the untagged domain.
-pub type Vid = u16;
-
-/// The highest VLAN id a port may name (4095 is reserved).
-pub const MAX_VID: Vid = 4094;
 
 /// The pre-standard QinQ TPID some switches still send.
 const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
@@ -168,6 +163,28 @@ pub enum Retag {
 }
 
 impl PortVlan {
+    /// The mode `keys` give a port whose default is an access port of the
+    /// untagged domain (VM, echo, sink).
+    pub fn access_port(keys: &VlanKeys<'_>) -> Self {
+        PortVlan::Access(keys.vlan.unwrap_or(0))
+    }
+
+    /// The mode `keys` give a port whose default is a trunk of every VLAN
+    /// (TAP, uplink), as an OVS port without `tag`.
+    pub fn trunk_port(keys: &VlanKeys<'_>) -> Self {
+        if let Some(v) = keys.vlan {
+            return PortVlan::Access(v);
+        }
+        PortVlan::Trunk {
+            allowed: if keys.trunks.is_empty() {
+                VidSet::all()
+            } else {
+                keys.trunks.iter().copied().collect()
+            },
+            native: keys.native_vlan.unwrap_or(0),
+        }
+    }
+
     /// A trunk of every VLAN with the untagged domain native: a TAP's or an
     /// uplink's mode without VLAN keys.
     pub fn trunk_all() -> Self {
@@ -458,6 +475,35 @@ mod tests {
             "would start inside the header"
         );
         assert_eq!(Retag::Keep.reoffload(o), Some(o));
+    }
+
+    #[test]
+    fn keys_make_access_ports_and_trunks() {
+        let k = |vlan, trunks: &'static [Vid], native_vlan| VlanKeys {
+            vlan,
+            trunks,
+            native_vlan,
+        };
+        assert_eq!(
+            PortVlan::access_port(&k(None, &[], None)),
+            PortVlan::Access(0)
+        );
+        assert_eq!(
+            PortVlan::access_port(&k(Some(7), &[], None)),
+            PortVlan::Access(7)
+        );
+        assert_eq!(
+            PortVlan::trunk_port(&k(Some(7), &[], None)),
+            PortVlan::Access(7)
+        );
+        assert_eq!(
+            PortVlan::trunk_port(&k(None, &[], None)),
+            PortVlan::trunk_all()
+        );
+        let t = PortVlan::trunk_port(&k(None, &[10, 20], Some(30)));
+        assert_eq!(t.home(), 30);
+        assert_eq!(t.leave(10, false), Some(Retag::Push(10)));
+        assert_eq!(t.leave(11, false), None);
     }
 
     #[test]

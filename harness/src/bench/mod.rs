@@ -3,7 +3,7 @@
 //! Each benchmark runs vadapt and its anchors (DPDK's
 //! vhost PMD, OVS-DPDK) side by side on this machine, interleaved A/B/A/B
 //! over `--runs` rounds, backend worker on CPU 1 and sender on CPU 0 (as
-//! DESIGN.md pins them), and stores flat per-run rows in `<out>/<name>.json`
+//! docs/architecture.md's facts pin them), and stores flat per-run rows in `<out>/<name>.json`
 //! (a [`vadapt_results::ResultFile`] of kind `bench`). The report ([`report`]) turns every stored file into the
 //! generated section of BENCHMARKS.md — medians with min–max, ratios taken
 //! within a round, the issue-6 goals judged from the numbers — and the lab

@@ -1,6 +1,7 @@
 //! OVS-DPDK (Debian `openvswitch-switch-dpdk`) as a benchmark anchor, by
-//! DESIGN.md's verified recipe: `ovsdb-server` and the DPDK build of
-//! `ovs-vswitchd` run by hand in a private run directory (no systemd),
+//! the recipe verified in docs/architecture.md ("Facts the code relies on"):
+//! `ovsdb-server` and the DPDK build of `ovs-vswitchd` run by hand in a
+//! private run directory (no systemd),
 //! `dpdk-extra="--no-huge -m 1024 --no-pci --legacy-mem"`,
 //! `per-port-memory=true`, main lcore on the sender CPU (0), PMD on the
 //! backend CPU (1), one netdev bridge `br0`. B6 and B8 add their own ports

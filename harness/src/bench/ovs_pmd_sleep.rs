@@ -1,8 +1,8 @@
 //! B6 — OVS-DPDK as an anchor: its PMD busy polling and its load-based PMD
 //! sleep (`pmd-maxsleep`) under the B2–B4 loads. OVS is set up as `ovs.rs`
-//! says (DESIGN.md's verified recipe), with one `dpdkvhostuser` port `vh0`
-//! and a flow that drops what the port sends (its `n_packets` counts what
-//! OVS took).
+//! says (the recipe in docs/architecture.md, "Facts the code relies on"),
+//! with one `dpdkvhostuser` port `vh0` and a flow that drops what the port
+//! sends (its `n_packets` counts what OVS took).
 //!
 //! Two PMD modes: busy polling (`pmd-maxsleep=0`) and load-based sleep
 //! (`pmd-maxsleep=500` µs). Loads: idle (1 packet/s, as B4) and the 10 % /

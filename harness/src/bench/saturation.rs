@@ -49,9 +49,11 @@ pub const TITLE: &str =
     "saturation: DPDK vhost PMD vs vadapt, DPDK virtio-user and synthetic-guest senders";
 
 /// vadapt policies measured, in round order.
-const POLICIES: [PolicyKind; 4] = [
+const POLICIES: [PolicyKind; 6] = [
     PolicyKind::BusyPoll,
     PolicyKind::Netap,
+    PolicyKind::NetapMl,
+    PolicyKind::Growshrink,
     PolicyKind::Eekbp,
     PolicyKind::Interrupt,
 ];
@@ -118,8 +120,9 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     };
     // DPDK virtio-user sender: both IN_ORDER settings on a split ring (it was
     // worth a few Mpps to DPDK and changed vadapt's rate in one run; see
-    // DESIGN.md), and the packed ring, which both DPDK's vhost library and
-    // vadapt offer. Only the default in the quick run.
+    // docs/architecture.md, "Facts the code relies on"), and the packed ring,
+    // which both DPDK's vhost library and vadapt offer. Only the default in
+    // the quick run.
     if be.is_some() {
         let rings: &[UserRing] = if ctx.quick {
             &[UserRing::split(true)]

@@ -1,5 +1,6 @@
 //! DPDK `dpdk-testpmd` in interactive mode, driven over stdin: the DPDK vhost
-//! PMD reference backend and the virtio-user txonly frontend of DESIGN.md.
+//! PMD reference backend and the virtio-user txonly frontend (their command
+//! lines: docs/architecture.md, "Facts the code relies on").
 //!
 //! Interactive mode (`-i`) matters for the benchmark: between `start` and
 //! `stop` the forwarding lcore busy-polls, outside it the lcore blocks, so

@@ -140,7 +140,8 @@ fn drive_point(
     })
 }
 
-/// NetAP held near a fixed 200 µs interval, without its kick safety net.
+/// NetAP held near a fixed 200 µs interval, without its kick safety net
+/// or its ring guard (a calibration point measures the sleeps it asks for).
 fn netap_near_200us() -> PolicyConfig {
     PolicyConfig::Netap(NetapParams {
         min_interval_us: 200,
@@ -149,6 +150,7 @@ fn netap_near_200us() -> PolicyConfig {
         round_ms: 100,
         max_rounds: 0,
         kick_threshold_permille: 0,
+        ring_guard: false,
         ..NetapParams::default()
     })
 }

@@ -1,5 +1,5 @@
 //! vSPACE: dynamic core management for the VM's vCPUs and its network
-//! queues (vSPACE paper, PACT '24, `papers/vspace.txt`).
+//! queues (vSPACE paper: Park et al., PACT '24, §4; cited in `docs/papers.md`).
 //!
 //! The host's managed cores are split into two groups that never share a
 //! core: the **vCPU group** (the VM's vCPU threads) and the **NQ group**

@@ -82,8 +82,9 @@ to_s = 30
 def scenario_text(case: str, policy: str, calibration: Path) -> str:
     """The scenario of ``case`` under ``policy`` (``netap`` or ``netap-ml``)."""
     vms, threads, size = CASES[case]
-    # The paper's NetAP: no ring-full safety net, no kick-driven check.
-    netap = "kick_threshold_permille = 0, kick_probe = false"
+    # The paper's NetAP: no ring-full safety net, no kick-driven check, no
+    # ring guard.
+    netap = "kick_threshold_permille = 0, kick_probe = false, ring_guard = false"
     if policy == "netap":
         toml = f'{{ kind = "netap", {netap} }}'
     else:

@@ -53,7 +53,8 @@ def paper_scenario(sim: Sim, src: Path, out: Path) -> Path:
     text = src.read_text()
     text = text.replace('include = "../', f'include = "{src.parent.parent.resolve()}/')
     text = text.replace(
-        "kick_threshold_permille = 0 }", "kick_threshold_permille = 0, kick_probe = false }"
+        "kick_threshold_permille = 0, ring_guard = false }",
+        "kick_threshold_permille = 0, ring_guard = false, kick_probe = false }",
     )
     if "kick_probe = false" not in text:
         raise ValueError(f"{src}: no NetAP policy line with kick_threshold_permille = 0")

@@ -1,0 +1,599 @@
+//! The ring guard: no adaptive policy sleeps longer than a guest's ring can
+//! hold (issue 41).
+//!
+//! NetAP and the policies built on it sleep with guest notifications off.
+//! A guest that blocks when its ring is full (a Linux TCP sender) only waits
+//! for the next pass, and the bytes each interval moves tell the search what
+//! the sleep cost. A guest that never blocks (a DPDK application polling its
+//! rings: routers, firewalls, packet generators) drops what does not fit,
+//! and with notifications off it does not kick either: the ring-full safety
+//! net (a kick at 75 % of the ring) never fires. For such a guest every
+//! sleep longer than the ring's fill time is loss, and a search that probes
+//! intervals of milliseconds loses most of the traffic while it searches.
+//!
+//! The guard watches what the worker already reports after each pass: the
+//! fullest guest-to-host ring at the start of the pass
+//! ([`PassReport::max_fill_permille`]), after a wait of
+//! [`PassReport::waited`]. The ring's fill per unit of sleep is the
+//! arrival rate in ring sizes, so `waited × TARGET ÷ fill` is the sleep that
+//! would leave the ring [`TARGET_PERMILLE`] full: the brief's "fill fraction
+//! × ring size ÷ arrival rate", with no ring size or frame count needed.
+//!
+//! - **Open** (no bound): the policy's sleeps go through unchanged. This is
+//!   the state for every guest whose ring stays below the near-full level
+//!   after a sleep — the senders the papers measured — so their policies
+//!   run exactly as without the guard.
+//! - A sleep after which the ring was at least [`NEAR_FULL_PERMILLE`] full,
+//!   or as full as the sleep's safety-net kick threshold (750‰ by
+//!   default) — the ring filled while the worker slept, whatever the bytes
+//!   say, and a guest that never blocks dropped what did not fit, while
+//!   one that blocks waited for the worker instead of overlapping with it:
+//!   the next sleeps are **capped** at a quarter of that sleep
+//!   ([`SHRINK_ON_FILL`]), and again at each fill. A Linux TCP sender
+//!   settles at the longest sleep its ring holds, and keeps most of NetAP's
+//!   batching; a sender that fills the ring in microseconds (DPDK's
+//!   `txonly`) is cut below `floor` within a few sleeps, and then gets
+//!   **kick-driven** service for a hold time. A sleep becomes a wait for a
+//!   kick with notifications on, timed out where the sleep would have ended,
+//!   so the policy's own clock (NetAP's rounds) runs on. Every guest kicks
+//!   when asked to, so this is interrupt mode's service, which loses nothing
+//!   interrupt mode would carry. The hold starts at [`MIN_HOLD`] and doubles,
+//!   up to [`MAX_HOLD`], each time the ring fills again soon after a hold
+//!   (within the hold's length): a guest that fills the ring at every try
+//!   is tried about once a minute.
+//! - After the hold, sleeps are **capped**, first at `floor` (the shortest
+//!   sleep worth taking: NetAP's smallest interval). After each capped sleep
+//!   the cap moves to the sleep the observed rate allows, growing at most
+//!   twofold a sleep; a cap below `floor` goes back to kick-driven service,
+//!   and one that reaches [`MAX_SLEEP`] (the guest slowed down or stopped)
+//!   opens the guard again.
+//!
+//! The guard never turns a poll or a wait for a kick into anything else,
+//! and it only shortens or replaces sleeps, so a policy behind it keeps its
+//! liveness (leftover work still polls). It is pure and deterministic, like
+//! every policy: time comes in through the reports.
+//!
+//! Grow/shrink and EE-KBP never sleep with notifications off (every wait is
+//! [`Action::WaitKick`], which re-enables them and re-checks the rings), so
+//! the guard never engages for them; they are built behind it all the same
+//! ([`crate::PolicyConfig::build`]), so that every adaptive policy has the
+//! same guarantee.
+//!
+//! What it cannot see: a split ring's fill counts available *entries*, so a
+//! guest that chains two or more descriptors per frame (a Linux guest
+//! without indirect descriptors) shows at most half its ring as full; such
+//! guests block rather than drop, which is the case the guard leaves alone.
+
+use crate::interface::{
+    Action, Budget, Decision, PassReport, Policy, PolicyStatus, WakeCause, MAX_SLEEP,
+};
+use crate::retune::{Retune, RetuneError};
+use crate::time::{Duration, Instant};
+
+/// A ring at least this full (permille of its size) after a sleep filled
+/// while the worker slept: the sleep was too long for this sender. A sleep
+/// that carried the ring-full safety net's kick threshold (at least
+/// [`TARGET_PERMILLE`]) counts as filled from that threshold on: a guest
+/// that kicks there has filled the ring that far, and a guest that does
+/// not kick while notifications are off shows it at the same level.
+pub const NEAR_FULL_PERMILLE: u16 = 900;
+
+/// Fill a capped sleep aims for at wake-up, permille of the ring: half, to
+/// leave room for bursts and for timers that wake late on a busy host.
+pub const TARGET_PERMILLE: u16 = 500;
+
+/// A sleep after which the ring was near full is cut to this fraction
+/// (one over it) for the next: fast enough to reach kick-driven service
+/// from NetAP's longest probes within a few sleeps for a sender that
+/// fills the ring in microseconds, slow enough that a sender that filled
+/// it just barely keeps most of its batching.
+pub const SHRINK_ON_FILL: u64 = 4;
+
+/// First hold of kick-driven service after the ring filled during a sleep
+/// shorter than four times the floor.
+pub const MIN_HOLD: Duration = Duration::from_secs(1);
+
+/// Longest hold of kick-driven service.
+pub const MAX_HOLD: Duration = Duration::from_secs(64);
+
+/// Where the guard stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardState {
+    /// No bound: the policy's sleeps go through.
+    Open,
+    /// Sleeps last at most `cap`.
+    Capped {
+        /// Longest sleep let through.
+        cap: Duration,
+    },
+    /// Sleeps become waits for a kick until `until`.
+    KickDriven {
+        /// When capped sleeps are tried again.
+        until: Instant,
+    },
+}
+
+/// The guard's state machine (module docs): fed every pass report, it bounds
+/// every decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingGuard {
+    /// Shortest sleep worth taking; a smaller cap means kick-driven service.
+    floor: Duration,
+    state: GuardState,
+    /// Length of the next kick-driven hold.
+    hold: Duration,
+    /// When the last hold ended (capped sleeps were tried again).
+    retried_at: Option<Instant>,
+    /// The decision last let through was a sleep; with the fill at which
+    /// it counts as filled (its kick threshold, or [`NEAR_FULL_PERMILLE`]).
+    asleep: Option<u16>,
+    /// Sleeps after which the ring was near full.
+    fills: u64,
+}
+
+impl RingGuard {
+    /// An open guard whose caps go no lower than `floor` (at least 1 µs).
+    pub fn new(floor: Duration) -> RingGuard {
+        RingGuard {
+            floor: floor.max(Duration::from_micros(1)),
+            state: GuardState::Open,
+            hold: MIN_HOLD,
+            retried_at: None,
+            asleep: None,
+            fills: 0,
+        }
+    }
+
+    /// Where the guard stands.
+    pub fn state(&self) -> GuardState {
+        self.state
+    }
+
+    /// Sleeps after which the ring was at least [`NEAR_FULL_PERMILLE`] full,
+    /// since the guard was built.
+    pub fn fills(&self) -> u64 {
+        self.fills
+    }
+
+    /// Back to open, as built (a policy's [`Policy::start`]).
+    pub fn reset(&mut self) {
+        *self = RingGuard::new(self.floor);
+    }
+
+    /// Learn from the pass `pass`, which followed the decision last returned
+    /// by [`RingGuard::bound`].
+    pub fn observe(&mut self, pass: &PassReport) {
+        let near_full = self
+            .asleep
+            .take()
+            .filter(|_| matches!(pass.wake, WakeCause::Timer | WakeCause::Kick))
+            .filter(|_| pass.waited > Duration::ZERO);
+        if let GuardState::KickDriven { until } = self.state {
+            if pass.now >= until {
+                self.state = GuardState::Capped { cap: self.floor };
+                self.retried_at = Some(pass.now);
+            }
+            return;
+        }
+        let Some(near_full) = near_full else {
+            return;
+        };
+        let fill = pass.max_fill_permille.min(1000);
+        if fill >= near_full {
+            // The ring filled: the sender is at least this fast, maybe much
+            // faster (a full ring says no more). A quarter of the sleep that
+            // filled it; below the floor, kick-driven service.
+            self.fills += 1;
+            let slept = match self.state {
+                GuardState::Capped { cap } => cap.min(pass.waited),
+                _ => pass.waited,
+            };
+            let cap = Duration(slept.as_nanos() / SHRINK_ON_FILL);
+            if cap < self.floor {
+                self.fall_back(pass.now);
+            } else {
+                self.state = GuardState::Capped { cap };
+            }
+            return;
+        }
+        if let GuardState::Capped { cap } = self.state {
+            // waited × TARGET ÷ fill: the sleep that leaves the ring
+            // TARGET full at the rate just seen (fill 0: no bound from it).
+            let allowed = if fill == 0 {
+                Duration(u64::MAX)
+            } else {
+                Duration(
+                    (u128::from(pass.waited.as_nanos()) * u128::from(TARGET_PERMILLE)
+                        / u128::from(fill))
+                    .min(u128::from(u64::MAX)) as u64,
+                )
+            };
+            let cap = allowed.min(Duration(cap.as_nanos().saturating_mul(2)));
+            self.state = if cap < self.floor {
+                GuardState::KickDriven {
+                    until: pass.now + self.next_hold(pass.now),
+                }
+            } else if cap >= MAX_SLEEP {
+                self.hold = MIN_HOLD;
+                GuardState::Open
+            } else {
+                GuardState::Capped { cap }
+            };
+        }
+    }
+
+    /// Kick-driven service from `now` for the next hold.
+    fn fall_back(&mut self, now: Instant) {
+        self.state = GuardState::KickDriven {
+            until: now + self.next_hold(now),
+        };
+    }
+
+    /// The hold that starts at `now`: twice the last one if the ring filled
+    /// again within a hold's length of the last retry, else [`MIN_HOLD`].
+    fn next_hold(&mut self, now: Instant) -> Duration {
+        let soon = self
+            .retried_at
+            .is_some_and(|t| now.saturating_since(t) < self.hold);
+        self.hold = if soon {
+            Duration(self.hold.as_nanos().saturating_mul(2)).min(MAX_HOLD)
+        } else {
+            MIN_HOLD
+        };
+        self.hold
+    }
+
+    /// `d` as the guard lets it through: a sleep capped, or turned into a
+    /// wait for a kick that times out where the sleep would have ended;
+    /// polls and waits for a kick unchanged.
+    pub fn bound(&mut self, d: Decision) -> Decision {
+        let out = match (d.action, self.state) {
+            (
+                Action::Sleep {
+                    duration,
+                    kick_threshold,
+                },
+                GuardState::Capped { cap },
+            ) => Decision {
+                action: Action::Sleep {
+                    duration: duration.min(cap),
+                    kick_threshold,
+                },
+                ..d
+            },
+            (Action::Sleep { duration, .. }, GuardState::KickDriven { .. }) => Decision {
+                action: Action::WaitKick {
+                    timeout: Some(duration.min(MAX_SLEEP)),
+                },
+                ..d
+            },
+            _ => d,
+        };
+        self.asleep = match out.action {
+            // A guest that kicks at the safety net's threshold (the ring
+            // p‰ full, p at least TARGET) has filled the ring that far.
+            Action::Sleep {
+                kick_threshold: Some(p),
+                ..
+            } if p >= TARGET_PERMILLE => Some(p.min(NEAR_FULL_PERMILLE)),
+            Action::Sleep { .. } => Some(NEAR_FULL_PERMILLE),
+            _ => None,
+        };
+        out
+    }
+
+    /// `s`, a guarded policy's status, with the interval it actually sleeps:
+    /// capped, or none while kick-driven.
+    fn status(&self, mut s: PolicyStatus) -> PolicyStatus {
+        match self.state {
+            GuardState::Open => {}
+            GuardState::Capped { cap } => s.interval = s.interval.map(|i| i.min(cap)),
+            GuardState::KickDriven { .. } => s.interval = None,
+        }
+        s
+    }
+}
+
+/// A policy behind a [`RingGuard`]: its name, budget, status and retunes,
+/// its sleeps bounded.
+#[derive(Debug)]
+pub struct RingGuarded {
+    inner: Box<dyn Policy>,
+    guard: RingGuard,
+}
+
+impl RingGuarded {
+    /// `inner` behind a guard whose caps go no lower than `floor`.
+    pub fn new(inner: Box<dyn Policy>, floor: Duration) -> RingGuarded {
+        RingGuarded {
+            inner,
+            guard: RingGuard::new(floor),
+        }
+    }
+
+    /// The guard.
+    pub fn guard(&self) -> &RingGuard {
+        &self.guard
+    }
+}
+
+impl Policy for RingGuarded {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn budget(&self) -> Budget {
+        self.inner.budget()
+    }
+
+    fn start(&mut self, now: Instant) -> Decision {
+        self.guard.reset();
+        let d = self.inner.start(now);
+        self.guard.bound(d)
+    }
+
+    fn on_pass(&mut self, pass: &PassReport) -> Decision {
+        self.guard.observe(pass);
+        let d = self.inner.on_pass(pass);
+        self.guard.bound(d)
+    }
+
+    fn status(&self) -> PolicyStatus {
+        self.guard.status(self.inner.status())
+    }
+
+    fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
+        self.inner.retune(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLOOR: Duration = Duration::from_micros(100);
+
+    fn us(v: u64) -> Duration {
+        Duration::from_micros(v)
+    }
+
+    /// The pass after a sleep of `waited` that ended at `now` on its timer
+    /// with the fullest ring `fill` ‰ full.
+    fn woke(now: u64, waited: Duration, fill: u16) -> PassReport {
+        PassReport {
+            max_fill_permille: fill,
+            ..PassReport::empty(Instant(now), WakeCause::Timer, waited)
+        }
+    }
+
+    /// Bound a sleep of `d`, then observe the pass after it.
+    fn sleep_then(g: &mut RingGuard, d: Duration, pass: PassReport) -> Decision {
+        let out = g.bound(Decision::sleep(d, Some(750)));
+        g.observe(&pass);
+        out
+    }
+
+    /// Sleeps of NetAP's first probe, cut as the guard cuts them, that
+    /// each fill the ring, from `now` until the guard is kick-driven; the
+    /// time then.
+    fn fill_until_kick_driven(g: &mut RingGuard, mut now: Instant) -> Instant {
+        let mut slept = us(2510);
+        while !matches!(g.state(), GuardState::KickDriven { .. }) {
+            now += slept;
+            sleep_then(g, us(2510), woke(now.0, slept, 1000));
+            if let GuardState::Capped { cap } = g.state() {
+                slept = cap;
+            }
+        }
+        now
+    }
+
+    #[test]
+    fn an_open_guard_changes_nothing_while_the_ring_stays_below_near_full() {
+        let mut g = RingGuard::new(FLOOR);
+        for fill in [0, 500, 749] {
+            let d = sleep_then(&mut g, us(4000), woke(10_000, us(4000), fill));
+            assert_eq!(d, Decision::sleep(us(4000), Some(750)));
+            assert_eq!(g.state(), GuardState::Open);
+        }
+        // Without the safety net's threshold, near full is 900 ‰.
+        g.bound(Decision::sleep(us(4000), None));
+        g.observe(&woke(20_000, us(4000), NEAR_FULL_PERMILLE - 1));
+        assert_eq!(g.state(), GuardState::Open);
+        assert_eq!(g.fills(), 0);
+        assert_eq!(g.bound(Decision::POLL), Decision::POLL);
+        assert_eq!(g.bound(Decision::WAIT_KICK), Decision::WAIT_KICK);
+    }
+
+    #[test]
+    fn a_ring_as_full_as_the_safety_nets_threshold_counts_as_filled() {
+        let mut g = RingGuard::new(FLOOR);
+        // notify_during_sleep's 1 ‰ threshold says nothing about a fill.
+        g.bound(Decision::sleep(us(4000), Some(1)));
+        g.observe(&woke(10_000, us(40), 800));
+        assert_eq!(g.state(), GuardState::Open);
+        let mut r = woke(20_000, us(600), 760);
+        r.wake = WakeCause::Kick;
+        sleep_then(&mut g, us(4000), r);
+        assert_eq!(g.state(), GuardState::Capped { cap: us(150) });
+        assert_eq!(g.fills(), 1);
+        // Without a threshold armed, 760 ‰ is not near full.
+        let mut g = RingGuard::new(FLOOR);
+        g.bound(Decision::sleep(us(4000), None));
+        g.observe(&woke(10_000, us(4000), 760));
+        assert_eq!(g.state(), GuardState::Open);
+    }
+
+    #[test]
+    fn a_ring_that_filled_while_asleep_cuts_the_sleeps_and_below_the_floor_turns_them_into_kick_waits(
+    ) {
+        let mut g = RingGuard::new(FLOOR);
+        // Each sleep that fills the ring cuts the next to a quarter: 2510,
+        // 627.5, 156.875 µs; a quarter of that is below the floor.
+        sleep_then(&mut g, us(2510), woke(3_000_000, us(2510), 1000));
+        assert_eq!(
+            g.state(),
+            GuardState::Capped {
+                cap: Duration(627_500)
+            }
+        );
+        assert_eq!(
+            g.bound(Decision::sleep(us(2510), Some(750))),
+            Decision::sleep(Duration(627_500), Some(750))
+        );
+        g.observe(&woke(3_001_000, Duration(627_500), 1000));
+        assert_eq!(
+            g.state(),
+            GuardState::Capped {
+                cap: Duration(156_875)
+            }
+        );
+        sleep_then(&mut g, us(2510), woke(3_002_000, Duration(156_875), 1000));
+        assert_eq!(g.fills(), 3);
+        let until = Instant(3_002_000) + MIN_HOLD;
+        assert_eq!(g.state(), GuardState::KickDriven { until });
+        // A sleep becomes a wait for a kick that ends where the sleep would
+        // have; the frequency hint is kept.
+        let d = g
+            .bound(Decision::sleep(us(1590), Some(750)).with_freq(crate::interface::FreqHint::Min));
+        assert_eq!(
+            d.action,
+            Action::WaitKick {
+                timeout: Some(us(1590))
+            }
+        );
+        assert_eq!(d.freq, crate::interface::FreqHint::Min);
+        // Kick-driven passes before the hold ends change nothing.
+        g.observe(&PassReport::empty(
+            Instant(until.0 - 1),
+            WakeCause::Kick,
+            us(5),
+        ));
+        assert_eq!(g.state(), GuardState::KickDriven { until });
+        // After the hold: sleeps capped at the floor.
+        g.observe(&PassReport::empty(until, WakeCause::Kick, us(5)));
+        assert_eq!(g.state(), GuardState::Capped { cap: FLOOR });
+        assert_eq!(
+            g.bound(Decision::sleep(us(2510), None)),
+            Decision::sleep(FLOOR, None)
+        );
+        assert_eq!(
+            g.bound(Decision::sleep(us(50), None)),
+            Decision::sleep(us(50), None)
+        );
+    }
+
+    #[test]
+    fn a_capped_sleep_follows_the_observed_rate_and_the_guard_opens_when_it_stops() {
+        let mut g = RingGuard::new(FLOOR);
+        let filled = fill_until_kick_driven(&mut g, Instant(1_000_000));
+        g.observe(&PassReport::empty(
+            filled + MIN_HOLD,
+            WakeCause::Kick,
+            us(5),
+        ));
+        assert_eq!(g.state(), GuardState::Capped { cap: FLOOR });
+        let t = (filled + MIN_HOLD).0;
+        // 100 µs filled 100 ‰: 500 ‰ takes 500 µs, but a cap at most doubles.
+        sleep_then(&mut g, us(4000), woke(t + 200, us(100), 100));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(200) });
+        sleep_then(&mut g, us(4000), woke(t + 400, us(200), 200));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(400) });
+        sleep_then(&mut g, us(4000), woke(t + 800, us(400), 400));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(500) });
+        // The rate rises by a quarter: the cap shrinks at once.
+        sleep_then(&mut g, us(4000), woke(t + 1400, us(500), 625));
+        assert_eq!(g.state(), GuardState::Capped { cap: us(400) });
+        // The sender stops: the cap doubles each sleep until the guard opens.
+        let mut now = t + 2000;
+        for _ in 0..20 {
+            let d = match g.state() {
+                GuardState::Capped { cap } => cap,
+                _ => break,
+            };
+            now += d.as_micros();
+            sleep_then(&mut g, MAX_SLEEP, woke(now, d, 0));
+        }
+        assert_eq!(g.state(), GuardState::Open);
+        assert_eq!(g.fills(), 3);
+    }
+
+    #[test]
+    fn a_rate_too_high_for_the_floor_falls_back_and_the_hold_doubles() {
+        let mut g = RingGuard::new(FLOOR);
+        let mut now = fill_until_kick_driven(&mut g, Instant(0));
+        let mut holds = Vec::new();
+        for _ in 0..9 {
+            let GuardState::KickDriven { until } = g.state() else {
+                panic!("{:?}", g.state())
+            };
+            holds.push(until.saturating_since(now).as_nanos() / 1_000_000_000);
+            now = until;
+            g.observe(&PassReport::empty(now, WakeCause::Kick, us(5)));
+            // The retry at the floor: 100 µs fill 700 ‰, so half the ring
+            // takes 71 µs, below the floor: kick-driven again.
+            now += FLOOR;
+            sleep_then(&mut g, us(4000), woke(now.0, FLOOR, 700));
+        }
+        assert_eq!(holds, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(g.fills(), 3, "no retry let the ring fill");
+    }
+
+    #[test]
+    fn a_fill_long_after_the_last_retry_starts_from_the_shortest_hold() {
+        let mut g = RingGuard::new(FLOOR);
+        let until = fill_until_kick_driven(&mut g, Instant(0)) + MIN_HOLD;
+        g.observe(&PassReport::empty(until, WakeCause::Kick, us(5)));
+        // Capped sleeps that keep the ring at 10 % for 5 s, then a burst.
+        let mut now = until;
+        while now < until + Duration::from_secs(5) {
+            now += FLOOR;
+            sleep_then(&mut g, FLOOR, woke(now.0, FLOOR, 100));
+        }
+        now += FLOOR;
+        sleep_then(&mut g, FLOOR, woke(now.0, FLOOR, 1000));
+        assert_eq!(
+            g.state(),
+            GuardState::KickDriven {
+                until: now + MIN_HOLD
+            }
+        );
+        assert_eq!(g.fills(), 4);
+    }
+
+    #[test]
+    fn only_a_pass_after_a_sleep_counts() {
+        let mut g = RingGuard::new(FLOOR);
+        // A full ring found by a poll, or after a wait for a kick, is not a
+        // ring that filled while the worker slept.
+        g.bound(Decision::POLL);
+        g.observe(&woke(10, Duration::ZERO, 1000));
+        g.bound(Decision::WAIT_KICK);
+        let mut r = woke(20, us(3000), 1000);
+        r.wake = WakeCause::Kick;
+        g.observe(&r);
+        assert_eq!(g.state(), GuardState::Open);
+        // A sleep that the safety net's kick cut short, ring near full: it
+        // counts.
+        g.bound(Decision::sleep(us(3000), Some(750)));
+        g.observe(&r);
+        assert_eq!(g.fills(), 1);
+    }
+
+    #[test]
+    fn the_status_shows_the_interval_actually_slept() {
+        let mut p = RingGuarded::new(
+            Box::new(crate::netap::NetAp::new(Default::default()).unwrap()),
+            FLOOR,
+        );
+        p.start(Instant(0));
+        let d = p.on_pass(&woke(1_000, Duration::ZERO, 0));
+        assert_eq!(d, Decision::sleep(us(2510), Some(750)));
+        assert_eq!(p.status().interval, Some(us(2510)));
+        p.on_pass(&woke(2_600_000, us(2510), 1000));
+        assert_eq!(p.status().interval, Some(Duration(627_500)), "capped");
+        assert_eq!(p.name(), "netap");
+        p.start(Instant(0));
+        assert_eq!(p.guard().state(), GuardState::Open);
+    }
+}

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Per-second rate of a VM port fed by DPDK virtio-user `txonly`, policy by
+policy (issue 41: NetAP never carries less than interrupt mode).
+
+B1's DPDK sender, long enough to hold NetAP's whole search: one daemon
+(worker on CPU 1), one testpmd virtio-user sender (lcore on CPU 0) sending
+FRAME-byte frames to the daemon's sink, and for each policy in turn (A/B,
+repeated --repeats times) the port is switched to it (a fresh policy: NetAP
+starts its search), the sender started, and the port's guest-to-host packets
+read every second for --seconds. The sender's own drops (frames its full
+ring refused) come from testpmd's `stop`.
+
+    flock /work/bench.lock scripts/ring_guard_trace.py --vadapt target/release/vadapt \\
+        --out /tmp/trace.json [--seconds 30] [--frame 64] [--packed] [--in-order 0|1]
+
+Prints one line per policy run: the per-second Mpps, then a summary per
+second of netap ÷ interrupt of the same repeat. Nothing here is timed
+against a goal; it measures.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SINK_MAC = "02:00:00:00:5e:01"
+
+
+def stats(vadapt, control):
+    out = subprocess.run(
+        [vadapt, "stats", "--json", "--control", control],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    s = json.loads(out)
+    port = next(p for p in s["ports"] if p["name"] == "fe")
+    return (
+        sum(q["tx_packets"] for q in port["queues"]),
+        port.get("poll_interval_us", 0),
+    )
+
+
+class Testpmd:
+    def __init__(self, argv):
+        self.p = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines = []
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    def cmd(self, c, wait=0.5):
+        self.p.stdin.write(c + "\n")
+        self.p.stdin.flush()
+        time.sleep(wait)
+
+    def tx_totals(self):
+        """(tx, tx_dropped) of the last `stop`'s accumulated statistics."""
+        text = "".join(self.lines)
+        m = re.findall(r"TX-packets:\s+(\d+)\s+TX-dropped:\s+(\d+)", text)
+        return tuple(int(x) for x in m[-1]) if m else (0, 0)
+
+    def quit(self):
+        try:
+            self.cmd("quit", 1.0)
+        finally:
+            self.p.kill()
+
+
+def main():
+    a = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    a.add_argument("--vadapt", required=True)
+    a.add_argument("--out", required=True)
+    a.add_argument("--seconds", type=int, default=30)
+    a.add_argument("--frame", type=int, default=64)
+    a.add_argument("--packed", action="store_true")
+    a.add_argument("--in-order", type=int, default=1)
+    a.add_argument("--repeats", type=int, default=1)
+    a.add_argument("--policies", default="interrupt,netap")
+    args = a.parse_args()
+    if not shutil.which("dpdk-testpmd"):
+        sys.exit("dpdk-testpmd not installed: scripts/install-deps.sh")
+    work = tempfile.mkdtemp(prefix="vadapt-trace-")
+    control = os.path.join(work, "c.sock")
+    sock = os.path.join(work, "fe.sock")
+    serve = [
+        "taskset", "-c", "1", args.vadapt, "serve", "--control", control,
+        "--cpus", "1", "--log-level", "warn", "--sink", f"sink0,mac={SINK_MAC}",
+        "--vm", f"name=fe,socket={sock},queues=1,policy=interrupt,unsealed_memory=accept",
+    ]
+    daemon = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "d.log"), "w"))
+    for _ in range(100):
+        if os.path.exists(sock) and os.path.exists(control):
+            break
+        time.sleep(0.1)
+    ring = f"in_order={args.in_order}" + (",packed_vq=1" if args.packed else "")
+    pmd = [
+        "stdbuf", "-oL", "dpdk-testpmd", "--lcores", "0@1,1@0", "--no-huge", "-m", "1024",
+        "--no-pci", f"--file-prefix=rgt{os.getpid()}", "--single-file-segments",
+        "--vdev", f"net_virtio_user0,path={sock},queues=1,{ring}", "--", "-i",
+        "--total-num-mbufs=8192", "--forward-mode=txonly", f"--txpkts={args.frame}",
+        f"--eth-peer=0,{SINK_MAC}",
+    ]
+    fe = Testpmd(pmd)
+    runs = []
+    try:
+        time.sleep(3)
+        for rep in range(args.repeats):
+            for pol in args.policies.split(","):
+                subprocess.run(
+                    [args.vadapt, "set-policy", "--control", control, "--port", "fe", pol],
+                    check=True, capture_output=True,
+                )
+                c0, _ = stats(args.vadapt, control)
+                fe.cmd("clear port stats all", 0.2)
+                fe.cmd("start", 0.0)
+                t0 = time.monotonic()
+                prev, rates, intervals = c0, [], []
+                for k in range(1, args.seconds + 1):
+                    time.sleep(max(0.0, t0 + k - time.monotonic()))
+                    c, iv = stats(args.vadapt, control)
+                    rates.append((c - prev) / 1e6)
+                    intervals.append(iv)
+                    prev = c
+                fe.cmd("stop", 1.0)
+                tx, dropped = fe.tx_totals()
+                run = {
+                    "repeat": rep, "policy": pol, "mpps_per_second": rates,
+                    "interval_us_per_second": intervals,
+                    "sender_tx": tx, "sender_dropped": dropped,
+                    "carried": prev - c0,
+                }
+                runs.append(run)
+                print(pol, rep, " ".join(f"{r:.2f}" for r in rates),
+                      f"| sender dropped {dropped} of {tx + dropped}", flush=True)
+                subprocess.run(
+                    [args.vadapt, "set-policy", "--control", control, "--port", "fe", "interrupt"],
+                    check=True, capture_output=True,
+                )
+    finally:
+        fe.quit()
+        daemon.terminate()
+        daemon.wait()
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    res = {"rev": rev, "args": vars(args), "serve": serve, "testpmd": pmd, "runs": runs}
+    for rep in range(args.repeats):
+        by = {r["policy"]: r for r in runs if r["repeat"] == rep}
+        if "netap" in by and "interrupt" in by:
+            ratio = [
+                n / i if i > 0 else float("nan")
+                for n, i in zip(by["netap"]["mpps_per_second"], by["interrupt"]["mpps_per_second"])
+            ]
+            res.setdefault("netap_over_interrupt", []).append(ratio)
+            tot = by["netap"]["carried"] / max(1, by["interrupt"]["carried"])
+            print(f"repeat {rep}: netap ÷ interrupt per second min {min(ratio):.2f} "
+                  f"median {statistics.median(ratio):.2f} max {max(ratio):.2f}; whole run {tot:.2f}")
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
