@@ -28,8 +28,8 @@
 //! called while it is held, and they are never held together.
 //! `set-limits` takes one under the port book's lock.
 
+use super::port_policers::PortPolicers;
 use crate::config::PortLimits;
-use crate::policing::PortPolicers;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use vadapt_policy::Instant;
