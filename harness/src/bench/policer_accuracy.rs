@@ -24,7 +24,9 @@
 //! lasts are lost, as in OVS; with OVS's 8000 kb at 1 Gbit/s (8 ms) the
 //! port delivered 0.50–0.69× on this shared 2-core machine (load 12 from
 //! other builds, the worker given 1.2 s of CPU in 4 s), and 1.00× with 80
-//! Mbit. The benchmark measures the policer, not the host's scheduler. The goal — delivered
+//! Mbit (measured before a frame short of tokens got a refill of its own,
+//! `IngressPolicer::admit_or_refill`; the two causes were not separated).
+//! The benchmark measures the policer, not the host's scheduler. The goal — delivered
 //! within ±5 % of configured — is judged in the report ([`goal`]) on the
 //! median of every limit the guest exceeded; one it did not is reported,
 //! not judged.
