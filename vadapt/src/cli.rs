@@ -46,8 +46,8 @@ pub enum Command {
     /// Make the running daemon read its configuration again and apply the
     /// difference in ports (as SIGHUP does); unchanged ports are not touched.
     Reload(ReloadArgs),
-    /// Set a VM port's rate limits (ingress policing, storm control) in the
-    /// running daemon; its frontend stays connected.
+    /// Set a VM, TAP or uplink port's rate limits (ingress policing, storm
+    /// control) in the running daemon; its frontend stays connected.
     SetLimits(SetLimitsArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
     Demo(vadapt_harness::demo::DemoArgs),
@@ -150,13 +150,16 @@ pub struct ServeArgs {
     /// interface; default: left as it is, and frames over 1518 bytes dropped). VLANs as OVS's
     /// `tag`/`trunks`: `vlan=V` makes an access port of VLAN V; otherwise the TAP is a trunk
     /// of `trunks` (default: every VLAN) tagged with 802.1Q, and of `native_vlan` (default:
-    /// VLAN 0, the untagged domain) untagged. Repeatable.
+    /// VLAN 0, the untagged domain) untagged. Rate limits on what the host sends into the
+    /// switch: the `--vm` keys `ingress_policing_*` and `storm_control_*`. Repeatable.
     #[arg(long = "tap", value_name = "SPEC")]
     pub taps: Vec<String>,
     /// An uplink to the physical network over AF_XDP (no NIC unbinding, no hugepages):
     /// `name=NAME,iface=IFACE[,queues=N][,mode=auto|copy|zerocopy][,policy=POLICY][,mtu=N][,cpus=A:B]
     /// [,trunks=V:W-X][,native_vlan=V]`: a trunk of `trunks` (default: every VLAN) tagged
     /// with 802.1Q, and of `native_vlan` (default: VLAN 0, the untagged domain) untagged.
+    /// Rate limits on what the wire sends into the switch, all queues together: the `--vm`
+    /// keys `ingress_policing_*` and `storm_control_*`.
     /// One AF_XDP socket and queue worker per NIC queue `0..N`, running POLICY (default:
     /// `--policy`), queue q pinned to the q-th of `cpus` (round-robin; default: not pinned). libxdp attaches its redirect program to IFACE and detaches it at stop;
     /// one a killed vadapt left is replaced at the next start. Repeatable.
@@ -322,8 +325,8 @@ pub struct DelPortArgs {
 #[command(
     after_help = "The daemon reads its --config file again, with the command line it was \
     started with, and applies the difference in ports: ports no longer there are removed, new \
-    ones added, changed ones removed and added again (a VM port whose rate limits alone \
-    changed gets them in place, still connected). Other settings (policy, cpus, [cores], \
+    ones added, changed ones removed and added again (a VM, TAP or uplink port whose rate \
+    limits alone changed gets them in place, still connected). Other settings (policy, cpus, [cores], \
     ...) take a restart; the answer names those that changed. An invalid file changes nothing.\n\n\
     `kill -HUP $(pidof vadapt)` does the same."
 )]
@@ -349,7 +352,7 @@ pub struct ReloadArgs {
     vadapt set-limits vm1          # no limits"
 )]
 pub struct SetLimitsArgs {
-    /// The VM port's name.
+    /// The port's name (a VM, TAP or uplink port).
     pub port: String,
     /// Bits a second from the guest, kbps (`ingress_policing_rate`).
     #[arg(

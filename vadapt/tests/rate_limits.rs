@@ -251,7 +251,7 @@ fn limits_set_at_run_time_act_on_the_connected_guest_without_a_reconnect() {
         limits,
     };
     match request(&control, &nowhere).unwrap() {
-        Response::Error { error } => assert!(error.contains("VM ports"), "{error}"),
+        Response::Error { error } => assert!(error.contains("a sink port"), "{error}"),
         r => panic!("{r:?}"),
     }
     assert_eq!(d.vm_ports()[0].limits(), limits);

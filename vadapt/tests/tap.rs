@@ -5,7 +5,8 @@
 //! either is missing the test says so and passes without checking anything.
 
 use std::time::{Duration, Instant};
-use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, TapPortConfig};
+use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, PortLimits, TapPortConfig};
+use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_wire::ethernet::ETHERTYPE_EXPERIMENTAL;
 use vadapt_wire::test_frames::ethernet_frame;
@@ -216,5 +217,122 @@ fn jumbo_host_frame_crosses_a_9000_byte_tap_to_echo_and_back() {
         .unwrap();
     assert_eq!(over, 0);
     eprintln!("TAP {ifname} (MTU 9000): tx {tx} bytes, rx {rx} bytes, over_mtu {over}");
+    d.shutdown();
+}
+
+/// A TAP port's rate limits act on what the host sends into the switch:
+/// a packet-rate policer drops (`policed`) what is over its bucket, removed
+/// at run time it drops nothing more, and storm control set at run time
+/// keeps broadcast from being flooded (`storm`), all on one reader thread
+/// that is never restarted.
+#[test]
+fn a_tap_port_polices_what_the_host_sends_and_takes_limits_at_run_time() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/net/tun").exists() {
+        eprintln!("skipped: needs root and /dev/net/tun");
+        return;
+    }
+    const SINK: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x07]);
+    let tmp = tempfile::Builder::new()
+        .prefix("vadapt-tap-limits-")
+        .tempdir()
+        .unwrap();
+    let ifname = format!("vadl{}", std::process::id() % 100_000);
+    // 1000 frames/s, a burst of 1000 frames.
+    let policed = PortLimits {
+        ingress_policing_kpkts_rate: 1,
+        ingress_policing_kpkts_burst: 1,
+        ..PortLimits::NONE
+    };
+    let cfg = DaemonConfig {
+        tap: vec![TapPortConfig {
+            limits: policed,
+            ..TapPortConfig::new(ifname.clone())
+        }],
+        sink: vec![LocalPortConfig::new("sink0", Some(SINK))],
+        control: tmp.path().join("control.sock"),
+        ..DaemonConfig::default()
+    };
+    let start = Instant::now();
+    let d = Daemon::start(cfg).expect("daemon with a policed TAP port starts");
+    let sock = RawSocket::bind(&ifname).expect("raw socket on the TAP interface");
+    let payload = [0x5au8; 46];
+    let unicast = ethernet_frame(SINK, HOST, ETHERTYPE_EXPERIMENTAL, &payload);
+    let broadcast = ethernet_frame(Mac::BROADCAST, HOST, ETHERTYPE_EXPERIMENTAL, &payload);
+    // Paced (50 frames a millisecond at most) so that the TAP's queue in
+    // the kernel does not overflow before the reader takes the frames.
+    let send = |frame: &[u8], n: usize| {
+        for i in 0..n {
+            assert_eq!(sock.send(frame), frame.len() as isize);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let (tx, drops) = (
+        |s: &StatsSnapshot| s.port_total(&ifname, |q| q.tx_packets).unwrap(),
+        |s: &StatsSnapshot, why: &str| {
+            let n = s.port_total(&ifname, |q| q.dropped.get(why).copied().unwrap_or(0));
+            n.unwrap()
+        },
+    );
+    // Counters once the reader has taken `n` frames (or after 5 s).
+    let read = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = d.registry().snapshot();
+            let taken = tx(&s) + drops(&s, "policed") + drops(&s, "storm");
+            if taken >= n || Instant::now() > deadline {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    send(&unicast, 3000);
+    let elapsed = start.elapsed();
+    let s = read(3000);
+    let (passed, dropped) = (tx(&s), drops(&s, "policed"));
+    // The kernel may send a frame of its own (IPv6 router solicitation)
+    // and drop some of ours when its queue is full: bounds, not counts.
+    let most = 1000 + (1000.0 * elapsed.as_secs_f64()).ceil() as u64 + 5;
+    assert!(passed <= most, "{passed} frames passed, at most {most} may");
+    assert!(dropped >= 3000 - most - 100, "{dropped} policed of 3000");
+    assert!(
+        s.port_total("sink0", |q| q.rx_packets).unwrap() <= passed,
+        "what the policer dropped never reached the sink"
+    );
+
+    // No limits now: nothing more is policed, on the same reader.
+    d.set_limits(&ifname, PortLimits::NONE).unwrap();
+    std::thread::sleep(Duration::from_millis(250)); // the reader's next wake-up
+    send(&unicast, 500);
+    let s = read(passed + dropped + 500);
+    assert_eq!(drops(&s, "policed"), dropped, "none policed without limits");
+    assert!(tx(&s) >= passed + 500, "all 500 passed");
+
+    // Storm control: 10 floods a second, a burst of 10.
+    let storm = PortLimits {
+        storm_control_pps: 10,
+        ..PortLimits::NONE
+    };
+    d.set_limits(&ifname, storm).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    let before = s.port_total("sink0", |q| q.rx_packets).unwrap();
+    send(&broadcast, 300);
+    let s = read(tx(&s) + 300);
+    let flooded = s.port_total("sink0", |q| q.rx_packets).unwrap() - before;
+    assert!(
+        flooded <= 20,
+        "{flooded} broadcasts flooded, at most ~10 may"
+    );
+    assert!(
+        drops(&s, "storm") >= 250,
+        "storm drops: {}",
+        drops(&s, "storm")
+    );
+    assert_eq!(drops(&s, "policed"), dropped);
+    // A sink or echo port has no limits to set.
+    let e = d.set_limits("sink0", storm).unwrap_err();
+    assert!(e.contains("sink port"), "{e}");
     d.shutdown();
 }

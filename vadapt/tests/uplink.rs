@@ -465,3 +465,71 @@ fn the_synthetic_guest_at_rate_reaches_the_wire_frame_for_frame() {
     // namespace's kernel may add a frame or two of its own the other way).
     assert_eq!(sum("up0", "rx_packets"), sent, "the uplink sent them");
 }
+
+/// `up0`'s drops for `reason` (`vadapt stats --json`), every queue.
+fn uplink_drops(control: &Path, reason: &str) -> u64 {
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["stats", "--json", "--control"])
+        .arg(control)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ports = v["ports"].as_array().expect("ports in the stats");
+    let up = ports.iter().find(|p| p["name"] == "up0").expect("up0");
+    let queues = up["queues"].as_array().unwrap();
+    queues
+        .iter()
+        .map(|q| q["dropped"][reason].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// `vadapt set-limits up0 ARGS`, which must succeed.
+fn set_uplink_limits(control: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["set-limits", "up0", "--control"])
+        .arg(control)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An uplink's rate limits act on what the wire sends into the switch:
+/// storm control from the `--uplink` spec keeps broadcast from being
+/// flooded (`storm`), a bit-rate policer set at run time drops what is
+/// over its burst (`policed`), and with the limits removed everything
+/// passes again, on queue workers that were never restarted.
+#[test]
+fn an_uplink_polices_what_the_wire_sends_and_takes_limits_at_run_time() {
+    let Some(w) = Wire::new("l") else { return };
+    let dir = tmpdir("uplink-limits");
+    let control = dir.path().join("control.sock");
+    let echo = Mac::from_name("echo0");
+    let spec = format!("name=up0,iface={},storm_control_pps=5", w.host);
+    let mut d = serve_uplink(dir.path(), &spec, "daemon.log");
+    // Broadcast reaches the echo (which answers to us) only as far as
+    // storm control lets it be flooded: a burst of 5, 5 a second.
+    let (sent, back) = w.echo_round(Mac::BROADCAST, 200);
+    assert_eq!(sent, 200);
+    assert!(back <= 20, "{back} broadcasts flooded, about 5 may be");
+    assert!(uplink_drops(&control, "storm") >= 180);
+    // Unicast to the echo is not a flood: storm control leaves it alone.
+    assert_eq!(w.echo_round(echo, 100), (100, 100));
+    // 1 kbit/s with a burst of 13 kb: 35 frames of 60 bytes (368 bits
+    // each without the Ethernet header), then about 3 a second.
+    set_uplink_limits(&control, &["--rate-kbps", "1", "--burst-kb", "13"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let (sent, back) = w.echo_round(echo, 200);
+    assert_eq!(sent, 200);
+    assert!(back <= 45, "{back} frames passed the policer");
+    assert!(uplink_drops(&control, "policed") >= 150);
+    // No limits: all of them pass.
+    set_uplink_limits(&control, &[]);
+    assert_eq!(w.echo_round(echo, 100), (100, 100));
+    signal(&d, libc::SIGTERM);
+    assert!(d.wait().unwrap().success());
+}

@@ -2,6 +2,7 @@
 //! `[[echo]]`, `--sink`, `--echo`) and TAP (`[[tap]]`, `--tap`).
 
 use super::error::{field, ConfigError};
+use super::port_limits::PortLimits;
 use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
@@ -59,11 +60,17 @@ pub struct TapPortConfig {
     /// The VLAN carried untagged; absent: VLAN 0, the untagged domain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_vlan: Option<u16>,
+    /// Rate limits on what the host sends into the switch through the TAP
+    /// (a VM port's keys and units: see [`PortLimits`]), as a
+    /// `[tap.limits]` table here and flat keys in a `--tap` spec; none by
+    /// default. Changed at run time by `vadapt set-limits`.
+    #[serde(default, skip_serializing_if = "PortLimits::is_unlimited")]
+    pub limits: PortLimits,
 }
 
 impl TapPortConfig {
     /// TAP port `name` with the interface's MTU left alone, a trunk of
-    /// every VLAN.
+    /// every VLAN, no limits.
     pub fn new(name: impl Into<String>) -> Self {
         TapPortConfig {
             name: name.into(),
@@ -71,6 +78,7 @@ impl TapPortConfig {
             vlan: None,
             trunks: Vec::new(),
             native_vlan: None,
+            limits: PortLimits::NONE,
         }
     }
 
@@ -84,7 +92,7 @@ impl TapPortConfig {
     }
 }
 
-/// Parse a `--tap NAME[,mtu=N][,vlan=V | ,trunks=V:W-X][,native_vlan=V]` spec.
+/// Parse a `--tap NAME[,mtu=N][,vlan=V | ,trunks=V:W-X][,native_vlan=V][,ingress_policing_rate=..,...]` spec.
 pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
     let mut it = spec.split(',');
     let name = it.next().unwrap_or_default().to_string();
@@ -105,16 +113,21 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
             Some(("vlan", v)) => t.vlan = Some(parse_vid("--tap vlan", v)?),
             Some(("trunks", v)) => t.trunks = parse_trunks("--tap trunks", v)?,
             Some(("native_vlan", v)) => t.native_vlan = Some(parse_vid("--tap native_vlan", v)?),
+            Some((k, v)) if t.limits.set_key("--tap", k, v)? => {}
             _ => {
                 return Err(field(
                     "--tap",
-                    format!("unknown option `{kv}` (known: mtu=, vlan=, trunks=, native_vlan=)"),
+                    format!(
+                        "unknown option `{kv}` (known: mtu=, vlan=, trunks=, native_vlan=, {}=)",
+                        PortLimits::KEYS.join("=, ")
+                    ),
                 ))
             }
         }
     }
     check_mtu("--tap mtu", &t.name, t.mtu)?;
     t.vlan_keys().check("--tap ", &t.name)?;
+    t.limits.check("--tap ", &t.name, t.mtu)?;
     Ok(t)
 }
 
@@ -178,5 +191,32 @@ mod tests {
             Some(9)
         );
         assert!(parse_local_spec("--sink", "s,vlan=0").is_err());
+    }
+
+    #[test]
+    fn a_tap_spec_takes_the_limits_keys_checked_against_its_mtu() {
+        let t =
+            parse_tap_spec("tap0,ingress_policing_kpkts_rate=10,storm_control_pps=100").unwrap();
+        assert_eq!(
+            t.limits,
+            PortLimits {
+                ingress_policing_kpkts_rate: 10,
+                storm_control_pps: 100,
+                ..PortLimits::NONE
+            }
+        );
+        let e =
+            parse_tap_spec("tap0,mtu=9000,ingress_policing_rate=1000,ingress_policing_burst=20")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("--tap ingress_policing_burst") && e.contains("`tap0`"),
+            "{e}"
+        );
+        let e = parse_tap_spec("tap0,rate=5").unwrap_err().to_string();
+        assert!(e.contains("storm_control_pps="), "the keys listed: {e}");
+        // No limits: nothing in the spec's JSON (add-port).
+        let plain = serde_json::to_string(&TapPortConfig::new("tap0")).unwrap();
+        assert!(!plain.contains("limits"), "{plain}");
     }
 }

@@ -429,6 +429,7 @@ impl DaemonConfig {
             }
             vm_port::check_mtu("tap.mtu", &t.name, t.mtu)?;
             t.vlan_keys().check("tap.", &t.name)?;
+            t.limits.check("tap.limits.", &t.name, t.mtu)?;
         }
         let mut ifaces = HashSet::new();
         for u in &self.uplink {

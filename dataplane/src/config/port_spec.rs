@@ -2,6 +2,7 @@
 //! compares them.
 
 use super::host_port::{LocalPortConfig, TapPortConfig};
+use super::port_limits::PortLimits;
 use super::uplink_port::UplinkPortConfig;
 use super::vm_port::VmPortConfig;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,37 @@ impl PortSpec {
             PortSpec::Echo(_) => "echo",
             PortSpec::Tap(_) => "tap",
             PortSpec::Uplink(_) => "uplink",
+        }
+    }
+
+    /// The port's rate limits: VM, TAP and uplink ports have them (on
+    /// what they send into the switch); `None` for a sink or echo port.
+    pub fn limits(&self) -> Option<PortLimits> {
+        match self {
+            PortSpec::Vm(v) => Some(v.limits),
+            PortSpec::Tap(t) => Some(t.limits),
+            PortSpec::Uplink(u) => Some(u.limits),
+            PortSpec::Sink(_) | PortSpec::Echo(_) => None,
+        }
+    }
+
+    /// The port's rate limits to change, where it has them ([`Self::limits`]).
+    pub fn limits_mut(&mut self) -> Option<&mut PortLimits> {
+        match self {
+            PortSpec::Vm(v) => Some(&mut v.limits),
+            PortSpec::Tap(t) => Some(&mut t.limits),
+            PortSpec::Uplink(u) => Some(&mut u.limits),
+            PortSpec::Sink(_) | PortSpec::Echo(_) => None,
+        }
+    }
+
+    /// The port's configured MTU, if any (rate limits are checked against it).
+    pub fn mtu(&self) -> Option<u16> {
+        match self {
+            PortSpec::Vm(v) => v.mtu,
+            PortSpec::Tap(t) => t.mtu,
+            PortSpec::Uplink(u) => u.mtu,
+            PortSpec::Sink(_) | PortSpec::Echo(_) => None,
         }
     }
 }

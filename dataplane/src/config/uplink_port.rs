@@ -2,6 +2,7 @@
 //! queues, on the switch like any port.
 
 use super::error::{field, ConfigError};
+use super::port_limits::PortLimits;
 use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
@@ -83,6 +84,12 @@ pub struct UplinkPortConfig {
     /// the VM ports without `vlan` (see [`crate::switch::PortVlan`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_vlan: Option<u16>,
+    /// Rate limits on what the wire sends into the switch, all the NIC
+    /// queues together (a VM port's keys and units: see [`PortLimits`]),
+    /// as an `[uplink.limits]` table here and flat keys in an `--uplink`
+    /// spec; none by default. Changed at run time by `vadapt set-limits`.
+    #[serde(default, skip_serializing_if = "PortLimits::is_unlimited")]
+    pub limits: PortLimits,
 }
 
 fn one() -> u16 {
@@ -102,6 +109,7 @@ impl UplinkPortConfig {
             cpus: Vec::new(),
             trunks: Vec::new(),
             native_vlan: None,
+            limits: PortLimits::NONE,
         }
     }
 
@@ -133,6 +141,7 @@ impl UplinkPortConfig {
         }
         check_mtu("uplink.mtu", &self.name, self.mtu)?;
         self.vlan_keys().check("uplink.", &self.name)?;
+        self.limits.check("uplink.limits.", &self.name, self.mtu)?;
         if let Some(p) = &self.policy {
             p.validate()
                 .map_err(|e| field("uplink.policy", e.to_string()))?;
@@ -141,7 +150,7 @@ impl UplinkPortConfig {
     }
 }
 
-/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B][,trunks=V:W-X][,native_vlan=V]` spec.
+/// Parse a `--uplink name=up0,iface=eth1[,queues=N][,mode=copy|zerocopy|auto][,policy=..][,mtu=N][,cpus=A:B][,trunks=V:W-X][,native_vlan=V][,ingress_policing_rate=..,...]` spec.
 pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
     let mut name = None;
     let mut iface = None;
@@ -187,13 +196,15 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
             }
             "trunks" => cfg.trunks = parse_trunks("--uplink trunks", v)?,
             "native_vlan" => cfg.native_vlan = Some(parse_vid("--uplink native_vlan", v)?),
+            k if cfg.limits.set_key("--uplink", k, v)? => {}
             other => {
                 return Err(field(
                     "--uplink",
                     format!(
-                    "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, cpus, \
-                     trunks, native_vlan)"
-                ),
+                        "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, \
+                         cpus, trunks, native_vlan, {})",
+                        PortLimits::KEYS.join(", ")
+                    ),
                 ))
             }
         }
@@ -230,10 +241,39 @@ mod tests {
             ("iface=eth1,cpus=a", "CPU numbers"),
             ("iface=eth1,trunks=0", "VLAN id"),
             ("iface=eth1,native_vlan=5000", "VLAN id"),
+            ("iface=eth1,storm_control_burst=5", "storm_control_burst"),
+            ("iface=eth1,ingress_policing_kpkts_rate=x", "kpps"),
         ] {
             let e = parse_uplink_spec(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn limits_come_flat_in_a_spec_and_as_a_table_in_toml() {
+        let want = PortLimits {
+            ingress_policing_rate: 100_000,
+            storm_control_pps: 500,
+            ..PortLimits::NONE
+        };
+        let u = parse_uplink_spec("iface=eth1,ingress_policing_rate=100000,storm_control_pps=500")
+            .unwrap();
+        assert_eq!(u.limits, want);
+        let u: UplinkPortConfig = toml::from_str(
+            "name = \"up0\"\niface = \"eth1\"\n[limits]\ningress_policing_rate = 100000\n\
+             storm_control_pps = 500\n",
+        )
+        .unwrap();
+        assert_eq!(u.limits, want);
+        let small = UplinkPortConfig {
+            limits: PortLimits {
+                ingress_policing_burst: 1,
+                ..want
+            },
+            ..u
+        };
+        let e = small.validate().unwrap_err().to_string();
+        assert!(e.contains("uplink.limits.ingress_policing_burst"), "{e}");
     }
 
     #[test]

@@ -107,34 +107,48 @@ impl PortBook {
         Ok(())
     }
 
-    /// Change the rate limits of the VM port named `name`, checked against
-    /// its configuration; the configuration as the ports are now follows,
-    /// so that a reload compares the file with them.
+    /// Change the rate limits of the port named `name` (a VM, TAP or
+    /// uplink port), checked against its configuration; the configuration
+    /// as the ports are now follows, so that a reload compares the file
+    /// with them. The port's senders apply them after their current pass.
     pub(super) fn set_limits(&mut self, name: &str, limits: PortLimits) -> Result<(), String> {
-        let Some(vm) = self.vms.iter().find(|v| v.port.name() == name) else {
-            return Err(match self.hosts.iter().find(|h| h.spec.name() == name) {
-                Some(h) => format!(
-                    "port `{name}` is a {} port: rate limits apply to VM ports",
-                    h.spec.kind()
-                ),
-                None => {
-                    let names: Vec<_> = self.vms.iter().map(|v| v.port.name()).collect();
-                    format!("no VM port `{name}` (VM ports: {})", names.join(", "))
-                }
+        let ports = self.config.ports();
+        let Some(spec) = ports.iter().find(|p| p.name() == name) else {
+            let names: Vec<_> = ports.iter().map(|p| p.name()).collect();
+            return Err(format!("no port `{name}` (ports: {})", names.join(", ")));
+        };
+        let slot = self
+            .vms
+            .iter()
+            .find(|v| v.port.name() == name)
+            .map(|v| &v.port.limits)
+            .or_else(|| {
+                let host = self.hosts.iter().find(|h| h.spec.name() == name);
+                host.and_then(|h| h.limits())
             });
+        let (Some(slot), Some(_)) = (slot, spec.limits()) else {
+            return Err(format!(
+                "port `{name}` is a {} port: rate limits apply to VM, TAP and uplink ports",
+                spec.kind()
+            ));
         };
         limits
-            .check("", name, vm.port.cfg.mtu)
+            .check("", name, spec.mtu())
             .map_err(|e| e.to_string())?;
-        vm.port.set_limits(limits);
-        if let Some(c) = self.config.vm.iter_mut().find(|c| c.name == name) {
-            c.limits = limits;
+        slot.set(limits);
+        let c = &mut self.config;
+        let configured = (c.vm.iter_mut().find(|v| v.name == name)).map(|v| &mut v.limits);
+        let configured = configured
+            .or_else(|| (c.tap.iter_mut().find(|t| t.name == name)).map(|t| &mut t.limits))
+            .or_else(|| (c.uplink.iter_mut().find(|u| u.name == name)).map(|u| &mut u.limits));
+        if let Some(l) = configured {
+            *l = limits;
         }
         Ok(())
     }
 
     /// Apply the difference between the ports now and `new`'s: removed
-    /// ports go, added ones come, a VM port whose rate limits alone changed
+    /// ports go, added ones come, a port whose rate limits alone changed
     /// gets them in place, a port whose configuration changed otherwise is
     /// removed and added again; the rest are not touched. `new` is checked
     /// whole first, so an invalid file changes nothing. A port that cannot
@@ -217,14 +231,12 @@ impl PortBook {
 }
 
 /// `wanted`'s rate limits, when they are all that differs from `now` (two
-/// VM ports' configurations).
+/// configurations of one port, of a kind that has limits).
 fn limits_alone_changed(now: &PortSpec, wanted: &PortSpec) -> Option<PortLimits> {
-    let (PortSpec::Vm(now), PortSpec::Vm(wanted)) = (now, wanted) else {
-        return None;
-    };
+    let limits = wanted.limits()?;
     let mut now = now.clone();
-    now.limits = wanted.limits;
-    (now == *wanted).then_some(wanted.limits)
+    *now.limits_mut()? = limits;
+    (now == *wanted).then_some(limits)
 }
 
 /// The settings other than the ports that differ between `old` and `new`,
@@ -256,7 +268,7 @@ fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{parse_local_spec, parse_vm_spec};
+    use crate::config::{parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec};
 
     fn vm(spec: &str) -> PortSpec {
         PortSpec::Vm(Box::new(parse_vm_spec(spec).unwrap()))
@@ -281,5 +293,16 @@ mod tests {
         assert_eq!(limits_alone_changed(&vm(mac), &guarded), None);
         let sink = PortSpec::Sink(parse_local_spec("--sink", "a").unwrap());
         assert_eq!(limits_alone_changed(&sink, &now), None);
+        assert_eq!(limits_alone_changed(&now, &sink), None);
+        // TAP and uplink ports the same way.
+        let tap = |s: &str| PortSpec::Tap(parse_tap_spec(s).unwrap());
+        let (t0, t1) = (tap("t0"), tap("t0,storm_control_pps=10"));
+        assert_eq!(limits_alone_changed(&t0, &t1), Some(want));
+        assert_eq!(limits_alone_changed(&t0, &tap("t0,mtu=9000")), None);
+        let up = |s: &str| PortSpec::Uplink(parse_uplink_spec(s).unwrap());
+        let (u0, u1) = (up("iface=e"), up("iface=e,storm_control_pps=10"));
+        assert_eq!(limits_alone_changed(&u1, &u0), Some(PortLimits::NONE));
+        assert_eq!(limits_alone_changed(&u0, &up("iface=e,queues=2")), None);
+        assert_eq!(limits_alone_changed(&t0, &u1), None, "another kind");
     }
 }

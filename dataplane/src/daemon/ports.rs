@@ -9,6 +9,7 @@ use crate::config::VmPortConfig;
 use crate::config::{DaemonConfig, LocalPortConfig, PortSpec, SocketMode, TapPortConfig};
 use crate::cores::ApplyMethod;
 use crate::metrics::{PortStats, Registry};
+use crate::policing::LimitsSlot;
 use crate::port::frontend_socket::{self, Connector, FrontendSocket};
 use crate::port::serve;
 use crate::queue::pool::NqWorkers;
@@ -74,6 +75,8 @@ pub(super) struct RunningHost {
 
 /// A TAP port's reader thread, and its stop flag.
 struct TapReader {
+    /// The port (for its rate limits).
+    tap: Arc<Tap>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -262,6 +265,7 @@ impl PortMaker {
     fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
         let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
         let tap = Arc::new(Tap::open(&t.name, t.mtu, Arc::clone(&stats))?);
+        tap.limits().set(t.limits);
         tracing::info!(
             port = t.name.as_str(),
             offloads = ?tap.offloads(),
@@ -274,12 +278,12 @@ impl PortMaker {
         );
         self.registry.add_port(stats);
         let stop = Arc::new(AtomicBool::new(false));
-        let (ingress, st) = (self.switch.ingress(id), Arc::clone(&stop));
+        let (ingress, st, reader) = (self.switch.ingress(id), Arc::clone(&stop), tap.clone());
         let thread = std::thread::Builder::new()
             .name(format!("vadapt-tap-{}", t.name))
-            .spawn(move || tap.run_reader(&ingress, &st));
+            .spawn(move || reader.run_reader(&ingress, &st));
         match thread {
-            Ok(thread) => Ok((id, TapReader { stop, thread })),
+            Ok(thread) => Ok((id, TapReader { tap, stop, thread })),
             Err(source) => {
                 self.detach(id, &t.name);
                 Err(DaemonError::Port {
@@ -338,6 +342,13 @@ impl RunningHost {
     /// An uplink's queue workers' counters (none for other kinds).
     pub(super) fn nic_workers(&self) -> &[Arc<crate::metrics::WorkerStats>] {
         self.uplink.as_ref().map_or(&[], |u| &u.workers)
+    }
+
+    /// The rate limits of a TAP port or an uplink (`None` for a sink or
+    /// an echo port).
+    pub(super) fn limits(&self) -> Option<&LimitsSlot> {
+        let tap = self.reader.as_ref().map(|r| r.tap.limits());
+        tap.or_else(|| self.uplink().map(|u| &u.limits))
     }
 
     /// The uplink port, if this is one.

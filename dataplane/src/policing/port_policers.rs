@@ -63,6 +63,12 @@ impl PortPolicers {
         }
     }
 
+    /// Whether a frame the switch would flood may be flooded: a token
+    /// taken from the storm bucket, or no storm control.
+    pub fn admit_flood(&mut self) -> bool {
+        self.storm.as_mut().is_none_or(|s| s.take(1))
+    }
+
     /// The ingress policer and the storm bucket, each if limited, to be
     /// used at once by the ring service and the switch's flood gate.
     pub fn parts(&mut self) -> (Option<&mut IngressPolicer>, Option<&mut TokenBucket>) {

@@ -31,8 +31,6 @@
 //!   key, hash types and indirection table, and the queue they give a frame.
 //! * [`policy_slot`] — the port's policy life cycle: switch, retune, park
 //!   between worker incarnations.
-//! * [`limits_slot`] — the port's rate limits: set at run time, its
-//!   policers parked between worker incarnations.
 //! * [`roster`] — the VM ports running now, for what follows them as
 //!   ports come and go.
 //! * [`fault_injector`] — a `QueueIo` wrapper that injects faults, for
@@ -48,7 +46,6 @@ pub mod fault_injector;
 #[cfg(test)]
 mod guest_offload_tests;
 pub mod guest_offloads;
-pub mod limits_slot;
 #[cfg(test)]
 mod packed_ring_tests;
 pub mod pending_wait;

@@ -15,7 +15,7 @@ use super::policy_slot::WorkerView;
 use super::ring::Pair;
 use super::ring_pass::RingPass;
 use super::rx::{RxPending, RxService};
-use super::tx::{TxService, TX_BATCH};
+use super::tx::{Policing, TxService, TX_BATCH};
 use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
@@ -344,25 +344,22 @@ impl PortQueues {
             self.policers.refill(self.clock.now());
         }
         let (policer, mut storm) = self.policers.parts();
-        let (sender, fdb) = (&self.sender, &mut self.fdb);
-        let mut storm_drops = 0u64;
+        let (sender, fdb, clock) = (&self.sender, &mut self.fdb, &mut self.clock);
+        let mut now = || clock.now();
+        let policing = policer.map(|policer| Policing {
+            policer,
+            now: &mut now,
+        });
         let mut refused = Forwarded::default();
         let pass = self
             .tx
-            .serve_policed(ring, &self.mem, budget, policer, |batch| {
+            .serve_policed(ring, &self.mem, budget, policing, |batch| {
                 let Some(s) = sender else { return };
                 refused.merge(match storm.as_deref_mut() {
                     None => s.forward(p as u16, batch, fdb),
-                    Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| {
-                        let ok = bucket.take(1);
-                        storm_drops += u64::from(!ok);
-                        ok
-                    }),
+                    Some(bucket) => s.forward_gated(p as u16, batch, fdb, |_| bucket.take(1)),
                 });
             });
-        if storm_drops > 0 {
-            self.qstats(p).drop(DropReason::Storm, storm_drops);
-        }
         self.count_refused(p, &refused);
         if pass.broke_ring {
             if let Some(held_back) = self.port.may_log("transmit ring corrupted") {

@@ -13,7 +13,7 @@ use crate::frames::{FrameBatch, Offloaded, SLOT};
 use crate::net::{HostOffloads, MAX_FRAME, MAX_GSO_FRAME, MIN_FRAME};
 use crate::offload::{keep, tx_offload, OffloadRefused};
 use crate::policing::IngressPolicer;
-use vadapt_policy::Budget;
+use vadapt_policy::{Budget, Instant};
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_wire::{Offload, VnetHdr};
@@ -146,17 +146,18 @@ impl TxService {
         self.serve_policed(ring, mem, budget, None, forward)
     }
 
-    /// As [`serve`](Self::serve), with the port's ingress `policer` (refilled
+    /// As [`serve`](Self::serve), with the port's ingress policer (refilled
     /// by the caller for this pass): a frame that passed every check above
-    /// and does not conform to it is dropped (`policed`) before it is
-    /// copied, its chain completed as every dropped one's is. `None`: no
-    /// limit, one branch a frame.
+    /// and does not conform to it, even after a refill to the policing's
+    /// `now` ([`IngressPolicer::admit_or_refill`]), is dropped (`policed`)
+    /// before it is copied, its chain completed as every dropped one's is.
+    /// `None`: no limit, one branch a frame.
     pub fn serve_policed(
         &mut self,
         ring: &mut Ring,
         mem: &GuestMemory,
         budget: Budget,
-        mut policer: Option<&mut IngressPolicer>,
+        mut policer: Option<Policing<'_>>,
         mut forward: impl FnMut(&FrameBatch),
     ) -> RingPass {
         let mut pass = RingPass {
@@ -202,7 +203,7 @@ impl TxService {
                 batch: &mut self.batch,
                 pass: &mut pass,
                 forward: &mut forward,
-                policer: policer.as_deref_mut(),
+                policer: policer.as_mut(),
             };
             let batched = out.ring.q.batches_used_in_order();
             for (chain, head) in &self.gathered[..n] {
@@ -249,15 +250,32 @@ impl TxService {
 
 /// Where one pass puts what it copies: the ring (for publishing), the
 /// batch, the pass's counts and the switch; what it is policed by.
-struct Out<'a, F: FnMut(&FrameBatch)> {
+struct Out<'a, 'p, F: FnMut(&FrameBatch)> {
     ring: &'a mut Ring,
     batch: &'a mut FrameBatch,
     pass: &'a mut RingPass,
     forward: &'a mut F,
-    policer: Option<&'a mut IngressPolicer>,
+    policer: Option<&'a mut Policing<'p>>,
 }
 
-impl<F: FnMut(&FrameBatch)> Out<'_, F> {
+/// A port's ingress policer as a pass applies it, with the worker's clock
+/// for a refill when a frame is short of tokens.
+pub struct Policing<'a> {
+    /// The policer, refilled by the caller at the start of the pass.
+    pub policer: &'a mut IngressPolicer,
+    /// The worker's clock (read only when a frame is short of tokens).
+    pub now: &'a mut dyn FnMut() -> Instant,
+}
+
+impl std::fmt::Debug for Policing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policing")
+            .field("policer", &self.policer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: FnMut(&FrameBatch)> Out<'_, '_, F> {
     fn flush(&mut self) {
         flush(self.ring, self.batch, self.pass, self.forward);
     }
@@ -298,7 +316,12 @@ impl<F: FnMut(&FrameBatch)> Out<'_, F> {
             // Policed after the checks, so that only a frame that would go
             // on is charged, and before the copy, so that one dropped costs
             // no copy.
-            Ok(_) if !self.policer.as_mut().is_none_or(|p| p.admit(len)) => {
+            Ok(_)
+                if !self
+                    .policer
+                    .as_mut()
+                    .is_none_or(|p| p.policer.admit_or_refill(len, &mut *p.now)) =>
+            {
                 self.pass.drops.policed += 1
             }
             Ok(offload @ Offload::Tcp(..)) => self.take_large(c, hdr, len, offload, max_frame),
@@ -480,8 +503,13 @@ mod tests {
             // A frame the checks drop is not charged: it is undersize first.
             send(&mut g, 12, &frame(0, MIN_FRAME - 1));
             let mut got = 0;
-            let pass =
-                tx.serve_policed(&mut r, &g.mem, ALL, Some(&mut policer), |b| got += b.len());
+            // The clock stands still: the burst is all there is.
+            let mut now = || vadapt_policy::Instant(0);
+            let policing = Policing {
+                policer: &mut policer,
+                now: &mut now,
+            };
+            let pass = tx.serve_policed(&mut r, &g.mem, ALL, Some(policing), |b| got += b.len());
             passed += got as u64;
             assert_eq!(pass.packets, got as u64);
             assert_eq!(pass.drops.policed, 12 - got as u64, "round {round}");
@@ -501,9 +529,15 @@ mod tests {
         pass.count_into(&st, Dir::Tx);
         assert_eq!(dropped(&st, DropReason::Policed), 3);
         // Time passes: a second earns 1000 frames again.
-        policer.refill(vadapt_policy::Instant(1_000_000_000));
+        // Time passes: a second earns 1000 frames again, refilled by the
+        // pass itself when the first frame is short of tokens.
         send(&mut g, 0, &frame(1, 60));
-        let pass = tx.serve_policed(&mut r, &g.mem, ALL, Some(&mut policer), |_| {});
+        let mut now = || vadapt_policy::Instant(1_000_000_000);
+        let policing = Policing {
+            policer: &mut policer,
+            now: &mut now,
+        };
+        let pass = tx.serve_policed(&mut r, &g.mem, ALL, Some(policing), |_| {});
         assert_eq!((pass.packets, pass.drops.policed), (1, 0));
     }
 

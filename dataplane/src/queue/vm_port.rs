@@ -9,13 +9,13 @@
 //! as transmit processing, exactly like the papers' vhost thread.
 
 use super::guest_offloads;
-use super::limits_slot::LimitsSlot;
 use super::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::config::{PortLimits, VmPortConfig};
 use crate::frames::{Backlog, FrameBatch};
 use crate::log_limit::LogLimits;
 use crate::metrics::{DropReason, PortStats, WorkerStats};
 use crate::migration::MappedLog;
+use crate::policing::LimitsSlot;
 use crate::switch::{Egress, Ingress, PortId};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};

@@ -1,8 +1,8 @@
 //! What forwarding a batch refused: frames dropped by port security (by
-//! MAC, and by IP for a port with `allowed_ips`) or for their VLAN tag,
-//! and source addresses not learned. The switch returns it; the port that
-//! sent the batch counts it ([`Forwarded::count_into`]) and, for a VM
-//! port, logs the spoofed source (rate-limited).
+//! MAC, and by IP for a port with `allowed_ips`), for their VLAN tag or by
+//! storm control, and source addresses not learned. The switch returns it;
+//! the port that sent the batch counts it ([`Forwarded::count_into`]) and,
+//! for a VM port, logs the spoofed source (rate-limited).
 
 use super::source_guard::IpRefusal;
 use crate::metrics::{DropReason, NotLearned, PortStats};
@@ -32,6 +32,9 @@ pub struct Forwarded {
     /// Frames whose offload could not follow a tag's push or pop
     /// (`bad_vnet_hdr`).
     pub unretaggable: u64,
+    /// Frames not flooded because the ingress port's storm control
+    /// refused them (`storm`).
+    pub storm: u64,
 }
 
 impl Forwarded {
@@ -42,6 +45,7 @@ impl Forwarded {
             && self.not_learned.iter().all(|&n| n == 0)
             && self.vlan == [0, 0]
             && self.unretaggable == 0
+            && self.storm == 0
     }
 
     /// Add `other`'s counts (several batches of one pass).
@@ -56,6 +60,7 @@ impl Forwarded {
         self.vlan[0] += other.vlan[0];
         self.vlan[1] += other.vlan[1];
         self.unretaggable += other.unretaggable;
+        self.storm += other.storm;
     }
 
     /// One frame refused by the IP source guard, for `why`.
@@ -77,6 +82,7 @@ impl Forwarded {
             (DropReason::VlanTagged, self.vlan[0]),
             (DropReason::VlanNotAllowed, self.vlan[1]),
             (DropReason::BadVnetHdr, self.unretaggable),
+            (DropReason::Storm, self.storm),
         ] {
             if n > 0 {
                 q.drop(reason, n);
@@ -107,6 +113,7 @@ mod tests {
             spoofed_src: Some(Mac([2, 0, 0, 0, 0, 1])),
             not_learned: [0, 2, 0],
             vlan: [5, 0],
+            storm: 7,
             ..Forwarded::default()
         });
         f.merge(Forwarded {
@@ -143,6 +150,10 @@ mod tests {
             .position(|r| *r == DropReason::SpoofedIp)
             .unwrap();
         assert_eq!(stats.queues[1].drops[spoofed_ip].load(Relaxed), 2);
+        assert_eq!(
+            stats.queues[1].drops[at(DropReason::Storm)].load(Relaxed),
+            7
+        );
         let got: Vec<u64> = stats.not_learned.iter().map(|c| c.load(Relaxed)).collect();
         assert_eq!(got, [1, 2, 0]);
     }

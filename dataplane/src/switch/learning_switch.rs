@@ -540,8 +540,9 @@ impl Switch {
 
     /// As [`forward`](Self::forward), asking `may_flood` about each frame
     /// (by its index) that would be flooded: broadcast, multicast and
-    /// unknown unicast; one it refuses goes nowhere (the caller's storm
-    /// control counts it). Its source is learned all the same. A frame
+    /// unknown unicast; one it refuses goes nowhere, counted in
+    /// [`Forwarded::storm`] (the caller's storm control refused it). Its
+    /// source is learned all the same. A frame
     /// port security drops is never flooded, so never asked about.
     pub fn forward_gated(
         &self,
@@ -602,7 +603,7 @@ impl Switch {
                         refused.spoofed_src = Some(Mac(addrs[6..].try_into().expect("6 bytes")));
                     }
                 }
-                Target::Port(_) | Target::Flood if !may_flood(usize::from(i)) => {}
+                Target::Port(_) | Target::Flood if !may_flood(usize::from(i)) => refused.storm += 1,
                 Target::Port(_) | Target::Flood => {
                     for p in 0..cache.nports {
                         if p != ingress {

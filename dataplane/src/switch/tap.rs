@@ -5,11 +5,13 @@
 use super::egress::Egress;
 use super::ingress::{Ingress, Sender};
 use super::learning_switch::FdbCache;
+use crate::clock::monotonic_now;
 use crate::frames::{FrameBatch, SLOT};
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PortStats};
 use crate::net::{HostOffloads, DEFAULT_MTU, MAX_GSO_FRAME, MIN_FRAME};
 use crate::offload::{push_frame, Pushed};
+use crate::policing::{LimitsSlot, TokenBucket};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -83,6 +85,9 @@ pub struct Tap {
     /// Log lines about frames delivered over the MTU (the switch's
     /// threads deliver, so behind a lock taken only on such a drop).
     over_mtu_log: Mutex<LogLimit>,
+    /// Rate limits on what the host sends into the switch; the reader
+    /// holds the policers ([`LimitsSlot::take`]) and follows changes.
+    limits: LimitsSlot,
 }
 
 impl Tap {
@@ -132,7 +137,14 @@ impl Tap {
             mtu,
             max_frame: crate::net::max_frame(mtu),
             over_mtu_log: Mutex::new(LogLimit::per_second()),
+            limits: LimitsSlot::new(crate::config::PortLimits::NONE),
         })
+    }
+
+    /// The port's rate limits (none when opened): set them here, and the
+    /// reader applies them from its next wake-up.
+    pub fn limits(&self) -> &LimitsSlot {
+        &self.limits
     }
 
     /// The MTU the port holds frames to, bytes.
@@ -163,10 +175,21 @@ impl Tap {
         self.offloads
     }
 
-    /// Counts `batch` as sent into the switch, forwards it, empties it.
-    fn emit(&self, to: &Sender, batch: &mut FrameBatch, cache: &mut FdbCache) {
+    /// Counts `batch` as sent into the switch, forwards it (its floods
+    /// through `storm`, if the port has storm control), empties it.
+    fn emit(
+        &self,
+        to: &Sender,
+        batch: &mut FrameBatch,
+        cache: &mut FdbCache,
+        storm: Option<&mut TokenBucket>,
+    ) {
         self.stats.queues[0].add(Dir::Tx, batch.len() as u64, batch.bytes());
-        to.forward(0, batch, cache).count_into(&self.stats, 0);
+        let refused = match storm {
+            None => to.forward(0, batch, cache),
+            Some(bucket) => to.forward_gated(0, batch, cache, |_| bucket.take(1)),
+        };
+        refused.count_into(&self.stats, 0);
         batch.clear();
     }
 
@@ -174,7 +197,11 @@ impl Tap {
     /// Polls with a 100 ms timeout so that a stop is noticed. Each read is
     /// one frame behind its virtio-net header, its offload checked and kept
     /// for the egress ([`push_frame`]); refused headers are counted
-    /// (`bad_vnet_hdr`) and logged at most ten times a second.
+    /// (`bad_vnet_hdr`) and logged at most ten times a second. The port's
+    /// rate limits apply as on a VM port: a frame over the policer is
+    /// dropped (`policed`) before it is copied, charged its length
+    /// without the header (a TCP segment whole, as one frame); a flood
+    /// over storm control is not flooded (`storm`).
     pub fn run_reader(&self, ingress: &Ingress, stop: &AtomicBool) {
         let Some(to) = ingress.sender() else {
             return; // the switch is gone: the daemon is stopping
@@ -185,6 +212,7 @@ impl Tap {
         let mut log = LogLimit::per_second();
         let q = &self.stats.queues[0];
         let mut file = &self.file;
+        let (mut policers, mut limits_seen) = self.limits.take(monotonic_now());
         while !stop.load(Ordering::Relaxed) {
             let mut pfd = libc::pollfd {
                 fd: self.file.as_raw_fd(),
@@ -193,15 +221,32 @@ impl Tap {
             };
             // SAFETY: one valid pollfd for the duration of the call.
             let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+            if let Some(l) = self.limits.changed(&mut limits_seen) {
+                policers.update(l, monotonic_now());
+            }
             if n <= 0 {
                 continue;
             }
+            if policers.is_active() {
+                policers.refill(monotonic_now());
+            }
+            let (mut policer, mut storm) = policers.parts();
             loop {
                 match file.read(&mut buf) {
+                    Ok(len)
+                        if len >= VnetHdr::LEN + MIN_FRAME
+                            && policer
+                                .as_mut()
+                                .is_some_and(|p| !p.admit(len - VnetHdr::LEN)) =>
+                    {
+                        q.drop(DropReason::Policed, 1)
+                    }
                     Ok(len) if len >= VnetHdr::LEN + MIN_FRAME => {
                         let hdr = VnetHdr::read(&buf).expect("VnetHdr::LEN bytes");
                         let frame = &mut buf[VnetHdr::LEN..len];
-                        let flush = |b: &mut FrameBatch| self.emit(&to, b, &mut cache);
+                        let flush = |b: &mut FrameBatch| {
+                            self.emit(&to, b, &mut cache, storm.as_deref_mut())
+                        };
                         let offloads = self.offloads;
                         match push_frame(&hdr, frame, offloads, self.max_frame, &mut batch, flush) {
                             Pushed::Frames { .. } => {}
@@ -228,9 +273,10 @@ impl Tap {
                 }
             }
             if !batch.is_empty() {
-                self.emit(&to, &mut batch, &mut cache);
+                self.emit(&to, &mut batch, &mut cache, storm);
             }
         }
+        self.limits.park(policers);
     }
 }
 

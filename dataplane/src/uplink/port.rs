@@ -6,6 +6,7 @@
 use crate::config::UplinkPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats};
+use crate::policing::LimitsSlot;
 use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::switch::{Egress, Ingress, PortId};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,6 +44,10 @@ pub struct Uplink {
     ingress: OnceLock<Ingress>,
     /// TSC cycles a nanosecond for the workers' clocks, if the TSC is used.
     pub(crate) tsc_per_ns: Option<f64>,
+    /// Rate limits on what the wire sends into the switch (`cfg.limits` at
+    /// first; `vadapt set-limits` changes them), one set of buckets shared
+    /// by the queue workers ([`LimitsSlot::with_shared`]).
+    pub(crate) limits: LimitsSlot,
 }
 
 impl Uplink {
@@ -72,6 +77,7 @@ impl Uplink {
             })
             .collect::<std::io::Result<_>>()?;
         Ok(Arc::new(Uplink {
+            limits: LimitsSlot::new(cfg.limits),
             cfg,
             stats,
             queues,

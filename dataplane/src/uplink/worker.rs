@@ -174,7 +174,12 @@ impl UplinkQueue {
         self.tally
             .moved(self.q, Dir::Tx, self.batch.len() as u64, self.batch.bytes());
         if let Some(s) = &self.sender {
-            s.forward(self.q as u16, &self.batch, &mut self.cache)
+            // Storm control: a token from the port's shared bucket for
+            // each frame the switch would flood (no lock without limits).
+            let (limits, clock) = (&self.port.limits, &mut self.clock);
+            let may_flood =
+                |_| limits.with_shared(|| clock.now(), |p| p.is_none_or(|p| p.admit_flood()));
+            s.forward_gated(self.q as u16, &self.batch, &mut self.cache, may_flood)
                 .count_into(&self.port.stats, self.q);
         }
         self.batch.clear();
@@ -189,21 +194,32 @@ impl UplinkQueue {
         }
         let max_frame = self.port.max_frame();
         let (mut n, mut bytes, mut runts, mut over, mut foreign) = (0u64, 0u64, 0u64, 0u64, 0u32);
-        let mut taken = 0u32;
+        let (mut taken, mut policed) = (0u32, 0u64);
         // In chunks of a batch: each chunk goes into the switch whole.
         while taken < max {
-            let batch = &mut self.batch;
-            let got = self.xsk.receive((max - taken).min(BATCH as u32), |f| {
-                if f.len() < MIN_FRAME || lies_about_its_length(f) {
-                    runts += 1;
-                } else if f.len() > max_frame {
-                    over += 1;
-                } else {
-                    batch.push(f);
-                    n += 1;
-                    bytes += f.len() as u64;
-                }
-            });
+            let (batch, xsk, clock) = (&mut self.batch, &mut self.xsk, &mut self.clock);
+            // Policing, under the port's shared buckets' lock for the
+            // chunk (no lock without limits): a frame over the rate is
+            // not copied into the batch.
+            let got = port.limits.with_shared(
+                || clock.now(),
+                |mut policers| {
+                    let mut policer = policers.as_mut().and_then(|p| p.parts().0);
+                    xsk.receive((max - taken).min(BATCH as u32), |f| {
+                        if f.len() < MIN_FRAME || lies_about_its_length(f) {
+                            runts += 1;
+                        } else if f.len() > max_frame {
+                            over += 1;
+                        } else if policer.as_mut().is_some_and(|p| !p.admit(f.len())) {
+                            policed += 1;
+                        } else {
+                            batch.push(f);
+                            n += 1;
+                            bytes += f.len() as u64;
+                        }
+                    })
+                },
+            );
             taken += got.frames;
             foreign += got.foreign;
             self.emit();
@@ -213,6 +229,9 @@ impl UplinkQueue {
         }
         if runts > 0 {
             qs.drop(DropReason::Undersize, runts);
+        }
+        if policed > 0 {
+            qs.drop(DropReason::Policed, policed);
         }
         if over > 0 {
             qs.drop(DropReason::OverMtu, over);

@@ -31,6 +31,7 @@
 //! | `b8` | `vm_to_vm.rs` | forwarding between two VMs on one backend |
 //! | `b9` | `papers_workload/` | the NetAP paper's TCP workload, on the daemon and in the simulator |
 //! | `b10` | `nic_to_vm.rs` | what a packet from the NIC costs into a VM: AF_XDP uplink vs DPDK and the kernel |
+//! | `policer` | `policer_accuracy.rs` | how close a policed port's delivered rate is to its configured one |
 //! | `timer` | `timer.rs` | how late NetAP's timed sleeps wake |
 //!
 //! What several benchmarks use lives in `shared.rs`: no benchmark imports
@@ -55,6 +56,7 @@ mod ovs;
 mod ovs_pmd_sleep;
 mod papers_workload;
 mod partial_load;
+mod policer_accuracy;
 pub mod report;
 mod saturation;
 mod shared;
@@ -92,7 +94,7 @@ pub struct BenchArgs {
     /// Never rewrites BENCHMARKS.md (implies `--no-write`).
     #[arg(long)]
     pub quick: bool,
-    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 timer.
+    /// Only these benchmarks (comma-separated): b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 policer timer.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub only: Vec<String>,
     /// Directory for the raw JSON results and logs.

@@ -175,6 +175,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
             "b8" => super::vm_to_vm::render(f),
             "b9" => super::papers_workload::render::render(f),
             "b10" => super::nic_to_vm::render(f),
+            "policer" => super::policer_accuracy::render(f),
             _ => String::new(),
         };
         s.push_str(&body);
@@ -363,7 +364,58 @@ pub fn judge(files: &[ResultFile]) -> Vec<Goal> {
     g.push(dirty_log_cost(find(files, "b8")));
     g.push(papers_workload(find(files, "b9")));
     g.push(netap_not_below_interrupt(find(files, "b2")));
+    g.push(tenant_overhead(find(files, "b1"), find(files, "b8")));
+    g.push(policer_accuracy(find(files, "policer")));
     g
+}
+
+/// Issue 37's overhead: busy cycles per packet of ports configured as
+/// tenants' (port security, a VLAN, a policer not exceeded) over the same
+/// without,
+/// per round: B1's synthetic-guest sender at 64 and 1518 B, B8's one-worker
+/// leg at 300k/s. Missed as soon as one median is over the bound; met when
+/// every one measured is within it.
+fn tenant_overhead(b1: Option<&ResultFile>, b8: Option<&ResultFile>) -> Goal {
+    use super::shared::GOAL_TENANT_OVERHEAD;
+    const GOAL: &str = "busy cycles per packet of ports configured as tenants' (port security, a VLAN, a policer not exceeded) ≤ 1.05× without, in the same run (issue 37; B1's synthetic-guest sender, B8's one-worker leg)";
+    let mut parts = Vec::new();
+    let mut met = None;
+    let mut judge = |name: String, r: Option<Spread>| {
+        if let Some(r) = r {
+            met = Some(met.unwrap_or(true) && r.median <= GOAL_TENANT_OVERHEAD);
+            parts.push(format!("{name} {}", ratio_text(&r)));
+        }
+    };
+    if let Some(f) = b1 {
+        for frame in [64, 1518] {
+            judge(
+                format!("B1 {frame} B"),
+                super::saturation::tenant_ratio(f, frame),
+            );
+        }
+    }
+    if let Some(f) = b8 {
+        judge("B8 300k/s".into(), super::vm_to_vm::tenant_ratio(f));
+    }
+    if parts.is_empty() {
+        return unmeasured(GOAL, "B1, B8");
+    }
+    Goal {
+        goal: GOAL,
+        measured: format!("tenant ÷ plain: {}", parts.join("; ")),
+        met,
+        source: "B1 (guest sender, busy-poll) and B8 (one worker, 300k/s), per-round ratios",
+    }
+}
+
+/// Issue 37's policer accuracy, from the policer benchmark.
+fn policer_accuracy(f: Option<&ResultFile>) -> Goal {
+    judged_by(
+        "policer accuracy: delivered rate within ±5 % of the configured one from 10 kpps to 1 Mpps and in bits/s, where the guest offers more (issue 37)",
+        ("POLICER", "POLICER, sink counters over the window, every round"),
+        f.map(super::policer_accuracy::goal),
+        ("delivered ÷ configured —", "no rows"),
+    )
 }
 
 /// Issue 26's logging cost from B8: busy cycles per forwarded packet with
@@ -674,6 +726,40 @@ mod tests {
         assert!(splice("no markers", "x").is_none());
         // Idempotent.
         assert_eq!(splice(&n, "new table").unwrap(), n);
+    }
+
+    #[test]
+    fn the_tenant_overhead_is_missed_by_one_median_over_its_bound() {
+        let goal = |files: &[ResultFile]| {
+            judge(files)
+                .into_iter()
+                .find(|g| g.goal.contains("tenants'"))
+                .unwrap()
+        };
+        assert_eq!(goal(&[]).met, None);
+        let mut b1 = ResultFile {
+            bench: "b1".into(),
+            ..Default::default()
+        };
+        for run in 0..3 {
+            for (policy, cycles) in [("busy-poll", 100.0), ("busy-poll, tenant", 104.0)] {
+                b1.rows.push(row(
+                    "guest",
+                    "vadapt",
+                    policy,
+                    "",
+                    run,
+                    &[("cycles_per_pkt", cycles)],
+                ));
+            }
+        }
+        let g = goal(std::slice::from_ref(&b1));
+        assert_eq!(g.met, Some(true), "{g:?}");
+        assert!(g.measured.contains("B1 64 B 1.04×"), "{g:?}");
+        for r in b1.rows.iter_mut().filter(|r| r.policy.contains("tenant")) {
+            r.set("cycles_per_pkt", 106.0);
+        }
+        assert_eq!(goal(&[b1]).met, Some(false));
     }
 
     #[test]

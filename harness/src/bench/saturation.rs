@@ -22,19 +22,27 @@
 //! before that are low by that much (1518 B most: 0.64× DPDK's rate then).
 //! A round in which vadapt counts drops now says so in the file's notes.
 //!
+//! The synthetic guest also sends through a third port configured as a
+//! tenant's ([`tenant_keys`]: port security, a VLAN, a policer it never
+//! exceeds), to a sink of its own in that VLAN,
+//! under busy-poll right after the plain port's busy-poll turn in each
+//! round: issue 37's overhead, judged in the report ([`tenant_ratio`]).
+//!
 //! Busy cycles per packet: DPDK's `CPU cycles/packet` counts TSC cycles of
 //! non-empty bursts; vadapt's `busy_cycles / busy_packets` counts TSC cycles
 //! of non-empty service passes — the same definition on both sides.
 
 use super::ctx::Ctx;
 use super::error::BenchError;
-use super::shared::{pct, per_mpkt};
+use super::shared::{pct, per_mpkt, tenant_keys, GOAL_TENANT_OVERHEAD, TENANT_VLAN};
 use super::table::{label, metric_table, LabelCol};
 use super::testpmd::{self, Testpmd, UserRing};
-use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, VmPort, SINK_MAC};
+use super::vadapt_proc::{
+    delta, Daemon, GuestOpts, GuestProc, VmPort, Workers, ECHO_MAC, SINK_MAC,
+};
 use std::time::{Duration, Instant};
 use vadapt_policy::PolicyKind;
-use vadapt_results::{ResultFile, Row};
+use vadapt_results::{ratio, ResultFile, Row, Spread};
 
 /// Title.
 pub const TITLE: &str =
@@ -49,6 +57,16 @@ const POLICIES: [PolicyKind; 6] = [
     PolicyKind::Eekbp,
     PolicyKind::Interrupt,
 ];
+
+/// The policy column's mark of a turn on the tenant's port.
+pub const TENANT: &str = "tenant";
+
+/// The MAC of the tenant's port (`mac=`): the synthetic guest sends from
+/// the MAC its device offers, so port security passes every frame.
+const TENANT_MAC: &str = "02:00:00:00:7e:01";
+
+/// The MAC of the sink in the tenant's VLAN, to which its guest sends.
+const TENANT_SINK_MAC: &str = "02:00:00:00:7e:5e";
 
 /// Frame sizes, bytes.
 const FRAMES: [u32; 2] = [64, 1518];
@@ -68,8 +86,18 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let vms = [
         VmPort::new(&ctx.work, "fe", 1, PolicyKind::Interrupt),
         VmPort::new(&ctx.work, "g", 1, PolicyKind::Interrupt),
+        VmPort::new(&ctx.work, "gt", 1, PolicyKind::Interrupt).with_keys(tenant_keys(TENANT_MAC)),
     ];
-    let mut d = Daemon::spawn(ctx, "b1-vadapt", &vms)?;
+    // The tenant's port is in its VLAN: a sink of its own there.
+    let ports = [
+        "--sink".into(),
+        format!("sink0,mac={SINK_MAC}"),
+        "--echo".into(),
+        format!("echo0,mac={ECHO_MAC}"),
+        "--sink".into(),
+        format!("sinkt,mac={TENANT_SINK_MAC},vlan={TENANT_VLAN}"),
+    ];
+    let mut d = Daemon::spawn_ports(ctx, "b1-vadapt", &vms, Workers::PerPort, &ports)?;
     f.commands.push(ctx.show(&d.command));
     let be_sock = ctx.work.join("b1-dpdk.sock");
     let mut be = match dpdk {
@@ -109,7 +137,15 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
             dpdk_sender(ctx, f, &mut d, be.as_mut(), &be_sock, &vms[0], ring, window)?;
         }
     }
-    guest_sender(ctx, f, &mut d, be.as_mut(), &be_sock, &vms[1], window)?;
+    guest_sender(
+        ctx,
+        f,
+        &mut d,
+        be.as_mut(),
+        &be_sock,
+        (&vms[1], &vms[2]),
+        window,
+    )?;
     if let Some(b) = be.take() {
         b.quit();
     }
@@ -251,13 +287,17 @@ fn dpdk_sender(
     Ok(())
 }
 
+/// The synthetic guest as sender: DPDK's vhost PMD, then vadapt's port
+/// `vm` under each policy and, after busy-poll, `tenant` (the port again
+/// configured as a tenant's, [`tenant_keys`]) under busy-poll.
+#[allow(clippy::too_many_arguments)]
 fn guest_sender(
     ctx: &Ctx,
     f: &mut ResultFile,
     d: &mut Daemon,
     mut be: Option<&mut Testpmd>,
     be_sock: &std::path::Path,
-    vm: &VmPort,
+    (vm, tenant): (&VmPort, &VmPort),
     window: Duration,
 ) -> Result<(), BenchError> {
     for frame in FRAMES {
@@ -289,30 +329,75 @@ fn guest_sender(
                 f.rows.push(r);
             }
             for p in POLICIES {
-                d.set_policy(&vm.name, p)?;
-                let s0 = d.stats()?;
-                let g =
-                    GuestProc::spawn(ctx, &format!("b1-guest-{}", p.as_str()), &vm.socket, &opts)?;
-                let res = g.finish()?;
-                let s1 = d.stats()?;
-                let x = delta(&s0, &s1, &vm.name);
-                let mut r = Row::new("guest", "guest", "vadapt", p.as_str(), "").at(frame, run);
-                r.set("mpps", x.tx_packets as f64 / res.elapsed / 1e6)
-                    .set("gbps", x.tx_bytes as f64 * 8.0 / res.elapsed / 1e9)
-                    .set("cycles_per_pkt", x.cycles_per_packet().unwrap_or(f64::NAN))
-                    .set("worker_cpu_pct", x.cpu_seconds / res.elapsed * 100.0)
-                    .set("kicks_per_mpkt", per_mpkt(res.kicks, res.sent_packets))
-                    .set(
-                        "guest_ns_per_pkt",
-                        res.cpu_seconds * 1e9 / res.sent_packets.max(1) as f64,
-                    )
-                    .set("guest_cpu_pct", res.cpu_seconds / res.elapsed * 100.0);
-                f.rows.push(r);
+                f.rows.push(guest_turn(ctx, d, vm, p, &opts, run)?);
+                if p == PolicyKind::BusyPoll {
+                    // The tenant's port right after the plain one, the
+                    // same guest and policy, to the sink in its VLAN.
+                    let opts = GuestOpts {
+                        dst_mac: TENANT_SINK_MAC.into(),
+                        ..opts.clone()
+                    };
+                    f.rows.push(guest_turn(ctx, d, tenant, p, &opts, run)?);
+                }
             }
-            d.set_policy(&vm.name, PolicyKind::Interrupt)?;
         }
     }
     Ok(())
+}
+
+/// The synthetic guest's turn on vadapt's port `vm` under `policy`: one
+/// row, whose policy column says `tenant` for the tenant's port (the
+/// variant column stays the frame's cell).
+fn guest_turn(
+    ctx: &Ctx,
+    d: &mut Daemon,
+    vm: &VmPort,
+    p: PolicyKind,
+    opts: &GuestOpts,
+    run: u32,
+) -> Result<Row, BenchError> {
+    let frame = opts.frame;
+    let policy = match vm.keys.is_empty() {
+        true => p.as_str().to_string(),
+        false => format!("{}, {TENANT}", p.as_str()),
+    };
+    d.set_policy(&vm.name, p)?;
+    let s0 = d.stats()?;
+    let g = GuestProc::spawn(ctx, &format!("b1-guest-{}", p.as_str()), &vm.socket, opts)?;
+    let res = g.finish()?;
+    let s1 = d.stats()?;
+    d.set_policy(&vm.name, PolicyKind::Interrupt)?;
+    let x = delta(&s0, &s1, &vm.name);
+    let mut r = Row::new("guest", "guest", "vadapt", &policy, "").at(frame, run);
+    r.set("mpps", x.tx_packets as f64 / res.elapsed / 1e6)
+        .set("gbps", x.tx_bytes as f64 * 8.0 / res.elapsed / 1e9)
+        .set("cycles_per_pkt", x.cycles_per_packet().unwrap_or(f64::NAN))
+        .set("worker_cpu_pct", x.cpu_seconds / res.elapsed * 100.0)
+        .set("kicks_per_mpkt", per_mpkt(res.kicks, res.sent_packets))
+        .set(
+            "guest_ns_per_pkt",
+            res.cpu_seconds * 1e9 / res.sent_packets.max(1) as f64,
+        )
+        .set("guest_cpu_pct", res.cpu_seconds / res.elapsed * 100.0)
+        .set("dropped", x.dropped as f64);
+    Ok(r)
+}
+
+/// The synthetic-guest sender's busy cycles per packet on the tenant's
+/// port over the plain port's, busy-poll, per round, at `frame` bytes
+/// (issue 37's overhead of port security and a policer not exceeded).
+pub fn tenant_ratio(f: &ResultFile, frame: u32) -> Option<Spread> {
+    let rows = |policy: &str| -> Vec<&Row> {
+        f.table("guest")
+            .filter(|r| r.backend == "vadapt" && r.policy == policy && r.frame == frame)
+            .collect()
+    };
+    let tenant = format!("{}, {TENANT}", PolicyKind::BusyPoll.as_str());
+    ratio(
+        &rows(&tenant),
+        &rows(PolicyKind::BusyPoll.as_str()),
+        "cycles_per_pkt",
+    )
 }
 
 /// Per-round ratios to DPDK (same table, variant, frame, round) on each row,
@@ -392,6 +477,15 @@ pub fn render(f: &ResultFile) -> String {
             "\nGuest CPU near 100 % with a backend that still has idle cycles means the guest is the \
              bottleneck; a guest waiting (CPU well under 100 %) means the backend is.\n",
         );
+        let show = |frame| tenant_ratio(f, frame).map_or("– (no rows)".into(), |r| r.show(2));
+        s.push_str(&format!(
+            "\n`vadapt busy-poll, {TENANT}`: the same guest on a port configured as a tenant's \
+             ({}); its busy cycles per packet are {}× the plain port's at 64 B and {}× at 1518 B \
+             (issue 37 asks ≤ {GOAL_TENANT_OVERHEAD}×).\n",
+            tenant_keys(TENANT_MAC).join(","),
+            show(64),
+            show(1518),
+        ));
     }
     s
 }

@@ -5,7 +5,7 @@ use super::ctx::Ctx;
 use super::error::BenchError;
 use super::{
     adaptation, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep, papers_workload,
-    partial_load, saturation, timer, vm_to_vm,
+    partial_load, policer_accuracy, saturation, timer, vm_to_vm,
 };
 use vadapt_results::ResultFile;
 
@@ -21,7 +21,7 @@ pub(super) struct Bench {
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-pub(super) const SUITE: [Bench; 11] = [
+pub(super) const SUITE: [Bench; 12] = [
     Bench {
         name: "b1",
         title: saturation::TITLE,
@@ -66,6 +66,11 @@ pub(super) const SUITE: [Bench; 11] = [
         name: "b10",
         title: nic_to_vm::TITLE,
         run: nic_to_vm::run,
+    },
+    Bench {
+        name: "policer",
+        title: policer_accuracy::TITLE,
+        run: policer_accuracy::run,
     },
     Bench {
         name: "timer",

@@ -8,6 +8,7 @@ use super::error::BenchError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use vadapt_dataplane::config::PortLimits;
 use vadapt_dataplane::control::{request, Request, Response};
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_policy::{PolicyConfig, PolicyKind};
@@ -51,6 +52,8 @@ pub struct VmPort {
     pub queues: u16,
     /// Initial policy.
     pub policy: PolicyKind,
+    /// More `key=value` keys of its `--vm` spec (port security, limits).
+    pub keys: Vec<String>,
 }
 
 impl VmPort {
@@ -61,7 +64,14 @@ impl VmPort {
             socket: dir.join(format!("{name}.sock")),
             queues,
             policy,
+            keys: Vec::new(),
         }
+    }
+
+    /// The same port with `keys` (`key=value`) added to its `--vm` spec.
+    pub fn with_keys(mut self, keys: impl IntoIterator<Item = String>) -> VmPort {
+        self.keys.extend(keys);
+        self
     }
 }
 
@@ -119,13 +129,18 @@ impl Daemon {
             argv.push("--vm".into());
             // DPDK virtio-user (B1–B3's sender) shares guest memory that is
             // not sealed against shrinking; the bench's frontends are trusted.
-            argv.push(format!(
+            let mut spec = format!(
                 "name={},socket={},queues={},policy={},unsealed_memory=accept",
                 v.name,
                 v.socket.display(),
                 v.queues,
                 v.policy.as_str()
-            ));
+            );
+            for k in &v.keys {
+                spec.push(',');
+                spec.push_str(k);
+            }
+            argv.push(spec);
         }
         if workers == Workers::OnePerCore {
             argv.extend(["--queue-workers".into(), "per-nq-core".into()]);
@@ -165,6 +180,19 @@ impl Daemon {
     pub fn stats(&mut self) -> Result<StatsSnapshot, BenchError> {
         match self.request(&Request::Stats)? {
             Response::Stats { stats } => Ok(stats),
+            Response::Error { error } => Err(BenchError::Refused(error)),
+            other => Err(BenchError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Set `port`'s rate limits (`vadapt set-limits`), all of them.
+    pub fn set_limits(&mut self, port: &str, limits: PortLimits) -> Result<(), BenchError> {
+        let req = Request::SetLimits {
+            port: port.into(),
+            limits,
+        };
+        match self.request(&req)? {
+            Response::Ok => Ok(()),
             Response::Error { error } => Err(BenchError::Refused(error)),
             other => Err(BenchError::Refused(format!("unexpected answer {other:?}"))),
         }

@@ -105,7 +105,7 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::ovs::{self, Ovs, PARKED_MAXSLEEP_US};
-use super::shared::pct;
+use super::shared::{pct, tenant_keys, GOAL_TENANT_OVERHEAD};
 use super::table::{label, metric_table};
 use super::testpmd::{self, Testpmd};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, SchedPolicy, VmPort, Workers};
@@ -461,12 +461,19 @@ pub const DIRTY_LOG_LEG: &str = "busy-poll, one worker, dirty log";
 /// the same leg's with logging off, in the same round.
 pub const GOAL_DIRTY_LOG: f64 = 1.3;
 
+/// The one-worker leg again, both ports configured as tenants' VMs
+/// ([`tenant_keys`]: port security on the guests' MACs, one VLAN, a policer they
+/// never exceed): issue 37's overhead.
+pub const TENANT_LEG: &str = "busy-poll, one worker, tenant ports";
+
 /// vadapt's legs, as B8 labels them: two arrangements of queue workers, and
-/// the second one again with dirty-page logging on.
-const VADAPT_LEGS: [(Workers, &str, bool); 3] = [
-    (Workers::PerPort, PER_PORT_LEG, false),
-    (Workers::OnePerCore, ONE_WORKER_LEG, false),
-    (Workers::OnePerCore, DIRTY_LOG_LEG, true),
+/// the second one again with dirty-page logging on, and with the ports
+/// configured as tenants' (the last field).
+const VADAPT_LEGS: [(Workers, &str, bool, bool); 4] = [
+    (Workers::PerPort, PER_PORT_LEG, false, false),
+    (Workers::OnePerCore, ONE_WORKER_LEG, false, false),
+    (Workers::OnePerCore, DIRTY_LOG_LEG, true, false),
+    (Workers::OnePerCore, TENANT_LEG, false, true),
 ];
 
 /// One vadapt turn (`label`: the row's policy column).
@@ -518,7 +525,7 @@ fn vadapt_turn(
 /// Whether vadapt's leg `label` runs in `offer`'s cell: every leg at
 /// 300k/s; at saturation the one-worker leg the goal judges, and in a full
 /// run the per-port one too (the daemon's default arrangement), not the
-/// dirty log (issue 26 is judged at 300k/s).
+/// dirty log nor the tenant ports (issues 26 and 37 are judged at 300k/s).
 fn leg_runs(label: &str, offer: Offer, quick: bool) -> bool {
     match offer {
         Offer::Paced => true,
@@ -547,9 +554,12 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(4.0, 1.5);
     f.run_seconds = window.as_secs_f64();
     let mut vadapt = Vec::new();
-    for (i, (workers, label, dirty_log)) in VADAPT_LEGS.into_iter().enumerate() {
-        let a = VmPort::new(&ctx.work, &format!("vma{i}"), 1, PolicyKind::BusyPoll);
-        let b = VmPort::new(&ctx.work, &format!("vmb{i}"), 1, PolicyKind::BusyPoll);
+    for (i, (workers, label, dirty_log, tenant)) in VADAPT_LEGS.into_iter().enumerate() {
+        let keys = |mac: &str| if tenant { tenant_keys(mac) } else { Vec::new() };
+        let a = VmPort::new(&ctx.work, &format!("vma{i}"), 1, PolicyKind::BusyPoll)
+            .with_keys(keys(MAC_A));
+        let b = VmPort::new(&ctx.work, &format!("vmb{i}"), 1, PolicyKind::BusyPoll)
+            .with_keys(keys(MAC_B));
         let d = Daemon::spawn_with(
             ctx,
             &format!("b8-vadapt{i}"),
@@ -642,6 +652,16 @@ pub fn dirty_log_ratio(f: &ResultFile) -> Option<Spread> {
     )
 }
 
+/// Busy cycles per packet with both ports configured as tenants' over the
+/// same leg without, per round, at 300k/s (issue 37's overhead).
+pub fn tenant_ratio(f: &ResultFile) -> Option<Spread> {
+    ratio(
+        &leg_rows(f, TENANT_LEG, Offer::Paced),
+        &leg_rows(f, ONE_WORKER_LEG, Offer::Paced),
+        "cycles_per_pkt",
+    )
+}
+
 /// The ratios a cell's goal judges: [`leg_cycle_ratios`] of the one-worker
 /// leg.
 pub fn cycle_ratios(f: &ResultFile, offer: Offer) -> (Option<Spread>, Option<Spread>) {
@@ -725,6 +745,12 @@ fn render_cell(f: &ResultFile, offer: Offer) -> String {
              migration), the one-worker leg's busy cycles per packet are {} those with it off \
              (issue 26 asks ≤ {GOAL_DIRTY_LOG}×).\n",
             show(dirty_log_ratio(f))
+        ));
+        s.push_str(&format!(
+            "With both ports configured as tenants' ({}), the one-worker leg's busy cycles per \
+             packet are {} those without (issue 37 asks ≤ {GOAL_TENANT_OVERHEAD}×).\n",
+            tenant_keys("MAC").join(","),
+            show(tenant_ratio(f))
         ));
     }
     s
@@ -856,13 +882,29 @@ mod tests {
     }
 
     #[test]
+    fn the_tenant_leg_is_judged_against_the_one_worker_leg_of_its_round() {
+        let f = file(&[
+            ("vadapt", ONE_WORKER_LEG, 0.3, 400.0),
+            ("vadapt", TENANT_LEG, 0.3, 412.0),
+        ]);
+        assert_eq!(tenant_ratio(&f).unwrap().median, 1.03);
+        let s = render(&f);
+        assert!(
+            s.contains("1.03× those without (issue 37 asks ≤ 1.05×)") && s.contains("mac=MAC"),
+            "{s}"
+        );
+        assert!(tenant_ratio(&file(&[("vadapt", ONE_WORKER_LEG, 0.3, 400.0)])).is_none());
+    }
+
+    #[test]
     fn saturation_runs_the_judged_leg_and_in_full_runs_the_default_one() {
         for quick in [false, true] {
             assert!(VADAPT_LEGS
                 .iter()
-                .all(|(_, l, _)| leg_runs(l, Offer::Paced, quick)));
+                .all(|(_, l, _, _)| leg_runs(l, Offer::Paced, quick)));
             assert!(leg_runs(ONE_WORKER_LEG, Offer::Unpaced, quick));
             assert!(!leg_runs(DIRTY_LOG_LEG, Offer::Unpaced, quick));
+            assert!(!leg_runs(TENANT_LEG, Offer::Unpaced, quick));
             assert_eq!(leg_runs(PER_PORT_LEG, Offer::Unpaced, quick), !quick);
         }
     }
