@@ -100,21 +100,49 @@ def main():
     control = os.path.join(work, "c.sock")
     sock = os.path.join(work, "fe.sock")
     serve = [
-        "taskset", "-c", "1", args.vadapt, "serve", "--control", control,
-        "--cpus", "1", "--log-level", "warn", "--sink", f"sink0,mac={SINK_MAC}",
-        "--vm", f"name=fe,socket={sock},queues=1,policy=interrupt,unsealed_memory=accept",
+        "taskset",
+        "-c",
+        "1",
+        args.vadapt,
+        "serve",
+        "--control",
+        control,
+        "--cpus",
+        "1",
+        "--log-level",
+        "warn",
+        "--sink",
+        f"sink0,mac={SINK_MAC}",
+        "--vm",
+        f"name=fe,socket={sock},queues=1,policy=interrupt,unsealed_memory=accept",
     ]
-    daemon = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "d.log"), "w"))
+    daemon = subprocess.Popen(
+        serve, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "d.log"), "w")
+    )
     for _ in range(100):
         if os.path.exists(sock) and os.path.exists(control):
             break
         time.sleep(0.1)
     ring = f"in_order={args.in_order}" + (",packed_vq=1" if args.packed else "")
     pmd = [
-        "stdbuf", "-oL", "dpdk-testpmd", "--lcores", "0@1,1@0", "--no-huge", "-m", "1024",
-        "--no-pci", f"--file-prefix=rgt{os.getpid()}", "--single-file-segments",
-        "--vdev", f"net_virtio_user0,path={sock},queues=1,{ring}", "--", "-i",
-        "--total-num-mbufs=8192", "--forward-mode=txonly", f"--txpkts={args.frame}",
+        "stdbuf",
+        "-oL",
+        "dpdk-testpmd",
+        "--lcores",
+        "0@1,1@0",
+        "--no-huge",
+        "-m",
+        "1024",
+        "--no-pci",
+        f"--file-prefix=rgt{os.getpid()}",
+        "--single-file-segments",
+        "--vdev",
+        f"net_virtio_user0,path={sock},queues=1,{ring}",
+        "--",
+        "-i",
+        "--total-num-mbufs=8192",
+        "--forward-mode=txonly",
+        f"--txpkts={args.frame}",
         f"--eth-peer=0,{SINK_MAC}",
     ]
     fe = Testpmd(pmd)
@@ -125,7 +153,8 @@ def main():
             for pol in args.policies.split(","):
                 subprocess.run(
                     [args.vadapt, "set-policy", "--control", control, "--port", "fe", pol],
-                    check=True, capture_output=True,
+                    check=True,
+                    capture_output=True,
                 )
                 c0, _ = stats(args.vadapt, control)
                 fe.cmd("clear port stats all", 0.2)
@@ -141,35 +170,52 @@ def main():
                 fe.cmd("stop", 1.0)
                 tx, dropped = fe.tx_totals()
                 run = {
-                    "repeat": rep, "policy": pol, "mpps_per_second": rates,
+                    "repeat": rep,
+                    "policy": pol,
+                    "mpps_per_second": rates,
                     "interval_us_per_second": intervals,
-                    "sender_tx": tx, "sender_dropped": dropped,
+                    "sender_tx": tx,
+                    "sender_dropped": dropped,
                     "carried": prev - c0,
                 }
                 runs.append(run)
-                print(pol, rep, " ".join(f"{r:.2f}" for r in rates),
-                      f"| sender dropped {dropped} of {tx + dropped}", flush=True)
+                print(
+                    pol,
+                    rep,
+                    " ".join(f"{r:.2f}" for r in rates),
+                    f"| sender dropped {dropped} of {tx + dropped}",
+                    flush=True,
+                )
                 subprocess.run(
                     [args.vadapt, "set-policy", "--control", control, "--port", "fe", "interrupt"],
-                    check=True, capture_output=True,
+                    check=True,
+                    capture_output=True,
                 )
     finally:
         fe.quit()
         daemon.terminate()
         daemon.wait()
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     res = {"rev": rev, "args": vars(args), "serve": serve, "testpmd": pmd, "runs": runs}
     for rep in range(args.repeats):
         by = {r["policy"]: r for r in runs if r["repeat"] == rep}
         if "netap" in by and "interrupt" in by:
             ratio = [
                 n / i if i > 0 else float("nan")
-                for n, i in zip(by["netap"]["mpps_per_second"], by["interrupt"]["mpps_per_second"])
+                for n, i in zip(
+                    by["netap"]["mpps_per_second"],
+                    by["interrupt"]["mpps_per_second"],
+                    strict=False,  # a run cut short compares the seconds both have
+                )
             ]
             res.setdefault("netap_over_interrupt", []).append(ratio)
             tot = by["netap"]["carried"] / max(1, by["interrupt"]["carried"])
-            print(f"repeat {rep}: netap ÷ interrupt per second min {min(ratio):.2f} "
-                  f"median {statistics.median(ratio):.2f} max {max(ratio):.2f}; whole run {tot:.2f}")
+            print(
+                f"repeat {rep}: netap ÷ interrupt per second min {min(ratio):.2f} "
+                f"median {statistics.median(ratio):.2f} max {max(ratio):.2f}; whole run {tot:.2f}"
+            )
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
 
