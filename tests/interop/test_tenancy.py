@@ -133,37 +133,15 @@ def delivered(p: dict) -> int:
 
 
 def test_source_mac_spoofing(vadapt_bin, procs):
-    work = procs.workdir
-    socks = {n: work / f"{n}.sock" for n in ("vm1", "vm2", "vm3")}
     macs = {"vm1": VM1, "vm2": VM2, "vm3": VM3}
-    ports = [a for n, s in socks.items() for a in ("--vm", f"name={n},socket={s},mac={macs[n]}")]
-    d = harness.Vadapt(
-        vadapt_bin,
-        work,
-        procs,
-        [*ports, "--sink", f"sink0,mac={SINK}", "--policy", "interrupt"],
-    ).start(list(socks.values()))
-    victim = procs.add(
-        guest(
-            vadapt_bin,
-            work,
-            "vm1",
-            socks["vm1"],
-            ["--rate", "100", "--duration", "120s", "--dst-mac", SINK],
-        )
+    d, socks = start_switch(
+        vadapt_bin, procs, {n: f",mac={m}" for n, m in macs.items()}, [f"sink0,mac={SINK}"]
     )
+    victim = start_victim(vadapt_bin, procs, d, socks["vm1"], SINK)
     attacker = RawSender(socks["vm3"])
     try:
         attacker.send(SINK, VM1, FIRST_BURST)
-        sender = procs.add(
-            guest(
-                vadapt_bin,
-                work,
-                "vm2",
-                socks["vm2"],
-                ["--rate", "20k", "--duration", "2s", "--dst-mac", VM1],
-            )
-        )
+        sender = start_stream(vadapt_bin, procs, "vm2", socks["vm2"], VM1)
         # The attack goes on while vm2 sends.
         while sender.popen.poll() is None and attacker.ring.avail_idx < MOST_SPOOFED:
             attacker.send(SINK, VM1, 32)
@@ -265,41 +243,18 @@ ATTACKS = {
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_ip_spoofing(vadapt_bin, procs, attack):
     lie, truth = ATTACKS[attack]
-    work = procs.workdir
-    socks = {n: work / f"{n}.sock" for n in ("vm1", "vm2", "vm3")}
     macs = {"vm1": VM1, "vm2": VM2, "vm3": VM3}
-    ports = [
-        a
-        for n, s in socks.items()
-        for a in ("--vm", f"name={n},socket={s},mac={macs[n]},allowed_ips={'+'.join(IPS[n])}")
-    ]
-    d = harness.Vadapt(
+    d, socks = start_switch(
         vadapt_bin,
-        work,
         procs,
-        [*ports, "--sink", f"sink0,mac={SINK}", "--policy", "interrupt"],
-    ).start(list(socks.values()))
-    victim = procs.add(
-        guest(
-            vadapt_bin,
-            work,
-            "vm1",
-            socks["vm1"],
-            ["--rate", "100", "--duration", "120s", "--dst-mac", SINK],
-        )
+        {n: f",mac={m},allowed_ips={'+'.join(IPS[n])}" for n, m in macs.items()},
+        [f"sink0,mac={SINK}"],
     )
+    victim = start_victim(vadapt_bin, procs, d, socks["vm1"], SINK)
     attacker = RawSender(socks["vm3"])
     try:
         attacker.send_frames([lie], FIRST_BURST)
-        sender = procs.add(
-            guest(
-                vadapt_bin,
-                work,
-                "vm2",
-                socks["vm2"],
-                ["--rate", "20k", "--duration", "2s", "--dst-mac", VM1],
-            )
-        )
+        sender = start_stream(vadapt_bin, procs, "vm2", socks["vm2"], VM1)
         while sender.popen.poll() is None and attacker.ring.avail_idx < MOST_SPOOFED:
             attacker.send_frames([lie], 32)
             time.sleep(0.006)
