@@ -123,12 +123,25 @@ def guest(vadapt_bin: Path, workdir: Path, name: str, sock: Path, args: list[str
     return harness.Proc(name, [str(vadapt_bin), "guest", "--socket", str(sock), *args], workdir)
 
 
-def delivered(p: dict) -> int:
-    """Frames the switch handed port `p`: into its guest's rings, or
-    dropped there; not its own frames the switch refused."""
-    refused = sum(
-        q.get("dropped", {}).get(r, 0) for q in p["queues"] for r in ("spoofed_src", "spoofed_ip")
-    )
+# A port's own frames the switch refused: not delivered to it.
+OWN_REFUSALS = (
+    "spoofed_src",
+    "spoofed_ip",
+    "vlan_tagged",
+    "vlan_not_allowed",
+    "storm",
+    "policed",
+)
+
+
+def drops(p: dict, reason: str) -> int:
+    return sum(q.get("dropped", {}).get(reason, 0) for q in p["queues"])
+
+
+def handed(p: dict) -> int:
+    """Frames the switch handed port `p` (into its guest's rings, or dropped
+    there), not counting its own frames it refused for any reason."""
+    refused = sum(drops(p, r) for r in OWN_REFUSALS)
     return harness.total(p, "rx_packets") + harness.dropped(p) - refused
 
 
@@ -158,14 +171,14 @@ def test_source_mac_spoofing(vadapt_bin, procs):
         st = d.wait_stats(settled, timeout=10)
         vm1, vm2, vm3 = (harness.port(st, n) for n in ("vm1", "vm2", "vm3"))
         sent = harness.total(vm2, "tx_packets")
-        spoofed = sum(q.get("dropped", {}).get("spoofed_src", 0) for q in vm3["queues"])
+        spoofed = drops(vm3, "spoofed_src")
         print(
             f"TENANCY vm2 sent {sent} to vm1's MAC; vm1 got {harness.total(vm1, 'rx_packets')} "
-            f"(dropped {harness.dropped(vm1)}), vm3 got {delivered(vm3)}; vm3 sent "
+            f"(dropped {harness.dropped(vm1)}), vm3 got {handed(vm3)}; vm3 sent "
             f"{sent_as_vm1} as vm1, {spoofed} dropped (spoofed_src)"
         )
         assert sent > 1000, d.proc.tail()
-        assert delivered(vm3) == 0, f"the attacker received frames: {vm3}"
+        assert handed(vm3) == 0, f"the attacker received frames: {vm3}"
         assert harness.total(vm1, "rx_packets") == sent, f"vm1 lost frames: {vm1}"
         assert spoofed == sent_as_vm1, vm3
         assert harness.total(vm3, "tx_packets") == sent_as_vm1 + 1
@@ -275,16 +288,16 @@ def test_ip_spoofing(vadapt_bin, procs, attack):
         st = d.wait_stats(settled, timeout=10)
         vm1, vm2, vm3 = (harness.port(st, n) for n in ("vm1", "vm2", "vm3"))
         sent = harness.total(vm2, "tx_packets")
-        spoofed = sum(q.get("dropped", {}).get("spoofed_ip", 0) for q in vm3["queues"])
+        spoofed = drops(vm3, "spoofed_ip")
         print(
             f"TENANCY {attack}: vm2 sent {sent} to vm1; "
             f"vm1 got {harness.total(vm1, 'rx_packets')}, "
-            f"vm2 got {delivered(vm2)}, vm3 got {delivered(vm3)}; vm3 lied {lies} times, "
+            f"vm2 got {handed(vm2)}, vm3 got {handed(vm3)}; vm3 lied {lies} times, "
             f"{spoofed} dropped (spoofed_ip)"
         )
         assert sent > 1000, d.proc.tail()
-        assert delivered(vm3) == 0, f"the attacker received frames: {vm3}"
-        assert delivered(vm2) == 0, f"vm2 received the attacker's frames: {vm2}"
+        assert handed(vm3) == 0, f"the attacker received frames: {vm3}"
+        assert handed(vm2) == 0, f"vm2 received the attacker's frames: {vm2}"
         assert harness.total(vm1, "rx_packets") == sent, f"vm1 lost frames or got the lie: {vm1}"
         assert harness.dropped(vm1) == 0, vm1
         assert spoofed == lies, vm3
@@ -315,19 +328,6 @@ SINK20 = "02:00:00:00:00:5b"
 # its own 128-byte buffer.
 BATCH = RING_SIZE
 SLOT = 128
-# A port's own frames the switch refused: not delivered to it.
-OWN_REFUSALS = ("spoofed_src", "vlan_tagged", "vlan_not_allowed", "storm", "policed")
-
-
-def drops(p: dict, reason: str) -> int:
-    return sum(q.get("dropped", {}).get(reason, 0) for q in p["queues"])
-
-
-def handed(p: dict) -> int:
-    """Frames the switch handed port `p` (into its guest's rings, or dropped
-    there), not counting its own frames it refused for any reason."""
-    refused = sum(drops(p, r) for r in OWN_REFUSALS)
-    return harness.total(p, "rx_packets") + harness.dropped(p) - refused
 
 
 def push_frames(s: RawSender, frames) -> int:
