@@ -196,17 +196,28 @@ fn traffic_flows_again_after_a_sigkill_and_the_program_goes_at_sigterm() {
     assert!(!record.exists(), "and its owner record");
 }
 
-/// The uplink's policy named by `vadapt stats --json`.
-fn uplink_policy(control: &Path) -> String {
+/// `vadapt stats --json` of the daemon on `control`.
+fn stats_json(control: &Path) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
         .args(["stats", "--json", "--control"])
         .arg(control)
         .output()
         .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ports = v["ports"].as_array().expect("ports in the stats");
-    let up = ports.iter().find(|p| p["name"] == "up0").expect("up0");
-    up["policy"].as_str().unwrap().to_string()
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Port `name` of `stats` ([`stats_json`]).
+fn port_in<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    let ports = stats["ports"].as_array().expect("ports in the stats");
+    ports.iter().find(|p| p["name"] == name).expect(name)
+}
+
+/// The uplink's policy named by `vadapt stats --json`.
+fn uplink_policy(control: &Path) -> String {
+    port_in(&stats_json(control), "up0")["policy"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// `vadapt set-policy --port up0 P` reaches the uplink's queue workers
@@ -442,18 +453,11 @@ fn the_synthetic_guest_at_rate_reaches_the_wire_frame_for_frame() {
         "frames at the far end: {line}"
     );
 
-    let stats = Command::new(env!("CARGO_BIN_EXE_vadapt"))
-        .args(["stats", "--json", "--control"])
-        .arg(&control)
-        .output()
-        .unwrap();
+    let v = stats_json(&control);
     signal(&d, libc::SIGTERM);
     assert!(d.wait().unwrap().success());
-    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     let sum = |port: &str, field: &str| -> u64 {
-        let ports = v["ports"].as_array().expect("ports in the stats");
-        let p = ports.iter().find(|p| p["name"] == port).expect(port);
-        p["queues"]
+        port_in(&v, port)["queues"]
             .as_array()
             .unwrap()
             .iter()
@@ -468,15 +472,8 @@ fn the_synthetic_guest_at_rate_reaches_the_wire_frame_for_frame() {
 
 /// `up0`'s drops for `reason` (`vadapt stats --json`), every queue.
 fn uplink_drops(control: &Path, reason: &str) -> u64 {
-    let out = Command::new(env!("CARGO_BIN_EXE_vadapt"))
-        .args(["stats", "--json", "--control"])
-        .arg(control)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ports = v["ports"].as_array().expect("ports in the stats");
-    let up = ports.iter().find(|p| p["name"] == "up0").expect("up0");
-    let queues = up["queues"].as_array().unwrap();
+    let v = stats_json(control);
+    let queues = port_in(&v, "up0")["queues"].as_array().unwrap();
     queues
         .iter()
         .map(|q| q["dropped"][reason].as_u64().unwrap_or(0))
