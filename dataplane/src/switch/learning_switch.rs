@@ -656,6 +656,18 @@ impl FdbCache {
 /// Frames copied at once to be retagged (then delivered, and the next).
 const RETAG_BATCH: usize = 64;
 
+/// Every frame of a full scratch batch, by index: what a flush hands its
+/// egress, without building the list each time.
+const SCRATCH_INDICES: [u16; RETAG_BATCH] = {
+    let mut a = [0u16; RETAG_BATCH];
+    let mut i = 0;
+    while i < RETAG_BATCH {
+        a[i] = i as u16;
+        i += 1;
+    }
+    a
+};
+
 /// Deliver frames `which` of `frames` to `egress`, each with its tag
 /// pushed or popped, through `scratch`; how many could not be (an offload
 /// the tag's pop would move into the Ethernet header).
@@ -669,8 +681,7 @@ fn deliver_retagged(
     let mut refused = 0;
     let flush = |scratch: &mut FrameBatch| {
         if !scratch.is_empty() {
-            let all: Vec<u16> = (0..scratch.len() as u16).collect();
-            egress.deliver(scratch, &all, flow);
+            egress.deliver(scratch, &SCRATCH_INDICES[..scratch.len()], flow);
             scratch.clear();
         }
     };
