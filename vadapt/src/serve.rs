@@ -301,10 +301,12 @@ mod tests {
     }
 
     #[test]
-    fn the_packaged_example_config_is_valid() {
+    fn the_packaged_config_starts_on_any_host() {
         let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/vadapt.toml");
         let cfg = build_config(&serve_args(&["--config", file])).expect("packaging/vadapt.toml");
-        assert_eq!(cfg.socket_group.as_deref(), Some("libvirt-qemu"));
+        // No port to collide with a host's, no group that may not exist.
+        assert!(cfg.ports().is_empty(), "{:?}", cfg.ports());
+        assert_eq!(cfg.socket_group, None);
         assert_eq!(
             cfg.control,
             std::path::Path::new("/run/vadapt/control.sock")
