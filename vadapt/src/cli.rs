@@ -50,15 +50,24 @@ pub enum Command {
     /// control) in the running daemon; its frontend stays connected.
     SetLimits(SetLimitsArgs),
     /// The embedded default: a daemon with synthetic guests, a live view, plots in demo-out/.
+    #[cfg(feature = "dev-tools")]
     Demo(vadapt_harness::demo::DemoArgs),
     /// Measure this host's costs for the simulator (a calibration file), or validate scenarios.
+    #[cfg(feature = "dev-tools")]
     Calibrate(vadapt_harness::calibrate::CalibrateArgs),
     /// A synthetic guest: a vhost-user frontend driving virtio-net like a Linux guest under load.
+    #[cfg(feature = "dev-tools")]
     Guest(vadapt_guest::GuestArgs),
     /// Discrete-event simulation of a virtualised host running the same policies.
+    #[cfg(feature = "dev-tools")]
     Sim(vadapt_sim::SimArgs),
     /// The benchmark suite: vadapt against DPDK (and OVS-DPDK), rewrites BENCHMARKS.md.
+    #[cfg(feature = "dev-tools")]
     Bench(vadapt_harness::bench::BenchArgs),
+    /// Check a config file, or print the configuration the daemon would run
+    /// with (every key, defaults filled in).
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Print a shell completion script (e.g. `vadapt completions bash >
     /// /etc/bash_completion.d/vadapt`).
     Completions(CompletionsArgs),
@@ -74,11 +83,32 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// `vadapt config`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check FILE as `vadapt serve --config FILE` would, without starting
+    /// anything: exit 0 and print `FILE: valid`, or exit 2 naming the first
+    /// bad key.
+    Check {
+        /// The TOML config file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print the effective configuration as TOML: the config file and the
+    /// command line merged as `vadapt serve` merges them, every default
+    /// filled in, and checked.
+    #[command(after_help = "EXAMPLES:\n  \
+        vadapt config show --config /etc/vadapt/vadapt.toml\n  \
+        vadapt config show --vm name=vm1,socket=/run/vadapt/vm1.sock --policy eekbp")]
+    Show(Box<ServeArgs>),
+}
+
 /// `vadapt man`.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// Write `vadapt.1` and one `vadapt-COMMAND.1` per command into this
-    /// folder instead of printing `vadapt.1`.
+    /// Write `vadapt.1`, one `vadapt-COMMAND.1` per command and
+    /// `vadapt.toml.5` (the config file's keys) into this folder instead of
+    /// printing `vadapt.1`.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
@@ -331,9 +361,15 @@ pub struct DelPortArgs {
     `kill -HUP $(pidof vadapt)` does the same."
 )]
 pub struct ReloadArgs {
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
-    pub control: PathBuf,
+    /// The daemon's control socket [default: the `control` of --config's
+    /// file, or /run/vadapt/control.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Take the control socket from this config file (its `control` key, or
+    /// the default): the daemon's own `--config`, as the systemd unit's
+    /// `ExecReload` passes it.
+    #[arg(long, value_name = "FILE", conflicts_with = "control")]
+    pub config: Option<PathBuf>,
 }
 
 /// `vadapt set-limits`.

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::control::{request, Request, Response};
-use vadapt_harness::cli_util::{chain, fail};
+use crate::exit::{chain, fail};
 
 /// The daemon's answer to `req`; `Err`: the exit, with the reason printed
 /// (the daemon's error, or why there was no answer).

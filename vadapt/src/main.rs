@@ -1,13 +1,17 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
 mod cli;
+mod config_commands;
 mod control_client;
+mod exit;
 mod fdb;
 mod port_changes;
 mod serve;
 mod service_manager;
 mod shell_docs;
 mod stop_signals;
+mod toml_manual;
+mod watchdog;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -27,11 +31,17 @@ fn main() -> ExitCode {
         cli::Command::DelPort(args) => port_changes::del_port(args),
         cli::Command::Reload(args) => port_changes::reload(args),
         cli::Command::SetLimits(args) => port_changes::set_limits(args),
+        #[cfg(feature = "dev-tools")]
         cli::Command::Demo(args) => vadapt_harness::demo::run(args),
+        #[cfg(feature = "dev-tools")]
         cli::Command::Calibrate(args) => vadapt_harness::calibrate::run(args),
+        #[cfg(feature = "dev-tools")]
         cli::Command::Guest(args) => vadapt_guest::run_cli(args),
+        #[cfg(feature = "dev-tools")]
         cli::Command::Sim(args) => vadapt_sim::run_cli(&args),
+        #[cfg(feature = "dev-tools")]
         cli::Command::Bench(args) => vadapt_harness::bench::run(args),
+        cli::Command::Config(c) => config_commands::run(c),
         cli::Command::Completions(args) => shell_docs::completions(args),
         cli::Command::Man(args) => shell_docs::man(args),
     }

@@ -6,10 +6,11 @@ use crate::control_client;
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::config::{
-    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, PortLimits, PortSpec,
+    default_control, parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec,
+    DaemonConfig, PortLimits, PortSpec,
 };
 use vadapt_dataplane::control::{Request, Response};
-use vadapt_harness::cli_util::fail;
+use crate::exit::{chain, fail};
 
 /// The port `a` names (clap makes sure it names exactly one).
 fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {
@@ -66,7 +67,17 @@ pub fn del_port(a: DelPortArgs) -> ExitCode {
 
 /// `vadapt reload`.
 pub fn reload(a: ReloadArgs) -> ExitCode {
-    ask(&a.control, &Request::Reload, "reloaded")
+    let control = match (a.control, a.config) {
+        (Some(c), _) => c,
+        // The file's `control`; it is read, not checked: the daemon checks
+        // the whole file as it reloads, and names what is wrong.
+        (None, Some(file)) => match DaemonConfig::read_file(&file) {
+            Ok(cfg) => cfg.control,
+            Err(e) => return fail(chain(&e)),
+        },
+        (None, None) => default_control(),
+    };
+    ask(&control, &Request::Reload, "reloaded")
 }
 
 /// `vadapt set-limits`.

@@ -7,14 +7,15 @@ use crate::cli::{
 use crate::control_client;
 use crate::service_manager;
 use crate::stop_signals::{Event, StopSignals};
+use crate::watchdog::Watchdog;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{
     parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, DaemonConfig,
 };
 use vadapt_dataplane::control::{Request, Response};
 use vadapt_dataplane::{Daemon, DaemonError};
-use vadapt_harness::cli_util::{chain, fail};
+use crate::exit::{chain, fail};
 use vadapt_policy::PolicyConfig;
 
 /// Merge the config file and the command line into one configuration.
@@ -114,8 +115,10 @@ pub fn run(a: ServeArgs) -> ExitCode {
         );
     }
     service_manager::ready(daemon.socket_paths().len());
+    let mut watchdog = Watchdog::from_env();
     loop {
-        match signals.next(Duration::from_millis(200)) {
+        watchdog.tick(&daemon, Instant::now());
+        match signals.next(watchdog.wait(Duration::from_millis(200))) {
             Some(Event::Reload) => {
                 tracing::info!("SIGHUP: reloading the configuration");
                 service_manager::reloading();

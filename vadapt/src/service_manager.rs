@@ -1,7 +1,8 @@
 //! Telling the service manager (systemd, `Type=notify`) how `vadapt serve`
 //! stands: `READY=1` once every socket listens, `STOPPING=1` when a stop
 //! begins, `RELOADING=1` then `READY=1` around a SIGHUP reload, each with a
-//! `STATUS=` line for `systemctl status`.
+//! `STATUS=` line for `systemctl status`, and `WATCHDOG=1` while the daemon
+//! is whole (`crate::watchdog`).
 //!
 //! Written over the `sd-notify` crate (one small file over libc, no
 //! libsystemd): the protocol is one datagram to `$NOTIFY_SOCKET`, and the
@@ -32,6 +33,11 @@ pub fn reloading() {
 /// The reload is over, applied or not (the daemon logs which): `READY=1`.
 pub fn reloaded() {
     send(&[NotifyState::Ready, NotifyState::Status("reloaded")]);
+}
+
+/// The daemon is alive and whole (`crate::watchdog`): `WATCHDOG=1`.
+pub fn watchdog() {
+    send(&[NotifyState::Watchdog]);
 }
 
 /// A stop begins: `STOPPING=1`.

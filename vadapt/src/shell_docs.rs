@@ -1,13 +1,14 @@
 //! `vadapt completions SHELL` and `vadapt man`: shell completions and man
-//! pages generated from the clap definitions in `cli.rs`, so they never
-//! drift from the command line they describe. The Debian package ships
-//! their output (`packaging/`).
+//! pages generated from the clap definitions in `cli.rs`, and
+//! `vadapt.toml(5)` from the config types (`toml_manual.rs`), so they never
+//! drift from what they describe. The Debian package ships their output
+//! (`packaging/`).
 
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
 use clap::CommandFactory;
 use std::io::Write;
 use std::process::ExitCode;
-use vadapt_harness::cli_util::fail;
+use crate::exit::fail;
 
 /// The name the completions and pages are written for.
 const BIN: &str = "vadapt";
@@ -21,7 +22,8 @@ pub fn completions(a: CompletionsArgs) -> ExitCode {
 }
 
 /// `vadapt man`: the top-level page `vadapt(1)` on stdout, or with `--out DIR`
-/// one page per command into DIR (`vadapt.1`, `vadapt-serve.1`, ...).
+/// one page per command into DIR (`vadapt.1`, `vadapt-serve.1`, ...) and
+/// `vadapt.toml.5`.
 pub fn man(a: ManArgs) -> ExitCode {
     let cmd = Cli::command();
     match a.out {
@@ -29,7 +31,10 @@ pub fn man(a: ManArgs) -> ExitCode {
             if let Err(e) = std::fs::create_dir_all(&dir) {
                 return fail(format!("cannot create {}: {e}", dir.display()));
             }
-            match clap_mangen::generate_to(cmd, &dir) {
+            let toml_page = crate::toml_manual::render(env!("CARGO_PKG_VERSION"));
+            match clap_mangen::generate_to(cmd, &dir)
+                .and_then(|()| std::fs::write(dir.join("vadapt.toml.5"), toml_page))
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(format!(
                     "cannot write man pages into {}: {e}",

@@ -413,6 +413,14 @@ impl Daemon {
         self.shared.set_limits(port, limits)
     }
 
+    /// Whether every service thread still runs: the control socket's, the
+    /// core manager's, MAC ageing, the workload estimate and the metrics
+    /// endpoint, those started. Read-only, for the service manager's
+    /// watchdog (`vadapt serve`).
+    pub fn services_running(&self) -> bool {
+        self.threads.iter().all(|t| !t.is_finished())
+    }
+
     /// True once [`Daemon::request_stop`] was called.
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
