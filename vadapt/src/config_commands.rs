@@ -12,11 +12,7 @@ pub fn run(c: ConfigCommand) -> ExitCode {
     match c {
         ConfigCommand::Check { file } => match DaemonConfig::from_file(&file) {
             Ok(cfg) => {
-                println!(
-                    "{}: valid, {} ports",
-                    file.display(),
-                    cfg.ports().len()
-                );
+                println!("{}: valid, {} ports", file.display(), cfg.ports().len());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(chain(&e)),
@@ -47,7 +43,13 @@ mod tests {
                     [cores]\nmargin = 1.2\n";
         let cfg = DaemonConfig::from_toml(text, "t.toml".as_ref()).unwrap();
         let shown = effective(&cfg).unwrap();
-        for default in ["mac_ageing_s = 300", "margin = 1.2", "period_ms = 100", "kind = \"netap\"", "backlog = 512"] {
+        for default in [
+            "mac_ageing_s = 300",
+            "margin = 1.2",
+            "period_ms = 100",
+            "kind = \"netap\"",
+            "backlog = 512",
+        ] {
             assert!(shown.contains(default), "no `{default}` in\n{shown}");
         }
         let again = DaemonConfig::from_toml(&shown, "shown.toml".as_ref()).unwrap();

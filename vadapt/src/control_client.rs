@@ -3,12 +3,12 @@
 //! a broken exchange) into the exit, so that each subcommand matches only
 //! the answers it expects.
 
+use crate::exit::{chain, fail};
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::control::{request, Request, Response};
-use crate::exit::{chain, fail};
 
 /// The daemon's answer to `req`; `Err`: the exit, with the reason printed
 /// (the daemon's error, or why there was no answer).

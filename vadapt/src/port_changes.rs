@@ -3,6 +3,7 @@
 
 use crate::cli::{AddPortArgs, DelPortArgs, ReloadArgs, SetLimitsArgs};
 use crate::control_client;
+use crate::exit::{chain, fail};
 use std::path::Path;
 use std::process::ExitCode;
 use vadapt_dataplane::config::{
@@ -10,7 +11,6 @@ use vadapt_dataplane::config::{
     DaemonConfig, PortLimits, PortSpec,
 };
 use vadapt_dataplane::control::{Request, Response};
-use crate::exit::{chain, fail};
 
 /// The port `a` names (clap makes sure it names exactly one).
 fn port_spec(a: &AddPortArgs) -> Result<PortSpec, String> {

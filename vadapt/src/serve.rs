@@ -5,6 +5,7 @@ use crate::cli::{
     CoresArgs, CoresCommand, RetuneArgs, ServeArgs, SetCoresArgs, SetPolicyArgs, StatsArgs,
 };
 use crate::control_client;
+use crate::exit::{chain, fail};
 use crate::service_manager;
 use crate::stop_signals::{Event, StopSignals};
 use crate::watchdog::Watchdog;
@@ -15,7 +16,6 @@ use vadapt_dataplane::config::{
 };
 use vadapt_dataplane::control::{Request, Response};
 use vadapt_dataplane::{Daemon, DaemonError};
-use crate::exit::{chain, fail};
 use vadapt_policy::PolicyConfig;
 
 /// Merge the config file and the command line into one configuration.

@@ -5,10 +5,10 @@
 //! (`packaging/`).
 
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
+use crate::exit::fail;
 use clap::CommandFactory;
 use std::io::Write;
 use std::process::ExitCode;
-use crate::exit::fail;
 
 /// The name the completions and pages are written for.
 const BIN: &str = "vadapt";

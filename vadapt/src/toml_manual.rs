@@ -9,7 +9,6 @@
 //! required keys serializes to ([`defaults`]), and the policies' parameters
 //! are those of each policy's defaults.
 
-use serde::de::{self, Deserialize, Deserializer, Visitor};
 use std::collections::BTreeMap;
 use vadapt_dataplane::config::DaemonConfig;
 use vadapt_policy::{PolicyConfig, PolicyKind};
@@ -27,7 +26,12 @@ pub struct Key {
     pub doc: &'static str,
 }
 
-const fn k(table: &'static str, key: &'static str, example: &'static str, doc: &'static str) -> Key {
+const fn k(
+    table: &'static str,
+    key: &'static str,
+    example: &'static str,
+    doc: &'static str,
+) -> Key {
     Key {
         table,
         key,
@@ -274,8 +278,10 @@ pub fn render(version: &str) -> String {
             ));
         }
     }
-    out.push_str(".SH POLICIES\nA policy table has \\fBkind\\fR and that kind's parameters, each optional, \
-                  with these defaults (\\fBvadapt retune\\fR changes some at run time):\n");
+    out.push_str(
+        ".SH POLICIES\nA policy table has \\fBkind\\fR and that kind's parameters, each optional, \
+                  with these defaults (\\fBvadapt retune\\fR changes some at run time):\n",
+    );
     for (kind, params) in policy_parameters() {
         let list = if params.is_empty() {
             "no parameters".to_string()
@@ -286,7 +292,11 @@ pub fn render(version: &str) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        out.push_str(&format!(".TP\nkind = \"{}\"\n{}\n", roff(kind), roff(&list)));
+        out.push_str(&format!(
+            ".TP\nkind = \"{}\"\n{}\n",
+            roff(kind),
+            roff(&list)
+        ));
     }
     out.push_str(
         ".SH EXAMPLE\n.nf\ncontrol = \"/run/vadapt/control.sock\"\nsocket_group = \"libvirt\\-qemu\"\n\
@@ -298,57 +308,57 @@ pub fn render(version: &str) -> String {
 }
 
 #[cfg(test)]
-/// The field names a `Deserialize` struct asks for: serde's derive hands
-/// them to `deserialize_struct`, which this deserializer records and stops.
-pub fn fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
-    struct Names<'a>(&'a mut Vec<&'static str>);
-    #[derive(Debug)]
-    struct Stop;
-    impl std::fmt::Display for Stop {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("stop")
-        }
-    }
-    impl std::error::Error for Stop {}
-    impl de::Error for Stop {
-        fn custom<M: std::fmt::Display>(_: M) -> Self {
-            Stop
-        }
-    }
-    impl<'de> Deserializer<'de> for Names<'_> {
-        type Error = Stop;
-        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
-            Err(Stop)
-        }
-        fn deserialize_struct<V: Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Stop> {
-            self.0.extend_from_slice(fields);
-            Err(Stop)
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-            bytes byte_buf option unit unit_struct newtype_struct seq tuple
-            tuple_struct map enum identifier ignored_any
-        }
-    }
-    let mut names = Vec::new();
-    let _ = T::deserialize(Names(&mut names));
-    names
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
     use std::collections::BTreeSet;
     use vadapt_dataplane::config::{
         cores::CoresConfig, LocalPortConfig, PortLimits, TapPortConfig, UplinkPortConfig,
         VmPortConfig,
     };
     use vadapt_policy::vspace::ThresholdParams;
+
+    /// The field names a `Deserialize` struct asks for: serde's derive hands
+    /// them to `deserialize_struct`, which this deserializer records and stops.
+    fn fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
+        struct Names<'a>(&'a mut Vec<&'static str>);
+        #[derive(Debug)]
+        struct Stop;
+        impl std::fmt::Display for Stop {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("stop")
+            }
+        }
+        impl std::error::Error for Stop {}
+        impl de::Error for Stop {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Stop
+            }
+        }
+        impl<'de> Deserializer<'de> for Names<'_> {
+            type Error = Stop;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+                Err(Stop)
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Stop> {
+                self.0.extend_from_slice(fields);
+                Err(Stop)
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+                bytes byte_buf option unit unit_struct newtype_struct seq tuple
+                tuple_struct map enum identifier ignored_any
+            }
+        }
+        let mut names = Vec::new();
+        let _ = T::deserialize(Names(&mut names));
+        names
+    }
 
     fn page_keys(table: &str) -> BTreeSet<&'static str> {
         all_keys()
@@ -377,7 +387,11 @@ mod tests {
         for (table, names) in types {
             assert!(!names.is_empty(), "[{table}]: no fields read from its type");
             let names: BTreeSet<&str> = names.into_iter().collect();
-            assert_eq!(page_keys(table), names, "[{table}]: the page against the parser");
+            assert_eq!(
+                page_keys(table),
+                names,
+                "[{table}]: the page against the parser"
+            );
             covered.insert(table);
         }
         let tables: BTreeSet<&str> = all_keys().into_iter().map(|k| k.0).collect();
@@ -415,15 +429,30 @@ mod tests {
     #[test]
     fn the_page_names_every_key_and_the_defaults_come_from_the_types() {
         let page = render("test");
-        for key in ["mac_ageing_s", "backlog", "margin", "slo_p95_us", "storm_control_pps"] {
+        for key in [
+            "mac_ageing_s",
+            "backlog",
+            "margin",
+            "slo_p95_us",
+            "storm_control_pps",
+        ] {
             assert!(page.contains(&format!("\\fB{}\\fR", roff(key))), "no {key}");
         }
         let d = defaults();
-        assert_eq!(d[""]["mac_ageing_s"], DaemonConfig::default().mac_ageing_s.to_string());
-        assert_eq!(d["cores"]["margin"], CoresConfig::default().margin.to_string());
+        assert_eq!(
+            d[""]["mac_ageing_s"],
+            DaemonConfig::default().mac_ageing_s.to_string()
+        );
+        assert_eq!(
+            d["cores"]["margin"],
+            CoresConfig::default().margin.to_string()
+        );
         assert!(page.contains("[cores.thresholds]"), "{page}");
         for (kind, _) in policy_parameters() {
-            assert!(page.contains(&format!("kind = \"{}\"", roff(kind))), "{kind}");
+            assert!(
+                page.contains(&format!("kind = \"{}\"", roff(kind))),
+                "{kind}"
+            );
         }
     }
 }

@@ -28,7 +28,10 @@ impl Watchdog {
             .map(|d| d / 2)
             .filter(|d| !d.is_zero());
         if let Some(d) = every {
-            tracing::info!(every_ms = d.as_millis() as u64, "service manager watchdog on");
+            tracing::info!(
+                every_ms = d.as_millis() as u64,
+                "service manager watchdog on"
+            );
         }
         Watchdog {
             every,
@@ -66,7 +69,9 @@ impl Watchdog {
 /// What is no longer running, if anything.
 fn dead_part(daemon: &Daemon) -> Option<String> {
     if !daemon.services_running() {
-        return Some("a service thread (control socket, core manager, ageing, metrics) ended".into());
+        return Some(
+            "a service thread (control socket, core manager, ageing, metrics) ended".into(),
+        );
     }
     let pool = daemon.nq_workers()?;
     pool.tids()

@@ -92,3 +92,66 @@ fn a_notify_socket_nobody_listens_on_does_not_stop_the_daemon() {
     signal(&child, libc::SIGTERM);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn watchdog_pings_at_half_the_interval_the_manager_asks_for() {
+    let dir = tmpdir("notify-watchdog");
+    let notify = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["serve", "--sink", "sink0", "--control"])
+        .arg(dir.path().join("control.sock"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "200000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = next(&manager);
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    // Every 100 ms: five pings within a few seconds, each alone.
+    for _ in 0..5 {
+        let ping = next(&manager);
+        assert_eq!(ping.trim_end(), "WATCHDOG=1", "{ping:?}");
+    }
+    signal(&child, libc::SIGTERM);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn no_watchdog_pings_for_another_process() {
+    let dir = tmpdir("notify-watchdog-pid");
+    let notify = dir.path().join("notify.sock");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // WATCHDOG_PID names another process (pid 1): the watchdog is not ours.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
+        .args(["serve", "--sink", "sink0", "--control"])
+        .arg(dir.path().join("control.sock"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "200000")
+        .env("WATCHDOG_PID", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = next(&manager);
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    manager
+        .set_read_timeout(Some(Duration::from_millis(600)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let got = manager.recv(&mut buf).ok().map(|n| buf[..n].to_vec());
+    assert!(
+        got.is_none(),
+        "{:?}",
+        got.map(|b| String::from_utf8_lossy(&b).into_owned())
+    );
+    signal(&child, libc::SIGTERM);
+    assert!(child.wait().unwrap().success());
+}
