@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon: VM ports (vhost-user sockets), sink/echo/TAP ports, one switch.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print the running daemon's counters.
     Stats(StatsArgs),
     /// Print the running daemon's forwarding table: each MAC address, its

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     cli::init_logging(&cli.log_level);
     match cli.command {
-        cli::Command::Serve(args) => serve::run(args),
+        cli::Command::Serve(args) => serve::run(*args),
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::Fdb(args) => fdb::fdb(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),

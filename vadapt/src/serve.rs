@@ -278,7 +278,7 @@ mod tests {
             .expect("valid command line")
             .command
         {
-            Command::Serve(a) => a,
+            Command::Serve(a) => *a,
             c => panic!("not serve: {c:?}"),
         }
     }
