@@ -3,6 +3,8 @@ that names the offending field (no panic, no hang, exit code != 0)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import harness
@@ -78,6 +80,36 @@ def test_config_unknown_key(vadapt_bin, tmp_path):
 def test_config_missing_file(vadapt_bin, tmp_path):
     r = serve(vadapt_bin, tmp_path, "--config", str(tmp_path / "nope.toml"))
     assert_clean_error(r, "nope.toml")
+
+
+PACKAGED_CONFIG = Path(__file__).resolve().parents[2] / "packaging" / "vadapt.toml"
+
+
+def test_config_check_takes_the_packaged_file_and_names_a_bad_key(vadapt_bin, tmp_path):
+    r = harness.run_cli([str(vadapt_bin), "config", "check", str(PACKAGED_CONFIG)])
+    assert r.rc == 0 and "valid, 0 ports" in r.stdout, (r.stdout, r.stderr)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[vm]]\nname = "vm1"\nsocket = "/run/v.sock"\nqueues = 99\n')
+    assert_clean_error(harness.run_cli([str(vadapt_bin), "config", "check", str(bad)]), "queues")
+
+
+def test_config_show_is_the_effective_configuration_and_reads_back(vadapt_bin, tmp_path):
+    cfg = tmp_path / "vadapt.toml"
+    cfg.write_text('backlog = 256\n[policy]\nkind = "eekbp"\n')
+    argv = [str(vadapt_bin), "config", "show", "--config", str(cfg)]
+    r = harness.run_cli([*argv, "--sink", "s0", "--control", str(tmp_path / "c.sock")])
+    assert r.rc == 0, r.stderr
+    shown = r.stdout
+    # The file's, the command line's, and the defaults neither gave.
+    for line in ("backlog = 256", 'kind = "eekbp"', 'name = "s0"', "mac_ageing_s = 300"):
+        assert line in shown, f"no {line!r} in\n{shown}"
+    assert f'control = "{tmp_path}/c.sock"' in shown, shown
+    # What it prints is a config file that checks, and shows the same again.
+    again = tmp_path / "shown.toml"
+    again.write_text(shown)
+    assert harness.run_cli([str(vadapt_bin), "config", "check", str(again)]).rc == 0
+    shown_again = harness.run_cli([str(vadapt_bin), "config", "show", "--config", str(again)])
+    assert shown_again.stdout == shown
 
 
 def test_duplicate_port_names(vadapt_bin, tmp_path):
