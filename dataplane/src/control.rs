@@ -153,7 +153,14 @@ pub struct ReloadReport {
     /// frontends stay connected).
     #[serde(default)]
     pub limits_changed: Vec<String>,
-    /// Ports left as they were.
+    /// Ports added at run time (kept in the state file) that a port of the
+    /// same name in the file replaced: the file's ports win. The state
+    /// file keeps them (a start restores them if the file no longer names
+    /// the port).
+    #[serde(default)]
+    pub replaced_run_time: Vec<String>,
+    /// Ports left as they were (the ports added at run time, which a
+    /// reload leaves alone, included).
     pub unchanged: usize,
     /// Settings that changed in the file but take a restart of the daemon
     /// (`policy`, `cpus`, `[cores]`, ...): not applied.
@@ -182,6 +189,13 @@ impl std::fmt::Display for ReloadReport {
                 f,
                 "; rate limits changed in place: {}",
                 self.limits_changed.join(", ")
+            )?;
+        }
+        if !self.replaced_run_time.is_empty() {
+            write!(
+                f,
+                "; run-time ports replaced by the file's of the same name: {}",
+                self.replaced_run_time.join(", ")
             )?;
         }
         if !self.need_restart.is_empty() {
