@@ -39,12 +39,16 @@ pub enum Command {
     /// Switch the running vSPACE core manager's mode.
     SetCores(SetCoresArgs),
     /// Add a port to the running daemon; the other ports are not touched.
+    /// The port is kept in the daemon's state file (restored at its next
+    /// start) before the command succeeds.
     AddPort(AddPortArgs),
     /// Remove a port from the running daemon: its frontend is disconnected,
-    /// its worker stopped, its socket removed; the other ports are not touched.
+    /// its worker stopped, its socket removed, and it is taken out of the
+    /// state file; the other ports are not touched.
     DelPort(DelPortArgs),
     /// Make the running daemon read its configuration again and apply the
-    /// difference in ports (as SIGHUP does); unchanged ports are not touched.
+    /// difference in ports (as SIGHUP does); unchanged ports are not touched,
+    /// nor the ports added at run time (the state file's).
     Reload(ReloadArgs),
     /// Set a VM, TAP or uplink port's rate limits (ingress policing, storm
     /// control) in the running daemon; its frontend stays connected.
@@ -199,6 +203,23 @@ pub struct ServeArgs {
     /// group changes); `[cores] queue_workers` in the config file.
     #[arg(long, value_name = "HOW")]
     pub queue_workers: Option<String>,
+    /// Folder of the state file `ports.toml`, where the ports added and
+    /// removed at run time (`vadapt add-port`/`del-port`, the libvirt hook)
+    /// are kept: written atomically before the request is answered, and
+    /// restored at start after the config file's ports (on a name clash the
+    /// config file's port is used, and the clash logged). `vadapt reload`
+    /// leaves run-time ports and the file alone. A file that cannot be used
+    /// is moved aside to `ports.toml.corrupt-<unix seconds>`, logged, and
+    /// the daemon starts with the config file's ports (see --strict)
+    /// [default: the config file's `state_dir`, else $STATE_DIRECTORY
+    /// (systemd's StateDirectory=), else /var/lib/vadapt].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Refuse to start when the state file cannot be used (unreadable,
+    /// corrupt, a newer format) or a port in it cannot be restored, leaving
+    /// the file as it is; `state_strict = true` in the config file.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `vadapt cores`.

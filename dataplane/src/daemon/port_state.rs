@@ -28,8 +28,9 @@
 //!   `state_strict` (`--strict`) it refuses to start instead and leaves
 //!   the file where it is.
 //! - **One daemon per folder.** `ports.lock` in the folder is locked
-//!   (`flock`) for the daemon's life: a second daemon on the same folder is
-//!   refused at start; the kernel drops the lock of a killed one.
+//!   (`flock`) for the daemon's life from its start if the state file
+//!   exists, else from its first write: a second daemon on the same folder
+//!   is refused then; the kernel drops the lock of a killed one.
 
 use crate::config::{
     DaemonConfig, LocalPortConfig, PortSpec, TapPortConfig, UplinkPortConfig, VmPortConfig,
@@ -285,34 +286,24 @@ pub struct PortStore {
     path: PathBuf,
     /// The ports as the file holds them now.
     ports: Vec<PortSpec>,
-    /// Held for the daemon's life (`None`: the folder could not be made;
-    /// every write then fails, naming why).
-    _lock: Option<File>,
+    /// The folder's lock, held for the daemon's life once taken (`None`:
+    /// not yet; the next write takes it).
+    lock: Option<File>,
 }
 
 impl PortStore {
-    /// Open the state folder `dir`: create it (0700) and lock it if it can
-    /// be, and read its file. An unusable file is moved aside (see the
-    /// module docs) unless `strict`, in which case it is the error. A
-    /// folder that cannot be created is no error here (a daemon that adds
-    /// no port at run time needs none): the first write fails instead.
+    /// Open the state file in `dir` and read it. An unusable file is moved
+    /// aside (see the module docs) unless `strict`, in which case it is the
+    /// error. The folder's lock is taken now if the file exists (this
+    /// daemon takes its ports over), else at the first write, which also
+    /// creates the folder (0700): a daemon that never adds a port at run
+    /// time creates and locks nothing, so daemons of tests and tools that
+    /// share the default folder do not refuse one another.
     pub fn open(dir: &Path, strict: bool) -> Result<Opened, PortStateError> {
         let path = dir.join(FILE_NAME);
-        let lock = match std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
-            Ok(()) => Some(lock(dir)?),
-            Err(e) => {
-                tracing::warn!(
-                    folder = %dir.display(),
-                    error = %e,
-                    "cannot create the state folder: ports added at run time cannot be \
-                     saved (add-port will fail); give --state-dir"
-                );
-                None
-            }
+        let lock = match path.symlink_metadata() {
+            Ok(_) => Some(lock(dir)?),
+            Err(_) => None,
         };
         let mut set_aside = None;
         let ports = match read(&path) {
@@ -333,7 +324,7 @@ impl PortStore {
             store: PortStore {
                 path,
                 ports: ports.clone(),
-                _lock: lock,
+                lock,
             },
             ports,
             set_aside,
@@ -373,9 +364,7 @@ impl PortStore {
     }
 
     fn save(&mut self, ports: Vec<PortSpec>) -> Result<(), PortStateError> {
-        if self._lock.is_none() {
-            // Made now if it can be (it may have been since start-up); the
-            // lock is taken with it.
+        if self.lock.is_none() {
             let dir = self.path.parent().unwrap_or(Path::new("."));
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -385,7 +374,7 @@ impl PortStore {
                     path: dir.to_owned(),
                     source,
                 })?;
-            self._lock = Some(lock(dir)?);
+            self.lock = Some(lock(dir)?);
         }
         write_atomically(&self.path, encode(&ports).as_bytes()).map_err(|source| {
             PortStateError::Write {
@@ -599,14 +588,23 @@ mod tests {
     }
 
     #[test]
-    fn a_second_daemon_on_one_folder_is_refused() {
+    fn a_second_daemon_on_one_folder_is_refused_once_there_is_a_file() {
         let t = tempfile::tempdir().unwrap();
-        let first = PortStore::open(t.path(), false).unwrap();
-        let e = PortStore::open(t.path(), false).unwrap_err();
+        let dir = t.path().join("state");
+        // No file: neither takes the folder, until one writes.
+        let mut first = PortStore::open(&dir, false).unwrap().store;
+        let mut second = PortStore::open(&dir, false).unwrap().store;
+        assert!(!dir.exists(), "nothing created before a write");
+        first.put(vm("name=a,socket=/a")).unwrap();
+        let e = second.put(vm("name=b,socket=/b")).unwrap_err();
         assert!(matches!(e, PortStateError::InUse { .. }), "{e}");
         assert!(e.to_string().contains("--state-dir"), "{e}");
-        drop(first);
-        PortStore::open(t.path(), false).expect("free once the first is gone");
+        // With the file there, a third is refused at its start.
+        let e = PortStore::open(&dir, false).unwrap_err();
+        assert!(matches!(e, PortStateError::InUse { .. }), "{e}");
+        drop((first, second));
+        let opened = PortStore::open(&dir, false).expect("free once the first is gone");
+        assert_eq!(opened.ports, [vm("name=a,socket=/a")]);
     }
 
     #[test]

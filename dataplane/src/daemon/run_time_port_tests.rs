@@ -193,7 +193,7 @@ fn an_unusable_state_file_is_kept_aside_and_refused_under_strict() {
 fn a_port_whose_state_cannot_be_written_is_not_added() {
     let t = tempfile::tempdir().unwrap();
     let d = Daemon::start(cfg(t.path())).unwrap();
-    std::fs::create_dir(t.path().join("state").join(".ports.toml.tmp")).unwrap();
+    std::fs::create_dir_all(t.path().join("state").join(".ports.toml.tmp")).unwrap();
     let e = d.add_port(vm(t.path(), "v1")).unwrap_err();
     assert!(
         e.contains("`v1` not added") && e.contains("ports.toml"),

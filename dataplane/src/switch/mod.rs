@@ -26,6 +26,7 @@ mod egress;
 mod fdb;
 mod fdb_listing;
 mod forwarded;
+mod frame_fate;
 mod ingress;
 mod learning_switch;
 mod port_rules;
