@@ -29,6 +29,11 @@ pub enum Command {
     /// port, whether it is static (a port's own, a sink's or echo's) or
     /// learned, and its age.
     Fdb(FdbArgs),
+    /// Show where a frame entering a port would go, and why: its VLAN, port
+    /// security, the forwarding table's answer, the IP source guard, and
+    /// the ports it would leave by (the switch's own decision, against its
+    /// table now; nothing is sent or learned).
+    Trace(TraceArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
     /// Change one parameter of a VM port's running policy, keeping its state.
@@ -276,6 +281,29 @@ pub struct StatsArgs {
     /// Print the Prometheus text exposition instead of a table.
     #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
+}
+
+/// `vadapt trace`.
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:\n  \
+    vadapt trace vm1 src=52:54:00:00:00:01,dst=ff:ff:ff:ff:ff:ff\n  \
+    vadapt trace vm1 src=52:54:00:00:00:01,dst=52:54:00:00:00:02,ip_src=10.0.0.9\n  \
+    vadapt trace up0 src=02:00:00:00:00:07,dst=52:54:00:00:00:01,vlan=7,ip_src=10.0.7.1,arp")]
+pub struct TraceArgs {
+    /// The port the frame enters (any kind).
+    #[arg(value_name = "PORT")]
+    pub port: String,
+    /// The frame: `src=MAC,dst=MAC[,vlan=0..4094][,ip_src=IP][,ip_dst=IP][,arp]`. `vlan`: an
+    /// 802.1Q tag; `ip_src`: a UDP packet from that IPv4 or IPv6 address (with `arp`: an ARP
+    /// request whose sender it is); without it the frame carries no IP.
+    #[arg(value_name = "FRAME-SPEC")]
+    pub frame: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `vadapt fdb`.

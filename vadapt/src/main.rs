@@ -8,6 +8,7 @@ mod serve;
 mod service_manager;
 mod shell_docs;
 mod stop_signals;
+mod trace;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::Fdb(args) => fdb::fdb(args),
+        cli::Command::Trace(args) => trace::trace(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Cores(args) => serve::cores(args),

@@ -61,6 +61,16 @@ impl Handler for Shared {
             Request::Fdb => Response::Fdb {
                 fdb: self.switch.listing(crate::clock::coarse_now()),
             },
+            Request::Trace { port, frame } => {
+                let traced = frame
+                    .build()
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| self.switch.trace(&port, &bytes).map_err(|e| e.to_string()));
+                match traced {
+                    Ok(trace) => Response::Trace { trace },
+                    Err(error) => Response::Error { error },
+                }
+            }
             Request::SetPolicy { port, policy } => match self.set_policy(&port, policy) {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
@@ -256,7 +266,8 @@ fn restore_run_time_ports(
             file = %file.display(),
             error = %vadapt_host::error_chain::error_chain(why),
             kept_as = %to.display(),
-            "the state file cannot be used: moved aside, starting with the config file's              ports only (--strict refuses to start instead)"
+            "the state file cannot be used: moved aside, starting with the config file's \
+             ports only (--strict refuses to start instead)"
         );
     }
     let configured: Vec<String> = cfg.ports().iter().map(|p| p.name().to_owned()).collect();
@@ -275,7 +286,8 @@ fn restore_run_time_ports(
             tracing::warn!(
                 port = name,
                 file = %file.display(),
-                "not restored: the config file has a port of that name, and it wins (the                  state file keeps this one)"
+                "not restored: the config file has a port of that name, and it wins (the \
+             state file keeps this one)"
             );
             continue;
         }
@@ -292,7 +304,8 @@ fn restore_run_time_ports(
                 port = name,
                 file = %file.display(),
                 error = %why,
-                "cannot restore a port added at run time: skipped (the state file keeps it;                  `vadapt del-port` removes it)"
+                "cannot restore a port added at run time: skipped (the state file keeps it; \
+             `vadapt del-port` removes it)"
             );
             continue;
         }

@@ -57,19 +57,21 @@ use vadapt_policy::{Duration, Instant};
 use vadapt_wire::Mac;
 
 #[derive(Debug)]
-struct PortEntry {
+pub(super) struct PortEntry {
     egress: Arc<dyn Egress>,
-    stats: Arc<PortStats>,
-    rules: Arc<PortRules>,
+    /// Its counters (and its name).
+    pub(super) stats: Arc<PortStats>,
+    /// Its rules.
+    pub(super) rules: Arc<PortRules>,
 }
 
 /// What the switch's one lock guards.
 #[derive(Debug)]
-struct Tables {
+pub(super) struct Tables {
     /// By [`PortId`]; `None`: a removed port's slot, free for the next.
-    ports: Vec<Option<PortEntry>>,
+    pub(super) ports: Vec<Option<PortEntry>>,
     /// The forwarding table.
-    fdb: Fdb,
+    pub(super) fdb: Fdb,
 }
 
 impl Tables {
@@ -257,7 +259,7 @@ impl Switch {
 
     /// The one lock (poisoning ignored: every change to [`Tables`] is a
     /// single insert, remove or retain, never left half done).
-    fn tables(&self) -> MutexGuard<'_, Tables> {
+    pub(super) fn tables(&self) -> MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
