@@ -38,6 +38,7 @@ use crate::config::{
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -401,12 +402,18 @@ fn lock(dir: &Path) -> Result<File, PortStateError> {
         .mode(0o600)
         .open(&path)
         .map_err(err)?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(PortStateError::InUse {
+    // SAFETY: flock takes an advisory lock on the open file `f` owns (its
+    // descriptor is valid for the call); no memory is passed. The lock goes
+    // with the descriptor: when the daemon drops `f`, exits or is killed.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(f);
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(PortStateError::InUse {
             path: dir.to_owned(),
         }),
-        Err(std::fs::TryLockError::Error(e)) => Err(err(e)),
+        e => Err(err(e)),
     }
 }
 

@@ -113,17 +113,17 @@ fn a_trace_names_the_ports_forwarding_then_sends_the_frame_to() {
         ("vm1", format!("src={VM1},dst={VM2},vlan=7"), "vlan_tagged"),
         (
             "t0",
-            format!("src=02:00:00:00:00:77,dst=ff:ff:ff:ff:ff:ff,vlan=7"),
+            "src=02:00:00:00:00:77,dst=ff:ff:ff:ff:ff:ff,vlan=7".to_string(),
             "flooded in VLAN 7",
         ),
         (
             "t0",
-            format!("src=02:00:00:00:00:77,dst=ff:ff:ff:ff:ff:ff,vlan=9"),
+            "src=02:00:00:00:00:77,dst=ff:ff:ff:ff:ff:ff,vlan=9".to_string(),
             "vlan_not_allowed",
         ),
         (
             "a7",
-            format!("src=02:00:00:00:00:07,dst=02:00:00:00:00:77"),
+            "src=02:00:00:00:00:07,dst=02:00:00:00:00:77".to_string(),
             "forwarded to t0",
         ),
         ("vm2", format!("src={VM2},dst={VM2}"), "came from"),
