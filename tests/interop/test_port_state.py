@@ -76,7 +76,7 @@ def operations(workdir) -> list[tuple[str, str, list[str]]]:
 def test_every_port_acknowledged_before_a_kill_is_back(vadapt_bin, procs):
     d = start(vadapt_bin, procs, "vadapt-1")
     ops = operations(procs.workdir)
-    acked: list[tuple[str, str]] = []
+    acked: list[tuple[str, str, str]] = []
     # Operations sent but not acknowledged: the one in flight at the kill
     # (the daemon may have done it or not), and any sent before the
     # thread saw the kill (refused).
@@ -95,7 +95,7 @@ def test_every_port_acknowledged_before_a_kill_is_back(vadapt_bin, procs):
                 timeout=20,
             )
             if r.returncode == 0:
-                acked.append((op, name))
+                acked.append((op, name, args[0]))
                 continue
             unanswered.append(name)
             if not killed.is_set():
@@ -104,8 +104,8 @@ def test_every_port_acknowledged_before_a_kill_is_back(vadapt_bin, procs):
     worker = threading.Thread(target=run)
     worker.start()
     assert poll(lambda: len(acked) >= KILL_AFTER, 60), f"only {len(acked)} acknowledged"
+    killed.set()  # first: the operation in flight fails with the kill
     d.proc.stop(signal.SIGKILL, grace=0)
-    killed.set()
     worker.join(30)
     assert not worker.is_alive()
     n_acked = len(acked)
@@ -113,7 +113,9 @@ def test_every_port_acknowledged_before_a_kill_is_back(vadapt_bin, procs):
     assert len(uncertain) <= 2, unanswered
     want: set[str] = {"sink0"}
     gone: set[str] = set()
-    for op, name in acked:
+    kind: dict[str, str] = {}  # the last acknowledged add's kind
+    for op, name, flag in acked:
+        kind[name] = flag if op == "add" else kind.get(name, "")
         (want.add if op == "add" else want.discard)(name)
         (gone.discard if op == "add" else gone.add)(name)
 
@@ -128,8 +130,7 @@ def test_every_port_acknowledged_before_a_kill_is_back(vadapt_bin, procs):
     assert got <= want | uncertain, f"never acknowledged: {sorted(got - want - uncertain)}"
     assert not list(procs.workdir.glob("state/ports.toml.corrupt-*"))
     # Each restored VM port listens again on its socket.
-    vms = {name for op, name, args in ops if op == "add" and args[0] == "--vm"}
-    for name in got & vms:
+    for name in (got - uncertain) & {n for n, k in kind.items() if k == "--vm"}:
         assert (procs.workdir / f"{name}.sock").is_socket(), name
     # The new daemon goes on from there: a del-port is kept too.
     victim = sorted(got - {"sink0"})[0]

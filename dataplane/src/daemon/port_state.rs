@@ -213,7 +213,7 @@ fn decode(text: &str, path: &Path) -> Result<Vec<PortSpec>, PortStateError> {
         message,
     };
     let version = toml::from_str::<VersionOnly>(text)
-        .map_err(|e| parse(e.to_string()))?
+        .map_err(|e| parse(one_line(&e)))?
         .version;
     match version {
         None => {
@@ -230,7 +230,7 @@ fn decode(text: &str, path: &Path) -> Result<Vec<PortSpec>, PortStateError> {
         Some(0) => return Err(parse("format version 0 was never written".into())),
         Some(_) => {}
     }
-    let layout: FileLayout = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
+    let layout: FileLayout = toml::from_str(text).map_err(|e| parse(one_line(&e)))?;
     let cfg = DaemonConfig {
         vm: layout.vm,
         sink: layout.sink,
@@ -245,6 +245,15 @@ fn decode(text: &str, path: &Path) -> Result<Vec<PortSpec>, PortStateError> {
             source,
         })?;
     Ok(cfg.ports())
+}
+
+/// toml's error in one line (its `Display` quotes the line with a caret
+/// under it, which a log line must not carry): where, then what.
+fn one_line(e: &toml::de::Error) -> String {
+    let text = e.to_string();
+    let at = text.lines().next().unwrap_or_default();
+    let what = e.message().trim().replace('\n', "; ");
+    format!("{at}: {what}")
 }
 
 /// Write `bytes` to `path` so that a reader, or a restart after a crash at
@@ -506,7 +515,9 @@ mod tests {
         let half = &cut[..cut.find("socket = \"/run/v/vm2").unwrap() + 14];
         let e = decode(half, p).unwrap_err();
         assert!(matches!(e, PortStateError::Parse { .. }), "{e}");
-        assert!(e.to_string().contains("/x/ports.toml"), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("/x/ports.toml") && msg.contains("line "), "{msg}");
+        assert!(!msg.contains('\n'), "one line for the log: {msg}");
         let e = decode("version = 1\n[[vm]]\nname = \"a\"\nsockett = \"/a\"\n", p).unwrap_err();
         assert!(matches!(e, PortStateError::Parse { .. }), "{e}");
         let twice = "version = 1\n[[sink]]\nname = \"a\"\n[[echo]]\nname = \"a\"\n";
