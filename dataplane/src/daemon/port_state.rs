@@ -516,7 +516,10 @@ mod tests {
         let e = decode(half, p).unwrap_err();
         assert!(matches!(e, PortStateError::Parse { .. }), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("/x/ports.toml") && msg.contains("line "), "{msg}");
+        assert!(
+            msg.contains("/x/ports.toml") && msg.contains("line "),
+            "{msg}"
+        );
         assert!(!msg.contains('\n'), "one line for the log: {msg}");
         let e = decode("version = 1\n[[vm]]\nname = \"a\"\nsockett = \"/a\"\n", p).unwrap_err();
         assert!(matches!(e, PortStateError::Parse { .. }), "{e}");
