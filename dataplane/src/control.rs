@@ -15,9 +15,10 @@
 //! | [`Request::Reload`] | `reload` | `vadapt reload` (and `SIGHUP` to `vadapt serve`, without the socket) |
 //! | [`Request::SetLimits`] | `set-limits` | `vadapt set-limits` |
 //! | [`Request::Fdb`] | `fdb` | `vadapt fdb` |
+//! | [`Request::Trace`] | `trace` | `vadapt trace` |
 //!
 //! The requests that only read ([`Request::only_reads`]: stats, metrics,
-//! cores, fdb) never wait on a port, a frontend or the port book.
+//! cores, fdb, trace) never wait on a port, a frontend or the port book.
 //!
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.
@@ -26,7 +27,7 @@ use crate::config::{PortLimits, PortSpec};
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use crate::socket_file::{self, Access, SocketFileError, SocketLedger};
-use crate::switch::FdbListing;
+use crate::switch::{FdbListing, FrameSpec, FrameTrace};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -94,6 +95,15 @@ pub enum Request {
     },
     /// The switch's forwarding table (`vadapt fdb`).
     Fdb,
+    /// Where a frame entering a port would go, and why (`vadapt trace`):
+    /// the switch's decision against its table and rules now; nothing is
+    /// sent or learned.
+    Trace {
+        /// The port it enters.
+        port: String,
+        /// The frame.
+        frame: FrameSpec,
+    },
 }
 
 /// The largest P95 sample `cores-report` takes, µs: an hour. Anything
@@ -130,6 +140,11 @@ pub enum Response {
         /// Its addresses.
         fdb: FdbListing,
     },
+    /// A frame's path.
+    Trace {
+        /// The path, check by check.
+        trace: FrameTrace,
+    },
     /// Done.
     Ok,
     /// Failed; `error` says why.
@@ -153,7 +168,14 @@ pub struct ReloadReport {
     /// frontends stay connected).
     #[serde(default)]
     pub limits_changed: Vec<String>,
-    /// Ports left as they were.
+    /// Ports added at run time (kept in the state file) that a port of the
+    /// same name in the file replaced: the file's ports win. The state
+    /// file keeps them (a start restores them if the file no longer names
+    /// the port).
+    #[serde(default)]
+    pub replaced_run_time: Vec<String>,
+    /// Ports left as they were (the ports added at run time, which a
+    /// reload leaves alone, included).
     pub unchanged: usize,
     /// Settings that changed in the file but take a restart of the daemon
     /// (`policy`, `cpus`, `[cores]`, ...): not applied.
@@ -182,6 +204,13 @@ impl std::fmt::Display for ReloadReport {
                 f,
                 "; rate limits changed in place: {}",
                 self.limits_changed.join(", ")
+            )?;
+        }
+        if !self.replaced_run_time.is_empty() {
+            write!(
+                f,
+                "; run-time ports replaced by the file's of the same name: {}",
+                self.replaced_run_time.join(", ")
             )?;
         }
         if !self.need_restart.is_empty() {
@@ -318,7 +347,7 @@ pub const MAX_CHANGES_IN_FLIGHT: usize = 8;
 
 /// Hands each request to the daemon's [`Handler`] so that no request can
 /// hold up another: those that only read (`stats`, `metrics`, `cores`,
-/// `fdb`)
+/// `fdb`, `trace`)
 /// are answered at once on the server's runtime, since they take no lock
 /// a port operation holds while it waits; those that change ports or
 /// policies, which may wait on a frontend, a worker or the port book, run
@@ -419,6 +448,7 @@ impl Request {
             Request::Reload => "reload",
             Request::SetLimits { .. } => "set-limits",
             Request::Fdb => "fdb",
+            Request::Trace { .. } => "trace",
         }
     }
 
@@ -427,7 +457,11 @@ impl Request {
     pub fn only_reads(&self) -> bool {
         matches!(
             self,
-            Request::Stats | Request::Metrics | Request::Cores | Request::Fdb
+            Request::Stats
+                | Request::Metrics
+                | Request::Cores
+                | Request::Fdb
+                | Request::Trace { .. }
         )
     }
 }
@@ -479,6 +513,9 @@ mod tests {
                 Request::Metrics => Response::Metrics { text: "x".into() },
                 Request::Fdb => Response::Fdb {
                     fdb: FdbListing::default(),
+                },
+                Request::Trace { .. } => Response::Trace {
+                    trace: FrameTrace::default(),
                 },
                 Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
                 Request::SetPolicy { port, .. }

@@ -394,7 +394,11 @@ pub fn run(line: &[u8]) {
     match (&req, &resp) {
         (Request::Stats, Response::Stats { .. })
         | (Request::Metrics, Response::Metrics { .. })
-        | (Request::Fdb, Response::Fdb { .. }) => {}
+        | (Request::Fdb, Response::Fdb { .. })
+        | (Request::Trace { .. }, Response::Trace { .. }) => {}
+        // A frame that is none, or a port that is not there, is refused.
+        (Request::Trace { .. }, Response::Error { error }) if !error.starts_with("bad request") => {
+        }
         (Request::SetPolicy { port, .. } | Request::Retune { port, .. }, Response::Ok)
             if known(port) => {}
         (Request::Cores, Response::Cores { .. })

@@ -260,7 +260,9 @@ class ProcGroup:
 
 @dataclass
 class Vadapt:
-    """A `vadapt serve` daemon with its control socket in `workdir`."""
+    """A `vadapt serve` daemon with its control socket in `workdir`, and its
+    state file (run-time ports) in `state_dir` (default: `workdir/NAME.state`,
+    never the host's /var/lib/vadapt)."""
 
     binary: Path
     workdir: Path
@@ -269,13 +271,17 @@ class Vadapt:
     cpus: str | None = "1"
     name: str = "vadapt"
     proc: Proc | None = None
+    state_dir: Path | None = None
     control: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.control = self.workdir / "control.sock"
+        if self.state_dir is None:
+            self.state_dir = self.workdir / f"{self.name}.state"
 
     def start(self, wait_sockets: list[Path] = ()) -> Vadapt:
-        argv = [str(self.binary), "serve", "--control", str(self.control), *self.args]
+        argv = [str(self.binary), "serve", "--control", str(self.control)]
+        argv += ["--state-dir", str(self.state_dir), *self.args]
         if self.cpus is not None and which("taskset"):
             # Pin the daemon away from the frontend's forwarding core (docs/architecture.md).
             argv = ["taskset", "-c", self.cpus, *argv]

@@ -29,6 +29,11 @@ pub enum Command {
     /// port, whether it is static (a port's own, a sink's or echo's) or
     /// learned, and its age.
     Fdb(FdbArgs),
+    /// Show where a frame entering a port would go, and why: its VLAN, port
+    /// security, the forwarding table's answer, the IP source guard, and
+    /// the ports it would leave by (the switch's own decision, against its
+    /// table now; nothing is sent or learned).
+    Trace(TraceArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
     /// Change one parameter of a VM port's running policy, keeping its state.
@@ -39,12 +44,16 @@ pub enum Command {
     /// Switch the running vSPACE core manager's mode.
     SetCores(SetCoresArgs),
     /// Add a port to the running daemon; the other ports are not touched.
+    /// The port is kept in the daemon's state file (restored at its next
+    /// start) before the command succeeds.
     AddPort(AddPortArgs),
     /// Remove a port from the running daemon: its frontend is disconnected,
-    /// its worker stopped, its socket removed; the other ports are not touched.
+    /// its worker stopped, its socket removed, and it is taken out of the
+    /// state file; the other ports are not touched.
     DelPort(DelPortArgs),
     /// Make the running daemon read its configuration again and apply the
-    /// difference in ports (as SIGHUP does); unchanged ports are not touched.
+    /// difference in ports (as SIGHUP does); unchanged ports are not touched,
+    /// nor the ports added at run time (the state file's).
     Reload(ReloadArgs),
     /// Set a VM, TAP or uplink port's rate limits (ingress policing, storm
     /// control) in the running daemon; its frontend stays connected.
@@ -229,6 +238,23 @@ pub struct ServeArgs {
     /// group changes); `[cores] queue_workers` in the config file.
     #[arg(long, value_name = "HOW")]
     pub queue_workers: Option<String>,
+    /// Folder of the state file `ports.toml`, where the ports added and
+    /// removed at run time (`vadapt add-port`/`del-port`, the libvirt hook)
+    /// are kept: written atomically before the request is answered, and
+    /// restored at start after the config file's ports (on a name clash the
+    /// config file's port is used, and the clash logged). `vadapt reload`
+    /// leaves run-time ports and the file alone. A file that cannot be used
+    /// is moved aside to `ports.toml.corrupt-<unix seconds>`, logged, and
+    /// the daemon starts with the config file's ports (see --strict)
+    /// [default: the config file's `state_dir`, else $STATE_DIRECTORY
+    /// (systemd's StateDirectory=), else /var/lib/vadapt].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Refuse to start when the state file cannot be used (unreadable,
+    /// corrupt, a newer format) or a port in it cannot be restored, leaving
+    /// the file as it is; `state_strict = true` in the config file.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `vadapt cores`.
@@ -285,6 +311,29 @@ pub struct StatsArgs {
     /// Print the Prometheus text exposition instead of a table.
     #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
+}
+
+/// `vadapt trace`.
+#[derive(Debug, Args)]
+#[command(after_help = "EXAMPLES:\n  \
+    vadapt trace vm1 src=52:54:00:00:00:01,dst=ff:ff:ff:ff:ff:ff\n  \
+    vadapt trace vm1 src=52:54:00:00:00:01,dst=52:54:00:00:00:02,ip_src=10.0.0.9\n  \
+    vadapt trace up0 src=02:00:00:00:00:07,dst=52:54:00:00:00:01,vlan=7,ip_src=10.0.7.1,arp")]
+pub struct TraceArgs {
+    /// The port the frame enters (any kind).
+    #[arg(value_name = "PORT")]
+    pub port: String,
+    /// The frame: `src=MAC,dst=MAC[,vlan=0..4094][,ip_src=IP][,ip_dst=IP][,arp]`. `vlan`: an
+    /// 802.1Q tag; `ip_src`: a UDP packet from that IPv4 or IPv6 address (with `arp`: an ARP
+    /// request whose sender it is); without it the frame carries no IP.
+    #[arg(value_name = "FRAME-SPEC")]
+    pub frame: String,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `vadapt fdb`.

@@ -11,6 +11,7 @@ mod service_manager;
 mod shell_docs;
 mod stop_signals;
 mod toml_manual;
+mod trace;
 mod watchdog;
 
 use clap::Parser;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::run(*args),
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::Fdb(args) => fdb::fdb(args),
+        cli::Command::Trace(args) => trace::trace(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Cores(args) => serve::cores(args),

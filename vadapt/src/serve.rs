@@ -76,8 +76,25 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
             .parse()
             .map_err(|e| format!("invalid `--queue-workers`: {e}"))?;
     }
+    cfg.state_dir = a
+        .state_dir
+        .clone()
+        .or(cfg.state_dir)
+        .or_else(|| default_state_dir(std::env::var_os("STATE_DIRECTORY").as_deref()));
+    cfg.state_strict |= a.strict;
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
+}
+
+/// Where the state file goes when neither `--state-dir` nor the config file
+/// says: the first folder of `$STATE_DIRECTORY` (systemd sets it from the
+/// unit's `StateDirectory=`, `:`-separated), else `/var/lib/vadapt`.
+fn default_state_dir(state_directory: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
+    let from_systemd = state_directory
+        .and_then(|v| v.to_str())
+        .and_then(|v| v.split(':').next())
+        .filter(|d| !d.is_empty());
+    Some(from_systemd.unwrap_or("/var/lib/vadapt").into())
 }
 
 /// `vadapt serve`: run until SIGINT or SIGTERM; SIGHUP reloads the
@@ -301,6 +318,37 @@ mod tests {
         // Without a port anywhere the daemon starts empty.
         let cfg = build_config(&serve_args(&["--config", path])).expect("no ports is valid");
         assert!(cfg.ports().is_empty());
+    }
+
+    #[test]
+    fn the_state_folder_comes_from_the_flag_the_file_systemd_or_var_lib() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vadapt.toml");
+        std::fs::write(&file, "state_dir = \"/srv/vadapt\"\n").unwrap();
+        let path = file.to_str().unwrap();
+        let cfg = build_config(&serve_args(&["--config", path])).unwrap();
+        assert_eq!(
+            cfg.state_dir.as_deref(),
+            Some(std::path::Path::new("/srv/vadapt"))
+        );
+        assert!(!cfg.state_strict);
+        let cfg = build_config(&serve_args(&[
+            "--config",
+            path,
+            "--state-dir",
+            "/x",
+            "--strict",
+        ]))
+        .unwrap();
+        assert_eq!(cfg.state_dir.as_deref(), Some(std::path::Path::new("/x")));
+        assert!(cfg.state_strict);
+        let d = |v: Option<&str>| default_state_dir(v.map(std::ffi::OsStr::new)).unwrap();
+        assert_eq!(d(None), std::path::Path::new("/var/lib/vadapt"));
+        assert_eq!(d(Some("")), std::path::Path::new("/var/lib/vadapt"));
+        assert_eq!(
+            d(Some("/var/lib/v:/var/lib/w")),
+            std::path::Path::new("/var/lib/v")
+        );
     }
 
     #[test]

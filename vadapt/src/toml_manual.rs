@@ -71,6 +71,8 @@ pub const KEYS: &[Key] = &[
     k("", "mac_table_size", "8192", "Most addresses the switch learns (a port's own and a sink's or echo's are not counted): past it a new source is not learned and frames to it are flooded; OVS's mac-table-size."),
     k("", "max_learned_per_port", "1024", "Most addresses learned from one VM port at once; a port's max_learned overrides it."),
     k("", "backlog", "1024", "Frames queued for one destination queue before it drops, per queue pair."),
+    k("", "state_dir", "\"/var/lib/vadapt\"", "Where ports added or removed at run time are kept (ports.toml, written before add-port and del-port are answered) and restored at start after the config file's ports, which win a name clash; absent: $STATE_DIRECTORY, else /var/lib/vadapt."),
+    k("", "state_strict", "false", "Refuse to start when the state file cannot be read or one of its ports cannot be made; false: set the file aside as ports.toml.corrupt-SECS, say why, and start with the config file's ports."),
     k("", "netap_ml_model", "\"/etc/vadapt/model.json\"", "The netap-ml policies' model (the lab's forest JSON); absent: the built-in model."),
     k("", "policy", "{ kind = \"netap\" }", "The default policy of VM ports and uplinks: a table with kind and its parameters (POLICIES below)."),
     k("", "cores", "{ mode = \"off\" }", "vSPACE core management, the [cores] table below; off by default."),

@@ -120,6 +120,19 @@ pub struct DaemonConfig {
     /// model); see [`crate::netap_ml_model`].
     #[serde(default)]
     pub netap_ml_model: Option<PathBuf>,
+    /// Folder of the state file (`ports.toml`): the ports added and
+    /// removed at run time, restored at start beside the file's ports
+    /// (which win on a name clash); `None`: run-time ports are not kept.
+    /// `vadapt serve` defaults it to `$STATE_DIRECTORY` (systemd's
+    /// `StateDirectory=`), else `/var/lib/vadapt`. See
+    /// `dataplane/src/daemon/port_state.rs`.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// Refuse to start when the state file cannot be used (unreadable,
+    /// corrupt, a newer format) or a port in it cannot be restored, instead
+    /// of moving the file aside or skipping the port (`--strict`).
+    #[serde(default)]
+    pub state_strict: bool,
 }
 
 /// The daemon's default policy: NetAP with the paper's constants.
@@ -172,6 +185,8 @@ impl Default for DaemonConfig {
             backlog: default_backlog(),
             cores: Default::default(),
             netap_ml_model: None,
+            state_dir: None,
+            state_strict: false,
         }
     }
 }

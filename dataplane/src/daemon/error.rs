@@ -51,6 +51,19 @@ pub enum DaemonError {
     /// The daemon is stopping: no port is added any more.
     #[error("the daemon is stopping")]
     Stopping,
+    /// The state file (run-time ports) could not be opened or used.
+    #[error(transparent)]
+    State(#[from] super::port_state::PortStateError),
+    /// A port of the state file could not be restored (`state_strict`).
+    #[error("cannot restore port `{port}` from the state file {file}: {why} (--strict)")]
+    Restore {
+        /// The port.
+        port: String,
+        /// The state file.
+        file: std::path::PathBuf,
+        /// Why.
+        why: String,
+    },
     /// A system resource (eventfd, thread) could not be created.
     #[error("cannot create port `{port}`")]
     Port {

@@ -3,7 +3,10 @@
 
 mod error;
 mod port_book;
+pub mod port_state;
 mod ports;
+#[cfg(test)]
+mod run_time_port_tests;
 mod services;
 mod started;
 
@@ -58,6 +61,16 @@ impl Handler for Shared {
             Request::Fdb => Response::Fdb {
                 fdb: self.switch.listing(crate::clock::coarse_now()),
             },
+            Request::Trace { port, frame } => {
+                let traced = frame
+                    .build()
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| self.switch.trace(&port, &bytes).map_err(|e| e.to_string()));
+                match traced {
+                    Ok(trace) => Response::Trace { trace },
+                    Err(error) => Response::Error { error },
+                }
+            }
             Request::SetPolicy { port, policy } => match self.set_policy(&port, policy) {
                 Ok(()) => Response::Ok,
                 Err(error) => Response::Error { error },
@@ -163,7 +176,7 @@ impl Shared {
     }
 
     fn set_limits(&self, name: &str, limits: PortLimits) -> Result<(), String> {
-        self.book().set_limits(name, limits)?;
+        self.book().set_limits_at_run_time(name, limits)?;
         tracing::info!(port = name, %limits, "rate limits set");
         Ok(())
     }
@@ -174,18 +187,13 @@ impl Shared {
 
     fn add_port(&self, port: PortSpec) -> Result<(), String> {
         let (name, kind) = (port.name().to_owned(), port.kind());
-        self.book().add(port).map_err(|e| {
-            format!(
-                "cannot add {kind} port `{name}`: {}",
-                vadapt_host::error_chain::error_chain(&e)
-            )
-        })?;
+        self.book().add_at_run_time(port)?;
         tracing::info!(port = name, kind, "port added");
         Ok(())
     }
 
     fn remove_port(&self, name: &str) -> Result<(), String> {
-        self.book().remove(name)?;
+        self.book().remove_at_run_time(name)?;
         tracing::info!(port = name, "port removed");
         Ok(())
     }
@@ -234,6 +242,79 @@ fn prepare(cfg: &DaemonConfig) -> Result<(), DaemonError> {
         cfg.netap_ml_model.as_deref(),
         std::iter::once(&cfg.policy).chain(cfg.vm.iter().filter_map(|v| v.policy.as_ref())),
     )?;
+    Ok(())
+}
+
+/// Open the state file of `cfg` (if it has a state folder), restore its
+/// ports after the config file's into `book`, and keep the run-time ports
+/// in it from now on. A port of the file's name is not restored (the config
+/// file wins; logged), nor one that cannot be made (logged; the file keeps
+/// it); under `state_strict` either of those, or an unusable file, stops
+/// start-up.
+fn restore_run_time_ports(
+    cfg: &DaemonConfig,
+    book: &Mutex<PortBook>,
+    started: &Started,
+) -> Result<(), DaemonError> {
+    let Some(dir) = &cfg.state_dir else {
+        return Ok(());
+    };
+    let opened = port_state::PortStore::open(dir, cfg.state_strict)?;
+    let file = opened.store.path().to_owned();
+    if let Some((why, to)) = &opened.set_aside {
+        tracing::error!(
+            file = %file.display(),
+            error = %vadapt_host::error_chain::error_chain(why),
+            kept_as = %to.display(),
+            "the state file cannot be used: moved aside, starting with the config file's \
+             ports only (--strict refuses to start instead)"
+        );
+    }
+    let configured: Vec<String> = cfg.ports().iter().map(|p| p.name().to_owned()).collect();
+    let mut restored = 0;
+    for port in opened.ports {
+        started.check_stop()?;
+        let name = port.name().to_owned();
+        if configured.contains(&name) {
+            if cfg.state_strict {
+                return Err(DaemonError::Restore {
+                    port: name,
+                    file,
+                    why: "the config file has a port of that name".into(),
+                });
+            }
+            tracing::warn!(
+                port = name,
+                file = %file.display(),
+                "not restored: the config file has a port of that name, and it wins (the \
+             state file keeps this one)"
+            );
+            continue;
+        }
+        if let Err(e) = lock_book(book).restore(port) {
+            let why = vadapt_host::error_chain::error_chain(&e);
+            if cfg.state_strict {
+                return Err(DaemonError::Restore {
+                    port: name,
+                    file,
+                    why,
+                });
+            }
+            tracing::error!(
+                port = name,
+                file = %file.display(),
+                error = %why,
+                "cannot restore a port added at run time: skipped (the state file keeps it; \
+             `vadapt del-port` removes it)"
+            );
+            continue;
+        }
+        restored += 1;
+    }
+    if restored > 0 {
+        tracing::info!(ports = restored, file = %file.display(), "restored the ports added at run time");
+    }
+    lock_book(book).keep_in(opened.store);
     Ok(())
 }
 
@@ -301,6 +382,7 @@ impl Daemon {
             lock_book(&book).add(port)?;
             started::test_pause();
         }
+        restore_run_time_ports(&cfg, &book, &started)?;
         started.check_stop()?;
         let (cores, cores_line) =
             services::core_manager(&cfg, &roster, &nq_workers, &registry, &mut started)?;

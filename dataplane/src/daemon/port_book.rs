@@ -3,12 +3,22 @@
 //! to a configuration read again (`vadapt reload`, `SIGHUP`). A port that
 //! is not part of a change is not touched: its worker keeps running and its
 //! frontend stays connected.
+//!
+//! Ports added at run time are kept in the state file ([`PortStore`]) when
+//! the daemon has one: written before the request is answered, removed by
+//! `del-port`, restored at start after the config file's ports (a port of
+//! the file's wins a name clash). A reload compares the file with the
+//! file's ports only: it leaves the run-time ports and the state file
+//! alone, except a run-time port whose name the file now gives to a port
+//! of its own, which the file's port replaces (the state file keeps it).
 
 use super::error::DaemonError;
+use super::port_state::PortStore;
 use super::ports::{PortMaker, RunningHost, RunningVm};
 use crate::config::{DaemonConfig, PortLimits, PortSpec};
 use crate::control::ReloadReport;
 use crate::queue::Roster;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The ports that run, and the configuration they are now.
@@ -24,6 +34,11 @@ pub(super) struct PortBook {
     made: usize,
     /// The daemon is stopping: no port is added any more.
     closed: bool,
+    /// The state file; `None`: run-time ports are not kept.
+    store: Option<PortStore>,
+    /// The running ports that were added at run time or restored from the
+    /// state file (not the config file's): a reload leaves them alone.
+    run_time: BTreeSet<String>,
 }
 
 impl PortBook {
@@ -39,7 +54,100 @@ impl PortBook {
             config,
             made: 0,
             closed: false,
+            store: None,
+            run_time: BTreeSet::new(),
         }
+    }
+
+    /// Keep the ports added at run time in `store` from now on.
+    pub(super) fn keep_in(&mut self, store: PortStore) {
+        self.store = Some(store);
+    }
+
+    /// Restore `port`, read from the state file at start: added as a
+    /// run-time port, the file not written.
+    pub(super) fn restore(&mut self, port: PortSpec) -> Result<(), DaemonError> {
+        let name = port.name().to_owned();
+        self.add(port)?;
+        self.run_time.insert(name);
+        Ok(())
+    }
+
+    /// Add `port` at run time (`vadapt add-port`): made, then written to the
+    /// state file before this returns; if the file cannot be written the
+    /// port is removed again and the error says why (answered `Ok` means
+    /// kept).
+    pub(super) fn add_at_run_time(&mut self, port: PortSpec) -> Result<(), String> {
+        let (name, kind) = (port.name().to_owned(), port.kind());
+        let kept = port.clone();
+        self.add(port).map_err(|e| {
+            format!(
+                "cannot add {kind} port `{name}`: {}",
+                vadapt_host::error_chain::error_chain(&e)
+            )
+        })?;
+        if let Some(store) = &mut self.store {
+            if let Err(e) = store.put(kept) {
+                let _ = self.remove(&name);
+                return Err(format!(
+                    "port `{name}` not added: {}",
+                    vadapt_host::error_chain::error_chain(&e)
+                ));
+            }
+        }
+        self.run_time.insert(name);
+        Ok(())
+    }
+
+    /// Remove the port named `name` at run time (`vadapt del-port`): out of
+    /// the state file first (if the file cannot be written nothing is
+    /// changed), then out of the daemon. A port in the state file that does
+    /// not run (it could not be restored, or a port of the config file's
+    /// has its name) is removed from the file alone.
+    pub(super) fn remove_at_run_time(&mut self, name: &str) -> Result<(), String> {
+        let runs = self.config.ports().iter().any(|p| p.name() == name);
+        let in_file = match &mut self.store {
+            Some(store) if runs || store.get(name).is_some() => {
+                store.remove(name).map_err(|e| {
+                    format!(
+                        "port `{name}` not removed: {}",
+                        vadapt_host::error_chain::error_chain(&e)
+                    )
+                })?
+            }
+            _ => false,
+        };
+        if runs || !in_file {
+            self.remove(name)?;
+        }
+        Ok(())
+    }
+
+    /// Change the rate limits of the port named `name` at run time (`vadapt
+    /// set-limits`): as [`PortBook::set_limits`], and for a run-time port
+    /// written to the state file first.
+    pub(super) fn set_limits_at_run_time(
+        &mut self,
+        name: &str,
+        limits: PortLimits,
+    ) -> Result<(), String> {
+        if let (true, Some(store)) = (self.run_time.contains(name), &mut self.store) {
+            let spec = self.config.ports().into_iter().find(|p| p.name() == name);
+            if let Some(mut spec) = spec {
+                let mtu = spec.mtu();
+                if let Some(l) = spec.limits_mut() {
+                    limits.check("", name, mtu).map_err(|e| e.to_string())?;
+                    *l = limits;
+                    store.put(spec).map_err(|e| {
+                        format!(
+                            "limits of `{name}` not changed: {}",
+                            vadapt_host::error_chain::error_chain(&e)
+                        )
+                    })?;
+                }
+            }
+        }
+        self.set_limits(name, limits)
     }
 
     /// Add `port`, checked against the ports there are (names, sockets and
@@ -104,6 +212,7 @@ impl PortBook {
             return Err(format!("no port `{name}` (ports: {})", names.join(", ")));
         }
         self.config.remove_port(name);
+        self.run_time.remove(name);
         Ok(())
     }
 
@@ -156,7 +265,10 @@ impl PortBook {
     /// applied stays, and the error says which port.
     pub(super) fn reload(&mut self, new: &DaemonConfig) -> Result<ReloadReport, String> {
         new.validate().map_err(|e| e.to_string())?;
-        let now = self.config.ports();
+        // The file's ports as they run; the run-time ones are not the file's.
+        let now: Vec<PortSpec> = (self.config.ports().into_iter())
+            .filter(|p| !self.run_time.contains(p.name()))
+            .collect();
         let wanted = new.ports();
         let named =
             |ports: &[PortSpec], name: &str| ports.iter().find(|p| p.name() == name).cloned();
@@ -187,10 +299,16 @@ impl PortBook {
         }
         for w in &wanted {
             if named(&now, w.name()).is_none() {
+                if self.run_time.contains(w.name()) {
+                    // The file's port wins; the state file keeps this one.
+                    self.remove(w.name())?;
+                    report.replaced_run_time.push(w.name().to_owned());
+                }
                 report.added.push(w.name().to_owned());
                 to_add.push(w.clone());
             }
         }
+        report.unchanged += self.run_time.len();
         for p in to_add {
             let name = p.name().to_owned();
             self.add(p).map_err(|e| {
@@ -201,6 +319,12 @@ impl PortBook {
             })?;
         }
         Ok(report)
+    }
+
+    /// The configuration as the ports are now (tests).
+    #[cfg(test)]
+    pub(super) fn config(&self) -> &DaemonConfig {
+        &self.config
     }
 
     /// The VM ports that run.
@@ -262,6 +386,8 @@ fn settings_changed(old: &DaemonConfig, new: &DaemonConfig) -> Vec<String> {
     check("socket_group", old.socket_group == new.socket_group);
     check("netap_ml_model", old.netap_ml_model == new.netap_ml_model);
     check("cores", old.cores == new.cores);
+    check("state_dir", old.state_dir == new.state_dir);
+    check("state_strict", old.state_strict == new.state_strict);
     v
 }
 

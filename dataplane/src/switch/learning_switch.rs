@@ -43,6 +43,7 @@ use super::fdb::VlanMac;
 use super::fdb::{Fdb, DEFAULT_TABLE_SIZE};
 use super::fdb_listing::{EntryKind, FdbListing, FdbRow};
 use super::forwarded::Forwarded;
+use super::frame_fate::{decide, egress_form, Fate, Target};
 use super::port_rules::PortRules;
 use super::vlan::{Entered, Retag, Vid};
 use crate::clock::coarse_now;
@@ -56,19 +57,21 @@ use vadapt_policy::{Duration, Instant};
 use vadapt_wire::Mac;
 
 #[derive(Debug)]
-struct PortEntry {
+pub(super) struct PortEntry {
     egress: Arc<dyn Egress>,
-    stats: Arc<PortStats>,
-    rules: Arc<PortRules>,
+    /// Its counters (and its name).
+    pub(super) stats: Arc<PortStats>,
+    /// Its rules.
+    pub(super) rules: Arc<PortRules>,
 }
 
 /// What the switch's one lock guards.
 #[derive(Debug)]
-struct Tables {
+pub(super) struct Tables {
     /// By [`PortId`]; `None`: a removed port's slot, free for the next.
-    ports: Vec<Option<PortEntry>>,
+    pub(super) ports: Vec<Option<PortEntry>>,
     /// The forwarding table.
-    fdb: Fdb,
+    pub(super) fdb: Fdb,
 }
 
 impl Tables {
@@ -168,17 +171,6 @@ struct Route {
     until: Instant,
 }
 
-/// What becomes of a flow's frames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
-    /// To this port (the ingress itself: dropped, like a learning bridge).
-    Port(PortId),
-    /// To every port but the ingress.
-    Flood,
-    /// Dropped: the source is not one the ingress port owns (`spoofed_src`).
-    Spoofed,
-}
-
 /// How often a worker re-asserts a source MAC it keeps seeing.
 const LEARN_REFRESH: Duration = Duration::from_secs(1);
 
@@ -267,7 +259,7 @@ impl Switch {
 
     /// The one lock (poisoning ignored: every change to [`Tables`] is a
     /// single insert, remove or retain, never left half done).
-    fn tables(&self) -> MutexGuard<'_, Tables> {
+    pub(super) fn tables(&self) -> MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -508,14 +500,7 @@ impl Switch {
                 }
             }
         }
-        let target = if dst.is_multicast() {
-            Target::Flood
-        } else {
-            cache
-                .table
-                .get(&dst_at)
-                .map_or(Target::Flood, |&p| Target::Port(p))
-        };
+        let target = Target::for_destination(dst, cache.table.get(&dst_at).copied());
         Route {
             ingress,
             addrs,
@@ -569,42 +554,33 @@ impl Switch {
         };
         for i in 0..frames.len() {
             let frame = frames.get(i);
-            let Some(addrs) = frame.first_chunk::<12>() else {
-                continue; // shorter than a header: the ingress already counted it
-            };
-            let entered = match rules.vlan.classify(frame) {
-                Ok(e) => e,
-                Err(why) => {
-                    refused.vlan[why.index()] += 1;
-                    continue;
-                }
-            };
-            let target = match cache.last_route {
-                Some(r) if r.addrs == *addrs && r.vid == entered.vid => r.target,
-                _ => {
-                    let r = self.route(ingress, *addrs, entered.vid, now, cache, &mut refused);
-                    cache.last_route = Some(r);
-                    r.target
-                }
-            };
-            if let (Some(g), false) = (rules.ip_guard.as_ref(), target == Target::Spoofed) {
-                if let Err(why) = g.admits(frame) {
-                    refused.refuse_ip(why);
-                    continue;
-                }
-            }
-            let i = i as u16;
-            match target {
-                Target::Port(p) if p == ingress => {} // hairpin: drop, like a learning bridge
-                Target::Port(p) if p < cache.nports => cache.send_to(p, i, entered),
-                Target::Spoofed => {
-                    refused.spoofed += 1;
-                    if refused.spoofed_src.is_none() {
-                        refused.spoofed_src = Some(Mac(addrs[6..].try_into().expect("6 bytes")));
+            let fate = decide(&rules, ingress, frame, |addrs, vid| {
+                match cache.last_route {
+                    Some(r) if r.addrs == *addrs && r.vid == vid => r.target,
+                    _ => {
+                        let r = self.route(ingress, *addrs, vid, now, cache, &mut refused);
+                        cache.last_route = Some(r);
+                        r.target
                     }
                 }
-                Target::Port(_) | Target::Flood if !may_flood(usize::from(i)) => refused.storm += 1,
-                Target::Port(_) | Target::Flood => {
+            });
+            let i = i as u16;
+            match fate {
+                Fate::Runt => {} // the ingress already counted it
+                Fate::Vlan(why) => refused.vlan[why.index()] += 1,
+                Fate::Ip(why) => refused.refuse_ip(why),
+                Fate::Hairpin => {} // drop, like a learning bridge
+                Fate::Port(p, entered) if p < cache.nports => cache.send_to(p, i, entered),
+                Fate::Spoofed => {
+                    refused.spoofed += 1;
+                    if refused.spoofed_src.is_none() {
+                        refused.spoofed_src = frame
+                            .get(6..12)
+                            .map(|s| Mac(s.try_into().expect("6 bytes")));
+                    }
+                }
+                Fate::Port(..) | Fate::Flood(_) if !may_flood(usize::from(i)) => refused.storm += 1,
+                Fate::Port(_, entered) | Fate::Flood(entered) => {
                     for p in 0..cache.nports {
                         if p != ingress {
                             cache.send_to(p, i, entered);
@@ -645,7 +621,7 @@ impl FdbCache {
         let Some(rules) = &self.rules[p] else {
             return;
         };
-        match rules.vlan.leave_entered(entered) {
+        match egress_form(rules, entered) {
             None => {}
             Some(Retag::Keep) => self.groups[p].push(i),
             Some(r) => self.retagged[p].push((i, r)),

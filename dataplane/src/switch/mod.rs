@@ -26,12 +26,15 @@ mod egress;
 mod fdb;
 mod fdb_listing;
 mod forwarded;
+mod frame_fate;
+mod frame_spec;
 mod ingress;
 mod learning_switch;
 mod port_rules;
 mod sink;
 mod source_guard;
 mod tap;
+mod trace;
 mod vlan;
 
 pub use echo::Echo;
@@ -39,12 +42,14 @@ pub use egress::{Egress, PortId};
 pub use fdb::{VlanMac, DEFAULT_TABLE_SIZE};
 pub use fdb_listing::{EntryKind, FdbListing, FdbRow};
 pub use forwarded::Forwarded;
+pub use frame_spec::{FrameSpec, FrameSpecError};
 pub use ingress::{Ingress, Sender};
 pub use learning_switch::{FdbCache, Switch};
 pub use port_rules::PortRules;
 pub use sink::Sink;
 pub use source_guard::{link_local, GuardRule, IpRefusal, SourceGuard};
 pub use tap::{Tap, TapError};
+pub use trace::{FrameTrace, TraceEgress, TraceError, TraceStep};
 pub use vlan::{PortVlan, Retag, Vid, VidSet, MAX_VID};
 
 #[cfg(test)]
@@ -53,5 +58,7 @@ mod churn_tests;
 mod tenancy_tests;
 #[cfg(test)]
 pub(crate) mod test_utils;
+#[cfg(test)]
+mod trace_tests;
 #[cfg(test)]
 mod vlan_tests;
