@@ -11,6 +11,8 @@
 //! * [`runtime`] — [`Runtime`]: where an owner's sets are served (a thread
 //!   of their own, the pool, or the owner's own thread), and [`Served`],
 //!   a set being served, stepped and stopped the same way for every kind.
+//! * `threads` — the default arrangement's threads: one per set, but
+//!   never more busy threads than CPUs.
 //! * [`ring_bases`] — [`RingBases`], where a stopped set left its rings.
 //! * [`fault_injector`] — a [`QueueIo`] wrapper that injects faults, for
 //!   tests and the soak.
@@ -22,6 +24,7 @@ pub mod queue_io;
 pub mod queue_set;
 pub mod ring_bases;
 pub mod runtime;
+mod threads;
 
 pub use pending_wait::PendingWait;
 pub use queue_io::{Control, PassStats, QueueIo, Wait};

@@ -11,8 +11,10 @@ use std::sync::Arc;
 /// Where queue sets are served.
 #[derive(Clone, Debug, Default)]
 pub enum Runtime {
-    /// Each set on a thread of its own: a pool of one
-    /// ([`NqWorkers::dedicated`]).
+    /// Each set on a thread of its own (a pool of one,
+    /// [`NqWorkers::dedicated`]), unless there would be more such threads
+    /// than CPUs: then sets share them, one thread per CPU
+    /// (`worker/threads.rs`).
     #[default]
     Thread,
     /// The NQ workers' pool (`[cores] queue_workers = "per-nq-core"`).
@@ -36,7 +38,8 @@ enum Where {
 
 impl Runtime {
     /// Serves `queues` as set `id` from now on. `thread` names the thread
-    /// of the set's own ([`Runtime::Thread`]), pinned to `cpu` if given.
+    /// of the set's own ([`Runtime::Thread`]), pinned to `cpu` if given
+    /// (a thread already pinned there serves it too).
     pub fn serve(
         &self,
         id: u64,
@@ -48,7 +51,7 @@ impl Runtime {
         let pool = match self {
             Runtime::Stepped => return Ok(Served(Where::Stepped(Box::new(set)))),
             Runtime::Pool(pool) => Arc::clone(pool),
-            Runtime::Thread => NqWorkers::dedicated(thread.to_string(), cpu)?,
+            Runtime::Thread => super::threads::thread_for(thread, cpu)?,
         };
         pool.attach(set);
         Ok(Served(Where::Pool { pool, id }))

@@ -101,9 +101,10 @@ impl NqWorkers {
         Ok(pool)
     }
 
-    /// A pool of one whose thread, named `name`, serves one set as a thread
+    /// A pool of one whose thread, named `name`, serves a set as a thread
     /// of its own would: pinned to `cpu` if given, its id and CPU time
-    /// shown in the set's counters ([`QueueIo::worker_stats`]).
+    /// shown in the set's counters ([`QueueIo::worker_stats`]) as long as
+    /// it has served that set alone. (Sets pinned to one CPU share it.)
     ///
     /// [`QueueIo::worker_stats`]: super::QueueIo::worker_stats
     pub fn dedicated(name: String, cpu: Option<usize>) -> Result<Arc<Self>, NqWorkersError> {
@@ -119,6 +120,11 @@ impl NqWorkers {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many sets are attached.
+    pub fn attached(&self) -> usize {
+        self.lock().attached.len()
     }
 
     /// How many workers run.

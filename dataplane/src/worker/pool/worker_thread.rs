@@ -108,6 +108,8 @@ pub(crate) fn epoll_for(inbox: &Inbox) -> std::io::Result<Epoll> {
 
 /// A thread of one set's own (a pool of one) shows as the set's worker:
 /// its id and CPU time go to the set's counters while it serves the set.
+/// Only the first set a thread serves, and only while no other joined it:
+/// its CPU time is then the set's alone.
 fn own(set: &QueueSet, tid: u32, serving: bool) {
     let Some(ws) = set.queues.worker_stats() else {
         return;
@@ -133,6 +135,9 @@ pub(crate) fn run(
 ) {
     let me = vadapt_host::cputime::current_tid();
     tid.store(me, Ordering::Release);
+    // The set the thread is its own of, if any (see `own`).
+    let mut owner: Option<u64> = None;
+    let mut served_any = false;
     if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
         tracing::warn!(worker = index, error = %e, "timer slack stays at the default");
     }
@@ -148,9 +153,15 @@ pub(crate) fn run(
                         watch(&epoll, ControlOperation::Add, &set);
                     }
                     set.after_handoff();
-                    if dedicated {
+                    if dedicated && !served_any {
                         own(&set, me, true);
+                        owner = Some(set.id);
+                    } else if let Some(first) = owner.take() {
+                        if let Some(s) = sets.iter().find(|s| s.id == first) {
+                            own(s, me, false);
+                        }
                     }
+                    served_any = true;
                     sets.push(set);
                 }
                 Command::Release(id, reply) => {
@@ -159,7 +170,8 @@ pub(crate) fn run(
                         if !set.is_stopped() {
                             watch(&epoll, ControlOperation::Delete, &set);
                         }
-                        if dedicated {
+                        if owner == Some(set.id) {
+                            owner = None;
                             own(&set, me, false);
                         }
                         set
@@ -177,7 +189,7 @@ pub(crate) fn run(
                         if !s.is_stopped() {
                             watch(&epoll, ControlOperation::Delete, s);
                         }
-                        if dedicated {
+                        if owner == Some(s.id) {
                             own(s, me, false);
                         }
                     }
