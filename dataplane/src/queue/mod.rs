@@ -34,6 +34,8 @@ pub mod ctrl_queue;
 mod dirty_log_tests;
 pub mod eventfd_io;
 #[cfg(test)]
+mod fault_paths_tests;
+#[cfg(test)]
 mod guest_offload_tests;
 pub mod guest_offloads;
 #[cfg(test)]

@@ -67,8 +67,6 @@ pub struct Injected {
 struct WaitFaults {
     /// Ends at its first look, with nothing having happened.
     spurious: bool,
-    /// A sleep's timer fires no earlier than this.
-    late_until: Option<Instant>,
     /// A wait for a kick that sees none: the kind it was begun as (it runs
     /// as a sleep without kicks until its deadline).
     lost: Option<WaitKind>,
@@ -128,35 +126,37 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
         self.inner.waiter_fd()
     }
 
-    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
-        let mut w = self.inner.begin_wait(wake);
+    fn begin_wait(&mut self, mut wake: Wake) -> PendingWait {
         self.wait = WaitFaults::default();
+        let spurious = !matches!(wake, Wake::Now) && self.chance(self.faults.spurious_wake);
+        let mut lost = false;
+        if !spurious {
+            match &mut wake {
+                // The timer itself is late: the world arms it later.
+                Wake::At { at, .. } if self.chance(self.faults.late_timer) => {
+                    self.injected.late_timers += 1;
+                    *at += Duration(self.rng.gen_range(0..=self.faults.max_late.as_nanos()));
+                }
+                Wake::Kick { .. } => lost = self.chance(self.faults.lost_kick),
+                _ => {}
+            }
+        }
+        let mut w = self.inner.begin_wait(wake);
         if w.is_ready() {
             return w;
         }
-        if self.chance(self.faults.spurious_wake) {
+        if spurious {
             self.injected.spurious_wakes += 1;
             self.wait.spurious = true;
-            return w;
-        }
-        match w.kind {
-            WaitKind::Sleep { .. } if self.chance(self.faults.late_timer) => {
-                self.injected.late_timers += 1;
-                let late = self.rng.gen_range(0..=self.faults.max_late.as_nanos());
-                w.target += Duration(late);
-                self.wait.late_until = Some(w.target);
-            }
-            WaitKind::Kick { until } if self.chance(self.faults.lost_kick) => {
-                // The whole timeout, kicks unheard: whatever the guest does
-                // meanwhile, no kick reaches the worker.
-                self.injected.lost_kicks += 1;
-                self.wait.lost = Some(w.kind);
-                w.kind = WaitKind::Sleep {
-                    until,
-                    kicks_armed: false,
-                };
-            }
-            _ => {}
+        } else if let (true, WaitKind::Kick { until }) = (lost, w.kind) {
+            // The whole timeout, kicks unheard: whatever the guest does
+            // meanwhile, no kick reaches the worker.
+            self.injected.lost_kicks += 1;
+            self.wait.lost = Some(w.kind);
+            w.kind = WaitKind::Sleep {
+                until,
+                kicks_armed: false,
+            };
         }
         w
     }
@@ -173,12 +173,8 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
             return;
         }
         self.inner.poll_wait(w);
-        if let Some(late) = self.wait.late_until {
-            if w.ready == Some(WakeCause::Timer) && self.inner.now() < late {
-                w.ready = None;
-            }
-        }
-        if self.wait.lost.is_some() && w.ready == Some(WakeCause::Timer) {
+        if self.wait.lost.is_some() && w.ready.is_some() {
+            // Only the wait's own timer (or a signal) ends it.
             w.ready = Some(WakeCause::Timeout);
         }
     }
