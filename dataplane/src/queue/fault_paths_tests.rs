@@ -17,17 +17,9 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::{Duration, PolicyConfig, PolicyKind};
+use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_virtq::mock::{buf, readable};
 use vadapt_virtq::RingFeatures;
-
-const ROUGH: Faults = Faults {
-    late_timer: 0.3,
-    max_late: Duration::from_millis(2),
-    spurious_wake: 0.1,
-    lost_kick: 0.3,
-    short_pass: 0.2,
-};
 
 /// Frames the guest sends per run.
 const FRAMES: u64 = 600;
@@ -60,7 +52,7 @@ fn run(runtime: &Runtime, policy: PolicyConfig, seed: u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let queues =
         PortQueues::new(Arc::clone(&port), guest.mem.clone(), vec![pair], 0, stop).unwrap();
-    let io = FaultInjector::new(queues, ROUGH, seed);
+    let io = FaultInjector::new(queues, Faults::ROUGH, seed);
     let mut served = runtime.serve(1, io, "vadapt-w-vm", None).unwrap();
     let (mut sent, mut used) = (0u64, 0u64);
     // A stall guard only: a run takes milliseconds.

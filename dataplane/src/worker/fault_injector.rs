@@ -47,6 +47,16 @@ impl Faults {
         lost_kick: 0.0,
         short_pass: 0.0,
     };
+
+    /// Every fault, often: what the tests put every policy and every
+    /// path through.
+    pub const ROUGH: Faults = Faults {
+        late_timer: 0.3,
+        max_late: Duration::from_millis(2),
+        spurious_wake: 0.1,
+        lost_kick: 0.3,
+        short_pass: 0.2,
+    };
 }
 
 /// What the injector did, for the tests' own checks.
@@ -413,14 +423,6 @@ mod tests {
         set.into_queues()
     }
 
-    const ROUGH: Faults = Faults {
-        late_timer: 0.3,
-        max_late: Duration::from_millis(2),
-        spurious_wake: 0.1,
-        lost_kick: 0.3,
-        short_pass: 0.2,
-    };
-
     fn policies() -> Vec<PolicyConfig> {
         PolicyKind::ALL
             .iter()
@@ -445,7 +447,7 @@ mod tests {
             let mut total = Injected::default();
             for (gap, seed) in [(10_000, 1), (1_000, 2), (200_000, 3), (500, 4)] {
                 let guest = Guest::new(20_000, gap, cfg.build().unwrap());
-                let io = run(FaultInjector::new(guest, ROUGH, seed));
+                let io = run(FaultInjector::new(guest, Faults::ROUGH, seed));
                 let g = io.inner();
                 let kind = cfg.kind();
                 assert!(g.now <= g.deadline, "{kind} gap {gap}: stalled");
