@@ -37,7 +37,8 @@ enum Where {
 }
 
 impl Runtime {
-    /// Serves `queues` as set `id` from now on. `thread` names the thread
+    /// Serves `queues` as set `id` (the pool's: [`Runtime::Thread`] gives
+    /// it one of its own) from now on. `thread` names the thread
     /// of the set's own ([`Runtime::Thread`]), pinned to `cpu` if given
     /// (a thread already pinned there serves it too).
     pub fn serve(
@@ -47,13 +48,20 @@ impl Runtime {
         thread: &str,
         cpu: Option<usize>,
     ) -> Result<Served, NqWorkersError> {
-        let set = QueueSet::start(id, queues).into_dyn();
-        let pool = match self {
-            Runtime::Stepped => return Ok(Served(Where::Stepped(Box::new(set)))),
-            Runtime::Pool(pool) => Arc::clone(pool),
-            Runtime::Thread => super::threads::thread_for(thread, cpu)?,
+        let (pool, id) = match self {
+            Runtime::Stepped => {
+                let set = QueueSet::start(id, queues).into_dyn();
+                return Ok(Served(Where::Stepped(Box::new(set))));
+            }
+            Runtime::Pool(pool) => (Arc::clone(pool), id),
+            // The threads are the process's: ids of their own, as owners'
+            // ids are unique only within a switch (tests run several).
+            Runtime::Thread => (
+                super::threads::thread_for(thread, cpu)?,
+                super::threads::set_id(),
+            ),
         };
-        pool.attach(set);
+        pool.attach(QueueSet::start(id, queues).into_dyn());
         Ok(Served(Where::Pool { pool, id }))
     }
 

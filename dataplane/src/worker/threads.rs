@@ -16,6 +16,7 @@
 
 use super::pool::{NqWorkers, NqWorkersError};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The threads serving sets now (weak: a thread ends with its last set).
@@ -31,6 +32,13 @@ static THREADS: Mutex<Threads> = Mutex::new(Threads {
     pinned: BTreeMap::new(),
     unpinned: Vec::new(),
 });
+
+/// A set id no other set served by these threads has (never the pool's
+/// epoll token for its inbox, `u64::MAX`).
+pub(crate) fn set_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// How many CPUs this process may run on.
 fn cpus_allowed() -> usize {
