@@ -1,5 +1,5 @@
 //! What a busy-poll worker's loop costs, per pass and per packet: the
-//! daemon's own loop ([`drive`] over [`PortQueues`], the policy, the
+//! daemon's own loop (a [`QueueSet`] over [`PortQueues`], the policy, the
 //! executor, the counters, the control checks) serving one VM port's
 //! transmit ring into a sink, with `FRAMES` frames made available before
 //! each pass (0: every pass finds the ring empty, the idle cost of
@@ -13,10 +13,10 @@
 //! ```sh
 //! valgrind --tool=callgrind --callgrind-out-file=cg.out \
 //!   target/release/examples/busy_pass_cost 8 200000 [packed|packed-in-order]
-//! callgrind_annotate --inclusive=yes cg.out | grep -E 'drive::drive|refill'
+//! callgrind_annotate --inclusive=yes cg.out | grep -E 'run_to_stop|refill'
 //! ```
 //!
-//! The loop's cost is `drive`'s inclusive count less `refill`'s (the
+//! The loop's cost is `run_to_stop`'s inclusive count less `refill`'s (the
 //! guest's side, made here between passes); divide by the passes and the
 //! packets the program prints. The frame is 64 bytes behind a 12-byte
 //! header, one descriptor per frame, as DPDK's virtio-user sends.
@@ -26,13 +26,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::queue::drive::{drive, Control, PassStats, QueueIo, Wait};
 use vadapt_dataplane::queue::port_queues::PortQueues;
 use vadapt_dataplane::queue::ring::{Pair, Ring};
 use vadapt_dataplane::queue::VmPort;
 use vadapt_dataplane::switch::{Sink, Switch};
+use vadapt_dataplane::worker::{
+    Control, PassStats, PendingWait, QueueIo, QueueSet, RingBases, Wait,
+};
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::{Budget, FreqHint, Instant, PolicyConfig};
+use vadapt_policy::{Budget, FreqHint, Instant, Policy, PolicyConfig, Wake};
 use vadapt_virtq::mock::{buf, readable, MockQueue};
 use vadapt_virtq::packed::PackedMockQueue;
 use vadapt_virtq::{AnyDeviceQueue, AnyDriverQueue, GuestMemory, RingFeatures};
@@ -82,6 +84,9 @@ struct Bench {
 }
 
 impl QueueIo for Bench {
+    fn name(&self) -> &str {
+        self.queues.name()
+    }
     fn now(&mut self) -> Instant {
         self.queues.now()
     }
@@ -92,11 +97,17 @@ impl QueueIo for Bench {
         self.packets += s.packets;
         s
     }
-    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
-        self.queues.sleep(deadline, kick_threshold)
+    fn waiter_fd(&self) -> Option<std::os::fd::RawFd> {
+        QueueIo::waiter_fd(&self.queues)
     }
-    fn wait_kick(&mut self, until: Instant) -> Wait {
-        self.queues.wait_kick(until)
+    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        QueueIo::begin_wait(&mut self.queues, wake)
+    }
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        QueueIo::poll_wait(&mut self.queues, w)
+    }
+    fn end_wait(&mut self, w: PendingWait) -> Wait {
+        QueueIo::end_wait(&mut self.queues, w)
     }
     fn set_freq(&mut self, hint: FreqHint) {
         self.queues.set_freq(hint);
@@ -106,6 +117,15 @@ impl QueueIo for Bench {
             return Control::Stop;
         }
         self.queues.control()
+    }
+    fn take_policy(&mut self) -> Box<dyn Policy> {
+        self.queues.take_policy()
+    }
+    fn park_policy(&mut self, policy: Box<dyn Policy>) {
+        self.queues.park_policy(policy);
+    }
+    fn into_bases(self: Box<Self>) -> RingBases {
+        self.queues.into_bases()
     }
 }
 
@@ -183,7 +203,7 @@ fn main() {
         Arc::new(AtomicBool::new(false)),
     )
     .expect("the worker's world");
-    let mut bench = Bench {
+    let bench = Bench {
         queues,
         driver,
         frames,
@@ -193,11 +213,11 @@ fn main() {
         packets: 0,
     };
     let t = std::time::Instant::now();
-    drive(
-        &mut bench,
-        PolicyConfig::BusyPoll.build().expect("busy-poll"),
-    );
+    // The port's policy (busy-poll), stepped on this thread.
+    let mut set = QueueSet::start(0, bench);
+    set.run_to_stop();
     let spent = t.elapsed();
+    let bench = set.into_queues();
     println!(
         "{passes} passes, {} packets ({frames} made available per pass, {ring_kind} ring): {:.1} ns/pass",
         bench.packets,

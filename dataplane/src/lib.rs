@@ -15,9 +15,13 @@
 //!   each served by a queue worker running the port's policy.
 //! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
 //!   counters through the policy crate's estimator to the `netap-ml` ports.
-//! * [`queue`] — the worker's world: the [`queue::drive::QueueIo`] trait
-//!   and the loop over it, ring service, waiting, the worker pool, and the
+//! * [`queue`] — a VM port's rings as a worker's world
+//!   ([`queue::port_queues::PortQueues`]): ring service, waiting, and the
 //!   port state that outlives a connection ([`queue::VmPort`]).
+//! * [`worker`] — the queue worker runtime: the [`worker::QueueIo`] trait,
+//!   the [`worker::QueueSet`] that steps a policy's executor over it, and
+//!   where sets run ([`worker::Runtime`]: a thread of their own, the NQ
+//!   pool, or the caller's thread).
 //! * [`switch`] — forwarding between ports (port security, VLANs, the
 //!   bounded table, flooding); the ports that live inside the daemon (sink,
 //!   echo, TAP).
@@ -63,6 +67,7 @@ pub mod socket_dir;
 pub mod socket_file;
 pub mod switch;
 pub mod uplink;
+pub mod worker;
 pub mod workload_loop;
 
 pub use config::DaemonConfig;

@@ -1,16 +1,20 @@
 //! The daemon's worker loop and the simulator carry out policy decisions
 //! through the same executor: replaying the passes a simulated worker saw
-//! through `worker::drive` gives the same steps, policy by policy.
+//! through a `QueueSet` gives the same steps, policy by policy.
 //!
 //! The simulator records, for one queue, each pass (its end time, the wake
 //! that preceded it, what it moved) and the step its executor answered. A
-//! scripted `QueueIo` hands `drive` exactly those passes; every step `drive`
-//! then carries out must equal the simulator's.
+//! scripted `QueueIo` hands the set exactly those passes; every step the
+//! set then carries out must equal the simulator's.
 
 use std::path::Path;
-use vadapt_dataplane::queue::drive::{drive, Control, PassStats, QueueIo, Wait};
+use vadapt_dataplane::worker::{
+    Control, PassStats, PendingWait, QueueIo, QueueSet, RingBases, Wait,
+};
+use vadapt_policy::wait_protocol::WaitKind;
 use vadapt_policy::{
-    Budget, FreqHint, Instant, PolicyConfig, PolicyKind, PolicyStatus, Step, Wake,
+    Budget, FreqHint, Instant, Policy, PolicyConfig, PolicyKind, PolicyStatus, Step, Wake,
+    WakeCause,
 };
 use vadapt_sim::scenario::SimPolicy;
 use vadapt_sim::{trace_scenario, Scenario, TracedPass};
@@ -23,24 +27,14 @@ struct Replay {
     now: Instant,
     steps: Vec<Step>,
     freq: Vec<FreqHint>,
-}
-
-impl Replay {
-    fn wait(&mut self, wake: Wake) -> Wait {
-        let p = &self.passes[self.next];
-        assert!(
-            !matches!(wake, Wake::Now),
-            "pass {}: drive waited after a step that said not to",
-            self.next
-        );
-        Wait {
-            cause: p.wake,
-            waited: p.waited,
-        }
-    }
+    /// The policy, until the set takes it; then the one it parked.
+    policy: Option<Box<dyn Policy>>,
 }
 
 impl QueueIo for Replay {
+    fn name(&self) -> &str {
+        "replay"
+    }
     fn now(&mut self) -> Instant {
         self.now
     }
@@ -50,11 +44,26 @@ impl QueueIo for Replay {
         self.next += 1;
         p.stats
     }
-    fn sleep(&mut self, at: Instant, kick_threshold: Option<u16>) -> Wait {
-        self.wait(Wake::At { at, kick_threshold })
+    fn waiter_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
     }
-    fn wait_kick(&mut self, until: Instant) -> Wait {
-        self.wait(Wake::Kick { until })
+    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        PendingWait::begun(wake, self.now)
+    }
+    /// The wait ends as the simulator's did.
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        if !w.is_ready() {
+            w.ready = Some(self.passes[self.next].wake);
+        }
+    }
+    fn end_wait(&mut self, w: PendingWait) -> Wait {
+        if w.kind == WaitKind::Poll {
+            return Wait::NONE;
+        }
+        Wait {
+            cause: w.ready.unwrap_or(WakeCause::Recheck),
+            waited: self.passes[self.next].waited,
+        }
     }
     fn set_freq(&mut self, hint: FreqHint) {
         self.freq.push(hint);
@@ -68,6 +77,15 @@ impl QueueIo for Replay {
     }
     fn observe(&mut self, _status: &PolicyStatus, step: &Step) {
         self.steps.push(*step);
+    }
+    fn take_policy(&mut self) -> Box<dyn Policy> {
+        self.policy.take().expect("taken once")
+    }
+    fn park_policy(&mut self, policy: Box<dyn Policy>) {
+        self.policy = Some(policy);
+    }
+    fn into_bases(self: Box<Self>) -> RingBases {
+        RingBases::default()
     }
 }
 
@@ -97,17 +115,23 @@ fn drive_answers_the_simulators_steps_for_every_policy() {
             trace.passes.len()
         );
         let first = trace.first.expect("first step");
-        let mut io = Replay {
-            passes: trace.passes.clone(),
-            next: 0,
-            now: Instant(0),
-            steps: Vec::new(),
-            freq: Vec::new(),
-        };
-        let policy = drive(&mut io, cfg.build().unwrap());
+        let mut set = QueueSet::start(
+            0,
+            Replay {
+                passes: trace.passes.clone(),
+                next: 0,
+                now: Instant(0),
+                steps: Vec::new(),
+                freq: Vec::new(),
+                policy: Some(cfg.build().unwrap()),
+            },
+        );
+        set.run_to_stop();
+        let io = set.into_queues();
+        let policy = io.policy.as_ref().expect("parked");
         assert_eq!(policy.name(), kind.to_string(), "{kind}");
-        // drive observes the first step, then one per served pass except the
-        // last (it stops after that pass).
+        // The set observes the first step, then one per served pass except
+        // the last (it stops after that pass).
         let mut expected = vec![first];
         expected.extend(trace.passes.iter().map(|p| p.step));
         expected.truncate(io.steps.len());

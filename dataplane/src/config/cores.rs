@@ -57,7 +57,7 @@ pub enum QueueWorkers {
     PerPort,
     /// One worker per NQ core, pinned to it; ports' queue sets are
     /// reassigned between workers as the NQ group grows and shrinks
-    /// ([`crate::queue::pool`]).
+    /// ([`crate::worker::pool`]).
     PerNqCore,
 }
 

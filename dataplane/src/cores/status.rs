@@ -3,7 +3,7 @@
 //! samples for the threshold explorer).
 
 use crate::config::cores::VmRole;
-use crate::queue::pool::status::NqWorkerStatus;
+use crate::worker::pool::status::NqWorkerStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Mutex;

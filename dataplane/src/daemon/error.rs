@@ -43,7 +43,7 @@ pub enum DaemonError {
     Model(#[from] crate::netap_ml_model::ModelError),
     /// The pool of queue workers could not start.
     #[error(transparent)]
-    NqWorkers(#[from] crate::queue::pool::NqWorkersError),
+    NqWorkers(#[from] crate::worker::pool::NqWorkersError),
     /// A stop was asked for (SIGINT, SIGTERM) before start-up was
     /// complete; what had started was undone.
     #[error("a stop was requested during start-up")]

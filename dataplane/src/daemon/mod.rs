@@ -19,10 +19,10 @@ use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US}
 use crate::cores::CoresStatus;
 use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
-use crate::queue::pool::NqWorkers;
 use crate::queue::{Roster, VmPort};
 use crate::socket_file::SocketLedger;
 use crate::switch::Switch;
+use crate::worker::pool::NqWorkers;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

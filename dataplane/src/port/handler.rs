@@ -20,11 +20,11 @@ use crate::queue::eventfd_io;
 use crate::queue::port_queues::PortQueues;
 use crate::queue::ring::{Pair, Ring};
 use crate::queue::VmPort;
+use crate::worker::{Runtime, Served};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::layout::{is_valid_size, QueueLayout};
 use vadapt_virtq::mem::{GuestMemory, MappedRegion};
@@ -70,28 +70,11 @@ pub(super) struct Vring {
     started: bool,
 }
 
-/// What serves the port's running rings.
-enum Worker {
-    /// A thread of its own.
-    Thread {
-        stop: Arc<AtomicBool>,
-        join: JoinHandle<Vec<(usize, u16)>>,
-    },
-    /// A queue set in the NQ workers' pool.
-    Pooled {
-        id: u64,
-        pool: Arc<crate::queue::pool::NqWorkers>,
-    },
-    /// A queue set no thread serves: the connection's owner runs its passes
-    /// with [`Connection::step`] (see [`Connection::stepped`]).
-    Inline(Box<crate::queue::pool::QueueSet>),
-}
-
 /// What serves the control queue.
 enum CtrlService {
     /// A thread of its own ([`CtrlThread`]).
     Thread(CtrlThread),
-    /// Served in [`Connection::step`] (a stepped connection).
+    /// Served in [`Connection::step`] ([`Runtime::Stepped`]).
     Inline(Box<CtrlQueue>),
 }
 
@@ -109,7 +92,8 @@ pub struct Connection {
     /// Marks outside `log` already reported.
     pub(super) log_outside_reported: u64,
     pub(super) vrings: Vec<Vring>,
-    worker: Option<Worker>,
+    /// The running rings, while a worker serves them.
+    worker: Option<Served>,
     /// The control queue's server, while its ring runs.
     ctrl: Option<CtrlService>,
     /// Set when the frontend sent something that ends the connection (the
@@ -130,11 +114,8 @@ pub struct Connection {
     /// `ADD_MEM_REG` requests that reached [`Connection::add_region`]: the
     /// serve loop tells from it one the crate refused before asking us.
     pub(super) add_region_calls: u64,
-    /// The NQ workers' pool that serves the running queues, if any.
-    pool: Option<Arc<crate::queue::pool::NqWorkers>>,
-    /// No worker thread: the owner steps the running queues
-    /// ([`Connection::stepped`]).
-    inline: bool,
+    /// Where the running rings are served.
+    runtime: Runtime,
 }
 
 impl std::fmt::Debug for Connection {
@@ -170,33 +151,30 @@ impl Connection {
             features_offered: false,
             protocol_acked: 0,
             add_region_calls: 0,
-            pool: None,
-            inline: false,
+            runtime: Runtime::Thread,
         }
     }
 
-    /// A connection whose running queues `pool`'s workers serve (`[cores]
-    /// queue_workers = "per-nq-core"`) instead of a worker thread of its own.
-    pub fn served_by(port: Arc<VmPort>, pool: Option<Arc<crate::queue::pool::NqWorkers>>) -> Self {
+    /// A connection whose running queues `runtime` serves (a new
+    /// connection's: each worker a thread of its own).
+    pub fn served_by(port: Arc<VmPort>, runtime: Runtime) -> Self {
         Connection {
-            pool,
+            runtime,
             ..Connection::new(port)
         }
     }
 
-    /// A connection whose running queues no thread serves: the caller
-    /// runs their passes with [`Connection::step`], on its own thread.
-    /// For the fuzzer (`fuzz/src/vhost_user.rs`) and tests, which drive the
-    /// real handler and queue service in-process, deterministically, without
-    /// starting a thread at every ring change. Everything else is as with a
-    /// worker of its own: the same stops and restarts at each message, the
-    /// same [`PortQueues`] and policy steps (a pool worker's, cut at the
-    /// wait: [`crate::queue::pool::QueueSet`]). The daemon never uses it.
+    /// A connection whose running queues no thread serves
+    /// ([`Runtime::Stepped`]): the caller runs their passes with
+    /// [`Connection::step`], on its own thread. For the fuzzer
+    /// (`fuzz/src/vhost_user.rs`) and tests, which drive the real handler
+    /// and queue service in-process, deterministically, without starting a
+    /// thread at every ring change. Everything else is as with a worker of
+    /// its own: the same stops and restarts at each message, the same
+    /// [`PortQueues`] and [`crate::worker::QueueSet`]. The daemon never
+    /// uses it.
     pub fn stepped(port: Arc<VmPort>) -> Self {
-        Connection {
-            inline: true,
-            ..Connection::new(port)
-        }
+        Self::served_by(port, Runtime::Stepped)
     }
 
     /// With [`Connection::stepped`]: one pass over the running queues if
@@ -207,14 +185,7 @@ impl Connection {
         if let (Some(CtrlService::Inline(q)), Some(mem)) = (self.ctrl.as_mut(), self.mem.as_ref()) {
             crate::queue::ctrl_queue::serve_and_count(q, mem, &self.port, self.features);
         }
-        let Some(Worker::Inline(set)) = self.worker.as_mut() else {
-            return false;
-        };
-        if set.is_stopped() || !(set.poll() || force) {
-            return false;
-        }
-        set.run_pass();
-        true
+        self.worker.as_mut().is_some_and(|w| w.step(force))
     }
 
     fn vring(&mut self, index: u32) -> VhostResult<&mut Vring> {
@@ -268,20 +239,13 @@ impl Connection {
     /// Stop the worker, recording where each ring stopped.
     pub(super) fn stop_worker(&mut self) {
         self.stop_ctrl();
-        let bases = match self.worker.take() {
-            None => return,
-            Some(Worker::Thread { stop, join }) => {
-                stop.store(true, Ordering::Release);
-                self.port.kick_worker();
-                join.join().ok()
-            }
-            Some(Worker::Pooled { id, pool }) => pool.detach(id).map(|set| set.finish()),
-            Some(Worker::Inline(set)) => Some(set.finish()),
+        let Some(worker) = self.worker.take() else {
+            return;
         };
-        match bases {
+        match worker.stop() {
             Some(bases) => {
-                for (i, base) in bases {
-                    self.vrings[i].base = base;
+                for b in bases {
+                    self.vrings[b.ring].base = b.next_avail;
                 }
             }
             None => {
@@ -379,7 +343,7 @@ impl Connection {
             return;
         };
         let queue = CtrlQueue::new(ring);
-        if self.inline {
+        if self.runtime.is_stepped() {
             self.ctrl = Some(CtrlService::Inline(Box::new(queue)));
             return;
         }
@@ -434,27 +398,16 @@ impl Connection {
                 return;
             }
         };
-        if self.inline {
-            let id = self.port.port_id() as u64;
-            let set = crate::queue::pool::QueueSet::start(id, queues);
-            self.worker = Some(Worker::Inline(Box::new(set)));
-            return;
+        let id = self.port.port_id() as u64;
+        let thread = format!("vadapt-w-{}", self.port.name());
+        match self.runtime.serve(id, queues, &thread, self.port.cpu) {
+            Ok(served) => self.worker = Some(served),
+            Err(e) => {
+                if let Some(held_back) = self.port.may_log("cannot start the worker") {
+                    tracing::error!(port = self.port.name(), error = %e, held_back, "cannot start the worker's thread");
+                }
+            }
         }
-        if let Some(pool) = &self.pool {
-            let id = self.port.port_id() as u64;
-            pool.attach(crate::queue::pool::QueueSet::start(id, queues));
-            self.worker = Some(Worker::Pooled {
-                id,
-                pool: Arc::clone(pool),
-            });
-            return;
-        }
-        let port = Arc::clone(&self.port);
-        let join = std::thread::Builder::new()
-            .name(format!("vadapt-w-{}", port.name()))
-            .spawn(move || run_worker(port, queues))
-            .expect("spawning a thread");
-        self.worker = Some(Worker::Thread { stop, join });
     }
 
     /// Where ring `v` logs its writes, while the frontend asks for logging
@@ -620,44 +573,6 @@ fn set_nonblocking(f: &File) {
             libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
         }
     }
-}
-
-/// Body of a worker thread.
-fn run_worker(port: Arc<VmPort>, mut queues: PortQueues) -> Vec<(usize, u16)> {
-    // A worker starts at every ring message of the frontend: its lines go
-    // through the port's limits too.
-    if let Some(cpu) = port.cpu {
-        if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
-            if let Some(held_back) = port.may_log("cannot pin the worker") {
-                tracing::warn!(port = port.name(), cpu, error = %e, held_back, "cannot pin worker");
-            }
-        }
-    }
-    // Timer slack of 1 ns: a 100 µs interval must not become 150 µs.
-    if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
-        if let Some(held_back) = port.may_log("timer slack") {
-            tracing::warn!(port = port.name(), error = %e, held_back, "timer slack stays at the default");
-        }
-    }
-    let tid = vadapt_host::cputime::current_tid() as i32;
-    port.worker_stats.tid.store(tid, Ordering::Release);
-    let (policy, view) = port.policy.take(port.name());
-    queues.policy_view = Some(view);
-    if let Some(held_back) = port.may_log("worker started") {
-        tracing::debug!(
-            port = port.name(),
-            policy = policy.name(),
-            held_back,
-            "worker started"
-        );
-    }
-    let policy = crate::queue::drive::drive(&mut queues, policy);
-    port.policy.park(policy, &view);
-    let ws = &port.worker_stats;
-    let cpu = crate::metrics::thread_cpu_ns(tid);
-    ws.tid.store(0, Ordering::Release);
-    ws.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
-    queues.into_bases()
 }
 
 impl VhostUserBackendReqHandlerMut for Connection {

@@ -6,8 +6,8 @@
 //!   vadapt connects to QEMU's socket and reconnects with backoff.
 //! * [`handler`] speaks the vhost-user protocol (via the `vhost` crate),
 //!   keeps the negotiated state (features, memory table, vrings) and starts
-//!   and stops the queue worker (its own thread, or a place in the pool of
-//!   [`crate::queue::pool`]) as rings start and stop.
+//!   and stops the port's queue set as rings start and stop (where it runs
+//!   is [`crate::worker::Runtime`]'s).
 //! * [`serve`](mod@serve) serves one frontend at a time on the port's
 //!   socket, and resets the port when it goes away.
 //! * `guest_memory` is the frontend's memory table and memory hotplug

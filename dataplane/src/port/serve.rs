@@ -321,8 +321,9 @@ pub fn serve(
     mut socket: FrontendSocket,
     stop: Arc<AtomicBool>,
     live: Arc<Mutex<Option<UnixStream>>>,
-    pool: Option<Arc<crate::queue::pool::NqWorkers>>,
+    pool: Option<Arc<crate::worker::pool::NqWorkers>>,
 ) {
+    let runtime = pool.map_or(crate::worker::Runtime::Thread, crate::worker::Runtime::Pool);
     while let Some(stream) = socket.next(port.name(), &stop) {
         let since = std::time::Instant::now();
         // A frontend can reconnect in a loop: through the port's limits.
@@ -338,7 +339,7 @@ pub fn serve(
         }
         let conn = Arc::new(Mutex::new(Connection::served_by(
             Arc::clone(&port),
-            pool.clone(),
+            runtime.clone(),
         )));
         let mut requests = RequestStream::new(stream, Arc::clone(&conn));
         while !stop.load(Ordering::Relaxed) && requests.serve_next(port.name()) {}

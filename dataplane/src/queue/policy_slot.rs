@@ -10,7 +10,7 @@
 //! one. While a worker runs, it asks [`PolicySlot::control`] after every
 //! pass for the next switch or retune.
 
-use crate::queue::drive::Control;
+use crate::worker::Control;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use vadapt_policy::{Policy, PolicyConfig, Retune, RetuneError};

@@ -10,19 +10,18 @@
 //! [`crate::port::handler`] honours; a frontend that gives it to the
 //! backend has it served beside the worker ([`super::ctrl_queue`]).
 
-use super::pending_wait::PendingWait;
 use super::policy_slot::WorkerView;
 use super::ring::Pair;
 use super::ring_pass::RingPass;
 use super::rx::{RxPending, RxService};
 use super::tx::{Policing, TxService, TX_BATCH};
-use super::waiting::{drain_kicks, sleep_until, EarlyWake, Waiter, Woken};
+use super::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
 use super::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::policing::PortPolicers;
-use crate::queue::drive::{Control, PassStats, QueueIo, Wait};
 use crate::switch::{FdbCache, Forwarded, Ingress, Sender};
+use crate::worker::{Control, PassStats, PendingWait, QueueIo, RingBases, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
@@ -115,7 +114,8 @@ impl PortQueues {
     ) -> std::io::Result<Self> {
         let waiter = Waiter::new(&port.wake, &pairs)?;
         let mut pairs = pairs;
-        // Workers start with guest notifications off; `wait_kick` turns them on.
+        // Workers start with guest notifications off; a wait for a kick
+        // turns them on.
         for pair in &mut pairs {
             for r in [&mut pair.rx, &mut pair.tx].into_iter().flatten() {
                 r.q.disable_notifications();
@@ -188,16 +188,16 @@ impl PortQueues {
         }
     }
 
-    /// Give the rings back (for `GET_VRING_BASE`): (ring index, next avail).
-    pub fn into_bases(self) -> Vec<(usize, u16)> {
+    /// Give the rings back (for `GET_VRING_BASE`).
+    pub fn into_bases(self) -> RingBases {
         self.log_used_rings();
-        let mut v = Vec::new();
+        let mut v = RingBases::default();
         for (p, pair) in self.pairs.iter().enumerate() {
             if let Some(r) = &pair.rx {
-                v.push((2 * p, r.q.last_avail()));
+                v.push(2 * p, r.q.last_avail());
             }
             if let Some(r) = &pair.tx {
-                v.push((2 * p + 1, r.q.last_avail()));
+                v.push(2 * p + 1, r.q.last_avail());
             }
         }
         v
@@ -431,17 +431,6 @@ impl PortQueues {
         work
     }
 
-    fn epoll_wait(&mut self) -> Woken {
-        match self.waiter.wait(&self.port.wake) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(port = self.port.name(), error = %e, "epoll_wait failed");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                Woken::default()
-            }
-        }
-    }
-
     fn arm_timer(&mut self, d: Duration) {
         if let Err(e) = self.waiter.arm_timer(d) {
             tracing::error!(port = self.port.name(), error = %e, "timerfd_settime failed");
@@ -499,8 +488,8 @@ impl PortQueues {
     }
 }
 
-/// The non-blocking waits of a worker serving several ports (see
-/// [`super::pending_wait`]).
+/// The port's waits, which never block (see
+/// [`crate::worker::pending_wait`]).
 impl PortQueues {
     /// The port served.
     pub fn port(&self) -> &Arc<VmPort> {
@@ -513,8 +502,7 @@ impl PortQueues {
         self.waiter.as_raw_fd()
     }
 
-    /// Begins the wait `wake` asks for: what [`QueueIo::sleep`] and
-    /// [`QueueIo::wait_kick`] do before they block.
+    /// Begins the wait `wake` asks for ([`QueueIo::begin_wait`]).
     pub fn begin_wait(&mut self, wake: Wake) -> PendingWait {
         self.publish_counts();
         let start = monotonic_now();
@@ -558,8 +546,7 @@ impl PortQueues {
         }
     }
 
-    /// Ends the wait `w` (which must be ready): what [`QueueIo::sleep`] and
-    /// [`QueueIo::wait_kick`] do after they wake.
+    /// Ends the wait `w` ([`QueueIo::end_wait`]).
     pub fn end_wait(&mut self, w: PendingWait) -> Wait {
         let cause = w.ready.unwrap_or(WakeCause::Recheck);
         let end = monotonic_now();
@@ -605,46 +592,6 @@ impl PortQueues {
                     })
                 })
         })
-    }
-}
-
-/// A VM port's rings as a pool worker serves them.
-impl crate::queue::pool::PooledQueues for PortQueues {
-    fn name(&self) -> &str {
-        self.port.name()
-    }
-
-    fn waiter_fd(&self) -> std::os::fd::RawFd {
-        PortQueues::waiter_fd(self)
-    }
-
-    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
-        PortQueues::begin_wait(self, wake)
-    }
-
-    fn poll_wait(&mut self, w: &mut PendingWait) {
-        PortQueues::poll_wait(self, w)
-    }
-
-    fn end_wait(&mut self, w: PendingWait) -> Wait {
-        PortQueues::end_wait(self, w)
-    }
-
-    fn take_policy(&mut self) -> Box<dyn vadapt_policy::Policy> {
-        let (policy, view) = self.port.policy.take(self.port.name());
-        self.policy_view = Some(view);
-        policy
-    }
-
-    fn park_policy(&mut self, policy: Box<dyn vadapt_policy::Policy>) {
-        // The view as the port's control last updated it.
-        if let Some(view) = self.policy_view {
-            self.port.policy.park(policy, &view);
-        }
-    }
-
-    fn into_bases(self: Box<Self>) -> Vec<(usize, u16)> {
-        PortQueues::into_bases(*self)
     }
 }
 
@@ -698,6 +645,10 @@ impl Notifications for PortQueues {
 }
 
 impl QueueIo for PortQueues {
+    fn name(&self) -> &str {
+        self.port.name()
+    }
+
     fn now(&mut self) -> Instant {
         self.clock.now()
     }
@@ -737,72 +688,20 @@ impl QueueIo for PortQueues {
         s
     }
 
-    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
-        self.publish_counts();
-        let start = monotonic_now();
-        let target = self
-            .early_wake
-            .target(deadline, deadline.saturating_since(start));
-        let wake = Wake::At {
-            at: deadline,
-            kick_threshold,
-        };
-        let kind = wait_protocol::begin_wait(wake, self).kind();
-        let kicks_armed = matches!(
-            kind,
-            WaitKind::Sleep {
-                kicks_armed: true,
-                ..
-            }
-        );
-        let cause = if kicks_armed {
-            self.arm_timer(target.saturating_since(start));
-            let cause = loop {
-                let woken = self.epoll_wait();
-                if let Some(cause) = kind.cause(Self::woke(kind, woken, target)) {
-                    break cause;
-                }
-            };
-            self.waiter.disarm_timer();
-            cause
-        } else {
-            // Nothing but the deadline can end this sleep.
-            sleep_until(target);
-            WakeCause::Timer
-        };
-        let end = monotonic_now();
-        self.finish_sleep(cause, end, target, deadline);
-        wait_protocol::end_wait(kind, self);
-        self.note_wake(cause);
-        self.merge_overshoot(end);
-        Wait {
-            cause,
-            waited: end.saturating_since(start),
-        }
+    fn waiter_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(PortQueues::waiter_fd(self))
     }
 
-    fn wait_kick(&mut self, until: Instant) -> Wait {
-        self.publish_counts();
-        let start = monotonic_now();
-        let begun = wait_protocol::begin_wait(Wake::Kick { until }, self);
-        let cause = match begun {
-            Begun::Ready { cause, .. } => cause,
-            Begun::Blocked { kind, until } => {
-                self.arm_timer(until.saturating_since(start));
-                let woken = self.epoll_wait();
-                self.waiter.disarm_timer();
-                // A wake-up that saw nothing (epoll_wait failed) is taken
-                // as a kick: the pass looks at the rings.
-                kind.cause(Self::woke(kind, woken, until))
-                    .unwrap_or(WakeCause::Kick)
-            }
-        };
-        wait_protocol::end_wait(begun.kind(), self);
-        self.note_wake(cause);
-        Wait {
-            cause,
-            waited: monotonic_now().saturating_since(start),
-        }
+    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        PortQueues::begin_wait(self, wake)
+    }
+
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        PortQueues::poll_wait(self, w)
+    }
+
+    fn end_wait(&mut self, w: PendingWait) -> Wait {
+        PortQueues::end_wait(self, w)
     }
 
     fn set_freq(&mut self, hint: FreqHint) {
@@ -873,6 +772,27 @@ impl QueueIo for PortQueues {
                 .predicted_us
                 .store(status.predicted_us.unwrap_or(0), Ordering::Relaxed);
         }
+    }
+
+    fn take_policy(&mut self) -> Box<dyn vadapt_policy::Policy> {
+        let (policy, view) = self.port.policy.take(self.port.name());
+        self.policy_view = Some(view);
+        policy
+    }
+
+    fn park_policy(&mut self, policy: Box<dyn vadapt_policy::Policy>) {
+        // The view as the port's control last updated it.
+        if let Some(view) = self.policy_view {
+            self.port.policy.park(policy, &view);
+        }
+    }
+
+    fn into_bases(self: Box<Self>) -> RingBases {
+        PortQueues::into_bases(*self)
+    }
+
+    fn worker_stats(&self) -> Option<&crate::metrics::WorkerStats> {
+        Some(&self.port.worker_stats)
     }
 }
 

@@ -1,6 +1,7 @@
 //! How a queue worker waits between passes: one epoll set over the port's
-//! wake eventfd, a timerfd and the rings' kick eventfds ([`Waiter`]);
-//! absolute sleeps on `CLOCK_MONOTONIC` ([`sleep_until`]); the early-wake
+//! wake eventfd, a timerfd and the rings' kick eventfds ([`Waiter`]),
+//! looked at without blocking (the worker blocks on its own epoll set,
+//! which watches this one); the early-wake
 //! compensation that keeps short timed sleeps on time ([`EarlyWake`]); and
 //! draining kick eventfds, which is how kicks are counted ([`drain_kicks`]).
 
@@ -18,7 +19,7 @@ const TOKEN_WAKE: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
 const TOKEN_KICK0: u64 = 2;
 
-/// What ended a [`Waiter::wait`]; several may have happened at once.
+/// What a [`Waiter::poll`] found; several may have happened at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Woken {
     /// The port's wake eventfd (a producer or the control plane wants the
@@ -97,11 +98,14 @@ impl Waiter {
     /// Blocks until the wake eventfd, the timer or a kick is readable, and
     /// drains the first two (`wake` must be the eventfd given to
     /// [`new`](Self::new)). A signal ends the wait with nothing woken.
+    /// (Workers never block here: they block on their own epoll set.)
+    #[cfg(test)]
     pub fn wait(&mut self, wake: &EventFd) -> io::Result<Woken> {
         self.wait_for(wake, -1)
     }
 
-    /// Like [`wait`](Self::wait) but never blocks: what is readable now.
+    /// What is readable now, without blocking; the wake eventfd and the
+    /// timer drained (`wake` must be the eventfd given to [`new`](Self::new)).
     /// A queue worker serving several ports polls each port's waiter this
     /// way after its own epoll set (which holds [`Waiter::as_raw_fd`]) woke.
     pub fn poll(&mut self, wake: &EventFd) -> io::Result<Woken> {
@@ -162,29 +166,6 @@ pub fn drain_kicks(pair: &Pair) -> io::Result<u64> {
         n += super::eventfd_io::drain(&r.kick)?;
     }
     Ok(n)
-}
-
-/// Sleeps until `deadline` on `CLOCK_MONOTONIC` (absolute, so no drift),
-/// resuming after signals.
-pub fn sleep_until(deadline: Instant) {
-    let ts = libc::timespec {
-        tv_sec: (deadline.0 / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline.0 % 1_000_000_000) as libc::c_long,
-    };
-    loop {
-        // SAFETY: `ts` is valid; the remainder pointer may be null with TIMER_ABSTIME.
-        let r = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
-        if r != libc::EINTR {
-            break;
-        }
-    }
 }
 
 /// Early-wake compensation: the kernel wakes us, on average, some time
@@ -278,14 +259,6 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(3));
         wake.write(1).unwrap();
         assert!(!w.wait(&wake).unwrap().timer);
-    }
-
-    #[test]
-    fn sleep_until_does_not_return_early() {
-        let deadline = monotonic_now() + Duration::from_millis(2);
-        sleep_until(deadline);
-        assert!(monotonic_now() >= deadline);
-        sleep_until(Instant(0)); // in the past: returns at once
     }
 
     #[test]

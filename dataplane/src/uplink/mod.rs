@@ -4,7 +4,7 @@
 //!
 //! * [`port`] — the uplink as the switch sees it ([`Uplink`]): a backlog
 //!   and a wake-up per NIC queue.
-//! * [`worker`] — one NIC queue as a [`QueueIo`](crate::queue::drive::QueueIo):
+//! * [`worker`] — one NIC queue as a [`QueueIo`](crate::worker::QueueIo):
 //!   what each policy's waits mean on a NIC queue.
 //! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
 //! * [`program`] — the XDP program on the interface: its owner record, and
@@ -28,12 +28,12 @@ pub use port::Uplink;
 pub use xsk::{XskError, XskQueue};
 
 use crate::metrics::WorkerStats;
-use crate::queue::pool::{NqWorkers, QueueSet};
+use crate::worker::pool::{NqWorkers, NqWorkersError};
+use crate::worker::{Runtime, Served};
 use program::{OwnerRecord, ProgramError};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use vadapt_host::cpufreq::CpuFreq;
 
 /// Errors starting an uplink.
@@ -51,13 +51,16 @@ pub enum UplinkError {
     /// The policy could not be built.
     #[error("bad policy for the uplink: {0}")]
     Policy(String),
-    /// A queue worker's thread or epoll set could not be made.
+    /// A queue worker's epoll set could not be made.
     #[error("cannot start a queue worker")]
     Worker(#[source] std::io::Error),
+    /// A queue's thread of its own could not be started.
+    #[error("cannot start a queue worker's thread")]
+    Thread(#[from] NqWorkersError),
 }
 
-/// An uplink that runs: a worker thread per NIC queue, and the owner
-/// record of its interface.
+/// An uplink that runs: its NIC queues served (each by a thread of its own,
+/// or by the NQ pool), and the owner record of its interface.
 #[derive(Debug)]
 pub struct RunningUplink {
     /// The port.
@@ -65,18 +68,15 @@ pub struct RunningUplink {
     /// Its queue workers' counters (`<port>/<queue>`), for the registry.
     pub workers: Vec<Arc<WorkerStats>>,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-    /// The NQ pool serving the queues, if it does.
-    pool: Option<Arc<NqWorkers>>,
-    /// The queues' set ids in the pool.
-    pooled: Vec<u64>,
+    /// The queues being served.
+    served: Vec<Served>,
     /// Sets the NIC's channel count back (if the uplink raised it) once
     /// the sockets are closed.
     channels: Option<channels::ChannelGuard>,
     owner: Option<OwnerRecord>,
 }
 
-/// The NQ pool's id of queue `q` of the uplink at switch port `port_id`:
+/// The queue set id of queue `q` of the uplink at switch port `port_id`:
 /// apart from VM ports' ids (their switch port ids, small numbers).
 fn pool_set_id(port_id: usize, q: usize) -> u64 {
     (1 << 48) | ((port_id as u64 & 0xffff_ffff) << 16) | q as u64
@@ -115,14 +115,13 @@ pub fn start(
         policy = %policy.kind(),
         "uplink open: an AF_XDP socket per NIC queue"
     );
+    let runtime = pool.clone().map_or(Runtime::Thread, Runtime::Pool);
     let stop = Arc::new(AtomicBool::new(false));
     let mut running = RunningUplink {
         port: Arc::clone(&port),
         workers: Vec::new(),
         stop: Arc::clone(&stop),
-        threads: Vec::new(),
-        pool: pool.clone(),
-        pooled: Vec::new(),
+        served: Vec::new(),
         channels,
         owner: Some(owner),
     };
@@ -141,27 +140,12 @@ pub fn start(
         });
         let stats = Arc::new(WorkerStats::new(&format!("{}/{q}", cfg.name)));
         running.workers.push(Arc::clone(&stats));
-        let io = worker::UplinkQueue::new(
-            Arc::clone(&port),
-            q,
-            xsk,
-            Arc::clone(&stop),
-            cpu,
-            freq,
-            stats,
-        )
-        .map_err(UplinkError::Worker)?;
-        if let Some(pool) = &pool {
-            let id = pool_set_id(port.port_id(), q);
-            pool.attach(QueueSet::start(id, io));
-            running.pooled.push(id);
-            continue;
-        }
-        let t = std::thread::Builder::new()
-            .name(format!("vadapt-x-{}-{q}", cfg.name))
-            .spawn(move || io.run())
-            .map_err(UplinkError::Worker)?;
-        running.threads.push(t);
+        let io =
+            worker::UplinkQueue::new(Arc::clone(&port), q, xsk, Arc::clone(&stop), freq, stats)
+                .map_err(UplinkError::Worker)?;
+        let thread = format!("vadapt-x-{}-{q}", cfg.name);
+        let id = pool_set_id(port.port_id(), q);
+        running.served.push(runtime.serve(id, io, &thread, cpu)?);
     }
     Ok(running)
 }
@@ -179,16 +163,9 @@ impl RunningUplink {
         for q in 0..self.port.queues.len() {
             self.port.kick_worker(q);
         }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        if let Some(pool) = &self.pool {
-            for id in self.pooled.drain(..) {
-                // Released between two passes; the socket closes with it.
-                if let Some(set) = pool.detach(id) {
-                    let _ = set.finish();
-                }
-            }
+        for served in self.served.drain(..) {
+            // Released between two passes; the socket closes with it.
+            let _ = served.stop();
         }
         self.channels.take();
         self.owner.take();

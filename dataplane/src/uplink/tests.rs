@@ -339,10 +339,11 @@ fn both_queues_of_a_two_queue_nic_are_served() {
 /// half the backlog, not at its deadline; one without a threshold does not.
 #[test]
 fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
+    use crate::clock::monotonic_now;
     use crate::frames::FrameBatch;
-    use crate::queue::drive::QueueIo;
     use crate::switch::Egress;
-    use vadapt_policy::WakeCause;
+    use crate::worker::QueueIo;
+    use vadapt_policy::{Wake, WakeCause};
 
     let Some(w) = Wire::new("s", 1) else { return };
     let up = super::Uplink::new(
@@ -356,8 +357,7 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stats = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
     let freq = Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test"));
-    let mut io =
-        super::worker::UplinkQueue::new(up.clone(), 0, xsk, stop, None, freq, stats).unwrap();
+    let mut io = super::worker::UplinkQueue::new(up.clone(), 0, xsk, stop, freq, stats).unwrap();
     let mut frames = FrameBatch::new(64);
     for _ in 0..64 {
         assert!(frames.push(&[0x5a; 60]));
@@ -369,12 +369,23 @@ fn a_threshold_sleep_wakes_when_the_switch_fills_the_backlog() {
             up.deliver(&frames, &(0..40).collect::<Vec<u16>>(), 0);
         })
     };
-    let far = io.now() + vadapt_policy::Duration::from_millis(20_000);
-    let woke = io.sleep(far, Some(500));
+    // The wait's steps as a worker takes them, looking every millisecond.
+    let mut sleep = |at, kick_threshold| {
+        let mut w = io.begin_wait(Wake::At { at, kick_threshold });
+        loop {
+            io.poll_wait(&mut w);
+            if w.is_ready() {
+                return io.end_wait(w);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let far = monotonic_now() + vadapt_policy::Duration::from_millis(20_000);
+    let woke = sleep(far, Some(500));
     feeder.join().unwrap();
     assert_eq!(woke.cause, WakeCause::Kick, "40 of 64 frames is over 500‰");
-    let near = io.now() + vadapt_policy::Duration::from_millis(50);
-    assert_eq!(io.sleep(near, None).cause, WakeCause::Timer);
+    let near = monotonic_now() + vadapt_policy::Duration::from_millis(50);
+    assert_eq!(sleep(near, None).cause, WakeCause::Timer);
 }
 
 /// From the wire: an 802.3 frame whose length field says more than it
@@ -652,7 +663,7 @@ fn the_nics_channel_count_is_raised_for_the_uplink_and_restored() {
 /// the two queues over two workers, traffic flowing before and after.
 #[test]
 fn the_nq_pool_serves_the_uplinks_queues_and_moves_them_when_resized() {
-    use crate::queue::pool::NqWorkers;
+    use crate::worker::pool::NqWorkers;
 
     let Some(w) = Wire::new("q", 2) else { return };
     let dir = tempfile::tempdir().unwrap();

@@ -1,40 +1,38 @@
 //! An uplink queue's worker: one NIC queue's AF_XDP socket as a
-//! [`QueueIo`], so that [`drive`] runs the same policies on it as on a VM
-//! ring.
+//! [`QueueIo`], so that a [`crate::worker::QueueSet`] runs the same
+//! policies on it as on a VM ring, on a thread of its own or in the pool.
 //!
-//! What each policy's waits mean on a NIC queue:
-//! * waiting for a kick ([`QueueIo::wait_kick`]): blocking in epoll on the
-//!   socket (readable when the RX ring has frames: the NIC's interrupt,
-//!   through the kernel's `XDP_USE_NEED_WAKEUP` protocol) and on the
-//!   queue's wake eventfd (frames from the switch to transmit). This is
-//!   interrupt mode's and EE-KBP's sleep on an empty queue;
-//! * a timed sleep ([`QueueIo::sleep`]): the socket is not watched, so the
-//!   NIC's interrupt wakes nobody: NetAP's periodic service with the
-//!   notification suppressed;
+//! What each policy's waits mean on a NIC queue (see `waits`):
+//! * waiting for a kick: epoll on the socket (readable when the RX ring
+//!   has frames: the NIC's interrupt, through the kernel's
+//!   `XDP_USE_NEED_WAKEUP` protocol) and on the queue's wake eventfd
+//!   (frames from the switch to transmit). This is interrupt mode's and
+//!   EE-KBP's sleep on an empty queue;
+//! * a timed sleep: the socket is not watched, so the NIC's interrupt
+//!   wakes nobody: NetAP's periodic service with the notification
+//!   suppressed;
 //! * no wait: busy-poll.
 //!
-//! On a worker thread of its own the queue runs [`drive`] ([`UplinkQueue::run`]);
-//! in the NQ pool it is a queue set whose waits do not block (`pooled`).
 //! Frames for the wire that the TX ring cannot take wait for a later pass
 //! (see `transmit`): a full ring pushes back on the switch.
 
 use super::port::Uplink;
 use super::xsk::{self, XskQueue, MAX_XSK_FRAME};
-use crate::clock::{cycles, monotonic_now, PassClock};
+use crate::clock::{cycles, PassClock};
 use crate::frames::FrameBatch;
 use crate::log_limit::LogLimit;
 use crate::metrics::{Dir, DropReason, PassTally, WorkerStats};
 use crate::net::MIN_FRAME;
 use crate::offload::Cutter;
-use crate::queue::drive::{drive, Control, QueueIo, Wait};
 use crate::queue::policy_slot::WorkerView;
 use crate::queue::rx::RxPending;
-use crate::queue::waiting::{sleep_until, Waiter};
+use crate::queue::waiting::Waiter;
 use crate::switch::{FdbCache, Sender};
+use crate::worker::{Control, PendingWait, QueueIo, RingBases, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use vadapt_host::cpufreq::CpuFreq;
-use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, WakeCause};
+use vadapt_policy::{Budget, Duration, FreqHint, Instant, PassStats, Policy, Wake};
 
 /// True for an IEEE 802.3 frame (a length, not an EtherType, after the
 /// addresses) shorter than that length says: the wire cut it, or its
@@ -45,7 +43,7 @@ fn lies_about_its_length(frame: &[u8]) -> bool {
     field <= 1500 && MIN_FRAME + usize::from(field) > frame.len()
 }
 
-mod pooled;
+mod waits;
 
 /// Frames forwarded into the switch at once.
 const BATCH: usize = 64;
@@ -57,11 +55,9 @@ pub struct UplinkQueue {
     /// `<port>/<queue>`, as the NQ pool shows it.
     label: String,
     xsk: XskQueue,
-    /// Waits on the socket, the wake eventfd and a timer.
+    /// Waits on the socket (unwatched while the queue sleeps), the wake
+    /// eventfd and a timer.
     waiter: Waiter,
-    /// Waits on the wake eventfd and a timer only: a timed sleep, the
-    /// NIC's interrupt suppressed.
-    sleeper: Waiter,
     stop: Arc<AtomicBool>,
     sender: Option<Sender>,
     /// Frames from the wire, on their way into the switch.
@@ -73,8 +69,6 @@ pub struct UplinkQueue {
     plan: Vec<(u32, u16)>,
     cache: FdbCache,
     freq: Arc<CpuFreq>,
-    /// CPU the worker pins itself to, if any.
-    cpu: Option<usize>,
     /// The worker's counters (`<port>/<queue>`).
     stats: Arc<WorkerStats>,
     /// Passes, busy cycles, packets and bytes not yet in the counters.
@@ -97,19 +91,17 @@ impl std::fmt::Debug for UplinkQueue {
 }
 
 impl UplinkQueue {
-    /// The worker's world for queue `q` of `port`, over `xsk`, pinned to
-    /// `cpu` (whose frequency `freq` controls) if given, counting into `stats`.
+    /// The worker's world for queue `q` of `port`, over `xsk`, on a CPU
+    /// whose frequency `freq` controls, counting into `stats`.
     pub fn new(
         port: Arc<Uplink>,
         q: usize,
         xsk: XskQueue,
         stop: Arc<AtomicBool>,
-        cpu: Option<usize>,
         freq: Arc<CpuFreq>,
         stats: Arc<WorkerStats>,
     ) -> std::io::Result<Self> {
         let waiter = Waiter::over(&port.queues[q].wake, &[xsk.fd()])?;
-        let sleeper = Waiter::over(&port.queues[q].wake, &[])?;
         let sender = port.ingress().and_then(|i| i.sender());
         let pending = RxPending::for_backlog(&port.queues[q].backlog);
         Ok(UplinkQueue {
@@ -117,7 +109,6 @@ impl UplinkQueue {
             q,
             xsk,
             waiter,
-            sleeper,
             stop,
             sender,
             batch: FrameBatch::new(BATCH),
@@ -125,7 +116,6 @@ impl UplinkQueue {
             pending,
             cache: FdbCache::default(),
             freq,
-            cpu,
             stats,
             tally: PassTally::new(port.stats.queues.len()),
             clock: PassClock::new(port.tsc_per_ns),
@@ -133,32 +123,6 @@ impl UplinkQueue {
             policy_view: None,
             port,
         })
-    }
-
-    /// Serve the queue with its policy (switched and retuned through the
-    /// queue's policy slot while it runs) until stopped, on the calling
-    /// thread (pinned first, if the port says where).
-    pub fn run(mut self) {
-        let name = self.port.name().to_string();
-        let (policy, view) = self.port.queues[self.q].policy.take(&name);
-        self.policy_view = Some(view);
-        if let Some(cpu) = self.cpu {
-            if let Err(e) = vadapt_host::cputime::pin_current_thread(cpu) {
-                tracing::warn!(port = name.as_str(), queue = self.q, cpu, error = %e, "cannot pin the uplink's queue worker");
-            }
-        }
-        // Timer slack of 1 ns: a 100 µs interval must not become 150 µs.
-        let _ = vadapt_host::cputime::set_timer_slack(1);
-        let tid = vadapt_host::cputime::current_tid() as i32;
-        let stats = Arc::clone(&self.stats);
-        stats.tid.store(tid, Ordering::Release);
-        let policy = drive(&mut self, policy);
-        if let Some(view) = self.policy_view.take() {
-            self.port.queues[self.q].policy.park(policy, &view);
-        }
-        let cpu = crate::metrics::thread_cpu_ns(tid);
-        stats.tid.store(0, Ordering::Release);
-        stats.cpu_ns_retired.fetch_add(cpu, Ordering::Relaxed);
     }
 
     /// Publishes the tallied counts (before every wait, at the end, and
@@ -393,6 +357,10 @@ impl Drop for UplinkQueue {
 }
 
 impl QueueIo for UplinkQueue {
+    fn name(&self) -> &str {
+        &self.label
+    }
+
     fn now(&mut self) -> Instant {
         self.clock.now()
     }
@@ -421,96 +389,21 @@ impl QueueIo for UplinkQueue {
         }
     }
 
-    /// A timed sleep, the socket unwatched (the NIC's interrupt wakes
-    /// nobody). With a kick threshold of p permille, frames from the switch
-    /// filling p‰ of the backlog wake the worker early (NetAP's ring-full
-    /// safety net, as a guest's kick at p‰ of its ring does on a VM port).
-    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
-        self.publish_counts();
-        let start = monotonic_now();
-        let slot = &self.port.queues[self.q];
-        let threshold = kick_threshold
-            .filter(|&p| p > 0)
-            .map(|p| (usize::from(p) * slot.backlog.capacity() / 1000).max(1));
-        let Some(at) = threshold else {
-            sleep_until(deadline);
-            return Wait {
-                cause: WakeCause::Timer,
-                waited: monotonic_now().saturating_since(start),
-            };
-        };
-        slot.wake_at.store(at, Ordering::Relaxed);
-        // Pairs with the switch's fence in `deliver`.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let mut cause = WakeCause::Timer;
-        if slot.backlog.held() >= at {
-            cause = WakeCause::Kick;
-        } else {
-            let _ = self.sleeper.arm_timer(deadline.saturating_since(start));
-            loop {
-                match self.sleeper.wait(&slot.wake) {
-                    Ok(w) if w.wake && slot.backlog.held() >= at => {
-                        cause = WakeCause::Kick;
-                        break;
-                    }
-                    Ok(w) if w.timer => break,
-                    Ok(_) if self.stop.load(Ordering::Relaxed) => break,
-                    Ok(_) if monotonic_now() >= deadline => break,
-                    Ok(_) => {}
-                    Err(_) => {
-                        sleep_until(deadline);
-                        break;
-                    }
-                }
-            }
-            self.sleeper.disarm_timer();
-        }
-        slot.wake_at.store(0, Ordering::Relaxed);
-        Wait {
-            cause,
-            waited: monotonic_now().saturating_since(start),
-        }
+    fn waiter_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.waiter.as_raw_fd())
     }
 
-    fn wait_kick(&mut self, until: Instant) -> Wait {
-        self.publish_counts();
-        let start = monotonic_now();
-        let port = Arc::clone(&self.port);
-        let slot = &port.queues[self.q];
-        slot.waiting.store(true, Ordering::Relaxed);
-        // Pairs with the switch's fence in `deliver`: either it sees
-        // `waiting` and wakes us, or we see its frames here.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        // Frames for the wire still waiting (the TX ring was full) end the
-        // wait at once: in copy mode the kernel sends on each kick, and
-        // a zero-copy NIC completes within microseconds.
-        if self.xsk.rx_ready() || self.tx_work() || self.stop.load(Ordering::Relaxed) {
-            slot.waiting.store(false, Ordering::Relaxed);
-            return Wait {
-                cause: WakeCause::Kick,
-                waited: Duration::ZERO,
-            };
-        }
-        let left = self.tx_retry(until.saturating_since(start));
-        // A stop wakes the worker through `wake` (see `UplinkWorkers::stop`).
-        let _ = self.waiter.arm_timer(left);
-        let woken = self.waiter.wait(&slot.wake);
-        self.waiter.disarm_timer();
-        slot.waiting.store(false, Ordering::Relaxed);
-        let cause = match woken {
-            Ok(w) if w.kick => {
-                self.port.stats.queues[self.q]
-                    .kicks
-                    .fetch_add(1, Ordering::Relaxed);
-                WakeCause::Kick
-            }
-            Ok(w) if w.wake => WakeCause::Kick,
-            _ => WakeCause::Timer,
-        };
-        Wait {
-            cause,
-            waited: monotonic_now().saturating_since(start),
-        }
+    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+        self.begin(wake)
+    }
+
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        self.poll(w)
+    }
+
+    fn end_wait(&mut self, w: PendingWait) -> Wait {
+        self.end(w)
     }
 
     fn set_freq(&mut self, hint: FreqHint) {
@@ -541,6 +434,28 @@ impl QueueIo for UplinkQueue {
         error: &vadapt_policy::RetuneError,
     ) {
         tracing::warn!(port = self.port.name(), queue = self.q, ?retune, %error, "retune refused by the running policy");
+    }
+
+    fn take_policy(&mut self) -> Box<dyn Policy> {
+        let port = Arc::clone(&self.port);
+        let (policy, view) = port.queues[self.q].policy.take(port.name());
+        self.policy_view = Some(view);
+        policy
+    }
+
+    fn park_policy(&mut self, policy: Box<dyn Policy>) {
+        if let Some(view) = self.policy_view.take() {
+            self.port.queues[self.q].policy.park(policy, &view);
+        }
+    }
+
+    fn into_bases(self: Box<Self>) -> RingBases {
+        // No guest rings: closing the socket (on drop) is all.
+        RingBases::default()
+    }
+
+    fn worker_stats(&self) -> Option<&WorkerStats> {
+        Some(&self.stats)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Queue workers as a pool with one worker per NQ core (vSPACE's NQ group),
-//! each serving a set of ports' queues.
+//! each serving a set of ports' queues; and a thread of a set's own, which
+//! is a pool of one ([`NqWorkers::dedicated`]).
 //!
 //! With `[cores] queue_workers = "per-nq-core"`, a VM port's running rings
 //! are not given a thread of their own: they become a [`QueueSet`] (the
@@ -21,14 +22,12 @@
 //! queue pairs share one policy instance (the port's policy slot), and the
 //! policy must see all the port's traffic.
 
-mod pooled;
-mod queue_set;
 pub mod status;
 mod worker_thread;
 
-pub use pooled::PooledQueues;
-pub use queue_set::QueueSet;
 pub use status::NqWorkerStatus;
+
+use super::queue_set::QueueSet;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -75,6 +74,9 @@ pub struct NqWorkers {
     pin: bool,
     /// Queue sets moved between workers since start.
     moves: AtomicU64,
+    /// A pool of one serving one set as a thread of its own, named this
+    /// (see [`NqWorkers::dedicated`]).
+    dedicated: Option<String>,
 }
 
 impl std::fmt::Debug for NqWorkers {
@@ -93,13 +95,36 @@ impl NqWorkers {
             state: Mutex::new(State::default()),
             pin,
             moves: AtomicU64::new(0),
+            dedicated: None,
         });
         pool.resize(cpus)?;
         Ok(pool)
     }
 
+    /// A pool of one whose thread, named `name`, serves a set as a thread
+    /// of its own would: pinned to `cpu` if given, its id and CPU time
+    /// shown in the set's counters ([`QueueIo::worker_stats`]) as long as
+    /// it has served that set alone. (Sets pinned to one CPU share it.)
+    ///
+    /// [`QueueIo::worker_stats`]: super::QueueIo::worker_stats
+    pub fn dedicated(name: String, cpu: Option<usize>) -> Result<Arc<Self>, NqWorkersError> {
+        let pool = Arc::new(NqWorkers {
+            state: Mutex::new(State::default()),
+            pin: cpu.is_some(),
+            moves: AtomicU64::new(0),
+            dedicated: Some(name),
+        });
+        pool.resize(&cpu.into_iter().collect::<Vec<_>>())?;
+        Ok(pool)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many sets are attached.
+    pub fn attached(&self) -> usize {
+        self.lock().attached.len()
     }
 
     /// How many workers run.
@@ -177,7 +202,7 @@ impl NqWorkers {
         let mut st = self.lock();
         while st.workers.len() < k {
             let index = st.workers.len();
-            st.workers.push(spawn(index)?);
+            st.workers.push(spawn(index, self.dedicated.as_deref())?);
         }
         let ids: Vec<u64> = st.attached.keys().copied().collect();
         let next = assign_queue_sets(&ids, k, &st.assignment);
@@ -256,15 +281,18 @@ impl NqWorkers {
     }
 }
 
-fn spawn(index: usize) -> Result<WorkerHandle, NqWorkersError> {
+/// Starts worker `index` (the thread of a set's own, named `dedicated`).
+fn spawn(index: usize, dedicated: Option<&str>) -> Result<WorkerHandle, NqWorkersError> {
     let err = |source| NqWorkersError::SpawnWorker { index, source };
     let inbox = Arc::new(Inbox::new().map_err(err)?);
     let epoll = worker_thread::epoll_for(&inbox).map_err(err)?;
     let tid = Arc::new(AtomicU32::new(0));
     let (i2, t2) = (Arc::clone(&inbox), Arc::clone(&tid));
+    let name = dedicated.map_or_else(|| format!("vadapt-nq-{index}"), str::to_string);
+    let own = dedicated.is_some();
     let join = std::thread::Builder::new()
-        .name(format!("vadapt-nq-{index}"))
-        .spawn(move || worker_thread::run(index, i2, epoll, t2))
+        .name(name)
+        .spawn(move || worker_thread::run(index, i2, epoll, t2, own))
         .map_err(err)?;
     Ok(WorkerHandle {
         inbox,

@@ -1,39 +1,23 @@
-//! An uplink's NIC queue as a pool worker serves it
-//! ([`PooledQueues`]): the same waits as [`QueueIo::sleep`] and
-//! [`QueueIo::wait_kick`] on a worker of its own, cut in three
-//! non-blocking steps that follow the policy crate's wait protocol, as a
-//! VM port's are:
+//! An uplink's NIC queue's waits, which never block: three steps that
+//! follow the policy crate's wait protocol, as a VM port's do:
 //! * a wait for a kick watches the AF_XDP socket (the NIC's interrupt) and
 //!   the queue's wake eventfd (frames from the switch), in the queue's own
-//!   epoll set, which the pool worker's epoll set watches;
+//!   epoll set, which the worker's epoll set watches;
 //! * a timed sleep unwatches the socket and arms the queue's timer; a kick
-//!   threshold (NetAP's safety net) is the backlog's fill, as on a worker
-//!   of its own.
-//!
-//! [`QueueIo::sleep`]: crate::queue::drive::QueueIo::sleep
-//! [`QueueIo::wait_kick`]: crate::queue::drive::QueueIo::wait_kick
+//!   threshold (NetAP's safety net) is the backlog's fill.
 
 use super::UplinkQueue;
 use crate::clock::monotonic_now;
-use crate::queue::drive::Wait;
-use crate::queue::pending_wait::PendingWait;
-use crate::queue::pool::PooledQueues;
 use crate::queue::waiting::Woken;
+use crate::worker::{PendingWait, Wait};
 use std::sync::atomic::{fence, Ordering};
 use vadapt_policy::wait_protocol::{self, Begun, KickThreshold, Notifications, WaitKind, Woke};
-use vadapt_policy::{Duration, Policy, Wake, WakeCause};
+use vadapt_policy::{Duration, Wake, WakeCause};
 
-impl PooledQueues for UplinkQueue {
-    fn name(&self) -> &str {
-        &self.label
-    }
-
-    fn waiter_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.waiter.as_raw_fd()
-    }
-
-    fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+/// The waits of [`crate::worker::QueueIo`].
+impl UplinkQueue {
+    /// See [`crate::worker::QueueIo::begin_wait`].
+    pub(super) fn begin(&mut self, wake: Wake) -> PendingWait {
         self.publish_counts();
         let start = monotonic_now();
         if matches!(wake, Wake::At { .. }) {
@@ -56,7 +40,8 @@ impl PooledQueues for UplinkQueue {
         }
     }
 
-    fn poll_wait(&mut self, w: &mut PendingWait) {
+    /// See [`crate::worker::QueueIo::poll_wait`].
+    pub(super) fn poll(&mut self, w: &mut PendingWait) {
         if w.ready.is_some() {
             return;
         }
@@ -95,7 +80,8 @@ impl PooledQueues for UplinkQueue {
         w.ready = w.kind.cause(woke);
     }
 
-    fn end_wait(&mut self, w: PendingWait) -> Wait {
+    /// See [`crate::worker::QueueIo::end_wait`].
+    pub(super) fn end(&mut self, w: PendingWait) -> Wait {
         let cause = w.ready.unwrap_or(WakeCause::Recheck);
         if w.kind == WaitKind::Poll {
             return Wait {
@@ -109,24 +95,6 @@ impl PooledQueues for UplinkQueue {
             cause,
             waited: monotonic_now().saturating_since(w.start),
         }
-    }
-
-    fn take_policy(&mut self) -> Box<dyn Policy> {
-        let port = std::sync::Arc::clone(&self.port);
-        let (policy, view) = port.queues[self.q].policy.take(port.name());
-        self.policy_view = Some(view);
-        policy
-    }
-
-    fn park_policy(&mut self, policy: Box<dyn Policy>) {
-        if let Some(view) = self.policy_view.take() {
-            self.port.queues[self.q].policy.park(policy, &view);
-        }
-    }
-
-    fn into_bases(self: Box<Self>) -> Vec<(usize, u16)> {
-        // No guest rings: closing the socket (on drop) is all.
-        Vec::new()
     }
 }
 

@@ -1,21 +1,14 @@
-//! A wait between two passes that a worker serving several ports does not
-//! block in: begun by [`PortQueues::begin_wait`], checked without blocking
-//! by [`PortQueues::poll_wait`] whenever the worker's epoll set says the
-//! port's [`Waiter`](super::waiting::Waiter) is readable, and ended by
-//! [`PortQueues::end_wait`].
+//! A wait between two passes that a worker never blocks in: begun by
+//! [`QueueIo::begin_wait`], checked without blocking by
+//! [`QueueIo::poll_wait`] whenever the worker looks (its epoll set saw the
+//! queues' waiter readable), and ended by [`QueueIo::end_wait`]. Every
+//! world follows the policy crate's [`wait_protocol`] (notifications,
+//! re-check, kick thresholds, what ended the wait) through these three
+//! calls, whether its worker serves it alone or with others.
 //!
-//! The three calls do what [`QueueIo::sleep`] and [`QueueIo::wait_kick`] do
-//! in one blocking call for a worker of its own: both follow the policy
-//! crate's [`wait_protocol`] (notifications, re-check, kick thresholds, what
-//! ended the wait), and drain and count kicks the same way. A plain
-//! sleep arms the port's timerfd instead of `clock_nanosleep`, since the
-//! worker must also hear the other ports it serves.
-//!
-//! [`PortQueues::begin_wait`]: super::port_queues::PortQueues::begin_wait
-//! [`PortQueues::poll_wait`]: super::port_queues::PortQueues::poll_wait
-//! [`PortQueues::end_wait`]: super::port_queues::PortQueues::end_wait
-//! [`QueueIo::sleep`]: crate::queue::drive::QueueIo::sleep
-//! [`QueueIo::wait_kick`]: crate::queue::drive::QueueIo::wait_kick
+//! [`QueueIo::begin_wait`]: super::QueueIo::begin_wait
+//! [`QueueIo::poll_wait`]: super::QueueIo::poll_wait
+//! [`QueueIo::end_wait`]: super::QueueIo::end_wait
 //! [`wait_protocol`]: vadapt_policy::wait_protocol
 
 use vadapt_policy::wait_protocol::WaitKind;
@@ -46,6 +39,26 @@ impl PendingWait {
             target: start,
             start,
             ready: Some(cause),
+        }
+    }
+
+    /// What [`vadapt_policy::wait_protocol::begin_wait`] would begin for
+    /// `wake` on queues whose kicks are always on and thresholds always
+    /// armed, without blocking: for worlds on a virtual clock, which decide
+    /// in [`super::QueueIo::poll_wait`] when the wait ends.
+    pub fn begun(wake: vadapt_policy::Wake, start: Instant) -> Self {
+        use vadapt_policy::Wake;
+        match wake {
+            Wake::Now => Self::ended_at_once(WaitKind::Poll, WakeCause::Immediate, start),
+            Wake::At { at, kick_threshold } => Self::blocked(
+                WaitKind::Sleep {
+                    until: at,
+                    kicks_armed: kick_threshold.is_some(),
+                },
+                at,
+                start,
+            ),
+            Wake::Kick { until } => Self::blocked(WaitKind::Kick { until }, until, start),
         }
     }
 

@@ -4,15 +4,22 @@
 //!
 //! Every policy must survive all of it: no queue may stall and no packet
 //! accepted by a ring may be lost, whatever the timing. The tests below run
-//! every policy through [`crate::queue::drive::drive`] over a deterministic
-//! virtual guest wrapped in this injector.
+//! every policy in a [`super::QueueSet`] stepped without a thread over a
+//! deterministic virtual guest wrapped in this injector; it wraps the
+//! daemon's own worlds (a VM port's rings, a NIC queue) as well, on a
+//! thread of their own or in the pool.
 
-use crate::queue::drive::{Control, QueueIo, Wait};
+use super::pending_wait::PendingWait;
+use super::queue_io::{Control, QueueIo, Wait};
+use super::ring_bases::RingBases;
+use crate::metrics::WorkerStats;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::os::fd::RawFd;
+use vadapt_policy::wait_protocol::WaitKind;
 use vadapt_policy::{
-    Budget, Duration, FreqHint, Instant, PassStats, PolicyStatus, Retune, RetuneError, Step,
-    WakeCause,
+    Budget, Duration, FreqHint, Instant, PassStats, Policy, PolicyStatus, Retune, RetuneError,
+    Step, Wake, WakeCause,
 };
 
 /// How often each fault happens, as probabilities per opportunity (0..=1).
@@ -40,6 +47,16 @@ impl Faults {
         lost_kick: 0.0,
         short_pass: 0.0,
     };
+
+    /// Every fault, often: what the tests put every policy and every
+    /// path through.
+    pub const ROUGH: Faults = Faults {
+        late_timer: 0.3,
+        max_late: Duration::from_millis(2),
+        spurious_wake: 0.1,
+        lost_kick: 0.3,
+        short_pass: 0.2,
+    };
 }
 
 /// What the injector did, for the tests' own checks.
@@ -55,12 +72,23 @@ pub struct Injected {
     pub short_passes: u64,
 }
 
+/// The faults chosen for the wait under way, when it began.
+#[derive(Clone, Copy, Debug, Default)]
+struct WaitFaults {
+    /// Ends at its first look, with nothing having happened.
+    spurious: bool,
+    /// A wait for a kick that sees none: the kind it was begun as (it runs
+    /// as a sleep without kicks until its deadline).
+    lost: Option<WaitKind>,
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct FaultInjector<Q> {
     inner: Q,
     faults: Faults,
     rng: SmallRng,
+    wait: WaitFaults,
     /// What was injected so far.
     pub injected: Injected,
 }
@@ -72,6 +100,7 @@ impl<Q: QueueIo> FaultInjector<Q> {
             inner,
             faults,
             rng: SmallRng::seed_from_u64(seed),
+            wait: WaitFaults::default(),
             injected: Injected::default(),
         }
     }
@@ -87,6 +116,10 @@ impl<Q: QueueIo> FaultInjector<Q> {
 }
 
 impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
     fn now(&mut self) -> Instant {
         self.inner.now()
     }
@@ -99,41 +132,69 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
         self.inner.service(budget)
     }
 
-    fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
-        if self.chance(self.faults.spurious_wake) {
-            self.injected.spurious_wakes += 1;
-            return Wait {
-                cause: WakeCause::Timer,
-                waited: Duration::ZERO,
-            };
-        }
-        let mut at = deadline;
-        if self.chance(self.faults.late_timer) {
-            self.injected.late_timers += 1;
-            at += Duration(self.rng.gen_range(0..=self.faults.max_late.as_nanos()));
-        }
-        self.inner.sleep(at, kick_threshold)
+    fn waiter_fd(&self) -> Option<RawFd> {
+        self.inner.waiter_fd()
     }
 
-    fn wait_kick(&mut self, until: Instant) -> Wait {
-        if self.chance(self.faults.spurious_wake) {
+    fn begin_wait(&mut self, mut wake: Wake) -> PendingWait {
+        self.wait = WaitFaults::default();
+        let spurious = !matches!(wake, Wake::Now) && self.chance(self.faults.spurious_wake);
+        let mut lost = false;
+        if !spurious {
+            match &mut wake {
+                // The timer itself is late: the world arms it later.
+                Wake::At { at, .. } if self.chance(self.faults.late_timer) => {
+                    self.injected.late_timers += 1;
+                    *at += Duration(self.rng.gen_range(0..=self.faults.max_late.as_nanos()));
+                }
+                Wake::Kick { .. } => lost = self.chance(self.faults.lost_kick),
+                _ => {}
+            }
+        }
+        let mut w = self.inner.begin_wait(wake);
+        if w.is_ready() {
+            return w;
+        }
+        if spurious {
             self.injected.spurious_wakes += 1;
-            return Wait {
-                cause: WakeCause::Kick,
-                waited: Duration::ZERO,
-            };
-        }
-        if self.chance(self.faults.lost_kick) {
-            // Wait the whole timeout with notifications off: whatever the
-            // guest does meanwhile, no kick reaches the worker.
+            self.wait.spurious = true;
+        } else if let (true, WaitKind::Kick { until }) = (lost, w.kind) {
+            // The whole timeout, kicks unheard: whatever the guest does
+            // meanwhile, no kick reaches the worker.
             self.injected.lost_kicks += 1;
-            let w = self.inner.sleep(until, None);
-            return Wait {
-                cause: WakeCause::Timeout,
-                waited: w.waited,
+            self.wait.lost = Some(w.kind);
+            w.kind = WaitKind::Sleep {
+                until,
+                kicks_armed: false,
             };
         }
-        self.inner.wait_kick(until)
+        w
+    }
+
+    fn poll_wait(&mut self, w: &mut PendingWait) {
+        if w.is_ready() {
+            return;
+        }
+        if std::mem::take(&mut self.wait.spurious) {
+            w.ready = Some(match w.kind {
+                WaitKind::Kick { .. } => WakeCause::Kick,
+                _ => WakeCause::Timer,
+            });
+            return;
+        }
+        self.inner.poll_wait(w);
+        if self.wait.lost.is_some() && w.ready.is_some() {
+            // Only the wait's own timer (or a signal) ends it.
+            w.ready = Some(WakeCause::Timeout);
+        }
+    }
+
+    fn end_wait(&mut self, mut w: PendingWait) -> Wait {
+        if let Some(kind) = self.wait.lost.take() {
+            w.kind = kind;
+        }
+        self.wait = WaitFaults::default();
+        self.inner.end_wait(w)
     }
 
     fn set_freq(&mut self, hint: FreqHint) {
@@ -151,12 +212,28 @@ impl<Q: QueueIo> QueueIo for FaultInjector<Q> {
     fn observe(&mut self, status: &PolicyStatus, step: &Step) {
         self.inner.observe(status, step);
     }
+
+    fn take_policy(&mut self) -> Box<dyn Policy> {
+        self.inner.take_policy()
+    }
+
+    fn park_policy(&mut self, policy: Box<dyn Policy>) {
+        self.inner.park_policy(policy);
+    }
+
+    fn into_bases(self: Box<Self>) -> RingBases {
+        Box::new(self.inner).into_bases()
+    }
+
+    fn worker_stats(&self) -> Option<&WorkerStats> {
+        self.inner.worker_stats()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::drive::drive;
+    use crate::worker::queue_set::QueueSet;
     use std::collections::VecDeque;
     use vadapt_policy::{kick_fill, PolicyConfig, PolicyKind};
 
@@ -179,10 +256,14 @@ mod tests {
         worst_wait: u64,
         /// Give up here (a stalled worker would otherwise never end).
         deadline: u64,
+        /// The policy, until the set takes it; then the one it parked.
+        policy: Option<Box<dyn Policy>>,
+        /// The kick threshold of the sleep under way, ‰.
+        threshold: Option<u16>,
     }
 
     impl Guest {
-        fn new(total: u64, gap: u64) -> Self {
+        fn new(total: u64, gap: u64, policy: Box<dyn Policy>) -> Self {
             Guest {
                 now: 0,
                 size: 256,
@@ -194,6 +275,8 @@ mod tests {
                 served: 0,
                 worst_wait: 0,
                 deadline: 60_000_000_000,
+                policy: Some(policy),
+                threshold: None,
             }
         }
 
@@ -214,9 +297,53 @@ mod tests {
             (self.produced < self.total && self.ring.len() < usize::from(self.size))
                 .then_some(self.next_arrival.max(self.now))
         }
+
+        /// A sleep until `deadline`, ended early by a kick once the ring
+        /// fills to the threshold: why it ended.
+        fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> WakeCause {
+            let end = deadline.0.max(self.now);
+            if let Some(p) = kick_threshold {
+                let at = usize::from(kick_fill(p, self.size));
+                while let Some(t) = self.next_add().filter(|&t| t <= end) {
+                    self.now = t;
+                    self.produce();
+                    if self.ring.len() >= at {
+                        return WakeCause::Kick;
+                    }
+                }
+            }
+            self.now = end;
+            self.produce();
+            WakeCause::Timer
+        }
+
+        /// A wait for a kick until `until`: why it ended.
+        fn wait_kick(&mut self, until: Instant) -> WakeCause {
+            self.produce();
+            if !self.ring.is_empty() {
+                return WakeCause::Recheck;
+            }
+            let limit = until.0.max(self.now);
+            match self.next_add() {
+                Some(t) if t <= limit => {
+                    self.now = t;
+                    self.produce();
+                    WakeCause::Kick
+                }
+                _ => {
+                    self.now = limit;
+                    WakeCause::Timeout
+                }
+            }
+        }
     }
 
+    /// The guest's waits end when looked at: the virtual clock jumps to
+    /// whatever ends them.
     impl QueueIo for Guest {
+        fn name(&self) -> &str {
+            "guest"
+        }
         fn now(&mut self) -> Instant {
             Instant(self.now)
         }
@@ -239,57 +366,33 @@ mod tests {
                 max_fill_permille: fill,
             }
         }
-        fn sleep(&mut self, deadline: Instant, kick_threshold: Option<u16>) -> Wait {
-            let start = self.now;
-            let end = deadline.0.max(start);
-            if let Some(p) = kick_threshold {
-                let at = usize::from(kick_fill(p, self.size));
-                while let Some(t) = self.next_add().filter(|&t| t <= end) {
-                    self.now = t;
-                    self.produce();
-                    if self.ring.len() >= at {
-                        return Wait {
-                            cause: WakeCause::Kick,
-                            waited: Duration(self.now - start),
-                        };
-                    }
-                }
-            }
-            self.now = end;
-            self.produce();
-            Wait {
-                cause: WakeCause::Timer,
-                waited: Duration(end - start),
-            }
+        fn waiter_fd(&self) -> Option<RawFd> {
+            None
         }
-        fn wait_kick(&mut self, until: Instant) -> Wait {
-            let start = self.now;
-            self.produce();
-            if !self.ring.is_empty() {
-                return Wait {
-                    cause: WakeCause::Recheck,
-                    waited: Duration::ZERO,
-                };
+        fn begin_wait(&mut self, wake: Wake) -> PendingWait {
+            self.threshold = match wake {
+                Wake::At { kick_threshold, .. } => kick_threshold,
+                _ => None,
+            };
+            PendingWait::begun(wake, Instant(self.now))
+        }
+        fn poll_wait(&mut self, w: &mut PendingWait) {
+            if w.is_ready() {
+                return;
             }
-            let limit = Some(until.0.max(start));
-            let next = self.next_add();
-            match (next, limit) {
-                (Some(t), l) if l.is_none_or(|l| t <= l) => {
-                    self.now = t;
-                    self.produce();
-                    Wait {
-                        cause: WakeCause::Kick,
-                        waited: Duration(t - start),
-                    }
+            w.ready = Some(match w.kind {
+                WaitKind::Poll => WakeCause::Immediate,
+                WaitKind::Sleep { kicks_armed, .. } => {
+                    let threshold = self.threshold.filter(|_| kicks_armed);
+                    self.sleep(w.target, threshold)
                 }
-                (_, Some(l)) if next.is_none_or(|t| t > l) => {
-                    self.now = l;
-                    Wait {
-                        cause: WakeCause::Timeout,
-                        waited: Duration(l - start),
-                    }
-                }
-                _ => panic!("worker waits forever with nothing to come"),
+                WaitKind::Kick { .. } => self.wait_kick(w.target),
+            });
+        }
+        fn end_wait(&mut self, w: PendingWait) -> Wait {
+            Wait {
+                cause: w.ready.unwrap_or(WakeCause::Recheck),
+                waited: Duration(self.now.saturating_sub(w.start.0)),
             }
         }
         fn set_freq(&mut self, _hint: FreqHint) {}
@@ -301,15 +404,24 @@ mod tests {
                 Control::Continue
             }
         }
+        fn take_policy(&mut self) -> Box<dyn Policy> {
+            self.policy.take().expect("taken once")
+        }
+        fn park_policy(&mut self, policy: Box<dyn Policy>) {
+            self.policy = Some(policy);
+        }
+        fn into_bases(self: Box<Self>) -> RingBases {
+            RingBases::default()
+        }
     }
 
-    const ROUGH: Faults = Faults {
-        late_timer: 0.3,
-        max_late: Duration::from_millis(2),
-        spurious_wake: 0.1,
-        lost_kick: 0.3,
-        short_pass: 0.2,
-    };
+    /// Serves `io` in a set stepped on this thread until it stops; the
+    /// world, its policy parked.
+    fn run<Q: QueueIo + 'static>(io: Q) -> Box<Q> {
+        let mut set = QueueSet::start(0, io);
+        set.run_to_stop();
+        set.into_queues()
+    }
 
     fn policies() -> Vec<PolicyConfig> {
         PolicyKind::ALL
@@ -334,9 +446,8 @@ mod tests {
         for cfg in policies() {
             let mut total = Injected::default();
             for (gap, seed) in [(10_000, 1), (1_000, 2), (200_000, 3), (500, 4)] {
-                let guest = Guest::new(20_000, gap);
-                let mut io = FaultInjector::new(guest, ROUGH, seed);
-                drive(&mut io, cfg.build().unwrap());
+                let guest = Guest::new(20_000, gap, cfg.build().unwrap());
+                let io = run(FaultInjector::new(guest, Faults::ROUGH, seed));
                 let g = io.inner();
                 let kind = cfg.kind();
                 assert!(g.now <= g.deadline, "{kind} gap {gap}: stalled");
@@ -376,8 +487,8 @@ mod tests {
     #[test]
     fn no_faults_is_transparent() {
         for cfg in policies() {
-            let mut io = FaultInjector::new(Guest::new(5_000, 2_000), Faults::NONE, 9);
-            drive(&mut io, cfg.build().unwrap());
+            let guest = Guest::new(5_000, 2_000, cfg.build().unwrap());
+            let io = run(FaultInjector::new(guest, Faults::NONE, 9));
             assert_eq!(io.inner().served, 5_000, "{}", cfg.kind());
             assert_eq!(io.injected, Injected::default());
         }
@@ -392,8 +503,8 @@ mod tests {
             ..Faults::NONE
         };
         let cfg = PolicyConfig::default_for(PolicyKind::Interrupt);
-        let mut io = FaultInjector::new(Guest::new(10, 50_000_000), faults, 5);
-        drive(&mut io, cfg.build().unwrap());
+        let guest = Guest::new(10, 50_000_000, cfg.build().unwrap());
+        let io = run(FaultInjector::new(guest, faults, 5));
         let g = io.inner();
         assert_eq!(g.served, 10);
         assert!(

@@ -9,7 +9,7 @@
 //! indexes live in the set and in guest memory, and kick eventfds keep
 //! their count, so an ordered handoff loses nothing.
 
-use super::queue_set::QueueSet;
+use crate::worker::queue_set::QueueSet;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::Sender;
@@ -83,7 +83,10 @@ impl Inbox {
 }
 
 fn watch(epoll: &Epoll, op: ControlOperation, set: &QueueSet) {
-    let fd = set.queues.waiter_fd();
+    // A world on a virtual clock has nothing to watch: it is polled.
+    let Some(fd) = set.queues.waiter_fd() else {
+        return;
+    };
     if let Err(e) = epoll.ctl(op, fd, EpollEvent::new(EventSet::IN, set.id)) {
         // Only a bug gets here (the fd is the set's own epoll set).
         tracing::error!(port = set.port_name(), error = %e, "queue worker: epoll_ctl on a queue set failed");
@@ -103,10 +106,38 @@ pub(crate) fn epoll_for(inbox: &Inbox) -> std::io::Result<Epoll> {
     Ok(ep)
 }
 
+/// A thread of one set's own (a pool of one) shows as the set's worker:
+/// its id and CPU time go to the set's counters while it serves the set.
+/// Only the first set a thread serves, and only while no other joined it:
+/// its CPU time is then the set's alone.
+fn own(set: &QueueSet, tid: u32, serving: bool) {
+    let Some(ws) = set.queues.worker_stats() else {
+        return;
+    };
+    if serving {
+        ws.tid.store(tid as i32, Ordering::Release);
+    } else {
+        ws.tid.store(0, Ordering::Release);
+        ws.cpu_ns_retired
+            .fetch_add(crate::metrics::thread_cpu_ns(tid as i32), Ordering::Relaxed);
+    }
+}
+
 /// Runs worker `index` until [`Command::Exit`]; publishes its thread id in
-/// `tid`.
-pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<AtomicU32>) {
-    tid.store(vadapt_host::cputime::current_tid(), Ordering::Release);
+/// `tid`. A `dedicated` worker is a pool of one serving one set as a
+/// thread of its own (see [`own`]).
+pub(crate) fn run(
+    index: usize,
+    inbox: Arc<Inbox>,
+    epoll: Epoll,
+    tid: Arc<AtomicU32>,
+    dedicated: bool,
+) {
+    let me = vadapt_host::cputime::current_tid();
+    tid.store(me, Ordering::Release);
+    // The set the thread is its own of, if any (see `own`).
+    let mut owner: Option<u64> = None;
+    let mut served_any = false;
     if let Err(e) = vadapt_host::cputime::set_timer_slack(1) {
         tracing::warn!(worker = index, error = %e, "timer slack stays at the default");
     }
@@ -122,6 +153,15 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
                         watch(&epoll, ControlOperation::Add, &set);
                     }
                     set.after_handoff();
+                    if dedicated && !served_any {
+                        own(&set, me, true);
+                        owner = Some(set.id);
+                    } else if let Some(first) = owner.take() {
+                        if let Some(s) = sets.iter().find(|s| s.id == first) {
+                            own(s, me, false);
+                        }
+                    }
+                    served_any = true;
                     sets.push(set);
                 }
                 Command::Release(id, reply) => {
@@ -129,6 +169,10 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
                         let set = sets.swap_remove(i);
                         if !set.is_stopped() {
                             watch(&epoll, ControlOperation::Delete, &set);
+                        }
+                        if owner == Some(set.id) {
+                            owner = None;
+                            own(&set, me, false);
                         }
                         set
                     });
@@ -145,6 +189,9 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
                         if !s.is_stopped() {
                             watch(&epoll, ControlOperation::Delete, s);
                         }
+                        if owner == Some(s.id) {
+                            own(s, me, false);
+                        }
                     }
                     let _ = reply.send(sets.into_iter().map(|s| *s).collect());
                     return;
@@ -152,7 +199,10 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
             }
         }
         let mut ran = false;
+        // A set on a virtual clock has no waiter to block on: look again.
+        let mut unwatched = false;
         for set in sets.iter_mut() {
+            unwatched |= !set.is_stopped() && set.queues.waiter_fd().is_none();
             if set.poll() {
                 set.run_pass();
                 ran = true;
@@ -161,7 +211,7 @@ pub(crate) fn run(index: usize, inbox: Arc<Inbox>, epoll: Epoll, tid: Arc<Atomic
                 }
             }
         }
-        if !ran {
+        if !ran && !unwatched {
             // Level-triggered: whatever became ready since the polls above
             // ends this wait at once.
             match epoll.wait(-1, &mut events) {
