@@ -16,7 +16,7 @@
 //! tests at once) a thread that holds the switch's lock, or the forwarding
 //! thread itself, can wait on a run queue for 100 ms. The kernel counts that
 //! wait per thread (`/proc/self/task/TID/schedstat`, its second field), and
-//! the longest such wait of the three threads in a stall is taken off it. A
+//! the three threads' waits in a stall, added up, are taken off it. A
 //! deadlock has no such wait: its threads sleep on the lock.
 
 use super::{FdbCache, Sink, Switch};
@@ -31,8 +31,12 @@ use vadapt_wire::Mac;
 
 /// Churn cycles (the repro deadlocked within 0-198 of them).
 const CYCLES: usize = 10_000;
-/// Longest the forwarding port may make no progress.
-const MAX_STALL: Duration = Duration::from_millis(100);
+/// Longest the forwarding port may make no progress. A deadlock never
+/// ends, so any bound finds it; this one is also well above the 103 ms once
+/// seen with no run-queue wait while the whole suite ran beside four
+/// compilers on 2 cores (threads held up in page reclaim, which schedstat
+/// does not count), and well below what a lock held across slow work costs.
+const MAX_STALL: Duration = Duration::from_millis(250);
 /// The watchdog's period. A wake-up later than this plus [`LATE`] means the
 /// machine did not run the watchdog either: that interval says nothing
 /// about the switch and is not counted as a stall.
@@ -58,13 +62,11 @@ fn waits(tids: &[AtomicI32]) -> Vec<Duration> {
         .collect()
 }
 
-/// The longest any thread waited on a run queue between `then` and `now`.
-fn longest_wait(then: &[Duration], now: &[Duration]) -> Duration {
-    then.iter()
-        .zip(now)
-        .map(|(a, b)| b.saturating_sub(*a))
-        .max()
-        .unwrap_or_default()
+/// What the threads waited on run queues between `then` and `now`, added
+/// up: in a stall they can wait in turn (the lock's holder, then the
+/// forwarding thread), each wait lengthening it.
+fn run_queue_waits(then: &[Duration], now: &[Duration]) -> Duration {
+    then.iter().zip(now).map(|(a, b)| b.saturating_sub(*a)).sum()
 }
 
 fn port(sw: &Switch, name: &str) -> (usize, Arc<PortStats>) {
@@ -170,7 +172,7 @@ fn port_churn_beside_a_mac_spray_never_stops_forwarding() {
             waits_since = waits(&tids[..]);
             continue;
         }
-        let kept_off = longest_wait(&waits_since, &waits(&tids[..]));
+        let kept_off = run_queue_waits(&waits_since, &waits(&tids[..]));
         let stall = (now - since).saturating_sub(kept_off);
         worst = worst.max(stall);
         assert!(
