@@ -13,6 +13,11 @@ ring refused) come from testpmd's `stop`.
     flock /work/bench.lock scripts/ring_guard_trace.py --vadapt target/release/vadapt \\
         --out /tmp/trace.json [--seconds 30] [--frame 64] [--packed] [--in-order 0|1]
 
+With `--sender guest` the sender is B1's other one instead: the synthetic
+guest (`vadapt guest`, one thread, closed loop, exit cost 0, pinned to CPU 0),
+a fresh connection per policy run. It blocks at a full ring and kicks at the
+safety net's threshold, where testpmd drops and does not kick.
+
 Prints one line per policy run: the per-second Mpps, then a summary per
 second of netap ÷ interrupt of the same repeat. Nothing here is timed
 against a goal; it measures.
@@ -93,8 +98,9 @@ def main():
     a.add_argument("--in-order", type=int, default=1)
     a.add_argument("--repeats", type=int, default=1)
     a.add_argument("--policies", default="interrupt,netap")
+    a.add_argument("--sender", choices=["dpdk", "guest"], default="dpdk")
     args = a.parse_args()
-    if not shutil.which("dpdk-testpmd"):
+    if args.sender == "dpdk" and not shutil.which("dpdk-testpmd"):
         sys.exit("dpdk-testpmd not installed: scripts/install-deps.sh")
     work = tempfile.mkdtemp(prefix="vadapt-trace-")
     control = os.path.join(work, "c.sock")
@@ -145,7 +151,31 @@ def main():
         f"--txpkts={args.frame}",
         f"--eth-peer=0,{SINK_MAC}",
     ]
-    fe = Testpmd(pmd)
+    guest = [
+        "taskset",
+        "-c",
+        "0",
+        args.vadapt,
+        "guest",
+        "--socket",
+        sock,
+        "--threads",
+        "1",
+        "--size",
+        str(args.frame - 14),
+        "--rate",
+        "closed",
+        "--mode",
+        "stream",
+        "--duration",
+        f"{args.seconds + 1}s",
+        "--exit-cost-ns",
+        "0",
+        "--dst-mac",
+        SINK_MAC,
+        "--json",
+    ]
+    fe = Testpmd(pmd) if args.sender == "dpdk" else None
     runs = []
     try:
         time.sleep(3)
@@ -157,8 +187,11 @@ def main():
                     capture_output=True,
                 )
                 c0, _ = stats(args.vadapt, control)
-                fe.cmd("clear port stats all", 0.2)
-                fe.cmd("start", 0.0)
+                if fe:
+                    fe.cmd("clear port stats all", 0.2)
+                    fe.cmd("start", 0.0)
+                else:
+                    g = subprocess.Popen(guest, stdout=subprocess.PIPE, text=True)
                 t0 = time.monotonic()
                 prev, rates, intervals = c0, [], []
                 for k in range(1, args.seconds + 1):
@@ -167,8 +200,14 @@ def main():
                     rates.append((c - prev) / 1e6)
                     intervals.append(iv)
                     prev = c
-                fe.cmd("stop", 1.0)
-                tx, dropped = fe.tx_totals()
+                if fe:
+                    fe.cmd("stop", 1.0)
+                    tx, dropped = fe.tx_totals()
+                else:
+                    # A blocking sender drops nothing; what it sent is its
+                    # count (the report's totals are at its top level).
+                    tx = json.loads(g.communicate()[0])["sent_packets"]
+                    dropped = 0
                 run = {
                     "repeat": rep,
                     "policy": pol,
@@ -192,13 +231,15 @@ def main():
                     capture_output=True,
                 )
     finally:
-        fe.quit()
+        if fe:
+            fe.quit()
         daemon.terminate()
         daemon.wait()
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    res = {"rev": rev, "args": vars(args), "serve": serve, "testpmd": pmd, "runs": runs}
+    sender = pmd if fe else guest
+    res = {"rev": rev, "args": vars(args), "serve": serve, "sender": sender, "runs": runs}
     for rep in range(args.repeats):
         by = {r["policy"]: r for r in runs if r["repeat"] == rep}
         if "netap" in by and "interrupt" in by:

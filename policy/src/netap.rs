@@ -105,11 +105,22 @@
 //!   ended, so rounds and the search go on) for a hold of 1 s, doubling
 //!   to 64 s while the ring keeps filling; then sleeps are capped by what
 //!   the ring holds at the observed arrival rate (half of it), never below
-//!   `min_interval_us`. It applies during the search as after it. Rings
-//!   that stay below that level after every sleep — the papers' senders — never
-//!   engage it, and Algorithm 2's search runs unchanged
-//!   (`tests/ring_guard.rs`). `ring_guard = false` is the paper's NetAP;
-//!   docs/netap.md has the measurements.
+//!   `min_interval_us`. Sleeps that the safety net's kick ended count
+//!   too, when as a rule the pass after the kick found the ring near full:
+//!   a fast guest that blocks (the synthetic guest, a Linux driver) kicks
+//!   at 75 %, stops at a full ring before the worker has woken, and waits
+//!   for its call, so NetAP, its every sleep cut by a kick, carried 0.36×
+//!   (64 B) and 0.61× (1518 B) of interrupt mode's rate from B1's
+//!   synthetic guest; the kick's pass gives the arrival rate, and the next
+//!   sleeps are capped to end before the ring is half full (kick-driven
+//!   below `min_interval_us`). A TCP sender that runs out of room now and
+//!   then is left alone. It applies during the search as after it:
+//!   the search's probes are cut to the cap, so while capped it searches
+//!   among intervals that the ring holds. Rings that stay below the safety
+//!   net's threshold during every sleep — the papers' senders at the
+//!   intervals they settle on — never engage it, and Algorithm 2's search
+//!   runs unchanged (`tests/ring_guard.rs`). `ring_guard = false` is the
+//!   paper's NetAP; docs/netap.md has the measurements.
 //! - **Bytes per round are normalised** to `round_ms`: a round ends at the
 //!   first pass at or after its deadline, so it can be longer than `round_ms`
 //!   by up to one interval plus one pass (more if the worker is descheduled).
@@ -179,8 +190,10 @@ pub struct NetapParams {
     /// 0.05: ties and noise stay with periodic polling, which costs no kicks).
     pub kick_probe_margin: f64,
     /// Build NetAP behind the ring guard ([`crate::ring_guard`]): a sleep
-    /// after which a ring was near full turns into kick-driven service, then
-    /// sleeps capped by what the ring holds at the observed arrival rate.
+    /// after which a ring was near full (with no kick, or, as a rule, even
+    /// after the safety net's kick) caps the next sleeps by what the ring
+    /// holds at the observed arrival rate, and below `min_interval_us`
+    /// turns them into kick-driven service.
     /// The paper has no such guard: false. vadapt's default: true.
     pub ring_guard: bool,
 }
