@@ -89,6 +89,31 @@ def short_tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
+def ip(*args: str) -> None:
+    """`ip ARGS...` (iproute2); a failure fails the test."""
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+def net_names(letter: str) -> tuple[str, str, str]:
+    """A network namespace's name and a veth pair's (host end, namespace
+    end) for one test, told apart by `letter`, the test's pid, and
+    VADAPT_TEST_NET_PREFIX (engineers sharing a host keep their names apart
+    with it)."""
+    tag = os.getpid() % 10000
+    pre = os.environ.get("VADAPT_TEST_NET_PREFIX", "")
+    return f"{pre}vaw{letter}{tag}", f"{pre}vah{letter}{tag}", f"{pre}vap{letter}{tag}"
+
+
+def veth_into_namespace(ns: str, host: str, peer: str, cidr: str) -> None:
+    """A veth pair whose `peer` end is in `ns` with address `cidr`, both
+    ends up."""
+    ip("link", "add", host, "type", "veth", "peer", "name", peer)
+    ip("link", "set", peer, "netns", ns)
+    ip("-n", ns, "addr", "add", cidr, "dev", peer)
+    ip("-n", ns, "link", "set", peer, "up")
+    ip("link", "set", host, "up")
+
+
 def poll(cond, timeout: float, step: float = 0.05) -> bool:
     """Whether `cond()` came true within `timeout` seconds, asked every `step`."""
     deadline = time.monotonic() + timeout

@@ -16,22 +16,17 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import subprocess
 import threading
 
 from test_qemu import pattern
 
-from harness import Guest, Vadapt, port, total
+from harness import Guest, Vadapt, ip, port, total
 
 MAC = "52:54:00:5a:00:07"
 HOST_IP, GUEST_IP = "10.0.7.254", "10.0.7.2"
 TO_GUEST_PORT, TO_HOST_PORT = 5001, 5002
 # `seq 1 N`, as the guest's vpattern makes it: ~2 MB.
 STREAM_N = 300_000
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
 def receive_one(listener: socket.socket, out: dict) -> None:

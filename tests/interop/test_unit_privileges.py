@@ -41,7 +41,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from harness import Proc, poll, port, total, wait_path, which
+from harness import Proc, ip, net_names, poll, port, total, veth_into_namespace, wait_path, which
 
 UNIT = Path(__file__).resolve().parents[2] / "packaging" / "vadapt.service"
 WIRE_IP = "10.0.40.254"
@@ -94,10 +94,6 @@ def denied_syscalls(unit: dict[str, list[str]]) -> set[str]:
                 names.add(word)
     assert names, value
     return names
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
 def peer_rx_packets(ns: str, dev: str) -> int:
@@ -195,16 +191,10 @@ def test_the_units_privileges_run_an_uplink_a_vm_port_and_cores(vadapt_bin, proc
         memlock = hard
     denied = denied_syscalls(unit)
 
-    tag = os.getpid() % 10000
-    pre = os.environ.get("VADAPT_TEST_NET_PREFIX", "")
-    ns, host, peer = f"{pre}vaun{tag}", f"{pre}vauh{tag}", f"{pre}vaup{tag}"
+    ns, host, peer = net_names("u")
     ip("netns", "add", ns)
     try:
-        ip("link", "add", host, "type", "veth", "peer", "name", peer)
-        ip("link", "set", peer, "netns", ns)
-        ip("-n", ns, "addr", "add", f"{WIRE_IP}/24", "dev", peer)
-        ip("-n", ns, "link", "set", peer, "up")
-        ip("link", "set", host, "up")
+        veth_into_namespace(ns, host, peer, f"{WIRE_IP}/24")
         peer_mac = subprocess.run(
             ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{peer}/address"],
             capture_output=True,

@@ -18,7 +18,7 @@ import subprocess
 
 from test_qemu import pattern
 
-from harness import Guest, Vadapt, port, total
+from harness import Guest, Vadapt, ip, net_names, port, total, veth_into_namespace
 
 MAC = "52:54:00:5a:00:27"
 WIRE_IP, GUEST_IP = "10.0.27.254", "10.0.27.2"
@@ -53,25 +53,15 @@ print(n, h.hexdigest(), flush=True)
 """
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
 def test_a_guest_and_the_wires_kernel_stack_through_the_uplink(vadapt_bin, qemu, procs):
     if os.geteuid() != 0:
         from conftest import missing
 
         missing("a network namespace and a veth pair need root")
-    tag = os.getpid() % 10000
-    # Engineers sharing a host keep their names apart with a prefix.
-    pre = os.environ.get("VADAPT_TEST_NET_PREFIX", "")
-    ns, host, peer = f"{pre}vawq{tag}", f"{pre}vahq{tag}", f"{pre}vapq{tag}"
+    ns, host, peer = net_names("q")
     ip("netns", "add", ns)
     try:
-        ip("link", "add", host, "type", "veth", "peer", "name", peer)
-        ip("link", "set", peer, "netns", ns)
-        ip("-n", ns, "addr", "add", f"{WIRE_IP}/24", "dev", peer)
-        ip("-n", ns, "link", "set", peer, "up")
+        veth_into_namespace(ns, host, peer, f"{WIRE_IP}/24")
         # veth hands XDP a frame with the partial checksum its sender's
         # stack left (a NIC's frames carry complete ones): the far end
         # computes its checksums itself.

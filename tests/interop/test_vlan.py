@@ -37,7 +37,7 @@ import json
 import os
 import subprocess
 
-from harness import Guest, Vadapt, port
+from harness import Guest, Vadapt, ip, port
 
 MAC_A, MAC_B, MAC_C = "52:54:00:5a:37:0a", "52:54:00:5a:37:0b", "52:54:00:5a:37:0c"
 # The guests' subnet, and VLAN 10's host in it.
@@ -130,10 +130,6 @@ while True:
             s.send(tagged(src, hosts[vid][1], vid, 0x0800, bytes(ip_) + bytes(icmp)))
 print(json.dumps({"seen": seen, "arp": arps}), flush=True)
 """
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
 def pings(g: Guest, peer: str) -> int:
