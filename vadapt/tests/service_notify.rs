@@ -30,6 +30,27 @@ fn serve(dir: &Path, notify: &Path) -> Child {
         .unwrap()
 }
 
+/// A fake manager's socket (10 s read timeout) and a daemon asked for a
+/// 200 ms watchdog, whose `WATCHDOG_PID` is `watchdog_pid` if given.
+fn watched(dir: &Path, watchdog_pid: Option<&str>) -> (UnixDatagram, Child) {
+    let notify = dir.join("notify.sock");
+    let manager = UnixDatagram::bind(&notify).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vadapt"));
+    cmd.args(["serve", "--sink", "sink0", "--control"])
+        .arg(dir.join("control.sock"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "200000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(pid) = watchdog_pid {
+        cmd.env("WATCHDOG_PID", pid);
+    }
+    (manager, cmd.spawn().unwrap())
+}
+
 /// The next message, as text.
 fn next(sock: &UnixDatagram) -> String {
     let mut buf = [0u8; 4096];
@@ -96,20 +117,7 @@ fn a_notify_socket_nobody_listens_on_does_not_stop_the_daemon() {
 #[test]
 fn watchdog_pings_at_half_the_interval_the_manager_asks_for() {
     let dir = tmpdir("notify-watchdog");
-    let notify = dir.path().join("notify.sock");
-    let manager = UnixDatagram::bind(&notify).unwrap();
-    manager
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
-        .args(["serve", "--sink", "sink0", "--control"])
-        .arg(dir.path().join("control.sock"))
-        .env("NOTIFY_SOCKET", &notify)
-        .env("WATCHDOG_USEC", "200000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (manager, mut child) = watched(dir.path(), None);
     let ready = next(&manager);
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     // Every 100 ms: five pings within a few seconds, each alone.
@@ -124,22 +132,8 @@ fn watchdog_pings_at_half_the_interval_the_manager_asks_for() {
 #[test]
 fn no_watchdog_pings_for_another_process() {
     let dir = tmpdir("notify-watchdog-pid");
-    let notify = dir.path().join("notify.sock");
-    let manager = UnixDatagram::bind(&notify).unwrap();
-    manager
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
     // WATCHDOG_PID names another process (pid 1): the watchdog is not ours.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vadapt"))
-        .args(["serve", "--sink", "sink0", "--control"])
-        .arg(dir.path().join("control.sock"))
-        .env("NOTIFY_SOCKET", &notify)
-        .env("WATCHDOG_USEC", "200000")
-        .env("WATCHDOG_PID", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (manager, mut child) = watched(dir.path(), Some("1"));
     let ready = next(&manager);
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     manager

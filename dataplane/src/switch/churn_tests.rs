@@ -66,7 +66,10 @@ fn waits(tids: &[AtomicI32]) -> Vec<Duration> {
 /// up: in a stall they can wait in turn (the lock's holder, then the
 /// forwarding thread), each wait lengthening it.
 fn run_queue_waits(then: &[Duration], now: &[Duration]) -> Duration {
-    then.iter().zip(now).map(|(a, b)| b.saturating_sub(*a)).sum()
+    then.iter()
+        .zip(now)
+        .map(|(a, b)| b.saturating_sub(*a))
+        .sum()
 }
 
 fn port(sw: &Switch, name: &str) -> (usize, Arc<PortStats>) {
