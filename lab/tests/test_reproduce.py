@@ -105,3 +105,17 @@ def test_fig14_goal_needs_every_frame_size_in_the_papers_range():
     assert fig14("smallest", 1.01).verdict() == "disagrees"
     met = {g.goal: g.met for g in judge([fig14("smallest", None)])}
     assert met[goal] is None
+
+
+def test_a_recorded_daemon_figure_is_judged_by_the_same_rule():
+    r = row(163.0, 178.2, neutral=100, tie=2, daemon="16-core Xeon, a4bfa1b", daemon_value=147.0)
+    assert r.verdict() == "agrees"  # e = 1.24
+    assert r.daemon_verdict() == "same direction, different size"  # e = 0.746
+    assert row(128.0, 108.5, neutral=100, tie=2, daemon_value=102.0).daemon_verdict() == (
+        "disagrees"  # within the tie: no effect where the paper has one
+    )
+    assert row(128.0, 108.5).daemon_verdict() is None
+    meta = {"command": "c", "rev": "abc", "date": "d", "seconds": 1, "machine": "m", "log": []}
+    text = render([r], meta)
+    assert "| 147.0 %: same direction, different size (e = 0.75); 16-core Xeon, a4bfa1b |" in text
+    assert "recorded figure in 1 rows" in text

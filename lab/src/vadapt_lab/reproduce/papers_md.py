@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .goals import judge
 from .rows import SIZE_TOLERANCE, Row, summary
 
@@ -58,6 +60,18 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.{digits}f}{' ' + unit if unit and unit != '×' else unit}"
 
 
+def daemon_cell(r: Row) -> str:
+    """The daemon column: its figure and verdict where one was recorded, then its source."""
+    verdict = r.daemon_verdict()
+    if verdict is None:
+        return r.daemon
+    e = r.effect_ratio(r.daemon_value)
+    shown = f"**{verdict}**" if verdict == "disagrees" else verdict
+    if e is not None:
+        shown += f" (e = {e:.2f})"
+    return f"{fmt(r.daemon_value, r.unit)}: {shown}; {r.daemon}"
+
+
 def render(rows: list[Row], meta: dict) -> str:
     """The whole of PAPERS.md."""
     out = [
@@ -72,6 +86,15 @@ def render(rows: list[Row], meta: dict) -> str:
         if mine:
             out.append(f"| {paper} | {len(mine)} | {summary(mine)} |")
     out.append(f"| all | {len(rows)} | {summary(rows)} |\n")
+    judged = [r for r in rows if r.daemon_verdict() is not None]
+    if judged:
+        daemon = Counter(r.daemon_verdict() for r in judged)
+        out.append(
+            f"The real daemon has a recorded figure in {len(judged)} rows, judged by the same "
+            "rule (the machine and command are in each cell): "
+            + ", ".join(f"{n} {v}" for v, n in daemon.most_common())
+            + ".\n"
+        )
     out.append("## Goals (issues 29 and 39)\n")
     out.append("| paper | goal | simulator | met |")
     out.append("|---|---|---|---|")
@@ -99,7 +122,7 @@ def render(rows: list[Row], meta: dict) -> str:
             if e is not None and verdict not in ("input", "not run"):
                 shown += f" (e = {e:.2f})"
             figure = f"★ {r.figure}" if r.headline else r.figure
-            cells = [figure, paper_cell, sim, r.daemon, shown, r.note or "", link]
+            cells = [figure, paper_cell, sim, daemon_cell(r), shown, r.note or "", link]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
     out.append("## Commands run\n")

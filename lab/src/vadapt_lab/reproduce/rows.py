@@ -22,6 +22,8 @@ A row without a neutral value (an absolute level such as a knee in kQPS, or
 watts) has no direction: it **agrees** within 25 % of the paper's value and
 otherwise **differs**.
 
+A recorded daemon figure (``daemon_value``) is judged by the same rule.
+
 A row whose simulator figure is an input (calibrated from the paper's own
 figure, or equal to it by construction) is marked **input** and left out of
 the counts; its note says why. **not run**: no simulator figure.
@@ -84,6 +86,9 @@ class Row:
     """The figure is one of the paper's abstract's."""
     lower_bound: bool = False
     """The simulator's figure is a lower bound (it held at the top of its sweep)."""
+    daemon_value: float | None = None
+    """The real daemon's figure in the row's unit, where one was recorded (``daemon`` says
+    where, on what machine, with what command); judged by the same rule."""
 
     def verdict(self) -> str:
         """The row's verdict by the module's rule."""
@@ -97,13 +102,24 @@ class Row:
             return "agrees" if within(self.sim_value, self.paper_value) else "differs"
         return judge_effect(self.sim_value, self.paper_value, self.neutral, self.tie)
 
-    def effect_ratio(self) -> float | None:
-        """(simulator − neutral) ÷ (paper − neutral), where both exist and the paper has one."""
-        if self.neutral is None or self.sim_value is None or self.paper_value is None:
+    def daemon_verdict(self) -> str | None:
+        """The daemon's figure judged against the paper's by the same rule; ``None``
+        without one."""
+        if self.daemon_value is None or self.paper_value is None:
+            return None
+        if self.neutral is None:
+            return "agrees" if within(self.daemon_value, self.paper_value) else "differs"
+        return judge_effect(self.daemon_value, self.paper_value, self.neutral, self.tie)
+
+    def effect_ratio(self, value: float | None = None) -> float | None:
+        """(``value`` − neutral) ÷ (paper − neutral), ``value`` the simulator's by default,
+        where both exist and the paper has an effect."""
+        value = self.sim_value if value is None else value
+        if self.neutral is None or value is None or self.paper_value is None:
             return None
         if side(self.paper_value, self.neutral, self.tie) == 0:
             return None
-        return (self.sim_value - self.neutral) / (self.paper_value - self.neutral)
+        return (value - self.neutral) / (self.paper_value - self.neutral)
 
 
 def judge_effect(sim: float, paper: float, neutral: float, tie: float = 0.0) -> str:
