@@ -127,6 +127,26 @@ mod tests {
     }
 
     #[test]
+    fn call_host_ns_is_optional_and_only_the_vspace_host_charges_it() {
+        assert_eq!(Calibration::default().call_host_ns, 0.0);
+        let host: Calibration =
+            toml::from_str(include_str!("../calibration/vspace-host.toml")).unwrap();
+        host.validate().unwrap();
+        assert!(host.call_host_ns > 0.0);
+        let bad = Calibration {
+            call_host_ns: f64::NAN,
+            ..Calibration::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(CalibrationError::Negative {
+                key: "call_host_ns",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn negative_cost_is_rejected_by_name() {
         let c = Calibration {
             kick_ns: -1.0,
