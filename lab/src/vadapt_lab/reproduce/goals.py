@@ -33,7 +33,6 @@ def judge(rows: list[Row]) -> list[Goal]:
     ratio = pick(rows, "vSPACE", "Fig. 8")
     knee = pick(rows, "vSPACE", "Fig. 2/8")
     if ratio and knee:
-        # Judged on the last rows: with the NIC's softIRQ cost when it ran.
         r, k = ratio[-1], knee[-1]
         goals.append(
             Goal(
@@ -43,7 +42,7 @@ def judge(rows: list[Row]) -> list[Goal]:
                 " / ".join(f"{value(x)}×{' (sweep top)' if x.lower_bound else ''}" for x in ratio)
                 + " and a knee at "
                 + " / ".join(f"{value(x)}{' (sweep top)' if x.lower_bound else ''}" for x in knee)
-                + " kQPS (default calibration / with the NIC's softIRQ cost of Fig. 11)",
+                + " kQPS (the paper's host: sim/scenarios/vspace-memcached-host.toml)",
                 None
                 if r.sim_value is None or k.sim_value is None
                 else (
