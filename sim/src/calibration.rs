@@ -53,6 +53,11 @@ pub struct Calibration {
     pub kick_ns: f64,
     /// vCPU time lost per call (interrupt injection + guest handler), ns.
     pub call_ns: f64,
+    /// Worker CPU per call it sends a request-response guest (irqfd signal
+    /// and KVM's vIRQ injection on the host side), ns. Optional, default 0:
+    /// only the vSPACE host (`calibration/vspace-host.toml`) charges it.
+    #[serde(default)]
+    pub call_host_ns: f64,
     /// Delay from a kick (or a call to a halted vCPU) to the woken thread
     /// running, ns.
     pub wake_latency_ns: f64,
@@ -78,13 +83,14 @@ impl Default for Calibration {
 impl Calibration {
     /// Check every value; the error names the first bad key.
     pub fn validate(&self) -> Result<(), CalibrationError> {
-        let fields: [(&'static str, f64); 10] = [
+        let fields: [(&'static str, f64); 11] = [
             ("per_packet_ns", self.per_packet_ns),
             ("per_byte_ps", self.per_byte_ps),
             ("pass_overhead_ns", self.pass_overhead_ns),
             ("nic_packet_ns", self.nic_packet_ns),
             ("kick_ns", self.kick_ns),
             ("call_ns", self.call_ns),
+            ("call_host_ns", self.call_host_ns),
             ("wake_latency_ns", self.wake_latency_ns),
             ("wakeup_cpu_ns", self.wakeup_cpu_ns),
             ("timer_overshoot_ns", self.timer_overshoot_ns),
@@ -118,6 +124,26 @@ mod tests {
         let c: Calibration = toml::from_str(MEASURED_TOML).unwrap();
         c.validate().unwrap();
         assert_ne!(c, Calibration::default());
+    }
+
+    #[test]
+    fn call_host_ns_is_optional_and_only_the_vspace_host_charges_it() {
+        assert_eq!(Calibration::default().call_host_ns, 0.0);
+        let host: Calibration =
+            toml::from_str(include_str!("../calibration/vspace-host.toml")).unwrap();
+        host.validate().unwrap();
+        assert!(host.call_host_ns > 0.0);
+        let bad = Calibration {
+            call_host_ns: f64::NAN,
+            ..Calibration::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(CalibrationError::Negative {
+                key: "call_host_ns",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -50,6 +50,9 @@ impl Engine<'_> {
             ..PassInProgress::default()
         };
         let mut per_byte_bytes = 0u64;
+        // A pass that hands a request-response guest its requests ends with a
+        // call, whose host side (`call_host_ns`) is the worker's.
+        let mut calls_guest = false;
         let queue = &mut self.queues[q];
         if let Some(p) = &mut queue.senders {
             let by_bytes = p.chains_within(budget.bytes);
@@ -71,6 +74,7 @@ impl Engine<'_> {
             let tx = ready.min(u64::from(budget.packets)).min(nic_free);
             info.rx = rx;
             info.tx = tx;
+            calls_guest = rx > 0;
             info.bytes = rx * u64::from(load.request_bytes) + tx * u64::from(load.response_bytes);
             info.payload = info.bytes;
             per_byte_bytes = info.bytes;
@@ -89,6 +93,9 @@ impl Engine<'_> {
             + info.tx as f64 * (c.per_packet_ns + c.nic_packet_ns)
             + info.rx as f64 * (c.per_packet_ns + rx_nic_ns)
             + per_byte_bytes as f64 * c.per_byte_ps / 1000.0;
+        if calls_guest && c.call_host_ns > 0.0 {
+            work += c.call_host_ns;
+        }
         if woke {
             work += c.wakeup_cpu_ns + c.context_switch_ns;
             self.queues[q].counters.wakeups += 1;
