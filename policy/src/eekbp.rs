@@ -62,16 +62,19 @@
 //! - **Frequency control.** [`FreqHint::Min`] while asleep and
 //!   [`FreqHint::Max`] once a pass after a wake leaves work behind; interrupt
 //!   mode sends none. On a host with cpufreq's `userspace` governor this is
-//!   the paper's 2.5–3.5 W saved per polling thread; on hosts without
+//!   the paper's frequency saving, 2–4 W over its two polling threads (host
+//!   and guest: about 1–2 W a thread, none at 1 Gbps 64 B; §5.1), on top of
+//!   the 3 W that sleeping saves over KBP; on hosts without
 //!   cpufreq (the development machines) it does nothing, which is why the
 //!   benchmarks cannot tell the two policies apart. The simulator's power
 //!   model shows the difference (PAPERS.md, EE-KBP). Several ports' hints
 //!   and vSPACE-E may address one CPU: who owns its frequency then is
 //!   written in `docs/cpu-frequency.md`.
-//! - **A NIC uplink** (the AF_XDP uplink, once its issue lands). There the
-//!   host kernel's NAPI does sit between the NIC and vadapt, and busy-polling
-//!   the AF_XDP socket (`SO_BUSY_POLL`-style) against waiting for its
-//!   wake-up is the paper's EE-KBP-against-NAPI comparison again.
+//! - **A NIC uplink** (the AF_XDP uplink, `dataplane/src/uplink/`). There
+//!   the host kernel's NAPI does sit between the NIC and vadapt, but EE-KBP
+//!   still blocks in epoll as interrupt mode does (no `SO_BUSY_POLL`): B10
+//!   gives 0.500 against 0.500 Mpps and p99 248 against 252 µs. Busy-polling
+//!   the socket while packets arrive is not built yet.
 
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause};
