@@ -2,10 +2,10 @@
 
 use crate::cli::TraceArgs;
 use crate::control_client::{ask, print, unexpected};
+use crate::exit::fail;
 use std::process::ExitCode;
 use vadapt_dataplane::control::{Request, Response};
 use vadapt_dataplane::switch::FrameSpec;
-use vadapt_harness::cli_util::fail;
 
 /// `vadapt trace`.
 pub fn trace(a: TraceArgs) -> ExitCode {
