@@ -137,6 +137,28 @@ def wait_path(path: Path, timeout: float, proc: Proc | None = None) -> None:
         time.sleep(0.05)
 
 
+def wait_answers(binary: Path, control: Path, timeout: float, proc: Proc | None = None) -> None:
+    """Wait until the daemon behind `control` answers a request (`vadapt
+    stats`): real readiness, not just its socket file; fail early if `proc`
+    died meanwhile."""
+    wait_path(control, timeout, proc)
+    deadline = time.monotonic() + timeout
+    while True:
+        r = subprocess.run(
+            [str(binary), "stats", "--control", str(control), "--json"],
+            capture_output=True,
+            timeout=10,
+        )
+        if r.returncode == 0:
+            return
+        if proc is not None and not proc.alive():
+            raise HarnessError(f"{proc.name} exited before answering on {control}\n{proc.tail()}")
+        if time.monotonic() > deadline:
+            tail = proc.tail() if proc else ""
+            raise HarnessError(f"{control} did not answer within {timeout} s\n{tail}")
+        time.sleep(0.05)
+
+
 # --- processes --------------------------------------------------------------
 
 
@@ -311,7 +333,8 @@ class Vadapt:
             # Pin the daemon away from the frontend's forwarding core (docs/architecture.md).
             argv = ["taskset", "-c", self.cpus, *argv]
         self.proc = self.group.add(Proc(self.name, argv, self.workdir, env={"RUST_BACKTRACE": "1"}))
-        for s in [self.control, *wait_sockets]:
+        wait_answers(self.binary, self.control, 20, self.proc)
+        for s in wait_sockets:
             wait_path(s, 20, self.proc)
         return self
 

@@ -41,7 +41,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from harness import Proc, ip, net_names, poll, port, total, veth_into_namespace, wait_path, which
+from harness import Proc, ip, net_names, poll, port, total, veth_into_namespace, wait_answers, which
 
 UNIT = Path(__file__).resolve().parents[2] / "packaging" / "vadapt.service"
 WIRE_IP = "10.0.40.254"
@@ -266,7 +266,7 @@ def run_under_the_unit(vadapt_bin, procs, caps, memlock, denied, ns, host, peer,
 
     # Untraced: the watchdog, every feature, and a clean stop.
     d = serve("vadapt", traced=False)
-    wait_path(control, 30, d)
+    wait_answers(vadapt_bin, control, 30, d)
     assert poll(lambda: any("uplink open" in line for line in d.lines), 20), d.tail()
     # READY=1, then WATCHDOG=1 every 200 ms.
     poll(lambda: sum("WATCHDOG=1" in m for m in messages) >= 3, 10)
@@ -279,7 +279,7 @@ def run_under_the_unit(vadapt_bin, procs, caps, memlock, denied, ns, host, peer,
     # (Its stop is not checked: under ptrace the shutdown can outlast the
     # daemon's own 1.5 s deadline.)
     d = serve("vadapt-traced", traced=True)
-    wait_path(control, 30, d)
+    wait_answers(vadapt_bin, control, 30, d)
     assert poll(lambda: any("uplink open" in line for line in d.lines), 20), d.tail()
     exercise(vadapt_bin, procs, control, config, ports, vm_sock, ns, peer, peer_mac, "2")
     d.stop(signal.SIGTERM, grace=10)
@@ -294,13 +294,13 @@ def run_under_the_unit(vadapt_bin, procs, caps, memlock, denied, ns, host, peer,
     # A crash: kill -9 with the program on the NIC. With the records kept
     # (RuntimeDirectoryPreserve=yes), the next daemon takes its uplink back.
     d = serve("vadapt-2", traced=False)
-    wait_path(control, 30, d)
+    wait_answers(vadapt_bin, control, 30, d)
     assert poll(lambda: any("uplink open" in line for line in d.lines), 20), d.tail()
     os.kill(d.popen.pid, signal.SIGKILL)
     d.wait_exit(10)
     assert list(runtime.iterdir()), "the killed daemon left no records"
     d = serve("vadapt-3", traced=False)
-    wait_path(control, 30, d)
+    wait_answers(vadapt_bin, control, 30, d)
     assert poll(lambda: any("uplink open" in line for line in d.lines), 20), d.tail()
     os.kill(d.popen.pid, signal.SIGKILL)
     d.wait_exit(10)
