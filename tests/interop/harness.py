@@ -125,16 +125,24 @@ def poll(cond, timeout: float, step: float = 0.05) -> bool:
         time.sleep(step)
 
 
-def wait_path(path: Path, timeout: float, proc: Proc | None = None) -> None:
-    """Wait until `path` exists; fail early if `proc` died meanwhile."""
+def wait_for(cond, timeout: float, proc: Proc | None, before: str, failed: str) -> None:
+    """Wait until `cond()` holds; fail early, saying it `before`, if `proc`
+    died meanwhile, or saying `failed` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not cond():
         if proc is not None and not proc.alive():
-            raise HarnessError(f"{proc.name} exited before creating {path}\n{proc.tail()}")
+            raise HarnessError(f"{proc.name} exited before {before}\n{proc.tail()}")
         if time.monotonic() > deadline:
             tail = proc.tail() if proc else ""
-            raise HarnessError(f"{path} did not appear within {timeout} s\n{tail}")
+            raise HarnessError(f"{failed}\n{tail}")
         time.sleep(0.05)
+
+
+def wait_path(path: Path, timeout: float, proc: Proc | None = None) -> None:
+    """Wait until `path` exists; fail early if `proc` died meanwhile."""
+    wait_for(
+        path.exists, timeout, proc, f"creating {path}", f"{path} did not appear within {timeout} s"
+    )
 
 
 def wait_answers(binary: Path, control: Path, timeout: float, proc: Proc | None = None) -> None:
@@ -142,21 +150,14 @@ def wait_answers(binary: Path, control: Path, timeout: float, proc: Proc | None 
     stats`): real readiness, not just its socket file; fail early if `proc`
     died meanwhile."""
     wait_path(control, timeout, proc)
-    deadline = time.monotonic() + timeout
-    while True:
-        r = subprocess.run(
-            [str(binary), "stats", "--control", str(control), "--json"],
-            capture_output=True,
-            timeout=10,
-        )
-        if r.returncode == 0:
-            return
-        if proc is not None and not proc.alive():
-            raise HarnessError(f"{proc.name} exited before answering on {control}\n{proc.tail()}")
-        if time.monotonic() > deadline:
-            tail = proc.tail() if proc else ""
-            raise HarnessError(f"{control} did not answer within {timeout} s\n{tail}")
-        time.sleep(0.05)
+    argv = [str(binary), "stats", "--control", str(control), "--json"]
+    wait_for(
+        lambda: subprocess.run(argv, capture_output=True, timeout=10).returncode == 0,
+        timeout,
+        proc,
+        f"answering on {control}",
+        f"{control} did not answer within {timeout} s",
+    )
 
 
 # --- processes --------------------------------------------------------------
