@@ -96,15 +96,20 @@ def denied_syscalls(unit: dict[str, list[str]]) -> set[str]:
     return names
 
 
-def peer_rx_packets(ns: str, dev: str) -> int:
+def sysfs_in(ns: str, dev: str, name: str) -> str:
+    """/sys/class/net/DEV/NAME as namespace `ns` sees it, stripped."""
     r = subprocess.run(
-        ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/rx_packets"],
+        ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/{name}"],
         capture_output=True,
         text=True,
         check=True,
         timeout=10,
     )
-    return int(r.stdout)
+    return r.stdout.strip()
+
+
+def peer_rx_packets(ns: str, dev: str) -> int:
+    return int(sysfs_in(ns, dev, "statistics/rx_packets"))
 
 
 def vadapt(binary: Path, *args: str) -> subprocess.CompletedProcess:
@@ -195,13 +200,7 @@ def test_the_units_privileges_run_an_uplink_a_vm_port_and_cores(vadapt_bin, proc
     ip("netns", "add", ns)
     try:
         veth_into_namespace(ns, host, peer, f"{WIRE_IP}/24")
-        peer_mac = subprocess.run(
-            ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{peer}/address"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        peer_mac = sysfs_in(ns, peer, "address")
         run_under_the_unit(vadapt_bin, procs, caps, memlock, denied, ns, host, peer, peer_mac)
     finally:
         subprocess.run(["ip", "link", "del", host], capture_output=True, timeout=10)
