@@ -341,6 +341,14 @@ class SplitRing:
         self.avail_idx = 0
         buf[offset : self.end] = bytes(self.end - offset)
 
+    def store_u16(self, off: int, value: int) -> None:
+        """One aligned 2-byte store at `off`, as a driver publishes an
+        index. Not `struct.pack_into`: it zeroes its target before packing,
+        and a device that reads the index in between sees it run backwards
+        (vadapt then marks the ring corrupted, as it should)."""
+        with memoryview(self.buf) as m, m.cast("H") as h:
+            h[off // 2] = value
+
     def addrs(self) -> tuple[int, int, int]:
         """(desc, used, avail) as frontend addresses for SET_VRING_ADDR."""
         return (self.uva + self.desc_off, self.uva + self.used_off, self.uva + self.avail_off)
@@ -353,9 +361,9 @@ class SplitRing:
         struct.pack_into(
             "<QIHH", self.buf, self.desc_off + 16 * i, self.gpa + data_off, length, flags, 0
         )
-        struct.pack_into("<H", self.buf, self.avail_off + 4 + 2 * (self.avail_idx % self.size), i)
+        self.store_u16(self.avail_off + 4 + 2 * (self.avail_idx % self.size), i)
         self.avail_idx = (self.avail_idx + 1) & 0xFFFF
-        struct.pack_into("<H", self.buf, self.avail_off + 2, self.avail_idx)
+        self.store_u16(self.avail_off + 2, self.avail_idx)
         self.next_desc += 1
 
     def push_chain(self, segs: list[tuple[int, int, bool]]) -> None:
@@ -371,11 +379,9 @@ class SplitRing:
                 "<QIHH", self.buf, self.desc_off + 16 * i, self.gpa + off, length, flags, nxt
             )
         self.next_desc += len(segs)
-        struct.pack_into(
-            "<H", self.buf, self.avail_off + 4 + 2 * (self.avail_idx % self.size), first
-        )
+        self.store_u16(self.avail_off + 4 + 2 * (self.avail_idx % self.size), first)
         self.avail_idx = (self.avail_idx + 1) & 0xFFFF
-        struct.pack_into("<H", self.buf, self.avail_off + 2, self.avail_idx)
+        self.store_u16(self.avail_off + 2, self.avail_idx)
 
     def used_idx(self) -> int:
         return struct.unpack_from("<H", self.buf, self.used_off + 2)[0]
