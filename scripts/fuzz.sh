@@ -4,7 +4,7 @@
 #
 #   scripts/fuzz.sh SECONDS            each target for SECONDS (600: the
 #                                      campaign docs/reliability.md asks for)
-#   scripts/fuzz.sh --smoke            each target for 30 s (scripts/test.sh)
+#   scripts/fuzz.sh --smoke            each target for 20 s (scripts/test.sh)
 #   ... --targets vhost_user,config    only these targets
 #
 # Installs what it needs: the nightly toolchain's presence is checked (rustup
@@ -41,7 +41,7 @@ seconds=""
 targets=("${ALL_TARGETS[@]}")
 while (($#)); do
     case "$1" in
-        --smoke) seconds=30 ;;
+        --smoke) seconds=20 ;;
         --targets) shift; (($#)) || usage; IFS=, read -r -a targets <<<"$1" ;;
         --targets=*) IFS=, read -r -a targets <<<"${1#--targets=}" ;;
         -h | --help) usage ;;
