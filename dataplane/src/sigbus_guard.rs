@@ -9,7 +9,8 @@
 //! The design: each mapped guest region is registered in a fixed table that
 //! a SIGBUS handler reads without locks. When the faulting address lies in
 //! a registered region, the handler maps an anonymous page over the faulting
-//! page (`MAP_FIXED`) and counts the fault; the access is retried on return
+//! page (`MAP_FIXED`; a page of the region's own size, 2 MiB or 1 GiB for
+//! hugetlbfs memory, which cannot be split at less) and counts the fault; the access is retried on return
 //! and completes on that page (the daemon reads zeros, its writes go
 //! nowhere). The port's worker sees the count after its pass and resets the
 //! port. A fault anywhere else gets the default action, as before.
@@ -29,6 +30,9 @@ const SLOTS: usize = 512;
 struct Slot {
     start: AtomicUsize,
     len: AtomicUsize,
+    /// The mapping's page size: the system's, or a hugetlb mapping's
+    /// (which cannot be split, so replaced, at less).
+    page: AtomicUsize,
     faults: AtomicU64,
 }
 
@@ -36,6 +40,7 @@ struct Slot {
 const EMPTY: Slot = Slot {
     start: AtomicUsize::new(0),
     len: AtomicUsize::new(0),
+    page: AtomicUsize::new(0),
     faults: AtomicU64::new(0),
 };
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
@@ -84,8 +89,9 @@ impl Drop for Guard {
     }
 }
 
-/// Guard `[start, start + len)`, a mapping of guest memory.
-pub fn guard(start: *const u8, len: usize) -> Result<Guard, GuardError> {
+/// Guard `[start, start + len)`, a mapping of guest memory whose pages are
+/// `hugepage` bytes (a hugetlb mapping), or the system's (`None`).
+pub fn guard(start: *const u8, len: usize, hugepage: Option<u64>) -> Result<Guard, GuardError> {
     install().map_err(GuardError::Install)?;
     let _g = ALLOC.lock().unwrap_or_else(|e| e.into_inner());
     let idx = TABLE
@@ -93,7 +99,12 @@ pub fn guard(start: *const u8, len: usize) -> Result<Guard, GuardError> {
         .position(|s| s.len.load(Ordering::Acquire) == 0)
         .ok_or(GuardError::Full)?;
     let s = &TABLE[idx];
+    let page = hugepage
+        .and_then(|p| usize::try_from(p).ok())
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or_else(|| PAGE.load(Ordering::Relaxed));
     s.faults.store(0, Ordering::Release);
+    s.page.store(page, Ordering::Release);
     s.start.store(start as usize, Ordering::Release);
     s.len.store(len, Ordering::Release);
     Ok(Guard { idx })
@@ -128,11 +139,13 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers;
     // si_addr is the faulting address for SIGBUS.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let page = PAGE.load(Ordering::Relaxed);
     for s in &TABLE {
         let len = s.len.load(Ordering::Acquire);
         let start = s.start.load(Ordering::Acquire);
         if len != 0 && addr.wrapping_sub(start) < len {
+            // A whole page of the mapping's own size: a hugetlb mapping
+            // refuses to be split at less (mmap fails with EINVAL).
+            let page = s.page.load(Ordering::Acquire).max(1);
             let at = addr & !(page - 1);
             // SAFETY: `at` is a page inside a mapping the daemon owns and
             // registered; replacing that page with an anonymous one only
@@ -192,7 +205,7 @@ mod tests {
     #[test]
     fn a_shrunk_guarded_mapping_reads_zeros_and_counts_the_fault() {
         let (f, p, len) = mapping();
-        let g = guard(p, len).unwrap();
+        let g = guard(p, len, None).unwrap();
         // SAFETY: `p` maps `len` bytes.
         unsafe { p.add(len - 1).write_volatile(7) };
         f.set_len(0).unwrap();
@@ -211,7 +224,7 @@ mod tests {
     #[test]
     fn a_fault_outside_guarded_memory_still_kills() {
         let (f, p, len) = mapping();
-        let _g = guard(std::ptr::null(), 1).unwrap(); // handler installed
+        let _g = guard(std::ptr::null(), 1, None).unwrap(); // handler installed
         f.set_len(0).unwrap();
         // SAFETY: fork in a test; the child touches the unguarded, truncated
         // mapping (SIGBUS expected) and exits without returning to Rust code.

@@ -167,6 +167,11 @@ impl MmapRegion {
     pub fn is_empty(&self) -> bool {
         self.inner.size() == 0
     }
+
+    /// The file mapped (`None` for anonymous memory).
+    pub fn file(&self) -> Option<&File> {
+        self.inner.file_offset().map(|f| f.file())
+    }
 }
 
 /// A region described relative to an [`MmapRegion`] it lives in: the safe

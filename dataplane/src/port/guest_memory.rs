@@ -199,8 +199,12 @@ impl Connection {
             None
         } else {
             Some(
-                crate::sigbus_guard::guard(mapping.as_ptr(), mapping.len() as usize)
-                    .map_err(|e| refuse(&e))?,
+                crate::sigbus_guard::guard(
+                    mapping.as_ptr(),
+                    mapping.len() as usize,
+                    memory_file::hugepage_size(f),
+                )
+                .map_err(|e| refuse(&e))?,
             )
         };
         let region = MappedRegion {

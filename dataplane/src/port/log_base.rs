@@ -62,7 +62,8 @@ pub fn map_log(
         // No access to the mapping before this: a shrink meanwhile faults
         // only later, under the guard.
         let (start, len) = log.mapping();
-        Some(sigbus_guard::guard(start, len).map_err(LogBaseError::Guard)?)
+        let page = memory_file::hugepage_size(file);
+        Some(sigbus_guard::guard(start, len, page).map_err(LogBaseError::Guard)?)
     };
     Ok(MappedLog::new(log, guard))
 }

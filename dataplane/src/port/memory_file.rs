@@ -41,8 +41,9 @@ pub enum MemoryFileError {
     /// The file is not sealed against shrinking and the port refuses that.
     #[error(
         "the file is not sealed against shrinking (F_SEAL_SHRINK, which only a memfd can have); \
-         use a sealed memfd (QEMU's memory-backend-memfd and its dirty log are) or set \
-         unsealed_memory = \"accept\" on the port"
+         use a sealed memfd (QEMU's memory-backend-memfd and its dirty log are; for \
+         hugepages, memory-backend-memfd with hugetlb=on, libvirt's <hugepages/> with \
+         <source type='memfd'/>) or set unsealed_memory = \"accept\" on the port"
     )]
     Unsealed,
     /// `fstat` failed.
@@ -74,6 +75,29 @@ pub fn check(
         return Err(MemoryFileError::Unsealed);
     }
     Ok(sealed)
+}
+
+/// `statfs(2)`'s `f_type` of hugetlbfs (`HUGETLBFS_MAGIC`, linux/magic.h).
+const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+
+/// The size of the pages backing `file` when it lives on hugetlbfs (a
+/// file in a hugetlbfs mount, or a memfd made with `MFD_HUGETLB`, as QEMU's
+/// `hugetlb=on` makes): 2 MiB or 1 GiB. `None` for any other file, whose
+/// pages are the system's. A hugetlb mapping can be split only at its
+/// page size, which the SIGBUS guard must respect.
+pub fn hugepage_size(file: &File) -> Option<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs writes one statfs into `st`, which has room for it,
+    // for the descriptor `file` keeps open for the call.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: fstatfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs by target
+    let hugetlb = st.f_type as i64 == HUGETLBFS_MAGIC;
+    (hugetlb && st.f_bsize > 0).then_some(st.f_bsize as u64)
 }
 
 /// The file's seals (0 for a file that cannot be sealed, such as one on
@@ -129,6 +153,11 @@ pub(crate) mod tests {
             check(&f, u64::MAX, 2, UnsealedMemory::Refuse),
             Err(MemoryFileError::Overflow)
         );
+    }
+
+    #[test]
+    fn an_ordinary_memfd_is_not_on_hugetlbfs() {
+        assert_eq!(hugepage_size(&memfd(1 << 20, true)), None);
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //!   there; pages that are not are never touched (a read would allocate
 //!   them). The scan stops at the first non-zero word, so shared memory
 //!   costs a page or two; unshared memory is read once per memory table.
+//!   Hugetlbfs memory is not judged (no line): `mincore` on a hugetlb
+//!   mapping says only what this mapping touched, so it cannot tell.
 //!
 //! The first case is told when ring 0's addresses are refused, the second
 //! when a ring starts (QEMU 7.2 sends its enables before the features and
@@ -119,8 +121,17 @@ const PAGES_PER_CALL: usize = 4096;
 
 /// Whether any page of `r`'s mapping that is in the page cache holds a
 /// non-zero byte: `Some(false)` when none does, `None` when the kernel
-/// would not say which pages are there.
+/// would not say which pages are there. For hugetlbfs memory it never
+/// does: `mincore` on a hugetlb mapping reports only the pages this
+/// mapping has touched itself, not those the guest wrote through QEMU's.
 fn any_data(r: &MappedRegion) -> Option<bool> {
+    if r.mapping
+        .file()
+        .and_then(super::memory_file::hugepage_size)
+        .is_some()
+    {
+        return None;
+    }
     // SAFETY: sysconf has no memory effects.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
     let base = r.mapping.as_ptr() as usize;

@@ -174,7 +174,7 @@ fn a_log_that_shrinks_under_the_ring_ends_logging_and_the_service_goes_on() {
     // under a SIGBUS guard.
     let mapped = DirtyLog::map(&f, 0, bytes).unwrap();
     let (start, len) = mapped.mapping();
-    let guard = crate::sigbus_guard::guard(start, len).unwrap();
+    let guard = crate::sigbus_guard::guard(start, len, None).unwrap();
     let log = Arc::new(MappedLog::new(mapped, Some(guard)));
     set_log(&mut r, &g, &log);
     let mut tx = TxService::new(HDR_LEN_MRG, 32);
