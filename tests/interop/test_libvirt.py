@@ -313,3 +313,37 @@ def test_hook_ignores_other_operations_and_refuses_unsafe_paths(vadapt_bin, proc
     r = run("x", "prepare", "begin", "-")
     assert r.returncode == 1 and "a,b.sock" in r.stderr, r.stderr
     assert run("x", "release", "end", "-").returncode == 0
+
+
+def test_hook_accepts_unsealed_memory_only_for_domains_whose_memory_is_in_files(vadapt_bin, procs):
+    """A domain's <memoryBacking> decides its ports' `unsealed_memory`: memfd
+    memory (hugepages or not) is sealed and keeps the default; hugepages
+    without a memfd source (files on hugetlbfs) and <source type='file'/>
+    cannot be sealed, so their ports accept it (under vadapt's SIGBUS
+    guard). Seen in the ports the daemon records (its state file)."""
+    d = Vadapt(vadapt_bin, procs.workdir, procs, []).start()
+    backings = {
+        "plain": "",
+        "memfd": "<source type='memfd'/><access mode='shared'/>",
+        "hugememfd": "<hugepages/><source type='memfd'/><access mode='shared'/>",
+        "hugefile": "<hugepages/><access mode='shared'/>",
+        "file": "<source type='file'/><access mode='shared'/>",
+    }
+    env = {**os.environ, "VADAPT": str(vadapt_bin), "VADAPT_CONTROL": str(d.control)}
+    for name, backing in backings.items():
+        sock = procs.workdir / f"{name}.sock"
+        xml = f"<domain><name>{name}</name><memoryBacking>{backing}</memoryBacking><devices>"
+        xml += f"<interface type='vhostuser'><source type='unix' path='{sock}' mode='client'/>"
+        xml += "</interface></devices></domain>"
+        r = subprocess.run(
+            [str(HOOK), name, "prepare", "begin", "-"],
+            input=xml,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
+        assert r.returncode == 0, r.stderr
+    text = (d.state_dir / "ports.toml").read_text()
+    accepted = set(re.findall(r'name = "([a-z]+)-0"[^\[]*unsealed_memory = "accept"', text))
+    assert accepted == {"hugefile", "file"}, text
