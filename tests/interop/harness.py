@@ -561,12 +561,15 @@ class Guest:
         smp: int = 1,
         extra: list[str] | None = None,
         net_opts: str = "",
+        memory: str = "memory-backend-memfd,share=on",
     ):
         """`chardev`: extra options of the vhost-user socket's chardev, e.g.
         `,reconnect=1` (QEMU connects again after the backend went away) or
         `,server=on,wait=off` (QEMU listens; the backend connects). `smp`: vCPUs;
         `extra`: more QEMU arguments (e.g. a QMP socket); `net_opts`: more
-        virtio-net-pci properties, e.g. `,guest_tso4=off`."""
+        virtio-net-pci properties, e.g. `,guest_tso4=off`; `memory`: the
+        guest memory's backend object, less its id and size (it must be
+        shared for vhost-user)."""
         files = guest_files()
         assert files, "guest image missing: run scripts/guest-image.sh"
         kernel, initrd = files
@@ -582,7 +585,7 @@ class Guest:
             "-smp", str(smp),
             "-m", self.MEM + (f",slots=2,maxmem={self.MAX_MEM}" if self.MAX_MEM else ""),
             # vhost-user needs guest memory the backend can map.
-            "-object", f"memory-backend-memfd,id=mem,size={self.MEM},share=on",
+            "-object", f"{memory},id=mem,size={self.MEM}",
             "-numa", "node,memdev=mem",
             "-chardev", f"socket,id=c0,path={socket}{chardev}",
             "-netdev", "vhost-user,id=n0,chardev=c0",
