@@ -40,6 +40,9 @@
 //! - [`cgroup_mount`]: which cgroup version a path is on, and where cpusets
 //!   are mounted, from `/proc/self/mountinfo`.
 //! - [`cpu_list`]: the kernel's `0-3,8` CPU list format.
+//! - [`error_chain`] and [`cli_exit`]: an error and its causes on one line,
+//!   and how every `vadapt` subcommand fails with it (the two binaries'
+//!   crates share them).
 //!
 //! Host features that may be missing (cpufreq, RAPL: both absent on the
 //! project's build machines; permission to move other processes' threads;
@@ -59,6 +62,7 @@ pub mod affinity;
 pub mod applier;
 mod availability;
 pub mod cgroup_mount;
+pub mod cli_exit;
 pub mod cpu_list;
 pub mod cpufreq;
 pub mod cpuset;
