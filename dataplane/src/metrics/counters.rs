@@ -474,3 +474,125 @@ pub fn thread_cpu_ns(tid: i32) -> u64 {
         .and_then(|t| vadapt_host::cputime::schedstat_cpu_time(t).ok())
         .map_or(0, |d| d.as_nanos() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn json_fields(v: impl Serialize) -> BTreeSet<String> {
+        let v = serde_json::to_value(v).unwrap();
+        v.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The fields `vadapt stats --json` prints and the table's columns are
+    /// what the interop tests, the docs and the lab scripts read: the
+    /// declarations must not rename them.
+    #[test]
+    fn json_fields_and_table_columns_are_those_readers_know() {
+        assert_eq!(
+            json_fields(QueueSnapshot::default()),
+            set(&[
+                "queue",
+                "tx_packets",
+                "tx_bytes",
+                "rx_packets",
+                "rx_bytes",
+                "kicks",
+                "calls",
+                "gso_frames",
+                "csum_completed",
+                "gso_whole",
+                "fill_ring_empty",
+                "tx_ring_full",
+                "dropped",
+            ])
+        );
+        assert_eq!(
+            json_fields(PortSnapshot::default()),
+            set(&[
+                "name",
+                "kind",
+                "connected",
+                "policy",
+                "poll_interval_us",
+                "predicted_us",
+                "search_range_us",
+                "workload",
+                "memory_regions",
+                "memory_bytes",
+                "ctrl_accepted",
+                "ctrl_refused",
+                "dirty_log_shrank",
+                "fdb_not_learned",
+                "queues",
+            ])
+        );
+        assert_eq!(
+            json_fields(WorkerSnapshot::default()),
+            set(&[
+                "name",
+                "cpu_seconds",
+                "busy_cycles",
+                "busy_packets",
+                "passes",
+                "wakeups",
+                "sleeps",
+                "overshoot_p50_ns",
+                "overshoot_p99_ns",
+            ])
+        );
+        let headers: Vec<_> = QueueSnapshot::columns().iter().map(|c| c.header).collect();
+        assert_eq!(
+            headers,
+            ["tx_pkts", "tx_bytes", "rx_pkts", "rx_bytes", "kicks", "calls", "drops"]
+        );
+    }
+
+    /// Each declared counter reaches the snapshot, the export and the
+    /// table's column under its own name.
+    #[test]
+    fn a_declared_counter_is_copied_exported_and_shown() {
+        let q = QueueStats::default();
+        q.calls.store(7, Relaxed);
+        q.add(Dir::Rx, 2, 120);
+        q.drop(DropReason::Storm, 3);
+        q.drop(DropReason::Other, 1);
+        let s = QueueSnapshot::counters_of(&q);
+        assert_eq!(
+            (s.calls, s.rx_packets, s.rx_bytes, s.tx_packets),
+            (7, 2, 120, 0)
+        );
+        assert_eq!(
+            s.dropped.len(),
+            2,
+            "only the reasons not 0: {:?}",
+            s.dropped
+        );
+        let calls = QueueStats::exports()
+            .into_iter()
+            .find(|e| e.family.name == "vadapt_queue_calls")
+            .unwrap();
+        assert_eq!((calls.samples)(&q), [(None, 7)]);
+        let columns = QueueSnapshot::columns();
+        let value = |h: &str| (columns.iter().find(|c| c.header == h).unwrap().value)(&s);
+        assert_eq!(
+            (value("calls"), value("rx_pkts"), value("drops")),
+            (7, 2, 4)
+        );
+        let w = WorkerStats::default();
+        w.wakeups[1].store(5, Relaxed);
+        let ws = WorkerSnapshot::counters_of(&w);
+        assert_eq!(
+            ws.wakeups.len(),
+            WAKE_CAUSES.len(),
+            "every cause: {:?}",
+            ws.wakeups
+        );
+        assert_eq!(ws.wakeups["kick"], 5);
+    }
+}
