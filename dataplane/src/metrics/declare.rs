@@ -40,10 +40,13 @@ pub struct Export<S> {
     pub family: &'static Family,
     /// Exported only for the items of ports of this kind (`None`: all).
     pub only: Option<&'static str>,
-    /// Its samples of one item: the value of the family's last label
-    /// (`None` when the item's labels are all of them), and the count.
-    pub samples: fn(&S) -> Vec<(Option<&'static str>, u64)>,
+    /// Its samples of one item.
+    pub samples: fn(&S) -> Vec<Sample>,
 }
+
+/// A sample of a declared counter: the value of its family's last label
+/// (`None` when the item's labels are all of them), and the count.
+pub type Sample = (Option<&'static str>, u64);
 
 /// A column of the table `vadapt stats` prints, one row per item.
 #[derive(Debug)]
@@ -190,28 +193,28 @@ macro_rules! declare_metrics {
             /// export order.
             pub fn exports() -> Vec<$crate::metrics::declare::Export<Self>> {
                 use std::sync::atomic::Ordering::Relaxed;
-                #[allow(unused_mut, clippy::vec_init_then_push)]
-                let mut v: Vec<$crate::metrics::declare::Export<Self>> = Vec::new();
-                $(
-                    $crate::metrics::declare::export!(v, $DF $dspec, |s: &Self| vec![
-                        (Some("tx"), s.$df[0].load(Relaxed)),
-                        (Some("rx"), s.$df[1].load(Relaxed)),
-                    ]);
-                )*
-                $( $(
-                    $crate::metrics::declare::export!(v, $F $spec, |s: &Self| vec![(
-                        $crate::metrics::declare::optional!($($cv)?),
-                        s.$cf.load(Relaxed),
-                    )]);
-                )* )*
-                $(
-                    $crate::metrics::declare::export!(v, $MF $mspec, |s: &Self| ($mnames)
-                        .iter()
-                        .zip(&s.$mf)
-                        .map(|(value, c)| (Some(*value), c.load(Relaxed)))
-                        .collect());
-                )*
-                v
+                let exports = vec![
+                    $(
+                        $crate::metrics::declare::export!($DF $dspec, |s: &Self| vec![
+                            (Some("tx"), s.$df[0].load(Relaxed)),
+                            (Some("rx"), s.$df[1].load(Relaxed)),
+                        ]),
+                    )*
+                    $( $(
+                        $crate::metrics::declare::export!($F $spec, |s: &Self| vec![(
+                            $crate::metrics::declare::optional!($($cv)?),
+                            s.$cf.load(Relaxed),
+                        )]),
+                    )* )*
+                    $(
+                        $crate::metrics::declare::export!($MF $mspec, |s: &Self| ($mnames)
+                            .iter()
+                            .zip(&s.$mf)
+                            .map(|(value, c)| (Some(*value), c.load(Relaxed)))
+                            .collect()),
+                    )*
+                ];
+                exports.into_iter().flatten().collect()
             }
 
             /// The families of the declared counters, in export order.
@@ -242,18 +245,16 @@ macro_rules! declare_metrics {
 
             /// The table's columns of the declared counters, in order.
             pub fn columns() -> Vec<$crate::metrics::declare::Column<Self>> {
-                use $crate::metrics::declare::Column;
-                #[allow(unused_mut, clippy::vec_init_then_push)]
-                let mut c: Vec<Column<Self>> = Vec::new();
-                $( $( c.push(Column { header: $dtxh, width: $dw, value: |s: &Self| s.$dtx }); )? )*
-                $( $( c.push(Column { header: $drxh, width: $dw, value: |s: &Self| s.$drx }); )? )*
-                $( $( $(
-                    c.push(Column { header: $ch, width: $cw, value: |s: &Self| s.$cf });
-                )? )* )*
-                $( $(
-                    c.push(Column { header: $mh, width: $mw, value: |s: &Self| s.$msnap.values().sum() });
-                )? )*
-                c
+                vec![
+                    $( $( $crate::metrics::declare::Column { header: $dtxh, width: $dw, value: |s: &Self| s.$dtx }, )? )*
+                    $( $( $crate::metrics::declare::Column { header: $drxh, width: $dw, value: |s: &Self| s.$drx }, )? )*
+                    $( $( $(
+                        $crate::metrics::declare::Column { header: $ch, width: $cw, value: |s: &Self| s.$cf },
+                    )? )* )*
+                    $( $(
+                        $crate::metrics::declare::Column { header: $mh, width: $mw, value: |s: &Self| s.$msnap.values().sum() },
+                    )? )*
+                ]
             }
         }
 
@@ -280,15 +281,17 @@ macro_rules! family_const {
 }
 pub(crate) use family_const;
 
-/// Push a counter's [`Export`] onto `v` (none for `_ ()`).
+/// A counter's [`Export`] (`None` for `_ ()`).
 macro_rules! export {
-    ($v:ident, _ (), $samples:expr) => {};
-    ($v:ident, $F:ident ($kind:ident $name:literal [$($l:literal),*] $help:literal $doc:literal $(only $only:literal)?), $samples:expr) => {
-        $v.push($crate::metrics::declare::Export {
+    (_ (), $samples:expr) => {
+        None
+    };
+    ($F:ident ($kind:ident $name:literal [$($l:literal),*] $help:literal $doc:literal $(only $only:literal)?), $samples:expr) => {
+        Some($crate::metrics::declare::Export {
             family: &$F,
             only: $crate::metrics::declare::optional!($($only)?),
             samples: $samples,
-        });
+        })
     };
 }
 pub(crate) use export;

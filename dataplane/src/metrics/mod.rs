@@ -77,7 +77,7 @@ pub use counters::{
     new_overshoot_histogram, thread_cpu_ns, Dir, DropReason, NotLearned, PortSnapshot, PortStats,
     QueueSnapshot, QueueStats, WorkerSnapshot, WorkerStats, WAKE_CAUSES,
 };
-pub use declare::{Column, Export};
+pub use declare::{Column, Export, Sample};
 #[cfg(test)]
 pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
