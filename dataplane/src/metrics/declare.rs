@@ -218,7 +218,7 @@ macro_rules! declare_metrics {
             }
 
             /// The families of the declared counters, in export order.
-            pub fn families() -> Vec<&'static $crate::metrics::Family> {
+            pub fn families() -> Vec<&'static $crate::metrics::family::Family> {
                 $crate::metrics::declare::families(&Self::exports())
             }
         }
@@ -270,9 +270,9 @@ macro_rules! family_const {
     (_ ()) => {};
     ($F:ident ($kind:ident $name:literal [$($l:literal),*] $help:literal $doc:literal $(only $only:literal)?)) => {
         #[doc = $help]
-        pub const $F: $crate::metrics::Family = $crate::metrics::Family {
+        pub const $F: $crate::metrics::family::Family = $crate::metrics::family::Family {
             name: $name,
-            kind: $crate::metrics::Kind::$kind,
+            kind: $crate::metrics::family::Kind::$kind,
             labels: &[$($l),*],
             help: $help,
             doc: $doc,
