@@ -221,7 +221,7 @@ mod tests {
             let typ = format!("# TYPE {} {}\n", f.name, f.kind.as_str());
             assert_eq!(t.matches(&typ).count(), 1, "{typ} in:\n{t}");
             assert!(t.contains(&format!("# HELP {} {}\n", f.name, f.help)));
-            assert!(!crate::metrics::families::ALL
+            assert!(!crate::metrics::families::all()
                 .iter()
                 .any(|m| m.name == f.name));
         }

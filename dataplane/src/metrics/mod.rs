@@ -3,17 +3,22 @@
 //! Workers update these atomics once per service pass (never per packet);
 //! `vadapt stats` and the Prometheus endpoint read them. One idea per file:
 //!
-//! * `counters.rs`: the atomics of a port, a queue pair, a queue worker;
+//! * `declare.rs`: how a counter is declared, once (`declare_metrics!`
+//!   makes from that its atomic, its field in the snapshot, its family and
+//!   how it is written into it, its table column), as Firecracker declares
+//!   its metrics as the fields of serialized structs;
+//! * `counters.rs`: the counters of a port, a queue pair, a queue worker,
+//!   declared so;
 //! * `registry.rs`: the [`Registry`] that holds them, and the [`Exporter`]s
 //!   of other parts (the core manager's `vadapt_cores_*`, declared in
 //!   [`crate::cores::export`]), so that the metrics import no part of the
 //!   daemon above them (only [`http`] uses two low helpers, `conn_limit`
 //!   and `local_server`);
 //! * `snapshot.rs`, `table.rs`: the copy `vadapt stats --json` prints, and
-//!   its table;
-//! * `family.rs`: how an exported family is declared ([`Family`]), once;
-//! * [`families`]: the declarations of the counters' families, the one
-//!   place their names, types, labels and help texts are written;
+//!   its table, made of the declared fields and columns and of the rest;
+//! * `family.rs`: how an exported family is described ([`Family`]);
+//! * [`families`]: the families of what is not a plain count (gauges in
+//!   seconds, flags, a histogram), and the list of every family;
 //! * `prometheus.rs`: the export, OpenMetrics as `prometheus-client` writes
 //!   it, and `text004.rs` the Prometheus text format 0.0.4 made from it;
 //! * [`http`]: the scrape endpoint.
@@ -57,6 +62,7 @@
 //! NQ group's CPU time is `vadapt_cores_utilization{group="nq"}`.
 
 mod counters;
+mod declare;
 pub mod families;
 mod family;
 pub mod http;
@@ -68,13 +74,14 @@ mod tally;
 mod text004;
 
 pub use counters::{
-    new_overshoot_histogram, thread_cpu_ns, Dir, DropReason, NotLearned, PortStats, QueueStats,
-    WorkerStats, WAKE_CAUSES,
+    new_overshoot_histogram, thread_cpu_ns, Dir, DropReason, NotLearned, PortSnapshot, PortStats,
+    QueueSnapshot, QueueStats, WorkerSnapshot, WorkerStats, WAKE_CAUSES,
 };
+pub use declare::{Column, Export, Sample};
 #[cfg(test)]
 pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
 pub use registry::Registry;
-pub use snapshot::{PortSnapshot, QueueSnapshot, StatsSnapshot, WorkerSnapshot};
+pub use snapshot::StatsSnapshot;
 pub use tally::{PassTally, PUBLISH_EVERY};
 pub use text004::openmetrics_to_prometheus;

@@ -1,8 +1,10 @@
 //! The Prometheus export: every counter as OpenMetrics text (what
 //! `prometheus-client` writes) or the text format 0.0.4, each family
-//! written through its one declaration in `families.rs`.
+//! written through its one declaration: the counts' with their counters
+//! (`counters.rs`), the rest in `families.rs`.
 
-use super::counters::{DropReason, NotLearned, PortStats, WorkerStats, WAKE_CAUSES};
+use super::counters::{PortStats, QueueStats, WorkerStats};
+use super::declare::{self, Item};
 use super::families as f;
 use super::registry::Registry;
 use super::text004::openmetrics_to_prometheus;
@@ -50,59 +52,17 @@ impl prometheus_client::collector::Collector for Collector {
 
 /// The `vadapt_queue_*` families: a sample per queue pair of every port.
 fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
-    // Each port's queue pairs, with the `queue` label's value.
-    let queues = || {
-        ports.iter().flat_map(|p| {
-            p.queues
-                .iter()
-                .enumerate()
-                .map(move |(i, q)| (p.name.as_str(), i.to_string(), q))
+    let queues: Vec<Item<'_, QueueStats>> = ports
+        .iter()
+        .flat_map(|p| {
+            p.queues.iter().enumerate().map(|(i, q)| Item {
+                labels: vec![p.name.clone(), i.to_string()],
+                port_kind: p.kind,
+                stats: q,
+            })
         })
-    };
-    for (family, bytes) in [(&f::QUEUE_PACKETS, false), (&f::QUEUE_BYTES, true)] {
-        let mut m = family.encode(enc)?;
-        for (port, qi, q) in queues() {
-            for (d, dir) in ["tx", "rx"].into_iter().enumerate() {
-                let v = if bytes { &q.bytes[d] } else { &q.packets[d] };
-                m.counter(&[port, &qi, dir], v.load(Relaxed))?;
-            }
-        }
-    }
-    for (family, calls) in [(&f::QUEUE_KICKS, false), (&f::QUEUE_CALLS, true)] {
-        let mut m = family.encode(enc)?;
-        for (port, qi, q) in queues() {
-            let v = if calls { &q.calls } else { &q.kicks };
-            m.counter(&[port, &qi], v.load(Relaxed))?;
-        }
-    }
-    let mut m = f::QUEUE_OFFLOADS.encode(enc)?;
-    for (port, qi, q) in queues() {
-        for (kind, c) in [
-            ("segmented", &q.gso_frames),
-            ("checksum", &q.csum_completed),
-            ("gso_whole", &q.gso_whole),
-        ] {
-            m.counter(&[port, &qi, kind], c.load(Relaxed))?;
-        }
-    }
-    let mut m = f::QUEUE_XDP_EVENTS.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "uplink") {
-        for (qi, q) in p.queues.iter().enumerate() {
-            let qi = qi.to_string();
-            for (kind, c) in [
-                ("fill_ring_empty", &q.fill_ring_empty),
-                ("tx_ring_full", &q.tx_ring_full),
-            ] {
-                m.counter(&[&p.name, &qi, kind], c.load(Relaxed))?;
-            }
-        }
-    }
-    let mut m = f::QUEUE_DROPPED.encode(enc)?;
-    for (port, qi, q) in queues() {
-        for (r, c) in DropReason::ALL.iter().zip(&q.drops) {
-            m.counter(&[port, &qi, r.as_str()], c.load(Relaxed))?;
-        }
-    }
+        .collect();
+    declare::encode(&QueueStats::exports(), &queues, enc)?;
     let mut m = f::QUEUE_POLL_INTERVAL.encode(enc)?;
     for p in ports.iter().filter(|p| p.kind == "vm") {
         // Prometheus base units: seconds (the gauge is kept in µs).
@@ -115,7 +75,8 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
 }
 
 /// The per-port families: NetAP-ML's state (NetAP-ML ports only, those
-/// with a prediction) and whether a frontend is connected.
+/// with a prediction), whether a frontend is connected, and the declared
+/// counters.
 fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
     let ml: Vec<_> = ports
         .iter()
@@ -142,27 +103,15 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
     for p in ports {
         m.gauge(&[&p.name], i64::from(p.connected.load(Relaxed)))?;
     }
-    let mut m = f::PORT_GUEST_MEMORY.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
-        m.gauge(&[&p.name], p.memory_bytes.load(Relaxed) as i64)?;
-    }
-    let mut m = f::PORT_CTRL_COMMANDS.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
-        for (outcome, v) in [("accepted", &p.ctrl_accepted), ("refused", &p.ctrl_refused)] {
-            m.counter(&[&p.name, outcome], v.load(Relaxed))?;
-        }
-    }
-    let mut m = f::PORT_DIRTY_LOG_SHRANK.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
-        m.counter(&[&p.name], p.dirty_log_shrank.load(Relaxed))?;
-    }
-    let mut m = f::PORT_FDB_NOT_LEARNED.encode(enc)?;
-    for p in ports {
-        for (r, v) in NotLearned::ALL.iter().zip(&p.not_learned) {
-            m.counter(&[&p.name, r.as_str()], v.load(Relaxed))?;
-        }
-    }
-    Ok(())
+    let items: Vec<Item<'_, PortStats>> = ports
+        .iter()
+        .map(|p| Item {
+            labels: vec![p.name.clone()],
+            port_kind: p.kind,
+            stats: p.as_ref(),
+        })
+        .collect();
+    declare::encode(&PortStats::exports(), &items, enc)
 }
 
 /// Upper bounds of the sleep overshoot histogram's buckets, ns.
@@ -176,19 +125,15 @@ fn encode_workers(workers: &[Arc<WorkerStats>], enc: &mut DescriptorEncoder) -> 
     for w in workers {
         m.counter(&[&w.name], w.cpu_ns() as f64 / 1e9)?;
     }
-    for (family, passes) in [(&f::WORKER_BUSY_CYCLES, false), (&f::WORKER_PASSES, true)] {
-        let mut m = family.encode(enc)?;
-        for w in workers {
-            let v = if passes { &w.passes } else { &w.busy_cycles };
-            m.counter(&[&w.name], v.load(Relaxed))?;
-        }
-    }
-    let mut m = f::WORKER_WAKEUPS.encode(enc)?;
-    for w in workers {
-        for (cause, v) in WAKE_CAUSES.iter().zip(&w.wakeups) {
-            m.counter(&[&w.name, cause], v.load(Relaxed))?;
-        }
-    }
+    let items: Vec<Item<'_, WorkerStats>> = workers
+        .iter()
+        .map(|w| Item {
+            labels: vec![w.name.clone()],
+            port_kind: "",
+            stats: w.as_ref(),
+        })
+        .collect();
+    declare::encode(&WorkerStats::exports(), &items, enc)?;
     let mut m = f::WORKER_SLEEP_OVERSHOOT.encode(enc)?;
     for w in workers {
         let h = w.overshoot_ns.lock().expect("poisoned");
@@ -215,7 +160,7 @@ fn encode_workers(workers: &[Arc<WorkerStats>], enc: &mut DescriptorEncoder) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::counters::Dir;
+    use crate::metrics::counters::{Dir, DropReason};
     use std::collections::BTreeMap;
 
     /// The families written are the declared ones, in order, each with the
@@ -233,7 +178,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("# HELP ") || l.starts_with("# TYPE "))
             .collect();
-        let want: Vec<String> = f::ALL
+        let want: Vec<String> = f::all()
             .iter()
             .flat_map(|fam| {
                 [
@@ -243,7 +188,7 @@ mod tests {
             })
             .collect();
         assert_eq!(meta, want);
-        for fam in f::ALL {
+        for fam in f::all() {
             let sample = format!("\n{}", fam.sample_name());
             assert!(t.contains(&sample), "no sample of {}:\n{t}", fam.name);
         }

@@ -1,9 +1,10 @@
 //! The registry: every port's and worker's counters, and a copy of them
 //! for `vadapt stats`.
 
+use super::counters::{PortSnapshot, WorkerSnapshot};
 use super::counters::{PortStats, WorkerStats};
 use super::family::Exporter;
-use super::snapshot::{PortSnapshot, StatsSnapshot, WorkerSnapshot};
+use super::snapshot::StatsSnapshot;
 use crate::lock_order::RwLock;
 use std::sync::Arc;
 

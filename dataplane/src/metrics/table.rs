@@ -1,5 +1,8 @@
-//! The human-readable table `vadapt stats` prints.
+//! The human-readable table `vadapt stats` prints: a row per queue pair,
+//! whose counters' columns are those declared with them (`counters.rs`),
+//! and a row per worker.
 
+use super::counters::QueueSnapshot;
 use super::snapshot::StatsSnapshot;
 
 impl StatsSnapshot {
@@ -7,38 +10,28 @@ impl StatsSnapshot {
     pub fn to_table(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  policy",
-            "port",
-            "kind",
-            "conn",
-            "q",
-            "tx_pkts",
-            "tx_bytes",
-            "rx_pkts",
-            "rx_bytes",
-            "kicks",
-            "calls",
-            "drops"
-        );
+        let columns = QueueSnapshot::columns();
+        let _ = write!(s, "{:<12} {:<5} {:<4} {:>3}", "port", "kind", "conn", "q");
+        for c in &columns {
+            let _ = write!(s, " {:>w$}", c.header, w = c.width);
+        }
+        let _ = writeln!(s, "  policy");
         for p in &self.ports {
             for q in &p.queues {
-                let drops: u64 = q.dropped.values().sum();
-                let _ = writeln!(
+                let _ = write!(
                     s,
-                    "{:<12} {:<5} {:<4} {:>3} {:>14} {:>16} {:>14} {:>16} {:>10} {:>10} {:>8}  {}{}",
+                    "{:<12} {:<5} {:<4} {:>3}",
                     p.name,
                     p.kind,
                     if p.connected { "yes" } else { "no" },
-                    q.queue,
-                    q.tx_packets,
-                    q.tx_bytes,
-                    q.rx_packets,
-                    q.rx_bytes,
-                    q.kicks,
-                    q.calls,
-                    drops,
+                    q.queue
+                );
+                for c in &columns {
+                    let _ = write!(s, " {:>w$}", (c.value)(q), w = c.width);
+                }
+                let _ = writeln!(
+                    s,
+                    "  {}{}",
                     p.policy,
                     if p.poll_interval_us > 0 {
                         format!(" ({} us)", p.poll_interval_us)
