@@ -19,6 +19,7 @@
 //! [`VspaceConfig`]; its `total_cores` is the length of `cpus` here, so the
 //! operator names the cores once.
 
+use super::error::ValueError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceMode};
@@ -37,13 +38,13 @@ pub enum ApplyMethod {
 }
 
 impl std::str::FromStr for ApplyMethod {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "affinity" => Ok(ApplyMethod::Affinity),
             "cpuset" => Ok(ApplyMethod::Cpuset),
             "advise" => Ok(ApplyMethod::Advise),
-            _ => Err(format!("`{s}`: expected `affinity`, `cpuset` or `advise`")),
+            _ => Err(ValueError::expected(s, "`affinity`, `cpuset` or `advise`")),
         }
     }
 }
@@ -62,12 +63,12 @@ pub enum QueueWorkers {
 }
 
 impl std::str::FromStr for QueueWorkers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "per-port" => Ok(QueueWorkers::PerPort),
             "per-nq-core" => Ok(QueueWorkers::PerNqCore),
-            _ => Err(format!("`{s}`: expected `per-port` or `per-nq-core`")),
+            _ => Err(ValueError::expected(s, "`per-port` or `per-nq-core`")),
         }
     }
 }
@@ -95,12 +96,12 @@ impl VmRole {
 }
 
 impl std::str::FromStr for VmRole {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "lc" => Ok(VmRole::Lc),
             "be" => Ok(VmRole::Be),
-            _ => Err(format!("`{s}`: expected `lc` or `be`")),
+            _ => Err(ValueError::expected(s, "`lc` or `be`")),
         }
     }
 }
