@@ -234,7 +234,7 @@ impl PortMaker {
     }
 
     fn sink(&self, s: &LocalPortConfig) -> PortId {
-        let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
+        let stats = Arc::new(PortStats::new(&s.name, crate::metrics::PortKind::Sink, 1));
         let id = self.switch.add_port_with(
             Arc::new(Sink::new(Arc::clone(&stats))),
             Arc::clone(&stats),
@@ -247,7 +247,7 @@ impl PortMaker {
     }
 
     fn echo(&self, e: &LocalPortConfig) -> PortId {
-        let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
+        let stats = Arc::new(PortStats::new(&e.name, crate::metrics::PortKind::Echo, 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
         let id = self.switch.add_port_with(
             echo.clone(),
@@ -262,7 +262,7 @@ impl PortMaker {
     }
 
     fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
-        let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
+        let stats = Arc::new(PortStats::new(&t.name, crate::metrics::PortKind::Tap, 1));
         let tap = Arc::new(Tap::open(&t.name, t.mtu, Arc::clone(&stats))?);
         tap.limits().set(t.limits);
         tracing::info!(

@@ -1,6 +1,7 @@
 //! The counters: atomics of each port, queue pair and queue worker, which
 //! the workers update once per service pass (never per packet).
 
+use super::port_kind::PortKind;
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -219,8 +220,8 @@ impl QueueStats {
 pub struct PortStats {
     /// Port name.
     pub name: String,
-    /// `vm`, `sink`, `echo` or `tap`.
-    pub kind: &'static str,
+    /// What kind of port.
+    pub kind: PortKind,
     /// True while a frontend is connected (always true for local ports).
     pub connected: AtomicBool,
     /// Current policy name (VM ports and uplinks).
@@ -262,11 +263,11 @@ pub struct PortStats {
 
 impl PortStats {
     /// New counters for a port with `queues` queue pairs.
-    pub fn new(name: &str, kind: &'static str, queues: usize) -> Self {
+    pub fn new(name: &str, kind: PortKind, queues: usize) -> Self {
         PortStats {
             name: name.to_string(),
             kind,
-            connected: AtomicBool::new(kind != "vm"),
+            connected: AtomicBool::new(kind != PortKind::Vm),
             policy: Mutex::new(String::new()),
             poll_interval_us: AtomicU64::new(0),
             predicted_us: AtomicU64::new(0),

@@ -4,6 +4,7 @@
 //! `vadapt stats` and the Prometheus endpoint read them. One idea per file:
 //!
 //! * `counters.rs`: the atomics of a port, a queue pair, a queue worker;
+//! * `port_kind.rs`: what kind of port a port's counters belong to;
 //! * `registry.rs`: the [`Registry`] that holds them, and the [`Exporter`]s
 //!   of other parts (the core manager's `vadapt_cores_*`, declared in
 //!   [`crate::cores::export`]), so that the metrics import no part of the
@@ -60,6 +61,7 @@ mod counters;
 pub mod families;
 mod family;
 pub mod http;
+mod port_kind;
 mod prometheus;
 mod registry;
 mod snapshot;
@@ -74,6 +76,7 @@ pub use counters::{
 #[cfg(test)]
 pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
+pub use port_kind::PortKind;
 pub use registry::Registry;
 pub use snapshot::{PortSnapshot, QueueSnapshot, StatsSnapshot, WorkerSnapshot};
 pub use tally::{PassTally, PUBLISH_EVERY};

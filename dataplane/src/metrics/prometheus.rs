@@ -4,6 +4,7 @@
 
 use super::counters::{DropReason, NotLearned, PortStats, WorkerStats, WAKE_CAUSES};
 use super::families as f;
+use super::port_kind::PortKind;
 use super::registry::Registry;
 use super::text004::openmetrics_to_prometheus;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -86,7 +87,7 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
         }
     }
     let mut m = f::QUEUE_XDP_EVENTS.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "uplink") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Uplink) {
         for (qi, q) in p.queues.iter().enumerate() {
             let qi = qi.to_string();
             for (kind, c) in [
@@ -104,7 +105,7 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
         }
     }
     let mut m = f::QUEUE_POLL_INTERVAL.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Vm) {
         // Prometheus base units: seconds (the gauge is kept in µs).
         let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
         for qi in 0..p.queues.len() {
@@ -119,7 +120,7 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
 fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
     let ml: Vec<_> = ports
         .iter()
-        .filter(|p| p.kind == "vm" && p.predicted_us.load(Relaxed) > 0)
+        .filter(|p| p.kind == PortKind::Vm && p.predicted_us.load(Relaxed) > 0)
         .collect();
     let secs = |us: &std::sync::atomic::AtomicU64| us.load(Relaxed) as f64 / 1e6;
     let mut m = f::NETAP_ML_PREDICTED_INTERVAL.encode(enc)?;
@@ -143,17 +144,17 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
         m.gauge(&[&p.name], i64::from(p.connected.load(Relaxed)))?;
     }
     let mut m = f::PORT_GUEST_MEMORY.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Vm) {
         m.gauge(&[&p.name], p.memory_bytes.load(Relaxed) as i64)?;
     }
     let mut m = f::PORT_CTRL_COMMANDS.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Vm) {
         for (outcome, v) in [("accepted", &p.ctrl_accepted), ("refused", &p.ctrl_refused)] {
             m.counter(&[&p.name, outcome], v.load(Relaxed))?;
         }
     }
     let mut m = f::PORT_DIRTY_LOG_SHRANK.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Vm) {
         m.counter(&[&p.name], p.dirty_log_shrank.load(Relaxed))?;
     }
     let mut m = f::PORT_FDB_NOT_LEARNED.encode(enc)?;
@@ -223,10 +224,10 @@ mod tests {
     #[test]
     fn every_family_is_written_from_its_declaration() {
         let reg = Arc::new(Registry::default());
-        let p = Arc::new(PortStats::new("vm1", "vm", 1));
+        let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 1));
         p.predicted_us.store(1000, Relaxed);
         reg.add_port(p);
-        reg.add_port(Arc::new(PortStats::new("up0", "uplink", 1)));
+        reg.add_port(Arc::new(PortStats::new("up0", PortKind::Uplink, 1)));
         reg.add_worker(Arc::new(WorkerStats::new("vm1")));
         let t = reg.openmetrics_text();
         let meta: Vec<&str> = t
@@ -252,7 +253,7 @@ mod tests {
     #[test]
     fn prometheus_text_has_the_documented_names_and_values() {
         let reg = Arc::new(Registry::default());
-        let p = Arc::new(PortStats::new("vm1", "vm", 2));
+        let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 2));
         p.queues[1].add(Dir::Tx, 3, 192);
         p.queues[0].drop(DropReason::BadAddress, 2);
         reg.add_port(p);
@@ -288,7 +289,7 @@ mod tests {
     #[test]
     fn text_004_declares_every_sample_family() {
         let reg = Arc::new(Registry::default());
-        reg.add_port(Arc::new(PortStats::new("vm1", "vm", 2)));
+        reg.add_port(Arc::new(PortStats::new("vm1", PortKind::Vm, 2)));
         let w = Arc::new(WorkerStats::new("vm1"));
         w.overshoot_ns.lock().unwrap().record(3_000).unwrap();
         w.overshoot_ns.lock().unwrap().record(2_000_000).unwrap();
@@ -328,14 +329,14 @@ mod tests {
     #[test]
     fn netap_ml_gauges_are_exported_for_netap_ml_ports_only() {
         let reg = Arc::new(Registry::default());
-        let ml = Arc::new(PortStats::new("ml", "vm", 1));
+        let ml = Arc::new(PortStats::new("ml", PortKind::Vm, 1));
         ml.predicted_us.store(1200, Relaxed);
         ml.search_lo_us.store(700, Relaxed);
         ml.search_hi_us.store(1700, Relaxed);
         ml.workload[0].store(2, Relaxed);
         ml.workload[2].store(64, Relaxed);
         reg.add_port(ml);
-        reg.add_port(Arc::new(PortStats::new("plain", "vm", 1)));
+        reg.add_port(Arc::new(PortStats::new("plain", PortKind::Vm, 1)));
         let t = reg.prometheus_text();
         for line in [
             r#"vadapt_netap_ml_predicted_interval_seconds{port="ml"} 0.0012"#,

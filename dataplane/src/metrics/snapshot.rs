@@ -1,6 +1,7 @@
 //! What `vadapt stats --json` prints: a copy of every counter.
 
 use super::counters::{DropReason, NotLearned, PortStats, WorkerStats, WAKE_CAUSES};
+use super::port_kind::PortKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -19,8 +20,8 @@ pub struct StatsSnapshot {
 pub struct PortSnapshot {
     /// Name.
     pub name: String,
-    /// `vm`, `sink`, `echo`, `tap`.
-    pub kind: String,
+    /// What kind of port (`vm`, `sink`, `echo`, `tap`, `uplink` in JSON).
+    pub kind: PortKind,
     /// Frontend connected.
     pub connected: bool,
     /// Policy name (VM ports and uplinks).
@@ -135,7 +136,7 @@ impl PortSnapshot {
     pub fn of(p: &PortStats) -> Self {
         PortSnapshot {
             name: p.name.clone(),
-            kind: p.kind.to_string(),
+            kind: p.kind,
             connected: p.connected.load(Relaxed),
             policy: p.policy.lock().map(|s| s.clone()).unwrap_or_default(),
             poll_interval_us: p.poll_interval_us.load(Relaxed),

@@ -1,5 +1,6 @@
 //! The human-readable table `vadapt stats` prints.
 
+use super::port_kind::PortKind;
 use super::snapshot::StatsSnapshot;
 
 impl StatsSnapshot {
@@ -61,7 +62,7 @@ impl StatsSnapshot {
                 for (r, n) in &q.dropped {
                     let _ = writeln!(s, "{:>24} dropped {r}: {n}", "");
                 }
-                if p.kind == "uplink" {
+                if p.kind == PortKind::Uplink {
                     let _ = writeln!(
                         s,
                         "{:>24} AF_XDP: fill ring found empty {}, TX ring found full {}",
