@@ -22,7 +22,7 @@
 use super::error::ValueError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceMode};
+use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceConfigError, VspaceMode};
 
 /// How the core manager carries out an allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +106,23 @@ impl std::str::FromStr for VmRole {
     }
 }
 
+/// Why a `[cores]` table is invalid, naming its key.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CoresConfigError {
+    /// Too few CPUs to split between the groups.
+    #[error("cpus: {0} (vSPACE needs at least 2 CPUs to split)")]
+    TooFewCpus(String),
+    /// A CPU is listed twice in `cpus`.
+    #[error("cpus: CPU {0} is listed twice")]
+    CpuTwice(usize),
+    /// `apply = "cpuset"` without a `cgroup`.
+    #[error("cgroup: required with apply = \"cpuset\"")]
+    NoCgroup,
+    /// vSPACE's parameters are invalid.
+    #[error(transparent)]
+    Vspace(VspaceConfigError),
+}
+
 /// The `[cores]` table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -173,25 +190,23 @@ impl CoresConfig {
     }
 
     /// Check the table; the error says which key is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), CoresConfigError> {
         self.vspace().validate().map_err(|e| match e {
-            vadapt_policy::vspace::VspaceConfigError::InvalidParam {
+            VspaceConfigError::InvalidParam {
                 param: "total_cores",
                 reason,
-            } => {
-                format!("cpus: {reason} (vSPACE needs at least 2 CPUs to split)")
-            }
-            e => e.to_string(),
+            } => CoresConfigError::TooFewCpus(reason),
+            e => CoresConfigError::Vspace(e),
         })?;
         let mut seen = std::collections::HashSet::new();
         if let Some(c) = self.cpus.iter().find(|c| !seen.insert(**c)) {
-            return Err(format!("cpus: CPU {c} is listed twice"));
+            return Err(CoresConfigError::CpuTwice(*c));
         }
         if self.apply == ApplyMethod::Cpuset
             && self.cgroup.is_none()
             && self.mode != VspaceMode::Off
         {
-            return Err("cgroup: required with apply = \"cpuset\"".into());
+            return Err(CoresConfigError::NoCgroup);
         }
         Ok(())
     }
@@ -224,7 +239,7 @@ mod tests {
             ..c.clone()
         };
         assert!(
-            one.validate().unwrap_err().starts_with("cpus:"),
+            one.validate().unwrap_err().to_string().starts_with("cpus:"),
             "{:?}",
             one.validate()
         );
@@ -232,12 +247,16 @@ mod tests {
             cpus: vec![0, 0],
             ..c.clone()
         };
-        assert!(twice.validate().unwrap_err().contains("twice"));
+        assert!(twice.validate().unwrap_err().to_string().contains("twice"));
         let cpuset = CoresConfig {
             apply: ApplyMethod::Cpuset,
             ..c.clone()
         };
-        assert!(cpuset.validate().unwrap_err().starts_with("cgroup"));
+        assert!(cpuset
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("cgroup"));
         assert!(toml::from_str::<CoresConfig>("mood = \"e\"").is_err());
     }
 }

@@ -478,7 +478,9 @@ impl DaemonConfig {
             })?;
             check_cpus(&self.cpus, &allowed)?;
         }
-        self.cores.validate().map_err(|e| field("cores", e))?;
+        self.cores
+            .validate()
+            .map_err(|e| field("cores", e.to_string()))?;
         if !self.cores.cpus.is_empty() && !self.cpus.is_empty() {
             return Err(field(
                 "cpus",

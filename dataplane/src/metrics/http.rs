@@ -210,7 +210,7 @@ mod tests {
         let reg = Arc::new(Registry::default());
         reg.add_port(Arc::new(PortStats::new(
             "vm1",
-            crate::metrics::PortKind::Vm,
+            crate::metrics::port_kind::PortKind::Vm,
             1,
         )));
         reg
