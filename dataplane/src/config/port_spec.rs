@@ -38,6 +38,9 @@ pub enum HostPortSpec {
 }
 
 /// A [`PortSpec`] by what serves the port: a VM's frontend or the daemon.
+// Made and taken apart once per port added, never stored: the size of the
+// host variant does not matter (the VM variant is boxed as in `PortSpec`).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum VmOrHost {
     /// A VM port, served to its frontend over vhost-user.

@@ -192,7 +192,7 @@ pub enum DaemonError {
         /// The port that could not be added.
         port: String,
         /// What the reload had applied when it stopped.
-        applied: ReloadReport,
+        applied: Box<ReloadReport>,
         /// Why the port could not be added.
         cause: Box<DaemonError>,
     },

@@ -304,7 +304,7 @@ impl PortBook {
             if let Err(e) = self.add(p) {
                 return Err(DaemonError::ReloadStopped {
                     port: name,
-                    applied: report,
+                    applied: Box::new(report),
                     cause: Box::new(e),
                 });
             }

@@ -99,7 +99,7 @@ pub enum RawRequestError {
 pub enum AnnounceError {
     /// The frontend did not ack `VHOST_USER_PROTOCOL_F_RARP`.
     #[error("SEND_RARP without VHOST_USER_PROTOCOL_F_RARP acked")]
-    NotNegotiated,
+    FeatureNotAcked,
     /// No guest could send from this address (group, or all zeros).
     #[error("SEND_RARP for {0}, not a unicast address")]
     NotUnicast(Mac),
@@ -108,7 +108,7 @@ pub enum AnnounceError {
         "SEND_RARP for {0}, not an address the port owns (port security: its mac= and \
          allowed_macs=)"
     )]
-    NotOwned(Mac),
+    Spoofed(Mac),
 }
 
 /// Whether the request `code` is one of this file's.
@@ -195,7 +195,7 @@ impl Connection {
     pub fn announce(&mut self, mac: Mac) -> Result<(), AnnounceError> {
         use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
         if self.protocol & P::RARP.bits() == 0 {
-            return Err(AnnounceError::NotNegotiated);
+            return Err(AnnounceError::FeatureNotAcked);
         }
         if mac.is_multicast() || mac == Mac::default() {
             return Err(AnnounceError::NotUnicast(mac));
@@ -209,7 +209,7 @@ impl Connection {
         if let Some(r) = &refused {
             r.count_into(&self.port.stats, 0);
             if r.spoofed > 0 {
-                return Err(AnnounceError::NotOwned(mac));
+                return Err(AnnounceError::Spoofed(mac));
             }
         }
         if let Some(held_back) = self.port.may_log("SEND_RARP announced") {
