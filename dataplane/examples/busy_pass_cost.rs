@@ -179,7 +179,11 @@ fn main() {
     .expect("a port");
     let id = switch.add_port(port.clone(), Arc::clone(&port.stats));
     port.attach(switch.ingress(id));
-    let sink_stats = Arc::new(PortStats::new("sink0", "sink", 1));
+    let sink_stats = Arc::new(PortStats::new(
+        "sink0",
+        vadapt_dataplane::metrics::PortKind::Sink,
+        1,
+    ));
     let sink = switch.add_port(Arc::new(Sink::new(Arc::clone(&sink_stats))), sink_stats);
     switch.add_static(sink_mac, sink);
 

@@ -80,10 +80,22 @@ fn main() {
 
     let switch = Switch::new(Duration::from_secs(300));
     let vm = switch.add_port(
-        Arc::new(Sink::new(Arc::new(PortStats::new("vm", "sink", 1)))),
-        Arc::new(PortStats::new("vm", "sink", 1)),
+        Arc::new(Sink::new(Arc::new(PortStats::new(
+            "vm",
+            vadapt_dataplane::metrics::PortKind::Sink,
+            1,
+        )))),
+        Arc::new(PortStats::new(
+            "vm",
+            vadapt_dataplane::metrics::PortKind::Sink,
+            1,
+        )),
     );
-    let sink_stats = Arc::new(PortStats::new("sink0", "sink", 1));
+    let sink_stats = Arc::new(PortStats::new(
+        "sink0",
+        vadapt_dataplane::metrics::PortKind::Sink,
+        1,
+    ));
     let sink = switch.add_port(Arc::new(Sink::new(Arc::clone(&sink_stats))), sink_stats);
     switch.add_static(sink_mac, sink);
     let mut fdb = FdbCache::default();

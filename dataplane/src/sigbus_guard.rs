@@ -55,14 +55,15 @@ static TOTAL: AtomicU64 = AtomicU64::new(0);
 pub fn total_faults() -> u64 {
     TOTAL.load(Ordering::Acquire)
 }
-static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+/// Whether the handler was installed; `Err`: `sigaction`'s `errno`.
+static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
 
 /// Why a region could not be guarded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum GuardError {
     /// `sigaction` failed.
-    #[error("cannot install the SIGBUS handler: {0}")]
-    Install(String),
+    #[error("cannot install the SIGBUS handler")]
+    Install(#[source] std::io::Error),
     /// Every slot is taken.
     #[error("more than {SLOTS} guest memory regions guarded at once")]
     Full,
@@ -92,7 +93,7 @@ impl Drop for Guard {
 /// Guard `[start, start + len)`, a mapping of guest memory whose pages are
 /// `hugepage` bytes (a hugetlb mapping), or the system's (`None`).
 pub fn guard(start: *const u8, len: usize, hugepage: Option<u64>) -> Result<Guard, GuardError> {
-    install().map_err(GuardError::Install)?;
+    install().map_err(|errno| GuardError::Install(std::io::Error::from_raw_os_error(errno)))?;
     let _g = ALLOC.lock().unwrap_or_else(|e| e.into_inner());
     let idx = TABLE
         .iter()
@@ -110,29 +111,28 @@ pub fn guard(start: *const u8, len: usize, hugepage: Option<u64>) -> Result<Guar
     Ok(Guard { idx })
 }
 
-fn install() -> Result<(), String> {
-    INSTALLED
-        .get_or_init(|| {
-            // SAFETY: sysconf takes an integer name.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            if page > 0 {
-                PAGE.store(page as usize, Ordering::Relaxed);
+/// Installs the handler once; `Err`: `sigaction`'s `errno`, every time.
+fn install() -> Result<(), i32> {
+    *INSTALLED.get_or_init(|| {
+        // SAFETY: sysconf takes an integer name.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            PAGE.store(page as usize, Ordering::Relaxed);
+        }
+        // SAFETY: an all-zero sigaction is a valid starting value; the
+        // handler has the SA_SIGINFO signature and touches only atomics
+        // and mmap (see `on_sigbus`).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
             }
-            // SAFETY: an all-zero sigaction is a valid starting value; the
-            // handler has the SA_SIGINFO signature and touches only atomics
-            // and mmap (see `on_sigbus`).
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_sigbus as *const () as usize;
-                sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-                libc::sigemptyset(&mut sa.sa_mask);
-                if libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error().to_string());
-                }
-            }
-            Ok(())
-        })
-        .clone()
+        }
+        Ok(())
+    })
 }
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::daemon::Daemon;
-use vadapt_dataplane::metrics::StatsSnapshot;
+use vadapt_dataplane::metrics::{PortKind, StatsSnapshot};
 use vadapt_guest::{Guest, GuestConfig, GuestReport, Load};
 use vadapt_policy::netap_ml::NetapMlParams;
 use vadapt_policy::PolicyConfig;
@@ -64,7 +64,7 @@ fn guest(
 fn workloads(s: &StatsSnapshot) -> Vec<[u64; 3]> {
     s.ports
         .iter()
-        .filter(|p| p.kind == "vm")
+        .filter(|p| p.kind == PortKind::Vm)
         .map(|p| p.workload)
         .collect()
 }
@@ -112,7 +112,11 @@ fn active_ports_queues_and_frame_size_reach_the_netap_ml_ports() {
         "{}",
         snap.to_table()
     );
-    for p in snap.ports.iter().filter(|p| p.kind == "vm" && p.connected) {
+    for p in snap
+        .ports
+        .iter()
+        .filter(|p| p.kind == PortKind::Vm && p.connected)
+    {
         // Only a running worker reports its policy's status.
         assert!(p.predicted_us > 0, "{}", snap.to_table());
         assert!(

@@ -123,7 +123,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     };
     signals.guard_sockets(daemon.socket_ledger());
     // A reload reads the file and this command line again, as start-up did.
-    daemon.set_config_source(Box::new(move || build_config(&a)));
+    daemon.set_config_source(Box::new(move || build_config(&a).map_err(Into::into)));
     tracing::info!("vadapt serving; SIGINT or SIGTERM stops it, SIGHUP reloads its ports");
     if empty {
         tracing::info!(

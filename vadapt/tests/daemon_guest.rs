@@ -331,6 +331,7 @@ fn set_policy_at_run_time_takes_effect() {
     assert!(d
         .set_policy("vm9", PolicyConfig::BusyPoll)
         .unwrap_err()
+        .to_string()
         .contains("vm9"));
     let r = run(guest_cfg(
         &dir.join("vm1.sock"),

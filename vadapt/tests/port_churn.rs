@@ -266,7 +266,7 @@ fn a_reload_applies_the_difference_and_leaves_a_connected_port_alone() {
     let d = Daemon::start(DaemonConfig::from_file(&file).unwrap()).expect("daemon starts");
     let source = file.clone();
     d.set_config_source(Box::new(move || {
-        DaemonConfig::from_file(&source).map_err(|e| e.to_string())
+        DaemonConfig::from_file(&source).map_err(Into::into)
     }));
     let stop = Arc::new(AtomicBool::new(false));
     let steady = steady_sender(dir.join("a.sock"), Arc::clone(&stop));

@@ -332,7 +332,7 @@ fn a_tap_port_polices_what_the_host_sends_and_takes_limits_at_run_time() {
     );
     assert_eq!(drops(&s, "policed"), dropped);
     // A sink or echo port has no limits to set.
-    let e = d.set_limits("sink0", storm).unwrap_err();
+    let e = d.set_limits("sink0", storm).unwrap_err().to_string();
     assert!(e.contains("sink port"), "{e}");
     d.shutdown();
 }

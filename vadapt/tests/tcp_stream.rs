@@ -157,7 +157,11 @@ fn run(load: Load, ring: u16) -> Outcome {
     let sw = d.switch();
     let id = sw.add_port(
         Arc::clone(&checker) as Arc<dyn Egress>,
-        Arc::new(PortStats::new("checker", "sink", 1)),
+        Arc::new(PortStats::new(
+            "checker",
+            vadapt_dataplane::metrics::PortKind::Sink,
+            1,
+        )),
     );
     sw.add_static(RECEIVER, id);
 

@@ -183,6 +183,7 @@ fn a_migrating_vms_address_moves_to_the_destination_when_its_guest_speaks() {
     let e = d
         .add_port(PortSpec::Vm(Box::new(vm(dir, "vm3", VM1))))
         .expect_err("a third owner");
+    let e = vadapt_host::error_chain::error_chain(&e);
     assert!(e.contains("owned by 3 ports"), "{e}");
     assert_eq!(where_is(&d, VM1), Some(("vma".into(), EntryKind::Static)));
     let to_vm = |ms| {
@@ -268,7 +269,9 @@ fn a_guarded_port_forwards_what_is_not_ip_and_needs_port_security() {
     let mut bad = vm(dir, "vm2", VM2);
     bad.port_security = false;
     bad.allowed_ips = vec!["10.0.0.2".parse().unwrap()];
-    let e = d.add_port(PortSpec::Vm(Box::new(bad))).unwrap_err();
+    let e = vadapt_host::error_chain::error_chain(
+        &d.add_port(PortSpec::Vm(Box::new(bad))).unwrap_err(),
+    );
     assert!(
         e.contains("allowed_ips") && e.contains("port security"),
         "{e}"

@@ -19,9 +19,10 @@
 //! [`VspaceConfig`]; its `total_cores` is the length of `cpus` here, so the
 //! operator names the cores once.
 
+use super::error::ValueError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceMode};
+use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceConfigError, VspaceMode};
 
 /// How the core manager carries out an allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,13 +38,13 @@ pub enum ApplyMethod {
 }
 
 impl std::str::FromStr for ApplyMethod {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "affinity" => Ok(ApplyMethod::Affinity),
             "cpuset" => Ok(ApplyMethod::Cpuset),
             "advise" => Ok(ApplyMethod::Advise),
-            _ => Err(format!("`{s}`: expected `affinity`, `cpuset` or `advise`")),
+            _ => Err(ValueError::expected(s, "`affinity`, `cpuset` or `advise`")),
         }
     }
 }
@@ -62,12 +63,12 @@ pub enum QueueWorkers {
 }
 
 impl std::str::FromStr for QueueWorkers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "per-port" => Ok(QueueWorkers::PerPort),
             "per-nq-core" => Ok(QueueWorkers::PerNqCore),
-            _ => Err(format!("`{s}`: expected `per-port` or `per-nq-core`")),
+            _ => Err(ValueError::expected(s, "`per-port` or `per-nq-core`")),
         }
     }
 }
@@ -95,14 +96,31 @@ impl VmRole {
 }
 
 impl std::str::FromStr for VmRole {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "lc" => Ok(VmRole::Lc),
             "be" => Ok(VmRole::Be),
-            _ => Err(format!("`{s}`: expected `lc` or `be`")),
+            _ => Err(ValueError::expected(s, "`lc` or `be`")),
         }
     }
+}
+
+/// Why a `[cores]` table is invalid, naming its key.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CoresConfigError {
+    /// Too few CPUs to split between the groups.
+    #[error("cpus: {0} (vSPACE needs at least 2 CPUs to split)")]
+    TooFewCpus(String),
+    /// A CPU is listed twice in `cpus`.
+    #[error("cpus: CPU {0} is listed twice")]
+    CpuTwice(usize),
+    /// `apply = "cpuset"` without a `cgroup`.
+    #[error("cgroup: required with apply = \"cpuset\"")]
+    NoCgroup,
+    /// vSPACE's parameters are invalid.
+    #[error(transparent)]
+    Vspace(VspaceConfigError),
 }
 
 /// The `[cores]` table.
@@ -172,25 +190,23 @@ impl CoresConfig {
     }
 
     /// Check the table; the error says which key is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), CoresConfigError> {
         self.vspace().validate().map_err(|e| match e {
-            vadapt_policy::vspace::VspaceConfigError::InvalidParam {
+            VspaceConfigError::InvalidParam {
                 param: "total_cores",
                 reason,
-            } => {
-                format!("cpus: {reason} (vSPACE needs at least 2 CPUs to split)")
-            }
-            e => e.to_string(),
+            } => CoresConfigError::TooFewCpus(reason),
+            e => CoresConfigError::Vspace(e),
         })?;
         let mut seen = std::collections::HashSet::new();
         if let Some(c) = self.cpus.iter().find(|c| !seen.insert(**c)) {
-            return Err(format!("cpus: CPU {c} is listed twice"));
+            return Err(CoresConfigError::CpuTwice(*c));
         }
         if self.apply == ApplyMethod::Cpuset
             && self.cgroup.is_none()
             && self.mode != VspaceMode::Off
         {
-            return Err("cgroup: required with apply = \"cpuset\"".into());
+            return Err(CoresConfigError::NoCgroup);
         }
         Ok(())
     }
@@ -223,7 +239,7 @@ mod tests {
             ..c.clone()
         };
         assert!(
-            one.validate().unwrap_err().starts_with("cpus:"),
+            one.validate().unwrap_err().to_string().starts_with("cpus:"),
             "{:?}",
             one.validate()
         );
@@ -231,12 +247,16 @@ mod tests {
             cpus: vec![0, 0],
             ..c.clone()
         };
-        assert!(twice.validate().unwrap_err().contains("twice"));
+        assert!(twice.validate().unwrap_err().to_string().contains("twice"));
         let cpuset = CoresConfig {
             apply: ApplyMethod::Cpuset,
             ..c.clone()
         };
-        assert!(cpuset.validate().unwrap_err().starts_with("cgroup"));
+        assert!(cpuset
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("cgroup"));
         assert!(toml::from_str::<CoresConfig>("mood = \"e\"").is_err());
     }
 }

@@ -41,10 +41,10 @@ mod vlan_keys;
 mod vm_port;
 
 use error::field;
-pub use error::ConfigError;
+pub use error::{ConfigError, ValueError};
 pub use host_port::{parse_local_spec, parse_tap_spec, LocalPortConfig, TapPortConfig};
 pub use port_limits::{PortLimits, RateLimit, DEFAULT_BURST_KB, DEFAULT_KPKTS_BURST};
-pub use port_spec::PortSpec;
+pub use port_spec::{HostPortSpec, PortSpec, VmOrHost};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -478,7 +478,9 @@ impl DaemonConfig {
             })?;
             check_cpus(&self.cpus, &allowed)?;
         }
-        self.cores.validate().map_err(|e| field("cores", e))?;
+        self.cores
+            .validate()
+            .map_err(|e| field("cores", e.to_string()))?;
         if !self.cores.cpus.is_empty() && !self.cpus.is_empty() {
             return Err(field(
                 "cpus",

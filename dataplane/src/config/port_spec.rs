@@ -23,7 +23,55 @@ pub enum PortSpec {
     Uplink(UplinkPortConfig),
 }
 
+/// A port the daemon makes by itself, with no vhost-user frontend: a
+/// [`PortSpec`] of any kind but a VM port.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostPortSpec {
+    /// A sink (`--sink`, `[[sink]]`).
+    Sink(LocalPortConfig),
+    /// An echo port (`--echo`, `[[echo]]`).
+    Echo(LocalPortConfig),
+    /// A TAP port (`--tap`, `[[tap]]`).
+    Tap(TapPortConfig),
+    /// An uplink port (`--uplink`, `[[uplink]]`).
+    Uplink(UplinkPortConfig),
+}
+
+/// A [`PortSpec`] by what serves the port: a VM's frontend or the daemon.
+// Made and taken apart once per port added, never stored: the size of the
+// host variant does not matter (the VM variant is boxed as in `PortSpec`).
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum VmOrHost {
+    /// A VM port, served to its frontend over vhost-user.
+    Vm(Box<VmPortConfig>),
+    /// Any other port.
+    Host(HostPortSpec),
+}
+
+impl HostPortSpec {
+    /// The port's name, unique among every port of the daemon.
+    pub fn name(&self) -> &str {
+        match self {
+            HostPortSpec::Sink(l) | HostPortSpec::Echo(l) => &l.name,
+            HostPortSpec::Tap(t) => &t.name,
+            HostPortSpec::Uplink(u) => &u.name,
+        }
+    }
+}
+
 impl PortSpec {
+    /// This port as a VM port or a host port.
+    pub fn into_vm_or_host(self) -> VmOrHost {
+        match self {
+            PortSpec::Vm(v) => VmOrHost::Vm(v),
+            PortSpec::Sink(l) => VmOrHost::Host(HostPortSpec::Sink(l)),
+            PortSpec::Echo(l) => VmOrHost::Host(HostPortSpec::Echo(l)),
+            PortSpec::Tap(t) => VmOrHost::Host(HostPortSpec::Tap(t)),
+            PortSpec::Uplink(u) => VmOrHost::Host(HostPortSpec::Uplink(u)),
+        }
+    }
+
     /// The port's name, unique among every port of the daemon.
     pub fn name(&self) -> &str {
         match self {

@@ -1,7 +1,7 @@
 //! The uplink port (`[[uplink]]`, `--uplink`): AF_XDP sockets on a NIC's
 //! queues, on the switch like any port.
 
-use super::error::{field, ConfigError};
+use super::error::{field, ConfigError, ValueError};
 use super::port_limits::PortLimits;
 use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
@@ -33,13 +33,16 @@ impl std::fmt::Display for XskMode {
 }
 
 impl std::str::FromStr for XskMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "auto" => Ok(XskMode::Auto),
             "copy" => Ok(XskMode::Copy),
             "zerocopy" => Ok(XskMode::Zerocopy),
-            other => Err(format!("`{other}` is not auto, copy or zerocopy")),
+            other => Err(ValueError::NotOneOf {
+                value: other.to_owned(),
+                expected: "auto, copy or zerocopy",
+            }),
         }
     }
 }
@@ -167,7 +170,11 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
                     .parse()
                     .map_err(|_| field("--uplink queues", format!("`{v}` is not a number")))?
             }
-            "mode" => cfg.mode = v.parse().map_err(|e: String| field("--uplink mode", e))?,
+            "mode" => {
+                cfg.mode = v
+                    .parse()
+                    .map_err(|e: ValueError| field("--uplink mode", e.to_string()))?
+            }
             "policy" => {
                 cfg.policy = Some(
                     v.parse::<PolicyConfig>()

@@ -1,6 +1,6 @@
 //! One VM port's configuration: the `[[vm]]` table and the `--vm` spec.
 
-use super::error::{field, ConfigError};
+use super::error::{field, ConfigError, ValueError};
 use super::port_limits::PortLimits;
 use super::vlan_keys::parse_vid;
 use crate::socket_file::MAX_PATH_BYTES;
@@ -252,13 +252,8 @@ impl VmPortConfig {
 /// address in the list may be written with `-`
 /// (`02-00-00-00-00-b1:02-00-00-00-00-b2`) or with `:`, in which case the
 /// list is read six bytes at a time (`02:00:00:00:00:b1:02:00:00:00:00:b2`).
-pub fn parse_mac_list(v: &str) -> Result<Vec<Mac>, String> {
-    let bad = || {
-        format!(
-            "`{v}` is not MAC addresses separated by `:` (write each as 02-00-00-00-00-b1, \
-             or as 02:00:00:00:00:b1)"
-        )
-    };
+pub fn parse_mac_list(v: &str) -> Result<Vec<Mac>, ValueError> {
+    let bad = || ValueError::MacList(v.to_owned());
     let parts: Vec<&str> = v.split(':').collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -282,9 +277,9 @@ pub fn parse_mac_list(v: &str) -> Result<Vec<Mac>, String> {
 /// `allowed_ips=` of a `--vm` spec: prefixes separated by `+`
 /// (`10.0.0.5/32+fd00::5`), as `,` separates the spec's keys and IPv6
 /// addresses hold `:`. A bare address is its host prefix.
-pub fn parse_prefix_list(v: &str) -> Result<Vec<IpPrefix>, String> {
+pub fn parse_prefix_list(v: &str) -> Result<Vec<IpPrefix>, ValueError> {
     v.split('+')
-        .map(|p| p.parse::<IpPrefix>().map_err(|e| e.to_string()))
+        .map(|p| p.parse::<IpPrefix>().map_err(ValueError::from))
         .collect()
 }
 
@@ -301,12 +296,12 @@ pub enum SocketMode {
 }
 
 impl std::str::FromStr for SocketMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "server" => Ok(SocketMode::Server),
             "client" => Ok(SocketMode::Client),
-            _ => Err(format!("`{s}`: expected `server` or `client`")),
+            _ => Err(ValueError::expected(s, "`server` or `client`")),
         }
     }
 }
@@ -332,12 +327,12 @@ pub enum UnsealedMemory {
 }
 
 impl std::str::FromStr for UnsealedMemory {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         match s {
             "refuse" => Ok(UnsealedMemory::Refuse),
             "accept" => Ok(UnsealedMemory::Accept),
-            _ => Err(format!("`{s}`: expected `refuse` or `accept`")),
+            _ => Err(ValueError::expected(s, "`refuse` or `accept`")),
         }
     }
 }
@@ -406,14 +401,22 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             "unsealed_memory" => {
                 unsealed_memory = v
                     .parse()
-                    .map_err(|e: String| field("--vm unsealed_memory", e))?
+                    .map_err(|e: ValueError| field("--vm unsealed_memory", e.to_string()))?
             }
-            "mode" => mode = v.parse().map_err(|e: String| field("--vm mode", e))?,
+            "mode" => {
+                mode = v
+                    .parse()
+                    .map_err(|e: ValueError| field("--vm mode", e.to_string()))?
+            }
             "qmp" => qmp = Some(PathBuf::from(v)),
             "qemu_pidfile" => qemu_pidfile = Some(PathBuf::from(v)),
             "qga" => qga = Some(PathBuf::from(v)),
             "guest_iface" => guest_iface = Some(v.to_string()),
-            "role" => role = v.parse().map_err(|e: String| field("--vm role", e))?,
+            "role" => {
+                role = v
+                    .parse()
+                    .map_err(|e: ValueError| field("--vm role", e.to_string()))?
+            }
             "mtu" => {
                 mtu = Some(v.parse::<u16>().map_err(|_| {
                     field(
@@ -436,11 +439,11 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             }
             "allowed_macs" => {
                 allowed_macs =
-                    parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e))?
+                    parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e.to_string()))?
             }
             "allowed_ips" => {
                 allowed_ips =
-                    parse_prefix_list(v).map_err(|e| field("--vm allowed_ips", e))?
+                    parse_prefix_list(v).map_err(|e| field("--vm allowed_ips", e.to_string()))?
             }
             "max_learned" => {
                 max_learned = Some(v.parse::<usize>().map_err(|_| {
@@ -505,7 +508,11 @@ mod tests {
         for m in [SocketMode::Server, SocketMode::Client] {
             assert_eq!(m.to_string().parse::<SocketMode>(), Ok(m));
         }
-        assert!("both".parse::<SocketMode>().unwrap_err().contains("server"));
+        assert!("both"
+            .parse::<SocketMode>()
+            .unwrap_err()
+            .to_string()
+            .contains("server"));
     }
 
     #[test]
@@ -559,7 +566,9 @@ mod tests {
         .unwrap();
         let got: Vec<String> = v.allowed_ips.iter().map(|p| p.to_string()).collect();
         assert_eq!(got, ["10.0.0.5/32", "fd00::5/128", "10.1.0.0/24"]);
-        let e = parse_prefix_list("10.0.0.5+fd00::/129").unwrap_err();
+        let e = parse_prefix_list("10.0.0.5+fd00::/129")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("0..=128"), "{e}");
     }
 

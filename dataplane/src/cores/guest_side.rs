@@ -49,6 +49,20 @@ pub struct GuestTarget {
     pub max_vcpus: usize,
 }
 
+/// Why the guest agent did not apply a change.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestAgentError {
+    /// The agent's worker thread could not be started.
+    #[error("cannot start the guest agent's thread")]
+    Spawn(#[source] std::io::Error),
+    /// `guest-set-vcpus` failed.
+    #[error("guest-set-vcpus")]
+    SetVcpus(#[source] qga::QgaError),
+    /// The guest's `ethtool -L` (queue pairs) failed.
+    #[error("ethtool -L")]
+    SetQueuePairs(#[source] qga::QgaError),
+}
+
 /// One request to the agent's worker: what to change.
 #[derive(Clone, Copy, Debug)]
 struct Request {
@@ -57,13 +71,13 @@ struct Request {
     pairs: bool,
 }
 
-/// What the worker did: each part asked for, with its outcome (errors are
-/// log lines, their peer text escaped by the agent client).
+/// What the worker did: each part asked for, with its outcome (the peer
+/// text in an error escaped by the agent client).
 #[derive(Debug)]
 struct Reply {
     target: GuestTarget,
-    vcpus: Option<Result<(usize, usize), String>>,
-    pairs: Option<Result<(), String>>,
+    vcpus: Option<Result<(usize, usize), GuestAgentError>>,
+    pairs: Option<Result<(), GuestAgentError>>,
 }
 
 /// One VM's guest side.
@@ -163,7 +177,7 @@ impl GuestSide {
             match PeerWorker::spawn("vadapt-qga", move |req: Request| serve(&path, &iface, req)) {
                 Ok(w) => self.worker = Some(w),
                 Err(e) => {
-                    self.fail(vm, format!("cannot start the guest agent's thread: {e}"));
+                    self.fail(vm, &GuestAgentError::Spawn(e));
                     return;
                 }
             }
@@ -210,13 +224,16 @@ impl GuestSide {
                 GuestOutcome::Applied(line)
             }
             Err(e) => {
-                self.fail(vm, e);
+                self.fail(vm, &e);
                 GuestOutcome::Failed
             }
         }
     }
 
-    fn fail(&mut self, vm: &str, e: String) {
+    /// Record `e` as [`GuestSide::error`] (one line, its causes included),
+    /// logged when it is not the last one again.
+    fn fail(&mut self, vm: &str, e: &GuestAgentError) {
+        let e = error_chain(e);
         self.failed = true;
         if self.error.as_deref() != Some(&e) {
             tracing::warn!(vm, error = %e, "core manager: the guest agent did not apply vSPACE-Guest's change; host side only until it does");
@@ -231,11 +248,11 @@ fn serve(path: &std::path::Path, iface: &str, req: Request) -> Reply {
     let vcpus = req.vcpus.then(|| {
         qga::set_online_vcpus(path, t.vcpus, t.max_vcpus, LIMITS)
             .map(|ch| (ch.before, ch.after))
-            .map_err(|e| format!("guest-set-vcpus: {}", error_chain(&e)))
+            .map_err(GuestAgentError::SetVcpus)
     });
     let pairs = (req.pairs && !matches!(vcpus, Some(Err(_)))).then(|| {
         qga::set_queue_pairs(path, iface, t.queue_pairs, LIMITS)
-            .map_err(|e| format!("ethtool -L: {}", error_chain(&e)))
+            .map_err(GuestAgentError::SetQueuePairs)
     });
     Reply {
         target: t,

@@ -70,11 +70,43 @@ pub enum RunFailure {
     Failed(String),
 }
 
+/// Why a VM's vCPU threads could not be looked up.
+#[derive(Debug, thiserror::Error)]
+pub enum LookUpError {
+    /// QMP could not be reached, or did not answer `query-cpus-fast`.
+    #[error("QMP {}", .socket.display())]
+    Qmp {
+        /// The QMP socket.
+        socket: PathBuf,
+        /// Cause.
+        #[source]
+        source: QmpError,
+    },
+    /// The process at the other end of the socket could not be told.
+    #[error("QMP {}: cannot tell which process serves it", .socket.display())]
+    PeerPid {
+        /// The QMP socket.
+        socket: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process is not the VM's QEMU.
+    #[error(transparent)]
+    Process(#[from] vadapt_host::vm_process::VmProcessError),
+    /// QMP named no thread of the VM's QEMU.
+    #[error("none of the thread ids QMP named is a thread of the VM's QEMU (pid {pid})")]
+    NoVcpuThread {
+        /// The QEMU process.
+        pid: u32,
+    },
+}
+
 /// A reply from a VM's QMP worker.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum QmpReply {
-    /// The outcome of [`QmpRequest::LookUp`]; the error is a log line.
-    LookedUp(Result<VcpuLookUp, String>),
+    /// The outcome of [`QmpRequest::LookUp`].
+    LookedUp(Result<VcpuLookUp, LookUpError>),
     /// The outcome of [`QmpRequest::Run`].
     Ran(VmRun, Result<(), RunFailure>),
 }
@@ -104,18 +136,18 @@ impl VmQmp {
         }
     }
 
-    fn look_up(&self) -> Result<VcpuLookUp, String> {
-        let qmp = |e: QmpError| format!("QMP {}: {}", self.socket.display(), error_chain(&e));
+    fn look_up(&self) -> Result<VcpuLookUp, LookUpError> {
+        let qmp = |source| LookUpError::Qmp {
+            socket: self.socket.clone(),
+            source,
+        };
         let mut client = QmpClient::connect_with(&self.socket, LIMITS).map_err(qmp)?;
-        let peer = client.peer_pid().map_err(|e| {
-            format!(
-                "QMP {}: cannot tell which process serves it: {e}",
-                self.socket.display()
-            )
+        let peer = client.peer_pid().map_err(|source| LookUpError::PeerPid {
+            socket: self.socket.clone(),
+            source,
         })?;
         let process =
-            VmProcess::identify(&self.proc_root, &self.socket, peer, self.pidfile.as_deref())
-                .map_err(|e| error_chain(&e))?;
+            VmProcess::identify(&self.proc_root, &self.socket, peer, self.pidfile.as_deref())?;
         let threads = client.query_cpus_fast().map_err(qmp)?;
         let mut vcpus = Vec::new();
         let mut refused = Vec::new();
@@ -130,10 +162,7 @@ impl VmQmp {
         refused.sort_unstable();
         refused.dedup();
         if vcpus.is_empty() && !refused.is_empty() {
-            return Err(format!(
-                "none of the thread ids QMP named is a thread of the VM's QEMU (pid {})",
-                process.pid
-            ));
+            return Err(LookUpError::NoVcpuThread { pid: process.pid });
         }
         Ok(VcpuLookUp {
             process,

@@ -32,8 +32,10 @@ use std::time::Duration;
 use vadapt_policy::{PolicyConfig, Retune};
 
 /// Where a reload reads the configuration again (`vadapt serve` reads its
-/// file and command line as at start-up).
-pub type ConfigSource = Box<dyn Fn() -> Result<DaemonConfig, String> + Send + Sync>;
+/// file and command line as at start-up). Its error is the cause of
+/// [`DaemonError::ReadConfig`].
+pub type ConfigSource =
+    Box<dyn Fn() -> Result<DaemonConfig, Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
 struct Shared {
     registry: Arc<Registry>,
@@ -73,27 +75,27 @@ impl Handler for Shared {
             }
             Request::SetPolicy { port, policy } => match self.set_policy(&port, policy) {
                 Ok(()) => Response::Ok,
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::AddPort { port } => match self.add_port(port) {
                 Ok(()) => Response::Ok,
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::DelPort { port } => match self.remove_port(&port) {
                 Ok(()) => Response::Ok,
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::Reload => match self.reload() {
                 Ok(report) => Response::Reloaded { report },
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::Retune { port, retune } => match self.retune(&port, retune) {
                 Ok(()) => Response::Ok,
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::SetLimits { port, limits } => match self.set_limits(&port, limits) {
                 Ok(()) => Response::Ok,
-                Err(error) => Response::Error { error },
+                Err(e) => refused(&e),
             },
             Request::Cores | Request::SetCores { .. } | Request::CoresReport { .. } => {
                 let Some(cores) = &self.cores else {
@@ -136,9 +138,17 @@ impl Handler for Shared {
     }
 }
 
+/// The control socket's answer to a refused request: the error and its
+/// causes in one line, as the wire carries errors.
+fn refused(e: &DaemonError) -> Response {
+    Response::Error {
+        error: vadapt_host::error_chain::error_chain(e),
+    }
+}
+
 impl Shared {
     /// The port named `name` whose policy can change: a VM port or an uplink.
-    fn policy_port(&self, name: &str) -> Result<PolicyPort, String> {
+    fn policy_port(&self, name: &str) -> Result<PolicyPort, DaemonError> {
         if let Some(p) = self.roster.find(name) {
             return Ok(PolicyPort::Vm(p));
         }
@@ -149,33 +159,36 @@ impl Shared {
         let ports = self.roster.current();
         let mut names: Vec<String> = ports.iter().map(|p| p.name().to_owned()).collect();
         names.extend(book.uplink_names());
-        Err(format!(
-            "no VM port or uplink `{name}` (those running: {})",
-            names.join(", ")
-        ))
+        Err(DaemonError::NoPolicyPort {
+            port: name.to_owned(),
+            running: names,
+        })
     }
 
-    fn set_policy(&self, name: &str, policy: PolicyConfig) -> Result<(), String> {
+    fn set_policy(&self, name: &str, policy: PolicyConfig) -> Result<(), DaemonError> {
         match self.policy_port(name)? {
             PolicyPort::Vm(p) => p.set_policy(policy),
             PolicyPort::Uplink(u) => u.set_policy(policy),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(DaemonError::SetPolicy)?;
         tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
         Ok(())
     }
 
-    fn retune(&self, name: &str, r: Retune) -> Result<(), String> {
+    fn retune(&self, name: &str, r: Retune) -> Result<(), DaemonError> {
         match self.policy_port(name)? {
             PolicyPort::Vm(p) => p.retune(r),
             PolicyPort::Uplink(u) => u.retune(r),
         }
-        .map_err(|e| format!("port `{name}`: {e}"))?;
+        .map_err(|source| DaemonError::Retune {
+            port: name.to_owned(),
+            source,
+        })?;
         tracing::info!(port = name, retune = ?r, "retune requested");
         Ok(())
     }
 
-    fn set_limits(&self, name: &str, limits: PortLimits) -> Result<(), String> {
+    fn set_limits(&self, name: &str, limits: PortLimits) -> Result<(), DaemonError> {
         self.book().set_limits_at_run_time(name, limits)?;
         tracing::info!(port = name, %limits, "rate limits set");
         Ok(())
@@ -185,29 +198,30 @@ impl Shared {
         lock_book(&self.book)
     }
 
-    fn add_port(&self, port: PortSpec) -> Result<(), String> {
+    fn add_port(&self, port: PortSpec) -> Result<(), DaemonError> {
         let (name, kind) = (port.name().to_owned(), port.kind());
         self.book().add_at_run_time(port)?;
         tracing::info!(port = name, kind, "port added");
         Ok(())
     }
 
-    fn remove_port(&self, name: &str) -> Result<(), String> {
+    fn remove_port(&self, name: &str) -> Result<(), DaemonError> {
         self.book().remove_at_run_time(name)?;
         tracing::info!(port = name, "port removed");
         Ok(())
     }
 
-    fn reload(&self) -> Result<ReloadReport, String> {
+    fn reload(&self) -> Result<ReloadReport, DaemonError> {
         let new = {
             let source = self.config_source.lock().unwrap_or_else(|e| e.into_inner());
             let Some(read) = source.as_ref() else {
                 tracing::warn!("reload refused: this daemon has no configuration to read again");
-                return Err("this daemon has no configuration to read again".into());
+                return Err(DaemonError::NoConfigSource);
             };
             read().map_err(|e| {
-                let e = format!("reload refused, nothing changed: {e}");
-                tracing::error!(error = %e, "reload refused");
+                let e = DaemonError::ReadConfig(e);
+                let chain = vadapt_host::error_chain::error_chain(&e);
+                tracing::error!(error = %chain, "reload refused");
                 e
             })?
         };
@@ -217,7 +231,8 @@ impl Shared {
                 Ok(report)
             }
             Err(e) => {
-                tracing::error!(error = %e, "reload stopped");
+                let chain = vadapt_host::error_chain::error_chain(&e);
+                tracing::error!(error = %chain, "reload stopped");
                 Err(e)
             }
         }
@@ -277,11 +292,7 @@ fn restore_run_time_ports(
         let name = port.name().to_owned();
         if configured.contains(&name) {
             if cfg.state_strict {
-                return Err(DaemonError::Restore {
-                    port: name,
-                    file,
-                    why: "the config file has a port of that name".into(),
-                });
+                return Err(DaemonError::RestoreClash { port: name, file });
             }
             tracing::warn!(
                 port = name,
@@ -292,18 +303,17 @@ fn restore_run_time_ports(
             continue;
         }
         if let Err(e) = lock_book(book).restore(port) {
-            let why = vadapt_host::error_chain::error_chain(&e);
             if cfg.state_strict {
                 return Err(DaemonError::Restore {
                     port: name,
                     file,
-                    why,
+                    cause: Box::new(e),
                 });
             }
             tracing::error!(
                 port = name,
                 file = %file.display(),
-                error = %why,
+                error = %vadapt_host::error_chain::error_chain(&e),
                 "cannot restore a port added at run time: skipped (the state file keeps it; \
              `vadapt del-port` removes it)"
             );
@@ -431,19 +441,19 @@ impl Daemon {
     }
 
     /// Add `port` while the daemon runs (as `vadapt add-port` does).
-    pub fn add_port(&self, port: PortSpec) -> Result<(), String> {
+    pub fn add_port(&self, port: PortSpec) -> Result<(), DaemonError> {
         self.shared.add_port(port)
     }
 
     /// Remove the port named `name` while the daemon runs (as `vadapt
     /// del-port` does).
-    pub fn remove_port(&self, name: &str) -> Result<(), String> {
+    pub fn remove_port(&self, name: &str) -> Result<(), DaemonError> {
         self.shared.remove_port(name)
     }
 
     /// Read the configuration again and apply the difference in ports (as
     /// `vadapt reload` does).
-    pub fn reload(&self) -> Result<ReloadReport, String> {
+    pub fn reload(&self) -> Result<ReloadReport, DaemonError> {
         self.shared.reload()
     }
 
@@ -480,18 +490,18 @@ impl Daemon {
     }
 
     /// Change a VM port's or an uplink's policy.
-    pub fn set_policy(&self, port: &str, policy: PolicyConfig) -> Result<(), String> {
+    pub fn set_policy(&self, port: &str, policy: PolicyConfig) -> Result<(), DaemonError> {
         self.shared.set_policy(port, policy)
     }
 
     /// Change a parameter of a VM port's or an uplink's running policy.
-    pub fn retune(&self, port: &str, r: Retune) -> Result<(), String> {
+    pub fn retune(&self, port: &str, r: Retune) -> Result<(), DaemonError> {
         self.shared.retune(port, r)
     }
 
     /// Change a VM port's rate limits (as `vadapt set-limits` does); its
     /// frontend stays connected.
-    pub fn set_limits(&self, port: &str, limits: PortLimits) -> Result<(), String> {
+    pub fn set_limits(&self, port: &str, limits: PortLimits) -> Result<(), DaemonError> {
         self.shared.set_limits(port, limits)
     }
 
@@ -563,6 +573,7 @@ mod tests {
     use crate::config::{parse_vm_spec, SocketMode};
     use std::net::TcpListener;
     use std::os::unix::net::UnixStream;
+    use vadapt_host::error_chain::error_chain;
 
     fn cfg(dir: &std::path::Path) -> DaemonConfig {
         let mut c = DaemonConfig::default();
@@ -867,13 +878,13 @@ mod tests {
         std::fs::write(&precious, b"precious").unwrap();
         // Before: the file was replaced by the port's socket, and del-port
         // then removed that.
-        let e = d.add_port(vm("vx", &precious)).unwrap_err();
+        let e = error_chain(&d.add_port(vm("vx", &precious)).unwrap_err());
         assert!(
             e.contains("`vx`") && e.contains("x.txt") && e.contains("a regular file"),
             "{e}"
         );
         std::os::unix::fs::symlink(&precious, t.path().join("link")).unwrap();
-        let e = d.add_port(vm("vy", &t.path().join("link"))).unwrap_err();
+        let e = error_chain(&d.add_port(vm("vy", &t.path().join("link"))).unwrap_err());
         assert!(e.contains("a symbolic link"), "{e}");
         assert!(d.remove_port("vx").is_err(), "no port was made");
         d.shutdown();
@@ -901,7 +912,7 @@ mod tests {
         assert!(p("a.sock").exists(), "del-port left the replacement");
         assert_eq!(ledger.paths().len(), 2, "a's entry went with the port");
         // A port added again on a path taken by a live socket is refused.
-        let e = d.add_port(vm("a", &p("a.sock"))).unwrap_err();
+        let e = error_chain(&d.add_port(vm("a", &p("a.sock"))).unwrap_err());
         assert!(e.contains("in use"), "{e}");
         d.shutdown();
         assert_eq!(std::fs::read(p("b.sock")).unwrap(), b"theirs");

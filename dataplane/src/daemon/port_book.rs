@@ -15,7 +15,7 @@
 use super::error::DaemonError;
 use super::port_state::PortStore;
 use super::ports::{PortMaker, RunningHost, RunningVm};
-use crate::config::{DaemonConfig, PortLimits, PortSpec};
+use crate::config::{DaemonConfig, PortLimits, PortSpec, VmOrHost};
 use crate::control::ReloadReport;
 use crate::queue::Roster;
 use std::collections::BTreeSet;
@@ -77,22 +77,18 @@ impl PortBook {
     /// state file before this returns; if the file cannot be written the
     /// port is removed again and the error says why (answered `Ok` means
     /// kept).
-    pub(super) fn add_at_run_time(&mut self, port: PortSpec) -> Result<(), String> {
+    pub(super) fn add_at_run_time(&mut self, port: PortSpec) -> Result<(), DaemonError> {
         let (name, kind) = (port.name().to_owned(), port.kind());
         let kept = port.clone();
-        self.add(port).map_err(|e| {
-            format!(
-                "cannot add {kind} port `{name}`: {}",
-                vadapt_host::error_chain::error_chain(&e)
-            )
+        self.add(port).map_err(|e| DaemonError::AddPort {
+            kind,
+            port: name.clone(),
+            source: Box::new(e),
         })?;
         if let Some(store) = &mut self.store {
-            if let Err(e) = store.put(kept) {
+            if let Err(source) = store.put(kept) {
                 let _ = self.remove(&name);
-                return Err(format!(
-                    "port `{name}` not added: {}",
-                    vadapt_host::error_chain::error_chain(&e)
-                ));
+                return Err(DaemonError::KeepPort { port: name, source });
             }
         }
         self.run_time.insert(name);
@@ -104,16 +100,16 @@ impl PortBook {
     /// changed), then out of the daemon. A port in the state file that does
     /// not run (it could not be restored, or a port of the config file's
     /// has its name) is removed from the file alone.
-    pub(super) fn remove_at_run_time(&mut self, name: &str) -> Result<(), String> {
+    pub(super) fn remove_at_run_time(&mut self, name: &str) -> Result<(), DaemonError> {
         let runs = self.config.ports().iter().any(|p| p.name() == name);
         let in_file = match &mut self.store {
             Some(store) if runs || store.get(name).is_some() => {
-                store.remove(name).map_err(|e| {
-                    format!(
-                        "port `{name}` not removed: {}",
-                        vadapt_host::error_chain::error_chain(&e)
-                    )
-                })?
+                store
+                    .remove(name)
+                    .map_err(|source| DaemonError::ForgetPort {
+                        port: name.to_owned(),
+                        source,
+                    })?
             }
             _ => false,
         };
@@ -130,19 +126,17 @@ impl PortBook {
         &mut self,
         name: &str,
         limits: PortLimits,
-    ) -> Result<(), String> {
+    ) -> Result<(), DaemonError> {
         if let (true, Some(store)) = (self.run_time.contains(name), &mut self.store) {
             let spec = self.config.ports().into_iter().find(|p| p.name() == name);
             if let Some(mut spec) = spec {
                 let mtu = spec.mtu();
                 if let Some(l) = spec.limits_mut() {
-                    limits.check("", name, mtu).map_err(|e| e.to_string())?;
+                    limits.check("", name, mtu)?;
                     *l = limits;
-                    store.put(spec).map_err(|e| {
-                        format!(
-                            "limits of `{name}` not changed: {}",
-                            vadapt_host::error_chain::error_chain(&e)
-                        )
+                    store.put(spec).map_err(|source| DaemonError::KeepLimits {
+                        port: name.to_owned(),
+                        source,
                     })?;
                 }
             }
@@ -159,16 +153,21 @@ impl PortBook {
         let mut candidate = self.config.clone();
         candidate.add_port(port.clone());
         candidate.validate_ports_and_settings()?;
-        if let PortSpec::Vm(vm) = &port {
-            crate::netap_ml_model::prepare(candidate.netap_ml_model.as_deref(), vm.policy.iter())?;
-            let running = self.maker.vm(self.made, vm)?;
-            self.made += 1;
-            self.roster.add(Arc::clone(&running.port));
-            self.vms.push(running);
-        } else {
-            let host = self.maker.host(&port)?;
-            self.roster.add_nic_workers(port.name(), host.nic_workers());
-            self.hosts.push(host);
+        match port.into_vm_or_host() {
+            VmOrHost::Vm(vm) => {
+                let model = candidate.netap_ml_model.as_deref();
+                crate::netap_ml_model::prepare(model, vm.policy.iter())?;
+                let running = self.maker.vm(self.made, &vm)?;
+                self.made += 1;
+                self.roster.add(Arc::clone(&running.port));
+                self.vms.push(running);
+            }
+            VmOrHost::Host(spec) => {
+                let host = self.maker.host(spec)?;
+                self.roster
+                    .add_nic_workers(host.spec.name(), host.nic_workers());
+                self.hosts.push(host);
+            }
         }
         self.config = candidate;
         Ok(())
@@ -192,7 +191,7 @@ impl PortBook {
     }
 
     /// Remove the port named `name`, of any kind.
-    pub(super) fn remove(&mut self, name: &str) -> Result<(), String> {
+    pub(super) fn remove(&mut self, name: &str) -> Result<(), DaemonError> {
         if let Some(i) = self.vms.iter().position(|v| v.port.name() == name) {
             let vm = self.vms.remove(i);
             // Whatever follows the ports lets go of it first.
@@ -203,13 +202,7 @@ impl PortBook {
             self.roster.remove_nic_workers(name);
             self.maker.remove_host(host);
         } else {
-            let names: Vec<_> = self
-                .config
-                .ports()
-                .iter()
-                .map(|p| p.name().to_owned())
-                .collect();
-            return Err(format!("no port `{name}` (ports: {})", names.join(", ")));
+            return Err(self.no_port(name));
         }
         self.config.remove_port(name);
         self.run_time.remove(name);
@@ -220,11 +213,10 @@ impl PortBook {
     /// uplink port), checked against its configuration; the configuration
     /// as the ports are now follows, so that a reload compares the file
     /// with them. The port's senders apply them after their current pass.
-    pub(super) fn set_limits(&mut self, name: &str, limits: PortLimits) -> Result<(), String> {
+    pub(super) fn set_limits(&mut self, name: &str, limits: PortLimits) -> Result<(), DaemonError> {
         let ports = self.config.ports();
         let Some(spec) = ports.iter().find(|p| p.name() == name) else {
-            let names: Vec<_> = ports.iter().map(|p| p.name()).collect();
-            return Err(format!("no port `{name}` (ports: {})", names.join(", ")));
+            return Err(self.no_port(name));
         };
         let slot = self
             .vms
@@ -236,14 +228,12 @@ impl PortBook {
                 host.and_then(|h| h.limits())
             });
         let (Some(slot), Some(_)) = (slot, spec.limits()) else {
-            return Err(format!(
-                "port `{name}` is a {} port: rate limits apply to VM, TAP and uplink ports",
-                spec.kind()
-            ));
+            return Err(DaemonError::NoLimits {
+                port: name.to_owned(),
+                kind: spec.kind(),
+            });
         };
-        limits
-            .check("", name, spec.mtu())
-            .map_err(|e| e.to_string())?;
+        limits.check("", name, spec.mtu())?;
         slot.set(limits);
         let c = &mut self.config;
         let configured = (c.vm.iter_mut().find(|v| v.name == name)).map(|v| &mut v.limits);
@@ -263,8 +253,8 @@ impl PortBook {
     /// whole first, so an invalid file changes nothing. A port that cannot
     /// be added (its socket in use, say) stops the reload there: what was
     /// applied stays, and the error says which port.
-    pub(super) fn reload(&mut self, new: &DaemonConfig) -> Result<ReloadReport, String> {
-        new.validate().map_err(|e| e.to_string())?;
+    pub(super) fn reload(&mut self, new: &DaemonConfig) -> Result<ReloadReport, DaemonError> {
+        new.validate()?;
         // The file's ports as they run; the run-time ones are not the file's.
         let now: Vec<PortSpec> = (self.config.ports().into_iter())
             .filter(|p| !self.run_time.contains(p.name()))
@@ -311,14 +301,25 @@ impl PortBook {
         report.unchanged += self.run_time.len();
         for p in to_add {
             let name = p.name().to_owned();
-            self.add(p).map_err(|e| {
-                format!(
-                    "port `{name}`: {} (applied before it: {report})",
-                    vadapt_host::error_chain::error_chain(&e)
-                )
-            })?;
+            if let Err(e) = self.add(p) {
+                return Err(DaemonError::ReloadStopped {
+                    port: name,
+                    applied: Box::new(report),
+                    cause: Box::new(e),
+                });
+            }
         }
         Ok(report)
+    }
+
+    /// The error for a port named `name` that is not there.
+    fn no_port(&self, name: &str) -> DaemonError {
+        DaemonError::NoPort {
+            port: name.to_owned(),
+            ports: (self.config.ports().iter())
+                .map(|p| p.name().to_owned())
+                .collect(),
+        }
     }
 
     /// The configuration as the ports are now (tests).

@@ -6,7 +6,7 @@
 use super::error::DaemonError;
 use crate::config::cores::QueueWorkers;
 use crate::config::VmPortConfig;
-use crate::config::{DaemonConfig, LocalPortConfig, PortSpec, SocketMode, TapPortConfig};
+use crate::config::{DaemonConfig, HostPortSpec, LocalPortConfig, SocketMode, TapPortConfig};
 use crate::cores::ApplyMethod;
 use crate::metrics::{PortStats, Registry};
 use crate::policing::LimitsSlot;
@@ -63,9 +63,9 @@ pub(super) struct RunningVm {
 /// frontend blocks.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// A sink, echo or TAP port that runs.
+/// A sink, echo, TAP or uplink port that runs.
 pub(super) struct RunningHost {
-    pub(super) spec: PortSpec,
+    pub(super) spec: HostPortSpec,
     id: PortId,
     /// A TAP port's reader.
     reader: Option<TapReader>,
@@ -198,23 +198,22 @@ impl PortMaker {
         }
     }
 
-    /// A sink, echo or TAP port, on the switch and in the counters.
-    pub(super) fn host(&self, spec: &PortSpec) -> Result<RunningHost, DaemonError> {
-        let (id, reader, uplink) = match spec {
-            PortSpec::Sink(s) => (self.sink(s), None, None),
-            PortSpec::Echo(e) => (self.echo(e), None, None),
-            PortSpec::Tap(t) => {
+    /// A sink, echo, TAP or uplink port, on the switch and in the counters.
+    pub(super) fn host(&self, spec: HostPortSpec) -> Result<RunningHost, DaemonError> {
+        let (id, reader, uplink) = match &spec {
+            HostPortSpec::Sink(s) => (self.sink(s), None, None),
+            HostPortSpec::Echo(e) => (self.echo(e), None, None),
+            HostPortSpec::Tap(t) => {
                 let (id, reader) = self.tap(t)?;
                 (id, Some(reader), None)
             }
-            PortSpec::Uplink(u) => {
+            HostPortSpec::Uplink(u) => {
                 let running = self.uplink(u)?;
                 (running.port.port_id(), None, Some(running))
             }
-            PortSpec::Vm(v) => unreachable!("VM port `{}` made as a host port", v.name),
         };
         Ok(RunningHost {
-            spec: spec.clone(),
+            spec,
             id,
             reader,
             uplink,
@@ -235,7 +234,7 @@ impl PortMaker {
     }
 
     fn sink(&self, s: &LocalPortConfig) -> PortId {
-        let stats = Arc::new(PortStats::new(&s.name, "sink", 1));
+        let stats = Arc::new(PortStats::new(&s.name, crate::metrics::PortKind::Sink, 1));
         let id = self.switch.add_port_with(
             Arc::new(Sink::new(Arc::clone(&stats))),
             Arc::clone(&stats),
@@ -248,7 +247,7 @@ impl PortMaker {
     }
 
     fn echo(&self, e: &LocalPortConfig) -> PortId {
-        let stats = Arc::new(PortStats::new(&e.name, "echo", 1));
+        let stats = Arc::new(PortStats::new(&e.name, crate::metrics::PortKind::Echo, 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
         let id = self.switch.add_port_with(
             echo.clone(),
@@ -263,7 +262,7 @@ impl PortMaker {
     }
 
     fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
-        let stats = Arc::new(PortStats::new(&t.name, "tap", 1));
+        let stats = Arc::new(PortStats::new(&t.name, crate::metrics::PortKind::Tap, 1));
         let tap = Arc::new(Tap::open(&t.name, t.mtu, Arc::clone(&stats))?);
         tap.limits().set(t.limits);
         tracing::info!(

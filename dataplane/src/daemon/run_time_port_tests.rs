@@ -7,6 +7,7 @@ use super::port_state::{self, FILE_NAME};
 use super::*;
 use crate::config::{parse_local_spec, parse_vm_spec};
 use std::path::Path;
+use vadapt_host::error_chain::error_chain;
 
 fn cfg(dir: &Path) -> DaemonConfig {
     let mut c = DaemonConfig {
@@ -103,7 +104,7 @@ fn the_config_files_port_wins_a_name_clash_and_a_reload_leaves_run_time_ports_al
     let d = Daemon::start(DaemonConfig::from_file(&file).unwrap()).unwrap();
     let source = file.clone();
     d.set_config_source(Box::new(move || {
-        DaemonConfig::from_file(&source).map_err(|e| e.to_string())
+        DaemonConfig::from_file(&source).map_err(Into::into)
     }));
     d.add_port(echo("e1")).unwrap();
     d.add_port(echo("e2")).unwrap();
@@ -194,7 +195,7 @@ fn a_port_whose_state_cannot_be_written_is_not_added() {
     let t = tempfile::tempdir().unwrap();
     let d = Daemon::start(cfg(t.path())).unwrap();
     std::fs::create_dir_all(t.path().join("state").join(".ports.toml.tmp")).unwrap();
-    let e = d.add_port(vm(t.path(), "v1")).unwrap_err();
+    let e = error_chain(&d.add_port(vm(t.path(), "v1")).unwrap_err());
     assert!(
         e.contains("`v1` not added") && e.contains("ports.toml"),
         "{e}"

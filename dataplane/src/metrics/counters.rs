@@ -4,6 +4,7 @@
 //! prints, their Prometheus families and their table columns.
 
 use super::declare::declare_metrics;
+use super::port_kind::PortKind;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
@@ -270,8 +271,8 @@ declare_metrics! {
     pub struct PortStats {
         /// Port name.
         pub name: String,
-        /// `vm`, `sink`, `echo` or `tap`.
-        pub kind: &'static str,
+        /// What kind of port.
+        pub kind: PortKind,
         /// True while a frontend is connected (always true for local ports).
         pub connected: AtomicBool,
         /// Current policy name (VM ports and uplinks).
@@ -296,8 +297,8 @@ declare_metrics! {
     pub struct PortSnapshot {
         /// Name.
         pub name: String,
-        /// `vm`, `sink`, `echo`, `tap`.
-        pub kind: String,
+        /// `vm`, `sink`, `echo`, `tap`, `uplink`.
+        pub kind: PortKind,
         /// Frontend connected.
         pub connected: bool,
         /// Policy name (VM ports and uplinks).
@@ -371,11 +372,11 @@ declare_metrics! {
 
 impl PortStats {
     /// New counters for a port with `queues` queue pairs.
-    pub fn new(name: &str, kind: &'static str, queues: usize) -> Self {
+    pub fn new(name: &str, kind: PortKind, queues: usize) -> Self {
         PortStats {
             name: name.to_string(),
             kind,
-            connected: AtomicBool::new(kind != "vm"),
+            connected: AtomicBool::new(kind != PortKind::Vm),
             queues: (0..queues.max(1)).map(|_| QueueStats::default()).collect(),
             ..PortStats::default()
         }

@@ -208,7 +208,11 @@ mod tests {
 
     fn reg() -> Arc<Registry> {
         let reg = Arc::new(Registry::default());
-        reg.add_port(Arc::new(PortStats::new("vm1", "vm", 1)));
+        reg.add_port(Arc::new(PortStats::new(
+            "vm1",
+            crate::metrics::port_kind::PortKind::Vm,
+            1,
+        )));
         reg
     }
 

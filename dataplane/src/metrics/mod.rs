@@ -9,6 +9,7 @@
 //!   its metrics as the fields of serialized structs;
 //! * `counters.rs`: the counters of a port, a queue pair, a queue worker,
 //!   declared so;
+//! * `port_kind.rs`: what kind of port a port's counters belong to;
 //! * `registry.rs`: the [`Registry`] that holds them, and the [`Exporter`]s
 //!   of other parts (the core manager's `vadapt_cores_*`, declared in
 //!   [`crate::cores::export`]), so that the metrics import no part of the
@@ -66,6 +67,7 @@ mod declare;
 pub mod families;
 mod family;
 pub mod http;
+mod port_kind;
 mod prometheus;
 mod registry;
 mod snapshot;
@@ -81,6 +83,7 @@ pub use declare::{Column, Export, Sample};
 #[cfg(test)]
 pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
+pub use port_kind::PortKind;
 pub use registry::Registry;
 pub use snapshot::StatsSnapshot;
 pub use tally::{PassTally, PUBLISH_EVERY};

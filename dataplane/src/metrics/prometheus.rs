@@ -6,6 +6,7 @@
 use super::counters::{PortStats, QueueStats, WorkerStats};
 use super::declare::{self, Item};
 use super::families as f;
+use super::port_kind::PortKind;
 use super::registry::Registry;
 use super::text004::openmetrics_to_prometheus;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -57,14 +58,14 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
         .flat_map(|p| {
             p.queues.iter().enumerate().map(|(i, q)| Item {
                 labels: vec![p.name.clone(), i.to_string()],
-                port_kind: p.kind,
+                port_kind: p.kind.as_str(),
                 stats: q,
             })
         })
         .collect();
     declare::encode(&QueueStats::exports(), &queues, enc)?;
     let mut m = f::QUEUE_POLL_INTERVAL.encode(enc)?;
-    for p in ports.iter().filter(|p| p.kind == "vm") {
+    for p in ports.iter().filter(|p| p.kind == PortKind::Vm) {
         // Prometheus base units: seconds (the gauge is kept in µs).
         let v = p.poll_interval_us.load(Relaxed) as f64 / 1e6;
         for qi in 0..p.queues.len() {
@@ -80,7 +81,7 @@ fn encode_queues(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::
 fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::Result {
     let ml: Vec<_> = ports
         .iter()
-        .filter(|p| p.kind == "vm" && p.predicted_us.load(Relaxed) > 0)
+        .filter(|p| p.kind == PortKind::Vm && p.predicted_us.load(Relaxed) > 0)
         .collect();
     let secs = |us: &std::sync::atomic::AtomicU64| us.load(Relaxed) as f64 / 1e6;
     let mut m = f::NETAP_ML_PREDICTED_INTERVAL.encode(enc)?;
@@ -107,7 +108,7 @@ fn encode_ports(ports: &[Arc<PortStats>], enc: &mut DescriptorEncoder) -> fmt::R
         .iter()
         .map(|p| Item {
             labels: vec![p.name.clone()],
-            port_kind: p.kind,
+            port_kind: p.kind.as_str(),
             stats: p.as_ref(),
         })
         .collect();
@@ -168,10 +169,10 @@ mod tests {
     #[test]
     fn every_family_is_written_from_its_declaration() {
         let reg = Arc::new(Registry::default());
-        let p = Arc::new(PortStats::new("vm1", "vm", 1));
+        let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 1));
         p.predicted_us.store(1000, Relaxed);
         reg.add_port(p);
-        reg.add_port(Arc::new(PortStats::new("up0", "uplink", 1)));
+        reg.add_port(Arc::new(PortStats::new("up0", PortKind::Uplink, 1)));
         reg.add_worker(Arc::new(WorkerStats::new("vm1")));
         let t = reg.openmetrics_text();
         let meta: Vec<&str> = t
@@ -197,7 +198,7 @@ mod tests {
     #[test]
     fn prometheus_text_has_the_documented_names_and_values() {
         let reg = Arc::new(Registry::default());
-        let p = Arc::new(PortStats::new("vm1", "vm", 2));
+        let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 2));
         p.queues[1].add(Dir::Tx, 3, 192);
         p.queues[0].drop(DropReason::BadAddress, 2);
         reg.add_port(p);
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn text_004_declares_every_sample_family() {
         let reg = Arc::new(Registry::default());
-        reg.add_port(Arc::new(PortStats::new("vm1", "vm", 2)));
+        reg.add_port(Arc::new(PortStats::new("vm1", PortKind::Vm, 2)));
         let w = Arc::new(WorkerStats::new("vm1"));
         w.overshoot_ns.lock().unwrap().record(3_000).unwrap();
         w.overshoot_ns.lock().unwrap().record(2_000_000).unwrap();
@@ -273,14 +274,14 @@ mod tests {
     #[test]
     fn netap_ml_gauges_are_exported_for_netap_ml_ports_only() {
         let reg = Arc::new(Registry::default());
-        let ml = Arc::new(PortStats::new("ml", "vm", 1));
+        let ml = Arc::new(PortStats::new("ml", PortKind::Vm, 1));
         ml.predicted_us.store(1200, Relaxed);
         ml.search_lo_us.store(700, Relaxed);
         ml.search_hi_us.store(1700, Relaxed);
         ml.workload[0].store(2, Relaxed);
         ml.workload[2].store(64, Relaxed);
         reg.add_port(ml);
-        reg.add_port(Arc::new(PortStats::new("plain", "vm", 1)));
+        reg.add_port(Arc::new(PortStats::new("plain", PortKind::Vm, 1)));
         let t = reg.prometheus_text();
         for line in [
             r#"vadapt_netap_ml_predicted_interval_seconds{port="ml"} 0.0012"#,

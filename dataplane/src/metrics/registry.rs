@@ -84,7 +84,11 @@ mod tests {
     fn a_removed_port_and_its_worker_are_no_longer_reported() {
         let reg = Registry::default();
         for n in ["a", "b"] {
-            reg.add_port(Arc::new(PortStats::new(n, "vm", 1)));
+            reg.add_port(Arc::new(PortStats::new(
+                n,
+                crate::metrics::port_kind::PortKind::Vm,
+                1,
+            )));
             reg.add_worker(Arc::new(WorkerStats::new(n)));
         }
         reg.remove_port("a");
@@ -97,7 +101,11 @@ mod tests {
     #[test]
     fn snapshot_reports_only_nonzero_drops_and_sums() {
         let reg = Registry::default();
-        let p = Arc::new(PortStats::new("s", "sink", 1));
+        let p = Arc::new(PortStats::new(
+            "s",
+            crate::metrics::port_kind::PortKind::Sink,
+            1,
+        ));
         p.queues[0].add(Dir::Rx, 5, 320);
         p.queues[0].drop(DropReason::Oversize, 1);
         reg.add_port(p);
@@ -123,7 +131,11 @@ mod tests {
     #[test]
     fn netap_ml_prediction_and_range_show_in_the_table_and_json() {
         let reg = Registry::default();
-        let p = Arc::new(PortStats::new("vm1", "vm", 1));
+        let p = Arc::new(PortStats::new(
+            "vm1",
+            crate::metrics::port_kind::PortKind::Vm,
+            1,
+        ));
         p.poll_interval_us.store(1318, Relaxed);
         reg.add_port(Arc::clone(&p));
         assert!(!reg.snapshot().to_table().contains("predicted"));

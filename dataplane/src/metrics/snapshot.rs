@@ -32,7 +32,7 @@ impl PortSnapshot {
     pub fn of(p: &PortStats) -> Self {
         PortSnapshot {
             name: p.name.clone(),
-            kind: p.kind.to_string(),
+            kind: p.kind,
             connected: p.connected.load(Relaxed),
             policy: p.policy.lock().map(|s| s.clone()).unwrap_or_default(),
             poll_interval_us: p.poll_interval_us.load(Relaxed),

@@ -3,6 +3,7 @@
 //! and a row per worker.
 
 use super::counters::QueueSnapshot;
+use super::port_kind::PortKind;
 use super::snapshot::StatsSnapshot;
 
 impl StatsSnapshot {
@@ -54,7 +55,7 @@ impl StatsSnapshot {
                 for (r, n) in &q.dropped {
                     let _ = writeln!(s, "{:>24} dropped {r}: {n}", "");
                 }
-                if p.kind == "uplink" {
+                if p.kind == PortKind::Uplink {
                     let _ = writeln!(
                         s,
                         "{:>24} AF_XDP: fill ring found empty {}, TX ring found full {}",

@@ -70,6 +70,24 @@ pub(super) struct Vring {
     started: bool,
 }
 
+/// Why a ring's addresses (`SET_VRING_ADDR`) were refused.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+pub enum RingAddrError {
+    /// No memory table was set yet, so no address can be checked.
+    #[error("no memory table yet")]
+    NoMemoryTable,
+    /// An area of the ring is not inside the frontend's guest memory.
+    #[error("{what} at {addr:#x} ({len} bytes) is outside guest memory")]
+    OutsideGuestMemory {
+        /// Which area: `descriptor table`, `available ring`, ….
+        what: &'static str,
+        /// Its address (frontend address).
+        addr: u64,
+        /// Its length (bytes).
+        len: u64,
+    },
+}
+
 /// What serves the control queue.
 enum CtrlService {
     /// A thread of its own ([`CtrlThread`]).
@@ -465,9 +483,15 @@ impl Connection {
     /// The three areas of ring `index` must lie inside the frontend's guest
     /// memory (frontend addresses; sizes from the ring's size, or one byte
     /// each when no size was set yet).
-    fn check_ring_addrs(&self, index: u32, desc: u64, used: u64, avail: u64) -> Result<(), String> {
+    fn check_ring_addrs(
+        &self,
+        index: u32,
+        desc: u64,
+        used: u64,
+        avail: u64,
+    ) -> Result<(), RingAddrError> {
         let Some(mem) = &self.mem else {
-            return Err("no memory table yet".into());
+            return Err(RingAddrError::NoMemoryTable);
         };
         let n = u64::from(self.vrings[index as usize].num);
         // A packed ring's driver and device areas (in the avail and used
@@ -487,9 +511,7 @@ impl Connection {
         };
         for (what, addr, len) in areas {
             if mem.translate_uva(addr, len).is_none() {
-                return Err(format!(
-                    "{what} at {addr:#x} ({len} bytes) is outside guest memory"
-                ));
+                return Err(RingAddrError::OutsideGuestMemory { what, addr, len });
             }
         }
         Ok(())

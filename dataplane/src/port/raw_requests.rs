@@ -42,6 +42,75 @@ const VERSION: u32 = 0x1;
 /// The header flag that asks for an answer (with `REPLY_ACK`).
 const NEED_REPLY: u32 = 0x8;
 
+/// Why a request of this file's ends the connection: the stream's framing
+/// cannot be trusted, or the socket failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RawRequestError {
+    /// The payload is not the one `u64` both requests carry.
+    #[error("vhost-user request {code} with a {size}-byte payload (want {PAYLOAD_LEN})")]
+    PayloadSize {
+        /// The request.
+        code: u32,
+        /// Its payload's size, as its header said (bytes).
+        size: u32,
+    },
+    /// The request could not be read off the socket.
+    #[error("reading request {code}")]
+    Read {
+        /// The request.
+        code: u32,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The header's flags are not version 1 with `NEED_REPLY` at most.
+    #[error("vhost-user request {code} with flags {flags:#x}")]
+    Flags {
+        /// The request.
+        code: u32,
+        /// Its flags.
+        flags: u32,
+    },
+    /// `SEND_RARP` carried file descriptors.
+    #[error("SEND_RARP with {fds} file descriptors")]
+    SendRarpFds {
+        /// How many.
+        fds: usize,
+    },
+    /// `SET_LOG_FD` did not carry exactly one file descriptor.
+    #[error("SET_LOG_FD with {fds} file descriptors")]
+    SetLogFdFds {
+        /// How many.
+        fds: usize,
+    },
+    /// The answer the frontend asked for could not be sent.
+    #[error("answering request {code}")]
+    Answer {
+        /// The request.
+        code: u32,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why `SEND_RARP` was refused (answered; the connection goes on).
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+pub enum AnnounceError {
+    /// The frontend did not ack `VHOST_USER_PROTOCOL_F_RARP`.
+    #[error("SEND_RARP without VHOST_USER_PROTOCOL_F_RARP acked")]
+    FeatureNotAcked,
+    /// No guest could send from this address (group, or all zeros).
+    #[error("SEND_RARP for {0}, not a unicast address")]
+    NotUnicast(Mac),
+    /// The port's guest may not send from this address (port security).
+    #[error(
+        "SEND_RARP for {0}, not an address the port owns (port security: its mac= and \
+         allowed_macs=)"
+    )]
+    Spoofed(Mac),
+}
+
 /// Whether the request `code` is one of this file's.
 pub fn is_raw(code: u32) -> bool {
     matches!(code, SET_LOG_FD | SEND_RARP)
@@ -57,20 +126,18 @@ pub fn serve_raw(
     code: u32,
     size: u32,
     conn: &mut Connection,
-) -> Result<Result<(), String>, String> {
+) -> Result<Result<(), AnnounceError>, RawRequestError> {
     if size as usize != PAYLOAD_LEN {
-        return Err(format!(
-            "vhost-user request {code} with a {size}-byte payload (want {PAYLOAD_LEN})"
-        ));
+        return Err(RawRequestError::PayloadSize { code, size });
     }
-    let (msg, fds) = read_message(fd).map_err(|e| format!("reading request {code}: {e}"))?;
+    let (msg, fds) = read_message(fd).map_err(|source| RawRequestError::Read { code, source })?;
     let flags = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]);
     if flags & !(VERSION | NEED_REPLY) != 0 || flags & VERSION == 0 {
-        return Err(format!("vhost-user request {code} with flags {flags:#x}"));
+        return Err(RawRequestError::Flags { code, flags });
     }
     let payload: [u8; PAYLOAD_LEN] = msg[HDR_LEN..].try_into().expect("length checked");
     let outcome = match code {
-        SEND_RARP if fds > 0 => return Err(format!("SEND_RARP with {fds} file descriptors")),
+        SEND_RARP if fds > 0 => return Err(RawRequestError::SendRarpFds { fds }),
         SEND_RARP => {
             let mac = Mac([
                 payload[0], payload[1], payload[2], payload[3], payload[4], payload[5],
@@ -78,11 +145,12 @@ pub fn serve_raw(
             conn.announce(mac)
         }
         // The descriptor (if any) was closed by `read_message`.
-        _ if fds != 1 => return Err(format!("SET_LOG_FD with {fds} file descriptors")),
+        _ if fds != 1 => return Err(RawRequestError::SetLogFdFds { fds }),
         _ => Ok(()),
     };
     if flags & NEED_REPLY != 0 {
-        reply(fd, code, outcome.is_ok()).map_err(|e| format!("answering request {code}: {e}"))?;
+        reply(fd, code, outcome.is_ok())
+            .map_err(|source| RawRequestError::Answer { code, source })?;
     }
     Ok(outcome)
 }
@@ -124,13 +192,13 @@ impl Connection {
     /// guest could send from (group, or all zeros), and for one the port's
     /// guest may not send from (port security; the switch drops and counts
     /// it as `spoofed_src`).
-    pub fn announce(&mut self, mac: Mac) -> Result<(), String> {
+    pub fn announce(&mut self, mac: Mac) -> Result<(), AnnounceError> {
         use vhost::vhost_user::message::VhostUserProtocolFeatures as P;
         if self.protocol & P::RARP.bits() == 0 {
-            return Err("SEND_RARP without VHOST_USER_PROTOCOL_F_RARP acked".into());
+            return Err(AnnounceError::FeatureNotAcked);
         }
         if mac.is_multicast() || mac == Mac::default() {
-            return Err(format!("SEND_RARP for {mac}, not a unicast address"));
+            return Err(AnnounceError::NotUnicast(mac));
         }
         let mut frames = crate::frames::FrameBatch::new(1);
         frames.push(&vadapt_wire::rarp::rarp_announcement(mac));
@@ -141,10 +209,7 @@ impl Connection {
         if let Some(r) = &refused {
             r.count_into(&self.port.stats, 0);
             if r.spoofed > 0 {
-                return Err(format!(
-                    "SEND_RARP for {mac}, not an address the port owns (port security: \
-                     its mac= and allowed_macs=)"
-                ));
+                return Err(AnnounceError::Spoofed(mac));
             }
         }
         if let Some(held_back) = self.port.may_log("SEND_RARP announced") {

@@ -210,9 +210,9 @@ impl RequestStream {
                     self.refused(port, Some(m.code), &why);
                     return true;
                 }
-                Err(why) => {
+                Err(e) => {
                     drop(c);
-                    self.closing(port, &why);
+                    self.closing(port, &vadapt_host::error_chain::error_chain(&e));
                     return false;
                 }
             }

@@ -62,7 +62,7 @@ impl Pair {
         let (a_ring, a) = ring(16, RingFeatures::default());
         let (b_ring, b) = ring(128, RingFeatures::default());
         let sw = Switch::new(Duration::from_secs(300));
-        let stats = || Arc::new(PortStats::new("p", "vm", 1));
+        let stats = || Arc::new(PortStats::new("p", crate::metrics::PortKind::Vm, 1));
         let to_b = Arc::new(ToBacklog(Backlog::new(64)));
         let _a_port = sw.add_port(Arc::new(ToBacklog(Backlog::new(1))), stats());
         let b_port = sw.add_port(to_b.clone(), stats());

@@ -86,7 +86,11 @@ impl VmPort {
     ) -> std::io::Result<Arc<Self>> {
         let pairs = usize::from(cfg.queues);
         let policy = cfg.policy.unwrap_or(default_policy);
-        let stats = Arc::new(PortStats::new(&cfg.name, "vm", pairs));
+        let stats = Arc::new(PortStats::new(
+            &cfg.name,
+            crate::metrics::PortKind::Vm,
+            pairs,
+        ));
         *stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
         Ok(Arc::new(VmPort {
             mac: cfg.mac.unwrap_or_else(|| Mac::from_name(&cfg.name)),

@@ -73,7 +73,7 @@ fn run_queue_waits(then: &[Duration], now: &[Duration]) -> Duration {
 }
 
 fn port(sw: &Switch, name: &str) -> (usize, Arc<PortStats>) {
-    let stats = Arc::new(PortStats::new(name, "sink", 1));
+    let stats = Arc::new(PortStats::new(name, crate::metrics::PortKind::Sink, 1));
     let id = sw.add_port(Arc::new(Sink::new(Arc::clone(&stats))), Arc::clone(&stats));
     (id, stats)
 }

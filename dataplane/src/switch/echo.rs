@@ -107,14 +107,17 @@ mod tests {
     fn echo_swaps_macs_and_returns_to_sender_and_sink_counts() {
         let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         let rec = Arc::new(Recorder::default());
-        let vm = sw.add_port(rec.clone(), Arc::new(PortStats::new("vm", "vm", 1)));
-        let es = Arc::new(PortStats::new("echo", "echo", 1));
+        let vm = sw.add_port(
+            rec.clone(),
+            Arc::new(PortStats::new("vm", crate::metrics::PortKind::Vm, 1)),
+        );
+        let es = Arc::new(PortStats::new("echo", crate::metrics::PortKind::Echo, 1));
         let echo = Arc::new(Echo::new(es.clone()));
         let eid = sw.add_port(echo.clone(), es.clone());
         echo.attach(sw.ingress(eid));
         let emac = Mac([2, 0, 0, 0, 0, 0xe]);
         sw.add_static(emac, eid);
-        let ss = Arc::new(PortStats::new("sink", "sink", 1));
+        let ss = Arc::new(PortStats::new("sink", crate::metrics::PortKind::Sink, 1));
         let sid = sw.add_port(Arc::new(Sink::new(ss.clone())), ss.clone());
         let smac = Mac([2, 0, 0, 0, 0, 0x5]);
         sw.add_static(smac, sid);

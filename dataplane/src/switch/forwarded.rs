@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn counts_land_in_the_port_and_the_queue() {
-        let stats = PortStats::new("p", "vm", 2);
+        let stats = PortStats::new("p", crate::metrics::PortKind::Vm, 2);
         let mut f = Forwarded::default();
         assert!(f.is_quiet());
         f.merge(Forwarded {

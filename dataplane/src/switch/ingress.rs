@@ -132,8 +132,14 @@ mod tests {
     fn two_ports() -> (Arc<Switch>, Arc<Recorder>) {
         let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         let rec = Arc::new(Recorder::default());
-        sw.add_port(rec.clone(), Arc::new(PortStats::new("a", "vm", 1)));
-        sw.add_port(rec.clone(), Arc::new(PortStats::new("b", "vm", 1)));
+        sw.add_port(
+            rec.clone(),
+            Arc::new(PortStats::new("a", crate::metrics::PortKind::Vm, 1)),
+        );
+        sw.add_port(
+            rec.clone(),
+            Arc::new(PortStats::new("b", crate::metrics::PortKind::Vm, 1)),
+        );
         (sw, rec)
     }
 

@@ -696,7 +696,11 @@ mod tests {
         for (i, r) in recs.iter().enumerate() {
             sw.add_port(
                 r.clone(),
-                Arc::new(PortStats::new(&format!("p{i}"), "vm", 1)),
+                Arc::new(PortStats::new(
+                    &format!("p{i}"),
+                    crate::metrics::PortKind::Vm,
+                    1,
+                )),
             );
         }
         (sw, recs)
@@ -804,7 +808,10 @@ mod tests {
         assert_eq!(recs[1].0.lock().unwrap().len(), 1, "nothing after removal");
         assert_eq!(recs[2].0.lock().unwrap().len(), 1, "flooded to port 2");
         let new = Arc::new(Recorder::default());
-        let id = sw.add_port(new.clone(), Arc::new(PortStats::new("n", "vm", 1)));
+        let id = sw.add_port(
+            new.clone(),
+            Arc::new(PortStats::new("n", crate::metrics::PortKind::Vm, 1)),
+        );
         assert_eq!(id, 1, "the free slot is reused");
         sw.add_static(b, id);
         let _ = sw.forward(0, 0, &from_a, &mut c);

@@ -100,7 +100,7 @@ mod tests {
             |_| {},
         );
         b.push(&[0u8; 60]);
-        let ss = Arc::new(PortStats::new("sink", "sink", 1));
+        let ss = Arc::new(PortStats::new("sink", crate::metrics::PortKind::Sink, 1));
         Sink::new(ss.clone()).deliver(&b, &[0, 1], 0);
         let q = &ss.queues[0];
         assert_eq!(q.packets[1].load(Ordering::Relaxed), 11);

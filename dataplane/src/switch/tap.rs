@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn a_tap_with_vnet_headers_forwards_what_the_host_sends() {
         let name = format!("offt{}", std::process::id() % 100_000);
-        let stats = Arc::new(PortStats::new(&name, "tap", 1));
+        let stats = Arc::new(PortStats::new(&name, crate::metrics::PortKind::Tap, 1));
         let tap = match Tap::open(&name, None, stats.clone()) {
             Ok(t) => Arc::new(t),
             Err(e) if tap_not_permitted(&e) => {
@@ -428,7 +428,10 @@ mod tests {
         let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         let id = sw.add_port(tap.clone(), stats.clone());
         let rec = Arc::new(Recorder::default());
-        sw.add_port(rec.clone(), Arc::new(PortStats::new("rec", "vm", 1)));
+        sw.add_port(
+            rec.clone(),
+            Arc::new(PortStats::new("rec", crate::metrics::PortKind::Vm, 1)),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let reader = {
             let (tap, sw, stop) = (tap.clone(), sw.clone(), stop.clone());
@@ -491,7 +494,7 @@ mod tests {
         }
         for (mtu, delivered, over) in [(Some(9000), 3, 1), (None, 2, 2)] {
             let name = format!("mtut{}", std::process::id() % 100_000);
-            let stats = Arc::new(PortStats::new(&name, "tap", 1));
+            let stats = Arc::new(PortStats::new(&name, crate::metrics::PortKind::Tap, 1));
             let tap = match Tap::open(&name, mtu, stats.clone()) {
                 Ok(t) => t,
                 Err(e) if tap_not_permitted(&e) => {

@@ -21,7 +21,11 @@ const VM3: Mac = Mac([2, 0, 0, 0, 0, 0xa3]);
 
 fn port(sw: &Switch, name: &str, rules: PortRules) -> (PortId, Arc<Recorder>) {
     let rec = Arc::new(Recorder::default());
-    let id = sw.add_port_with(rec.clone(), Arc::new(PortStats::new(name, "vm", 1)), rules);
+    let id = sw.add_port_with(
+        rec.clone(),
+        Arc::new(PortStats::new(name, crate::metrics::PortKind::Vm, 1)),
+        rules,
+    );
     (id, rec)
 }
 
@@ -259,7 +263,7 @@ fn a_random_source_flood_leaves_the_table_and_the_caches_bounded() {
     let to_peer = Arc::new(Counter::default());
     let peer = sw.add_port_with(
         to_peer.clone(),
-        Arc::new(PortStats::new("peer", "vm", 1)),
+        Arc::new(PortStats::new("peer", crate::metrics::PortKind::Vm, 1)),
         owning(&[VM2]),
     );
     let mut c = FdbCache::default();

@@ -48,7 +48,7 @@ impl Rig {
             ("a7", PortRules::open_in(PortVlan::Access(7))),
         ] {
             let rec = Arc::new(Recorder::default());
-            let stats = Arc::new(PortStats::new(name, "vm", 1));
+            let stats = Arc::new(PortStats::new(name, crate::metrics::PortKind::Vm, 1));
             let id = sw.add_port_with(rec.clone(), stats, rules);
             ports.push((name.to_string(), id, rec));
         }

@@ -17,7 +17,7 @@ const B: Mac = Mac([2, 0, 0, 0, 0, 0xb]);
 
 fn port(sw: &Switch, vlan: PortVlan) -> (PortId, Arc<Recorder>) {
     let rec = Arc::new(Recorder::default());
-    let stats = Arc::new(PortStats::new("p", "vm", 1));
+    let stats = Arc::new(PortStats::new("p", crate::metrics::PortKind::Vm, 1));
     let id = sw.add_port_with(rec.clone(), stats, PortRules::open_in(vlan));
     (id, rec)
 }
@@ -228,10 +228,10 @@ fn a_frame_with_offloads_keeps_them_right_through_a_push_and_a_pop() {
     let sw = Switch::new(Duration::from_secs(300));
     let (vm, _) = port(&sw, PortVlan::Access(10));
     let rec = Arc::new(OffloadRecorder::default());
-    let stats = Arc::new(PortStats::new("t", "tap", 1));
+    let stats = Arc::new(PortStats::new("t", crate::metrics::PortKind::Tap, 1));
     let up = sw.add_port_with(rec.clone(), stats, PortRules::open_in(trunk(&[10], 0)));
     let back = Arc::new(OffloadRecorder::default());
-    let stats = Arc::new(PortStats::new("v2", "vm", 1));
+    let stats = Arc::new(PortStats::new("v2", crate::metrics::PortKind::Vm, 1));
     sw.add_port_with(
         back.clone(),
         stats,

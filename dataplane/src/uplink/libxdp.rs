@@ -181,27 +181,42 @@ pub(crate) struct Libxdp {
 pub const LIBXDP: &str = "libxdp.so.1";
 const LIBBPF: &str = "libbpf.so.1";
 
-/// libxdp, loaded on first use; the error says what is missing.
-pub(crate) fn libxdp() -> Result<&'static Libxdp, String> {
-    static LIB: std::sync::OnceLock<Result<Libxdp, String>> = std::sync::OnceLock::new();
-    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+/// Why libxdp could not be loaded: what is missing.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+pub enum LibraryError {
+    /// A library file could not be loaded.
+    #[error("cannot load {name}: the uplink needs libxdp (Debian/Ubuntu: apt install libxdp1)")]
+    Open {
+        /// The library file.
+        name: &'static str,
+    },
+    /// A library loaded lacks a function the uplink calls.
+    #[error("{LIBXDP} has no `{symbol}`")]
+    Symbol {
+        /// The function.
+        symbol: &'static str,
+    },
 }
 
-fn open(name: &str) -> Result<*mut c_void, String> {
+/// libxdp, loaded on first use; the error says what is missing.
+pub(crate) fn libxdp() -> Result<&'static Libxdp, LibraryError> {
+    static LIB: std::sync::OnceLock<Result<Libxdp, LibraryError>> = std::sync::OnceLock::new();
+    LIB.get_or_init(load).as_ref().map_err(|e| *e)
+}
+
+fn open(name: &'static str) -> Result<*mut c_void, LibraryError> {
     let c = std::ffi::CString::new(name).expect("no NUL");
     // SAFETY: dlopen of a NUL-terminated name; the handle is never closed.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
-        return Err(format!(
-            "cannot load {name}: the uplink needs libxdp (Debian/Ubuntu: apt install libxdp1)"
-        ));
+        return Err(LibraryError::Open { name });
     }
     Ok(h)
 }
 
 // Each transmute's target is the type of the field it initialises.
 #[allow(clippy::missing_transmute_annotations)]
-fn load() -> Result<Libxdp, String> {
+fn load() -> Result<Libxdp, LibraryError> {
     let xdp = open(LIBXDP)?;
     let bpf = open(LIBBPF)?;
     macro_rules! sym {
@@ -210,7 +225,9 @@ fn load() -> Result<Libxdp, String> {
             // SAFETY: dlsym on a live handle with a NUL-terminated name.
             let p = unsafe { libc::dlsym($h, c.as_ptr().cast()) };
             if p.is_null() {
-                return Err(format!("{} has no `{}`", LIBXDP, stringify!($name)));
+                return Err(LibraryError::Symbol {
+                    symbol: stringify!($name),
+                });
             }
             // SAFETY: the symbol is the function declared in <xdp/xsk.h>
             // or <xdp/libxdp.h> (<bpf/libbpf.h> for the print hook) with

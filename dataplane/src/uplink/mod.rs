@@ -49,8 +49,8 @@ pub enum UplinkError {
     #[error(transparent)]
     Socket(#[from] XskError),
     /// The policy could not be built.
-    #[error("bad policy for the uplink: {0}")]
-    Policy(String),
+    #[error("bad policy for the uplink")]
+    Policy(#[source] vadapt_policy::ConfigError),
     /// A queue worker's epoll set could not be made.
     #[error("cannot start a queue worker")]
     Worker(#[source] std::io::Error),
@@ -94,9 +94,7 @@ pub fn start(
     pool: Option<Arc<NqWorkers>>,
 ) -> Result<RunningUplink, UplinkError> {
     let policy = port.policy_config();
-    policy
-        .validate()
-        .map_err(|e| UplinkError::Policy(e.to_string()))?;
+    policy.validate().map_err(UplinkError::Policy)?;
     let lib = libxdp::libxdp().map_err(XskError::Library)?;
     libxdp::log_to_tracing(lib);
     let cfg = &port.cfg;

@@ -62,7 +62,11 @@ impl Uplink {
         default_policy: PolicyConfig,
         tsc_per_ns: Option<f64>,
     ) -> std::io::Result<Arc<Self>> {
-        let stats = Arc::new(PortStats::new(&cfg.name, "uplink", usize::from(cfg.queues)));
+        let stats = Arc::new(PortStats::new(
+            &cfg.name,
+            crate::metrics::PortKind::Uplink,
+            usize::from(cfg.queues),
+        ));
         let policy = cfg.policy.unwrap_or(default_policy);
         *stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
         let queues = (0..cfg.queues)

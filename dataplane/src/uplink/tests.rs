@@ -173,7 +173,7 @@ fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt, None).unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
     up.attach(sw.ingress(id));
-    let echo_stats = Arc::new(PortStats::new("echo", "echo", 1));
+    let echo_stats = Arc::new(PortStats::new("echo", crate::metrics::PortKind::Echo, 1));
     let echo = Arc::new(Echo::new(Arc::clone(&echo_stats)));
     let eid = sw.add_port(echo.clone(), echo_stats);
     echo.attach(sw.ingress(eid));

@@ -55,8 +55,8 @@ pub enum XskError {
         source: std::io::Error,
     },
     /// libxdp could not be loaded.
-    #[error("{0}")]
-    Library(String),
+    #[error(transparent)]
+    Library(#[from] libxdp::LibraryError),
     /// The interface name has a NUL byte.
     #[error("interface name `{0}` has a NUL byte")]
     BadName(String),

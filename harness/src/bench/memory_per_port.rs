@@ -18,6 +18,7 @@ use super::error::BenchError;
 use super::table::{metric_table, table, LabelCol};
 use super::vadapt_proc::{Daemon, GuestOpts, GuestProc, VmPort};
 use std::time::{Duration, Instant};
+use vadapt_dataplane::metrics::PortKind;
 use vadapt_policy::PolicyKind;
 use vadapt_results::{cell, spread, ResultFile, Row};
 
@@ -114,7 +115,7 @@ fn wait_connected(ctx: &Ctx, d: &mut Daemon, n: usize) -> Result<(), BenchError>
             .stats()?
             .ports
             .iter()
-            .filter(|p| p.kind == "vm" && p.connected)
+            .filter(|p| p.kind == PortKind::Vm && p.connected)
             .count();
         if up >= n {
             return Ok(());

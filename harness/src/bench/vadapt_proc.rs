@@ -593,13 +593,13 @@ impl GuestProc {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use vadapt_dataplane::metrics::{PortSnapshot, QueueSnapshot, WorkerSnapshot};
+    use vadapt_dataplane::metrics::{PortKind, PortSnapshot, QueueSnapshot, WorkerSnapshot};
 
     fn snap(pk: u64, cyc: u64, cpu: f64) -> StatsSnapshot {
         StatsSnapshot {
             ports: vec![PortSnapshot {
                 name: "vm1".into(),
-                kind: "vm".into(),
+                kind: PortKind::Vm,
                 queues: vec![
                     QueueSnapshot {
                         tx_packets: pk,

@@ -43,8 +43,8 @@ pub enum CalibrateError {
         reason: String,
     },
     /// The daemon refused a policy change.
-    #[error("cannot change the policy: {0}")]
-    SetPolicy(String),
+    #[error("cannot change the policy")]
+    SetPolicy(#[source] vadapt_dataplane::daemon::DaemonError),
     /// The output could not be written.
     #[error("cannot write {path}")]
     Write {

@@ -236,7 +236,9 @@ fn drive(
         if want > phase && want < policies.len() {
             phase = want;
             for vm in &cfg.vm {
-                daemon.set_policy(&vm.name, PolicyConfig::default_for(policies[phase]))?;
+                daemon
+                    .set_policy(&vm.name, PolicyConfig::default_for(policies[phase]))
+                    .map_err(|e| chain(&e))?;
             }
             if !a.quiet {
                 println!("--- switching every VM port to {} ---", policies[phase]);

@@ -86,6 +86,8 @@ impl CoreManager {
                         vm.error = None;
                     }
                     QmpReply::LookedUp(Err(e)) => {
+                        // One line, its causes included: what `vadapt cores` shows.
+                        let e = vadapt_host::error_chain::error_chain(&e);
                         if vm.error.as_deref() != Some(&e) {
                             tracing::warn!(vm = vm.name, error = %e, "core manager: cannot find the VM's vCPU threads; its vCPUs are left where they are");
                         }
