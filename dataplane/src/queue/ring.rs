@@ -10,7 +10,7 @@ use std::fs::File;
 
 use crate::migration::RingLog;
 use vadapt_virtq::device::{ChainError, ChainErrorKind};
-use vadapt_virtq::{AnyDeviceQueue, Chain};
+use vadapt_virtq::{AnyDeviceQueue, Chain, DeviceRing};
 
 /// One running ring.
 #[derive(Debug)]
