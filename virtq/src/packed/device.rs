@@ -192,12 +192,13 @@ impl DeviceRing for PackedDeviceQueue {
     fn avail_pending(&self) -> Result<u16, QueueError> {
         let room = self.room();
         let mut k = self.known_avail.get().min(room);
+        let mut p = self.last_avail.advance(u32::from(k), self.ring.size);
         while k < room {
-            let p = self.last_avail.advance(u32::from(k), self.ring.size);
             if !is_avail(self.ring.load_flags(p.idx), p.wrap) {
                 break;
             }
             k += 1;
+            p = p.next(self.ring.size);
         }
         self.known_avail.set(k);
         if room == 0 && self.head_is_avail().is_some() {

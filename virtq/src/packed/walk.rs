@@ -59,7 +59,7 @@ impl Chain {
                 d.flags = first_flags;
             }
             descs += 1;
-            pos = pos.advance(1, ring.size);
+            pos = pos.next(ring.size);
             id = d.id;
             if error.is_none() {
                 error = self.take(mem, &d, indirect_ok, ring.size).err();
