@@ -2,8 +2,9 @@
 //! same bounds checks as the split ring's [`device`](crate::device) and
 //! [`driver`](crate::driver).
 //!
-//! * [`PackedDeviceQueue`] — the backend's view. Its methods mirror
-//!   [`DeviceQueue`](crate::DeviceQueue)'s (`pop` into the same
+//! * [`PackedDeviceQueue`] — the backend's view. It keeps the
+//!   [`DeviceRing`](crate::DeviceRing) contract as the split
+//!   [`DeviceQueue`](crate::DeviceQueue) does (`pop` into the same
 //!   [`Chain`](crate::Chain), the same [`ChainError`](crate::ChainError)
 //!   kinds for counted drops, `push_used`/`flush_used`/`needs_call`, the
 //!   same notification calls), so a queue worker can serve either kind.
