@@ -72,9 +72,10 @@
 //!
 //! With `VIRTIO_F_IN_ORDER` the device may report a batch with one used
 //! descriptor naming the batch's last buffer and skip the whole batch's
-//! descriptors (spec 2.8.9,
-//! [`PackedDeviceQueue::push_used_batch_in_order`]); the driver walks its
-//! in-flight buffers in order to follow.
+//! descriptors (spec 2.8.9, [`DeviceRing::push_used_batch_in_order`]);
+//! the driver walks its in-flight buffers in order to follow.
+//!
+//! [`DeviceRing::push_used_batch_in_order`]: crate::DeviceRing::push_used_batch_in_order
 
 mod desc;
 mod device;
