@@ -31,7 +31,7 @@ use vadapt_dataplane::switch::{FdbCache, Switch};
 use vadapt_policy::busypoll::BURST;
 use vadapt_policy::Budget;
 use vadapt_virtq::mock::{buf, readable, MockQueue};
-use vadapt_virtq::RingFeatures;
+use vadapt_virtq::{DeviceRing, RingFeatures};
 use vadapt_wire::Mac;
 
 /// Ring entries.

@@ -2,11 +2,11 @@
 //! (descriptor ring, event structures, indirect tables, buffers); the
 //! device pops, copies, holds and gives back until the ring is drained.
 //! Every segment handed out must lie inside guest memory
-//! (`vadapt_fuzz::packed_ring::device`).
+//! (`vadapt_fuzz::ring::packed_device`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    vadapt_fuzz::packed_ring::device(data);
+    vadapt_fuzz::ring::packed_device(data);
 });

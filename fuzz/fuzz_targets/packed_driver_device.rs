@@ -1,9 +1,9 @@
 //! Arbitrary bytes become driver and device operations on one packed
 //! queue; every buffer the driver adds must come back exactly once, and
 //! the device must never reject a buffer a correct driver built
-//! (`vadapt_fuzz::packed_ring::driver_device`).
+//! (`vadapt_fuzz::ring::packed_driver_device`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| vadapt_fuzz::packed_ring::driver_device(data));
+fuzz_target!(|data: &[u8]| vadapt_fuzz::ring::packed_driver_device(data));

@@ -2,8 +2,9 @@
 //! each target is a few lines that decode the fuzzer's bytes into one of
 //! these inputs and hand it to its driver.
 //!
-//! * [`packed_ring`] — the packed virtqueue's device side on arbitrary
-//!   rings, and its driver and device on arbitrary operations.
+//! * [`ring`] — a virtqueue's device side on arbitrary rings, and its
+//!   driver and device on arbitrary operations: one interpreter of each,
+//!   generic over the device contract, for split and packed rings alike.
 //! * [`vhost_user`] — vhost-user message sequences into the data plane's
 //!   real backend request handler, over a real socket pair, its queue
 //!   worker stepped in-process.
@@ -19,9 +20,9 @@
 
 pub mod config;
 pub mod control;
-pub mod packed_ring;
 pub mod qga;
 pub mod qmp;
+pub mod ring;
 pub mod source_guard;
 pub mod vhost_user;
 pub mod vnet_hdr;

@@ -13,7 +13,7 @@ use vadapt_virtq::device::DeviceQueue;
 use vadapt_virtq::mem::GuestMemory;
 use vadapt_virtq::packed::{PackedDeviceQueue, VIRTIO_F_RING_PACKED};
 use vadapt_virtq::RingFeatures;
-use vadapt_virtq::{AnyDeviceQueue, AnyLayout};
+use vadapt_virtq::{AnyDeviceQueue, AnyLayout, DeviceRing};
 use vadapt_wire::ethernet::ETH_HDR_LEN;
 use vadapt_wire::tcp_build::{BUF_HDRS_LEN, MSS, TSO_SIZE_GOAL};
 use vadapt_wire::vnet_hdr::{VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, HDR_LEN_MRG};

@@ -9,6 +9,7 @@
 //! Quick run: `cargo bench -p vadapt-virtq --bench ring -- --warm-up-time 1 --measurement-time 3`
 
 use std::time::{Duration, Instant};
+use vadapt_virtq::DeviceRing;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use vadapt_virtq::{Chain, DeviceQueue, DriverQueue, GuestMemory, QueueLayout, RingFeatures, Seg};

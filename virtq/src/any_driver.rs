@@ -232,6 +232,7 @@ mod tests {
     use crate::any_device::AnyDeviceQueue;
     use crate::chain::Chain;
     use crate::device::DeviceQueue;
+    use crate::device_ring::DeviceRing;
     use crate::packed::PackedDeviceQueue;
 
     /// A driver and a device of one kind over a fresh ring at gpa 0.

@@ -4,7 +4,7 @@
 //! A service pass looks like
 //!
 //! ```no_run
-//! # use vadapt_virtq::{device::{DeviceQueue, Chain}, mem::GuestMemory};
+//! # use vadapt_virtq::{device::{DeviceQueue, Chain}, mem::GuestMemory, DeviceRing};
 //! # fn pass(q: &mut DeviceQueue, mem: &GuestMemory, chain: &mut Chain) {
 //! while let Ok(Some(head)) = q.pop(mem, chain) {
 //!     // ... copy chain.read_into(..) somewhere ...
@@ -20,6 +20,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
+use crate::device_ring::DeviceRing;
 use crate::event_idx::vring_need_event;
 use crate::features::RingFeatures;
 use crate::layout::QueueLayout;
@@ -35,7 +36,8 @@ pub use crate::ring::QueueError;
 /// transmit service).
 pub const PREFETCH_AHEAD: u16 = 32;
 
-/// The device's view of one split virtqueue.
+/// The device's view of one split virtqueue; its methods are
+/// [`DeviceRing`]'s.
 ///
 /// Holds host pointers to the rings (translated once in [`new`](Self::new))
 /// and a clone of the [`GuestMemory`] that keeps them mapped. Not `Sync`:
@@ -106,19 +108,58 @@ impl DeviceQueue {
         Ok(q)
     }
 
+    /// Prefetches the descriptors of the entries the driver made available
+    /// up to `idx` (at most [`PREFETCH_AHEAD`]), so that their cache
+    /// misses overlap instead of each [`pop`](Self::pop) waiting for its
+    /// own: the driver's core wrote them. The heads are read, not trusted:
+    /// a prefetch of any descriptor slot is harmless, and `pop` checks the
+    /// head it walks.
+    #[inline]
+    fn prefetch_heads(&self, idx: u16) {
+        let n = idx.wrapping_sub(self.last_avail).min(PREFETCH_AHEAD);
+        for k in 0..n {
+            let head = self.ring.read_avail_entry(self.last_avail.wrapping_add(k));
+            self.ring.prefetch_desc(head);
+        }
+    }
+
+    fn write_notify_state(&mut self, enable: bool) {
+        self.notifications = enable;
+        if self.features.event_idx {
+            let ev = if enable {
+                self.last_avail
+            } else {
+                self.park_event()
+            };
+            self.ring.avail_event().store(ev.to_le(), Ordering::Relaxed);
+        } else {
+            let flags = if enable { 0 } else { VRING_USED_F_NO_NOTIFY };
+            self.ring
+                .used_flags()
+                .store(flags.to_le(), Ordering::Relaxed);
+        }
+    }
+
+    fn park_event(&mut self) -> u16 {
+        self.parked_event = self.last_avail.wrapping_add(0x8000);
+        self.parked_event
+    }
+}
+
+impl DeviceRing for DeviceQueue {
     /// Whether [`pop`](Self::pop) has anything to look at: an entry made
     /// available and not consumed, or a corrupt `avail.idx` (which `pop`
     /// reports). One Acquire load of `avail.idx` at most, no arithmetic:
     /// the check of a polling worker's empty pass.
     #[inline]
-    pub fn has_avail(&self) -> bool {
+    fn has_avail(&self) -> bool {
         self.shadow_avail != self.last_avail || self.ring.load_avail_idx() != self.last_avail
     }
 
     /// Number of available entries not yet consumed (Acquire load of
     /// `avail.idx`). Errors if the driver moved `avail.idx` more than the
     /// queue size ahead: the ring is corrupt.
-    pub fn avail_pending(&self) -> Result<u16, QueueError> {
+    fn avail_pending(&self) -> Result<u16, QueueError> {
         let idx = self.ring.load_avail_idx();
         let n = idx.wrapping_sub(self.last_avail);
         if n > self.ring.size {
@@ -139,7 +180,7 @@ impl DeviceQueue {
     /// corrupt and the queue should be stopped.
     ///
     /// Bounded work: at most `2 * size` descriptors are read.
-    pub fn pop(&mut self, mem: &GuestMemory, chain: &mut Chain) -> Result<Option<u16>, ChainError> {
+    fn pop(&mut self, mem: &GuestMemory, chain: &mut Chain) -> Result<Option<u16>, ChainError> {
         if self.shadow_avail == self.last_avail {
             let idx = self.ring.load_avail_idx();
             if idx == self.last_avail {
@@ -171,27 +212,12 @@ impl DeviceQueue {
         Ok(Some(head))
     }
 
-    /// Prefetches the descriptors of the entries the driver made available
-    /// up to `idx` (at most [`PREFETCH_AHEAD`]), so that their cache
-    /// misses overlap instead of each [`pop`](Self::pop) waiting for its
-    /// own: the driver's core wrote them. The heads are read, not trusted:
-    /// a prefetch of any descriptor slot is harmless, and `pop` checks the
-    /// head it walks.
-    #[inline]
-    fn prefetch_heads(&self, idx: u16) {
-        let n = idx.wrapping_sub(self.last_avail).min(PREFETCH_AHEAD);
-        for k in 0..n {
-            let head = self.ring.read_avail_entry(self.last_avail.wrapping_add(k));
-            self.ring.prefetch_desc(head);
-        }
-    }
-
     /// Puts the last `n` entries [`pop`](Self::pop) consumed back, for the
     /// next pops to walk again — Linux vhost's `vhost_discard_vq_desc`, for
     /// a receive frame that did not fit the buffers taken so far. The caller
     /// must not have given any of them back used: nothing is checked here
     /// but that `n` entries were consumed since the queue started.
-    pub fn unpop(&mut self, n: u16) {
+    fn unpop(&mut self, n: u16) {
         self.last_avail = self.last_avail.wrapping_sub(n);
     }
 
@@ -201,7 +227,7 @@ impl DeviceQueue {
     /// entries are already pending, flushes first so that none is
     /// overwritten.
     #[inline]
-    pub fn push_used(&mut self, head: u16, written: u32) {
+    fn push_used(&mut self, head: u16, written: u32) {
         if self.pending >= self.ring.size {
             self.flush_used();
         }
@@ -211,6 +237,12 @@ impl DeviceQueue {
             written,
         );
         self.pending += 1;
+    }
+
+    /// `false`: DPDK 22.11's in-order split cleanup reads the id of every
+    /// used entry, so it would never free the buffers a batch skips.
+    fn batches_used_in_order(&self) -> bool {
+        false
     }
 
     /// IN_ORDER only: reports `count` buffers, the last of which has head
@@ -225,7 +257,7 @@ impl DeviceQueue {
     ///
     /// Calling this without IN_ORDER negotiated would lose buffers, so it
     /// falls back to nothing and returns `false`; `count == 0` is a no-op.
-    pub fn push_used_batch_in_order(&mut self, last_head: u16, count: u16) -> bool {
+    fn push_used_batch_in_order(&mut self, last_head: u16, count: u16) -> bool {
         if !self.features.in_order {
             return false;
         }
@@ -248,7 +280,7 @@ impl DeviceQueue {
     /// `used.idx` (entries written before it become visible to a driver
     /// that Acquire-loads the index). Returns how many were published.
     #[inline]
-    pub fn flush_used(&mut self) -> u16 {
+    fn flush_used(&mut self) -> u16 {
         let n = self.pending;
         if n == 0 {
             return 0;
@@ -280,7 +312,7 @@ impl DeviceQueue {
     /// `vhost_notify`). Then: nothing published since the last check →
     /// `false`; without EVENT_IDX → `!(avail.flags & NO_INTERRUPT)`; with
     /// EVENT_IDX → `vring_need_event(used_event, new, old)` (spec 2.7.10).
-    pub fn needs_call(&mut self) -> bool {
+    fn needs_call(&mut self) -> bool {
         let new = self.used_idx;
         let old = self.signalled_used;
         let valid = self.signalled_valid;
@@ -303,23 +335,6 @@ impl DeviceQueue {
         vring_need_event(event, new, old)
     }
 
-    fn write_notify_state(&mut self, enable: bool) {
-        self.notifications = enable;
-        if self.features.event_idx {
-            let ev = if enable {
-                self.last_avail
-            } else {
-                self.park_event()
-            };
-            self.ring.avail_event().store(ev.to_le(), Ordering::Relaxed);
-        } else {
-            let flags = if enable { 0 } else { VRING_USED_F_NO_NOTIFY };
-            self.ring
-                .used_flags()
-                .store(flags.to_le(), Ordering::Relaxed);
-        }
-    }
-
     /// Asks the driver not to kick. Without EVENT_IDX this sets
     /// `VRING_USED_F_NO_NOTIFY`. With EVENT_IDX the flag must stay 0 (spec
     /// 2.7.10); Linux vhost and DPDK just stop moving `avail_event`, which
@@ -331,15 +346,10 @@ impl DeviceQueue {
     /// with it. So a polled queue really sees no kicks.
     ///
     /// Suppression is advisory: a driver may still kick.
-    pub fn disable_notifications(&mut self) {
+    fn disable_notifications(&mut self) {
         if self.notifications || self.features.event_idx {
             self.write_notify_state(false);
         }
-    }
-
-    fn park_event(&mut self) -> u16 {
-        self.parked_event = self.last_avail.wrapping_add(0x8000);
-        self.parked_event
     }
 
     /// Asks the driver to kick for new buffers, then closes the race with a
@@ -347,7 +357,7 @@ impl DeviceQueue {
     /// flag (or `avail_event = last_avail`), SeqCst fence, re-reads
     /// `avail.idx`. Returns `true` if work is already pending — the caller
     /// must then poll again instead of sleeping (Linux `vhost_enable_notify`).
-    pub fn enable_notifications(&mut self) -> Result<bool, QueueError> {
+    fn enable_notifications(&mut self) -> Result<bool, QueueError> {
         self.write_notify_state(true);
         fence(Ordering::SeqCst);
         let n = self.avail_pending()?;
@@ -361,7 +371,7 @@ impl DeviceQueue {
     /// `n`-th is published (see [`set_kick_threshold`](Self::set_kick_threshold)),
     /// without it on every buffer. Returns `true` if `n` are already
     /// pending; fewer pending buffers are no reason to poll again.
-    pub fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
+    fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
         if n <= 1 || !self.set_kick_threshold(n) {
             let work = self.enable_notifications()?;
             return Ok(work && self.shadow_avail.wrapping_sub(self.last_avail) >= n);
@@ -377,7 +387,7 @@ impl DeviceQueue {
     /// EVENT_IDX. Like [`enable_notifications`](Self::enable_notifications)
     /// the caller should re-check [`avail_pending`](Self::avail_pending)
     /// afterwards; a full fence is issued for that.
-    pub fn set_kick_threshold(&mut self, n: u16) -> bool {
+    fn set_kick_threshold(&mut self, n: u16) -> bool {
         if !self.features.event_idx {
             return false;
         }
@@ -389,33 +399,33 @@ impl DeviceQueue {
     }
 
     /// Next available index to consume: the value `GET_VRING_BASE` reports.
-    pub fn last_avail(&self) -> u16 {
+    fn last_avail(&self) -> u16 {
         self.last_avail
     }
 
     /// `used.idx` as last published.
-    pub fn used_idx(&self) -> u16 {
+    fn used_idx(&self) -> u16 {
         self.used_idx
     }
 
     /// Used entries pushed but not yet published.
-    pub fn pending_used(&self) -> u16 {
+    fn pending_used(&self) -> u16 {
         self.pending
     }
 
     /// Queue size (descriptors).
-    pub fn size(&self) -> u16 {
+    fn size(&self) -> u16 {
         self.ring.size
     }
 
     /// Negotiated ring features.
-    pub fn features(&self) -> RingFeatures {
+    fn features(&self) -> RingFeatures {
         self.features
     }
 
     /// `true` while kicks are requested (after `enable_notifications` or
     /// `set_kick_threshold`, until `disable_notifications`).
-    pub fn notifications_enabled(&self) -> bool {
+    fn notifications_enabled(&self) -> bool {
         self.notifications
     }
 }

@@ -1,8 +1,11 @@
 //! Hand-written, bounds-checked virtqueue data path, split (virtio 1.2,
 //! section 2.7) and packed (section 2.8), for both sides:
 //!
-//! * [`device::DeviceQueue`] — the backend's view, used by the vadapt
-//!   daemon's queue workers;
+//! * [`DeviceRing`] — the backend's contract with a ring of either kind,
+//!   kept by [`device::DeviceQueue`] (split), [`PackedDeviceQueue`] and
+//!   [`AnyDeviceQueue`], used by the vadapt daemon's queue workers, the
+//!   tests and the fuzzers;
+//! * [`device::DeviceQueue`] — the backend's view of a split ring;
 //! * [`driver::DriverQueue`] — the guest driver's view, used by the
 //!   synthetic guest, tests, fuzzers and benchmarks;
 //! * [`raw::RawRing`] — unchecked field access for tests and fuzzers;
@@ -89,6 +92,7 @@ pub mod any_device;
 pub mod any_driver;
 pub mod chain;
 pub mod device;
+pub mod device_ring;
 pub mod dirty_log;
 pub mod driver;
 mod event_idx;
@@ -107,6 +111,7 @@ pub use any_device::AnyDeviceQueue;
 pub use any_driver::{AnyDriverQueue, AnyLayout};
 pub use chain::{Chain, ChainError, ChainErrorKind, Segment};
 pub use device::DeviceQueue;
+pub use device_ring::DeviceRing;
 pub use dirty_log::{DirtyLog, DirtyLogError, LOG_PAGE};
 pub use driver::{DriverError, DriverQueue, Seg};
 pub use event_idx::vring_need_event;

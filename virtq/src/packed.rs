@@ -2,8 +2,9 @@
 //! same bounds checks as the split ring's [`device`](crate::device) and
 //! [`driver`](crate::driver).
 //!
-//! * [`PackedDeviceQueue`] — the backend's view. Its methods mirror
-//!   [`DeviceQueue`](crate::DeviceQueue)'s (`pop` into the same
+//! * [`PackedDeviceQueue`] — the backend's view. It keeps the
+//!   [`DeviceRing`](crate::DeviceRing) contract as the split
+//!   [`DeviceQueue`](crate::DeviceQueue) does (`pop` into the same
 //!   [`Chain`](crate::Chain), the same [`ChainError`](crate::ChainError)
 //!   kinds for counted drops, `push_used`/`flush_used`/`needs_call`, the
 //!   same notification calls), so a queue worker can serve either kind.
@@ -71,9 +72,10 @@
 //!
 //! With `VIRTIO_F_IN_ORDER` the device may report a batch with one used
 //! descriptor naming the batch's last buffer and skip the whole batch's
-//! descriptors (spec 2.8.9,
-//! [`PackedDeviceQueue::push_used_batch_in_order`]); the driver walks its
-//! in-flight buffers in order to follow.
+//! descriptors (spec 2.8.9, [`DeviceRing::push_used_batch_in_order`]);
+//! the driver walks its in-flight buffers in order to follow.
+//!
+//! [`DeviceRing::push_used_batch_in_order`]: crate::DeviceRing::push_used_batch_in_order
 
 mod desc;
 mod device;

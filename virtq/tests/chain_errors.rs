@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::HashSet;
+use vadapt_virtq::DeviceRing;
 
 use common::*;
 use vadapt_virtq::spec::{

@@ -3,6 +3,7 @@
 //! its device. Both must see the same chains and used entries.
 
 use std::sync::Arc;
+use vadapt_virtq::DeviceRing;
 
 use vadapt_virtq::{
     Chain, DeviceQueue, DriverQueue, GuestMemory, QueueLayout, Region, RingFeatures, Seg,

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use vadapt_virtq::spec::{VRING_AVAIL_F_NO_INTERRUPT, VRING_USED_F_NO_NOTIFY};
+use vadapt_virtq::DeviceRing;
 use vadapt_virtq::RingFeatures;
 
 const EVENT: RingFeatures = RingFeatures {

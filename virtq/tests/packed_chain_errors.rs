@@ -2,6 +2,7 @@
 //! hand-built bad ring, and the queue going on afterwards.
 
 use std::collections::HashSet;
+use vadapt_virtq::DeviceRing;
 
 use vadapt_virtq::mock::{buf, BUF_BASE, MEM_SIZE};
 use vadapt_virtq::packed::{PackedDescriptor, PackedMockQueue, RingPos, VIRTQ_DESC_F_AVAIL};

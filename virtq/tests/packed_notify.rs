@@ -6,6 +6,7 @@ use vadapt_virtq::packed::{
     EventSuppression, PackedMockQueue, RingPos, RING_EVENT_FLAGS_DESC, RING_EVENT_FLAGS_DISABLE,
     RING_EVENT_FLAGS_ENABLE,
 };
+use vadapt_virtq::DeviceRing;
 use vadapt_virtq::RingFeatures;
 
 const EVENT: RingFeatures = RingFeatures {

@@ -4,6 +4,7 @@
 //! guest memory.
 
 use std::collections::HashMap;
+use vadapt_virtq::DeviceRing;
 
 use proptest::prelude::*;
 use vadapt_virtq::mock::{buf, BUF_BASE, MEM_SIZE};

@@ -4,6 +4,7 @@
 
 use vadapt_virtq::mock::{buf, readable, writable};
 use vadapt_virtq::packed::{PackedMockQueue, RingPos, VIRTQ_DESC_F_AVAIL, VIRTQ_DESC_F_USED};
+use vadapt_virtq::DeviceRing;
 use vadapt_virtq::RingFeatures;
 
 const PLAIN: RingFeatures = RingFeatures {

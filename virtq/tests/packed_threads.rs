@@ -3,6 +3,7 @@
 //! Acquire load of flags then the rest) is exercised for real.
 
 use std::thread;
+use vadapt_virtq::DeviceRing;
 
 use vadapt_virtq::mock::{buf, readable, writable};
 use vadapt_virtq::packed::PackedMockQueue;

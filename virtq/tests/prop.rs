@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::HashMap;
+use vadapt_virtq::DeviceRing;
 
 use common::*;
 use proptest::prelude::*;

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use vadapt_virtq::DeviceRing;
 use vadapt_virtq::{Chain, RingFeatures};
 
 fn pattern(seed: u32, len: usize) -> Vec<u8> {

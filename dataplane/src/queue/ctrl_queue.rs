@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use vadapt_virtq::mem::GuestMemory;
-use vadapt_virtq::Chain;
+use vadapt_virtq::{Chain, DeviceRing};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Most readable bytes a command may have (header, data): an RSS config

@@ -29,6 +29,7 @@ use vadapt_policy::{
     Budget, Duration, FreqHint, Instant, PolicyStatus, Retune, Step, Wake, WakeCause,
 };
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::DeviceRing;
 
 /// How often (passes) a busy-polling worker drains kick eventfds to count kicks.
 const KICK_DRAIN_EVERY: u64 = 4096;

@@ -10,7 +10,7 @@ use std::fs::File;
 
 use crate::migration::RingLog;
 use vadapt_virtq::device::{ChainError, ChainErrorKind};
-use vadapt_virtq::{AnyDeviceQueue, Chain};
+use vadapt_virtq::{AnyDeviceQueue, Chain, DeviceRing};
 
 /// One running ring.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ impl Ring {
     /// Calls the guest (writes its call eventfd) if the ring says the guest
     /// wants to hear about the used buffers published since the last check
     /// (`NO_INTERRUPT` flag, or `used_event` with EVENT_IDX; see
-    /// [`AnyDeviceQueue::needs_call`]). Call after `flush_used`. Returns `true`
+    /// [`DeviceRing::needs_call`]). Call after `flush_used`. Returns `true`
     /// if a call was sent; never with no call eventfd.
     pub fn call_if_needed(&mut self) -> bool {
         if self.q.needs_call() {
@@ -63,7 +63,7 @@ impl Ring {
         false
     }
 
-    /// Handles a chain [`AnyDeviceQueue::pop`] rejected: gives its head back to
+    /// Handles a chain [`DeviceRing::pop`] rejected: gives its head back to
     /// the guest unused (if it had a valid one), so the guest can reuse the
     /// descriptors, and marks the ring broken if the guest ran `avail.idx`
     /// ahead (nothing can be trusted in it then). Returns `true` if the ring

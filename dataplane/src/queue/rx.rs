@@ -22,6 +22,7 @@ use crate::offload::{Cutter, OffloadRefused};
 use vadapt_policy::Budget;
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::DeviceRing;
 use vadapt_wire::vnet_hdr::{HDR_LEN_MRG, HDR_NUM_BUFFERS_OFFSET};
 use vadapt_wire::{Offload, VnetHdr};
 

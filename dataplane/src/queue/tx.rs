@@ -16,6 +16,7 @@ use crate::policing::IngressPolicer;
 use vadapt_policy::{Budget, Instant};
 use vadapt_virtq::device::Chain;
 use vadapt_virtq::mem::GuestMemory;
+use vadapt_virtq::DeviceRing;
 use vadapt_wire::{Offload, VnetHdr};
 
 /// Frames per transmit batch handed to the switch.

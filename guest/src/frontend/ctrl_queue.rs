@@ -109,7 +109,7 @@ mod tests {
     use super::*;
     use crate::frontend::memory_plan::{plan_memory, TxBufs};
     use vadapt_virtq::{
-        AnyDeviceQueue, AnyLayout, Chain, DeviceQueue, PackedDeviceQueue, RingFeatures,
+        AnyDeviceQueue, AnyLayout, Chain, DeviceQueue, DeviceRing, PackedDeviceQueue, RingFeatures,
     };
     use virtio_bindings::virtio_net::{VIRTIO_NET_CTRL_MQ, VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET};
 

@@ -1,6 +1,6 @@
-//! Device (backend) side of a packed virtqueue, with the methods of the
-//! split ring's [`DeviceQueue`](crate::DeviceQueue) and the same result
-//! types, so a queue worker serves either kind the same way.
+//! Device (backend) side of a packed virtqueue: the [`DeviceRing`]
+//! contract, as the split ring's [`DeviceQueue`](crate::DeviceQueue) keeps
+//! it, so a queue worker serves either kind the same way.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -14,6 +14,7 @@ use super::layout::PackedLayout;
 use super::pos::RingPos;
 use super::ring::PackedRingPtrs;
 use crate::chain::{Chain, ChainError, ChainErrorKind};
+use crate::device_ring::DeviceRing;
 use crate::event_idx::vring_need_event;
 use crate::features::RingFeatures;
 use crate::mem::GuestMemory;
@@ -132,12 +133,53 @@ impl PackedDeviceQueue {
         is_avail(flags, self.last_avail.wrap).then_some(flags)
     }
 
+    fn write_used(&mut self, id: u16, len: u32, descs: u16, bufs: u16) {
+        self.ring.write_used(self.next_used.idx, id, len);
+        self.pending
+            .push((self.next_used.idx, used_bits(self.next_used.wrap)));
+        self.pending_bufs = self.pending_bufs.wrapping_add(bufs);
+        self.pending_descs += u32::from(descs);
+        self.next_used = self.next_used.advance(u32::from(descs), self.ring.size);
+        self.in_flight_descs -= descs;
+    }
+
+    fn write_notify_state(&mut self, enable: bool) {
+        self.notifications = enable;
+        let e = match (enable, self.features.event_idx) {
+            (false, _) => EventSuppression {
+                off_wrap: 0,
+                flags: RING_EVENT_FLAGS_DISABLE,
+            },
+            (true, true) => EventSuppression {
+                off_wrap: self.last_avail.to_u16(),
+                flags: RING_EVENT_FLAGS_DESC,
+            },
+            (true, false) => EventSuppression {
+                off_wrap: 0,
+                flags: RING_EVENT_FLAGS_ENABLE,
+            },
+        };
+        self.ring.set_device_event(e);
+    }
+
+    /// Buffers popped and not yet given back.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// `push_used` calls that named no buffer in flight (caller bugs).
+    pub fn stray_used(&self) -> u64 {
+        self.stray_used
+    }
+}
+
+impl DeviceRing for PackedDeviceQueue {
     /// Whether [`pop`](Self::pop) has anything to look at: descriptors
     /// already seen available, or the one at the device's position (one
     /// Acquire load of its flags). A corrupt ring (available with every
     /// descriptor in flight) is `true`, for `pop` to report.
     #[inline]
-    pub fn has_avail(&self) -> bool {
+    fn has_avail(&self) -> bool {
         self.known_avail.get() > 0 || self.head_is_avail().is_some()
     }
 
@@ -147,15 +189,16 @@ impl PackedDeviceQueue {
     /// descriptor is looked at about once. Errors if the descriptor at the
     /// device's position is marked available while all `size` descriptors
     /// are already in flight: the ring is corrupt.
-    pub fn avail_pending(&self) -> Result<u16, QueueError> {
+    fn avail_pending(&self) -> Result<u16, QueueError> {
         let room = self.room();
         let mut k = self.known_avail.get().min(room);
+        let mut p = self.last_avail.advance(u32::from(k), self.ring.size);
         while k < room {
-            let p = self.last_avail.advance(u32::from(k), self.ring.size);
             if !is_avail(self.ring.load_flags(p.idx), p.wrap) {
                 break;
             }
             k += 1;
+            p = p.next(self.ring.size);
         }
         self.known_avail.set(k);
         if room == 0 && self.head_is_avail().is_some() {
@@ -181,7 +224,7 @@ impl PackedDeviceQueue {
     ///
     /// Bounded work: at most `size` ring descriptors and one indirect table
     /// of at most `size` entries are read.
-    pub fn pop(&mut self, mem: &GuestMemory, chain: &mut Chain) -> Result<Option<u16>, ChainError> {
+    fn pop(&mut self, mem: &GuestMemory, chain: &mut Chain) -> Result<Option<u16>, ChainError> {
         let Some(flags) = self.head_is_avail() else {
             return Ok(None);
         };
@@ -218,7 +261,7 @@ impl PackedDeviceQueue {
     /// next pops to walk again (Linux vhost's `vhost_discard_vq_desc`). The
     /// caller must not have given any of them back used; at most the
     /// buffers in flight are put back.
-    pub fn unpop(&mut self, n: u16) {
+    fn unpop(&mut self, n: u16) {
         for _ in 0..n {
             let Some((_, descs)) = self.in_flight.pop_back() else {
                 return;
@@ -228,16 +271,6 @@ impl PackedDeviceQueue {
             self.known_avail
                 .set(self.known_avail.get().saturating_add(descs));
         }
-    }
-
-    fn write_used(&mut self, id: u16, len: u32, descs: u16, bufs: u16) {
-        self.ring.write_used(self.next_used.idx, id, len);
-        self.pending
-            .push((self.next_used.idx, used_bits(self.next_used.wrap)));
-        self.pending_bufs = self.pending_bufs.wrapping_add(bufs);
-        self.pending_descs += u32::from(descs);
-        self.next_used = self.next_used.advance(u32::from(descs), self.ring.size);
-        self.in_flight_descs -= descs;
     }
 
     /// Writes a used descriptor for buffer `id` (bytes `written` into its
@@ -251,7 +284,7 @@ impl PackedDeviceQueue {
     /// [`stray_used`](Self::stray_used). If the driver named two buffers
     /// in flight alike, the older is taken first.
     #[inline]
-    pub fn push_used(&mut self, id: u16, written: u32) {
+    fn push_used(&mut self, id: u16, written: u32) {
         let found = match self.in_flight.front() {
             Some(&(first, _)) if first == id => self.in_flight.pop_front(),
             _ => self
@@ -266,6 +299,14 @@ impl PackedDeviceQueue {
         }
     }
 
+    /// With IN_ORDER: one used descriptor then stands for a batch (spec
+    /// 2.8.9), which in-order packed drivers follow (DPDK's
+    /// `virtio_xmit_cleanup_inorder_packed` walks from the last id it freed
+    /// to the one written).
+    fn batches_used_in_order(&self) -> bool {
+        self.features.in_order
+    }
+
     /// IN_ORDER only: reports the `count` oldest buffers in flight, the
     /// last of which has id `last_id`, with one used descriptor of length 0
     /// that skips all their descriptors (spec 2.8.9) — meant for TX, where
@@ -274,7 +315,7 @@ impl PackedDeviceQueue {
     /// Without IN_ORDER this would lose buffers, so it does nothing and
     /// returns `false`; `count == 0` is a no-op. At most the buffers in
     /// flight are reported.
-    pub fn push_used_batch_in_order(&mut self, last_id: u16, count: u16) -> bool {
+    fn push_used_batch_in_order(&mut self, last_id: u16, count: u16) -> bool {
         if !self.features.in_order {
             return false;
         }
@@ -292,7 +333,7 @@ impl PackedDeviceQueue {
     /// order sees the whole batch at once). Returns how many buffers were
     /// published.
     #[inline]
-    pub fn flush_used(&mut self) -> u16 {
+    fn flush_used(&mut self) -> u16 {
         let Some((&(first, first_flags), rest)) = self.pending.split_first() else {
             return 0;
         };
@@ -321,7 +362,7 @@ impl PackedDeviceQueue {
     /// was passed by the used descriptors published since the last check
     /// (always `true` on the first check, and after a whole lap); anything
     /// else → `true`.
-    pub fn needs_call(&mut self) -> bool {
+    fn needs_call(&mut self) -> bool {
         let published = std::mem::take(&mut self.published_descs);
         let valid = self.signalled_valid;
         self.signalled_valid = true;
@@ -346,30 +387,11 @@ impl PackedDeviceQueue {
         }
     }
 
-    fn write_notify_state(&mut self, enable: bool) {
-        self.notifications = enable;
-        let e = match (enable, self.features.event_idx) {
-            (false, _) => EventSuppression {
-                off_wrap: 0,
-                flags: RING_EVENT_FLAGS_DISABLE,
-            },
-            (true, true) => EventSuppression {
-                off_wrap: self.last_avail.to_u16(),
-                flags: RING_EVENT_FLAGS_DESC,
-            },
-            (true, false) => EventSuppression {
-                off_wrap: 0,
-                flags: RING_EVENT_FLAGS_ENABLE,
-            },
-        };
-        self.ring.set_device_event(e);
-    }
-
     /// Asks the driver not to kick: `DISABLE`, with or without EVENT_IDX
     /// (the packed ring keeps its flags with EVENT_IDX, so nothing needs
     /// parking as on the split ring). Suppression is advisory: a driver may
     /// still kick.
-    pub fn disable_notifications(&mut self) {
+    fn disable_notifications(&mut self) {
         if self.notifications {
             self.write_notify_state(false);
         }
@@ -381,7 +403,7 @@ impl PackedDeviceQueue {
     /// request: SeqCst fence, look at the descriptor at the device's
     /// position again. Returns `true` if it is available — the caller must
     /// then poll again instead of sleeping.
-    pub fn enable_notifications(&mut self) -> Result<bool, QueueError> {
+    fn enable_notifications(&mut self) -> Result<bool, QueueError> {
         self.write_notify_state(true);
         fence(Ordering::SeqCst);
         Ok(self.head_is_avail().is_some())
@@ -393,7 +415,7 @@ impl PackedDeviceQueue {
     /// available (see [`set_kick_threshold`](Self::set_kick_threshold)),
     /// without it on every buffer. Returns `true` if `n` are already
     /// available.
-    pub fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
+    fn enable_notifications_for(&mut self, n: u16) -> Result<bool, QueueError> {
         if n <= 1 || !self.set_kick_threshold(n) {
             let work = self.enable_notifications()?;
             return Ok(work && self.avail_pending()? >= n);
@@ -407,7 +429,7 @@ impl PackedDeviceQueue {
     /// ring's size as the size). Returns `false`, doing nothing, without
     /// EVENT_IDX. A full fence is issued; the caller should re-check
     /// [`avail_pending`](Self::avail_pending) afterwards.
-    pub fn set_kick_threshold(&mut self, n: u16) -> bool {
+    fn set_kick_threshold(&mut self, n: u16) -> bool {
         if !self.features.event_idx {
             return false;
         }
@@ -424,43 +446,33 @@ impl PackedDeviceQueue {
 
     /// Next descriptor to read, in the `GET_VRING_BASE` form (position in
     /// bits 0–14, avail wrap counter in bit 15).
-    pub fn last_avail(&self) -> u16 {
+    fn last_avail(&self) -> u16 {
         self.last_avail.to_u16()
     }
 
     /// The used position as last published, in the same form.
-    pub fn used_idx(&self) -> u16 {
+    fn used_idx(&self) -> u16 {
         self.used.to_u16()
     }
 
     /// Buffers pushed but not yet published.
-    pub fn pending_used(&self) -> u16 {
+    fn pending_used(&self) -> u16 {
         self.pending_bufs
     }
 
-    /// Buffers popped and not yet given back.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
-    }
-
-    /// `push_used` calls that named no buffer in flight (caller bugs).
-    pub fn stray_used(&self) -> u64 {
-        self.stray_used
-    }
-
     /// Queue size (descriptors).
-    pub fn size(&self) -> u16 {
+    fn size(&self) -> u16 {
         self.ring.size
     }
 
     /// Negotiated ring features.
-    pub fn features(&self) -> RingFeatures {
+    fn features(&self) -> RingFeatures {
         self.features
     }
 
     /// `true` while kicks are requested (after `enable_notifications` or
     /// `set_kick_threshold`, until `disable_notifications`).
-    pub fn notifications_enabled(&self) -> bool {
+    fn notifications_enabled(&self) -> bool {
         self.notifications
     }
 }

@@ -46,6 +46,26 @@ impl RingPos {
         }
     }
 
+    /// The next position: [`advance`](Self::advance) by one without its
+    /// division, for the loops that step one descriptor at a time (the
+    /// walk, the scan of what is available). `self.idx` must be below
+    /// `size`.
+    #[inline]
+    pub(crate) fn next(self, size: u16) -> Self {
+        let idx = self.idx + 1;
+        if idx >= size {
+            RingPos {
+                idx: 0,
+                wrap: !self.wrap,
+            }
+        } else {
+            RingPos {
+                idx,
+                wrap: self.wrap,
+            }
+        }
+    }
+
     /// The position `n` descriptors back (the inverse of `advance`).
     pub fn back(self, n: u32, size: u16) -> Self {
         let s = u32::from(size.max(1));
@@ -99,5 +119,17 @@ mod tests {
         assert_eq!(top.advance(1, 32768), RingPos { idx: 0, wrap: true });
         assert_eq!(RingPos::from_u16(top.to_u16()), top);
         assert_eq!(RingPos::from_u16(0x8003), RingPos { idx: 3, wrap: true });
+    }
+
+    #[test]
+    fn next_is_advance_by_one() {
+        for size in [1u16, 2, 3, 5, 256, 300, 32768] {
+            for wrap in [false, true] {
+                for idx in (0..size).filter(|i| *i < 4 || size - i < 4) {
+                    let p = RingPos { idx, wrap };
+                    assert_eq!(p.next(size), p.advance(1, size), "{p:?} of {size}");
+                }
+            }
+        }
     }
 }

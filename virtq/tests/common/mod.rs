@@ -7,6 +7,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub use vadapt_virtq::mock::{buf, readable, writable, MockQueue as Setup, BUF_BASE, MEM_SIZE};
+use vadapt_virtq::DeviceRing;
 use vadapt_virtq::{raw::RawRing, RingFeatures};
 
 pub fn setup_at(size: u16, features: RingFeatures, start: u16) -> Setup {
