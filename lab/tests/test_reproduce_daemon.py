@@ -76,7 +76,12 @@ def test_a_shape_needing_more_cores_than_the_machine_gives_is_not_run(tmp_path):
     assert recorded.daemon_value == 121.0
     assert "rerun here: not run: needs 6 cores" in recorded.daemon
     assert recorded.daemon_verdict() == "same direction, different size"  # e = 0.5
-    assert no_runner.daemon.startswith("not run: no daemon runner yet")
+    assert no_runner.daemon.startswith("not run: needs 20 cores (the vSPACE paper's 20-core")
+    assert "; and no daemon runner yet (" in no_runner.daemon
+    # On a machine with the cores, a case without a runner says only that.
+    big = runner(tmp_path, tmp_path / "no-such-vadapt", list(range(64)))
+    assert big.figure(daemon.CASES["vspace"]).text.startswith("not run: no daemon runner yet (")
+    assert big.log == []
 
 
 def test_a_run_is_pinned_to_the_papers_cores_and_judged_like_the_simulator(tmp_path, fake):
@@ -108,6 +113,14 @@ def test_a_failed_run_is_reported_not_raised(tmp_path, fake, monkeypatch):
     daemon.fill([row], r)
     assert row.daemon_value is None
     assert row.daemon.startswith("failed (exit 1): vadapt: cannot start the daemon")
+    # A run whose output cannot be read is reported too.
+    monkeypatch.setenv("FAKE_FAIL", "")
+    monkeypatch.setattr(daemon, "CASES", {"netap-3vm-2t": replace(
+        daemon.CASES["netap-3vm-2t"], read=daemon.b10_eekbp_over_napi)})  # fmt: skip
+    row = table1_row()
+    daemon.fill([row], runner(tmp_path, fake, ALLOWED * 6))
+    assert row.daemon_value is None
+    assert row.daemon.startswith("failed: its output unreadable (")
 
 
 @pytest.mark.skipif(not VADAPT.is_file(), reason="needs the release vadapt")
@@ -122,3 +135,20 @@ def test_a_tiny_shape_runs_on_the_real_daemon(tmp_path):
     row = table1_row()
     row.daemon_value = 100 * fig.values["payload_gbps"]
     assert row.daemon_verdict() in VERDICTS
+
+
+def test_b10_gives_ee_kbp_over_the_kernels_path_at_saturation(tmp_path):
+    """The reader of B10's file (rows flat: labels and metrics side by side)."""
+
+    def row(backend, policy, mpps, run, variant="nic-to-vm"):
+        return {"table": "saturation", "sender": "wire", "backend": backend, "policy": policy,
+                "variant": variant, "frame": 64, "run": run, "mpps": mpps}  # fmt: skip
+
+    rows = [row("vadapt-uplink", "eekbp", m, i) for i, m in enumerate((0.9, 1.2, 1.0))]
+    rows += [row("kernel-bridge-tap", "tap", m, i) for i, m in enumerate((0.5, 0.4, 0.6))]
+    rows += [row("vadapt-uplink", "eekbp", 9.0, 0, "vm-to-nic")]
+    (tmp_path / "b10.json").write_text(json.dumps({"kind": "bench", "rows": rows}))
+    assert daemon.b10_eekbp_over_napi(tmp_path) == {"mpps": pytest.approx(1.0 / 0.5)}
+    (tmp_path / "b10.json").write_text(json.dumps({"kind": "bench", "rows": rows[:3]}))
+    with pytest.raises(ValueError, match="kernel-bridge-tap tap"):
+        daemon.b10_eekbp_over_napi(tmp_path)

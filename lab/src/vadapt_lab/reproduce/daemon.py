@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results import load_results
 from .rows import Row
 
 BUILD = ["cargo", "build", "--release", "-p", "vadapt"]
@@ -97,23 +98,16 @@ def demo(
 
 
 def b10_eekbp_over_napi(out: Path) -> dict[str, float]:
-    """B10's saturation, NIC to VM: the uplink under EE-KBP ÷ the kernel's bridge→TAP
-    (NAPI), medians over rounds, as ``mpps``."""
-    rows = json.loads((out / "b10.json").read_text())["rows"]
+    """B10's saturation, NIC to VM (``b10.json``): the uplink under EE-KBP ÷ the kernel's
+    bridge→TAP (NAPI), each the median over rounds, as ``mpps``."""
+    df = load_results(out / "b10.json")
+    sat = df[(df["table"] == "saturation") & (df["variant"] == "nic-to-vm")]
 
     def median(backend: str, policy: str) -> float:
-        v = sorted(
-            r["m"]["mpps"]
-            for r in rows
-            if r["table"] == "saturation"
-            and r["variant"] == "nic-to-vm"
-            and r["backend"] == backend
-            and r["policy"] == policy
-            and "mpps" in r["m"]
-        )
-        if not v:
+        v = sat[(sat["backend"] == backend) & (sat["policy"] == policy)]["mpps"].dropna()
+        if v.empty:
             raise ValueError(f"{out}/b10.json: no saturation row for {backend} {policy}")
-        return v[len(v) // 2]
+        return float(v.median())
 
     return {"mpps": median("vadapt-uplink", "eekbp") / median("kernel-bridge-tap", "tap")}
 
@@ -201,14 +195,12 @@ class Runner:
 
     def run(self, case: Case) -> Figure:
         """Run ``case`` limited to its cores; "not run" when this machine has too few."""
-        if not case.args:
-            return Figure(None, f"not run: no daemon runner yet ({case.missing})")
+        no_runner = f"no daemon runner yet ({case.missing})"
         if len(self.cpus) < case.cores:
-            return Figure(
-                None,
-                f"not run: needs {case.cores} cores ({case.host}); this machine gives "
-                f"{len(self.cpus)}",
-            )
+            why = f"needs {case.cores} cores ({case.host}); this machine gives {len(self.cpus)}"
+            return Figure(None, f"not run: {why}" + (f"; and {no_runner}" if not case.args else ""))
+        if not case.args:
+            return Figure(None, f"not run: {no_runner}")
         if self.repo is not None:
             subprocess.run(BUILD, cwd=self.repo, check=True)
             self.repo = None
@@ -233,8 +225,12 @@ class Runner:
             tail = p.stderr.strip().splitlines()[-1:] or ["no message"]
             return Figure(None, f"failed (exit {p.returncode}): {tail[0]}; `{shown}`")
         assert case.read is not None
+        try:
+            values = case.read(out)
+        except (OSError, ValueError, KeyError) as e:
+            return Figure(None, f"failed: its output unreadable ({e}); `{shown}`")
         return Figure(
-            case.read(out), f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
+            values, f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
         )
 
 
