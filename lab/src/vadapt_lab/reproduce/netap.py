@@ -52,6 +52,10 @@ DAEMON_TABLES34 = (
     "bandwidth 1.35–1.57×, CPU/GB 0.19–0.52× (BENCHMARKS.md, B9)"
 )
 NO_DAEMON = "not on 2 cores: the paper's 6-core, 10 GbE host"
+NO_GUEST_CPU = (
+    "not measured: `vadapt demo`'s synthetic guests report their CPU for the whole run, "
+    "not per policy phase"
+)
 DAEMON_TABLE1 = {"1vm-6t": (102.0, 1, 6), "3vm-2t": (121.0, 3, 2), "6vm-1t": (147.0, 6, 1)}
 """Issue 39's recorded daemon run, NetAP ÷ interrupt-mode bandwidth in %, per shape (VMs,
 threads): a 16-core Xeon with the daemon and synthetic guests limited to 6 cores (the
@@ -213,7 +217,7 @@ def rows(sim: Sim, out: Path) -> list[Row]:
         shape = name.upper()
         for label, key, paper_value, daemon, ref in (
             ("bandwidth", "gbps", bw_p, DAEMON_TABLES34, bandwidth_ref(f"netap-{name}")),
-            ("guest CPU", "guest_cpu_pct", guest_p, NO_DAEMON, None),
+            ("guest CPU", "guest_cpu_pct", guest_p, NO_GUEST_CPU, None),
             ("host CPU", "host_cpu_pct", host_p, NO_DAEMON, host_cpu_ref(f"netap-{name}")),
         ):
             result.append(
