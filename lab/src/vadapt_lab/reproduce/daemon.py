@@ -18,6 +18,15 @@ machine it came from into the row, whose verdict is then judged by the same rule
 as the simulator's (``rows.py``). A row with a recorded figure (issue 39's
 16-core run) keeps it when its case cannot run here, and says so.
 
+What the daemon column measures is not always the paper's measure, and each
+cell says so: the demo's NetAP and NetAP-ML run with vadapt's defaults (ring
+guard, kick-driven check), against interrupt mode (vhost-net's behaviour), not
+the paper's NetAP against VirtIO or the best fixed interval; host CPU is the
+queue workers' CPU. Two cases have no runner yet and say so: NetAP Table 2
+(a sweep of fixed intervals: the simulator's fixed-interval probe is not a
+daemon policy) and vSPACE (nothing drives the core manager with a
+memcached-like load through the synthetic guest's QMP and guest agent).
+
 Run it alone on the machine: the figures are ratios within one run, but other
 load on the same cores moves them.
 """
