@@ -118,4 +118,4 @@ def test_a_recorded_daemon_figure_is_judged_by_the_same_rule():
     meta = {"command": "c", "rev": "abc", "date": "d", "seconds": 1, "machine": "m", "log": []}
     text = render([r], meta)
     assert "| 147.0 %: same direction, different size (e = 0.75); 16-core Xeon, a4bfa1b |" in text
-    assert "recorded figure in 1 rows" in text
+    assert "daemon has a figure in 1 rows" in text

@@ -20,6 +20,7 @@ pub struct DemoArgs {
     /// The policy switched on at run time after the `--baseline` phase, or
     /// several separated by commas, run one after another on the same load
     /// (the duration is split evenly between all phases), e.g. `netap,eekbp`.
+    /// `netap-ml` is told the workload (`--vms`, `--threads`, `--size`) for its model.
     #[arg(long, default_value = "netap", value_name = "LIST")]
     pub policy: String,
     /// The first phase, before `--policy` is switched on: `interrupt` (kernel

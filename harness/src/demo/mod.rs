@@ -20,6 +20,7 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig, MAX_
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestCounters, GuestReport, Load, Mode};
+use vadapt_policy::netap_ml::NetapMlParams;
 use vadapt_policy::{PolicyConfig, PolicyKind};
 use vadapt_wire::tcp_build::{MSS, TSO_SIZE_GOAL};
 use vadapt_wire::Mac;
@@ -51,6 +52,21 @@ fn parse_policies(policy: &str, baseline: &str) -> Result<Vec<PolicyKind>, Strin
         }
     }
     Ok(v)
+}
+
+/// `kind` with its defaults, told the demo's workload where it takes one: NetAP-ML's
+/// model predicts from the VMs, threads per VM and message size, which the demo knows
+/// (a daemon is told them in its config or by `vadapt retune`).
+fn policy_config(kind: PolicyKind, a: &DemoArgs) -> PolicyConfig {
+    match PolicyConfig::default_for(kind) {
+        PolicyConfig::NetapMl(p) => PolicyConfig::NetapMl(NetapMlParams {
+            vms: a.vms,
+            threads: a.threads,
+            msg_size: a.size,
+            ..p
+        }),
+        other => other,
+    }
 }
 
 fn validate(a: &DemoArgs) -> Result<Vec<PolicyKind>, String> {
@@ -106,7 +122,7 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
             })
             .collect(),
         sink: vec![LocalPortConfig::new("server", Some(sink_mac))],
-        policy: PolicyConfig::default_for(policies[0]),
+        policy: policy_config(policies[0], a),
         control: dir.join("control.sock"),
         cpus: a.cpus.clone(),
         ..DaemonConfig::default()
@@ -237,7 +253,7 @@ fn drive(
             phase = want;
             for vm in &cfg.vm {
                 daemon
-                    .set_policy(&vm.name, PolicyConfig::default_for(policies[phase]))
+                    .set_policy(&vm.name, policy_config(policies[phase], a))
                     .map_err(|e| chain(&e))?;
             }
             if !a.quiet {
@@ -354,5 +370,32 @@ mod tests {
         a.baseline = "interrupt".into();
         a.mode = Mode::Stream;
         assert!(validate(&a).unwrap_err().contains("--write-cost-ns"));
+    }
+
+    #[test]
+    fn netap_ml_is_told_the_demos_workload() {
+        let a = DemoArgs {
+            policy: "netap-ml".into(),
+            baseline: "netap".into(),
+            vms: 4,
+            threads: 1,
+            size: 192,
+            mode: Mode::TcpStream,
+            duration: 30,
+            out: "x".into(),
+            exit_cost_ns: 0,
+            write_cost_ns: None,
+            write_cost_ns_per_kib: None,
+            cpus: vec![],
+            quiet: true,
+        };
+        let PolicyConfig::NetapMl(p) = policy_config(PolicyKind::NetapMl, &a) else {
+            panic!("not NetAP-ML");
+        };
+        assert_eq!((p.vms, p.threads, p.msg_size), (4, 1, 192));
+        assert_eq!(
+            policy_config(PolicyKind::Netap, &a),
+            PolicyConfig::default_for(PolicyKind::Netap)
+        );
     }
 }

@@ -2,11 +2,18 @@
 
 One command runs the simulator's scenarios for NetAP, NetAP-ML, vSPACE and
 EE-KBP and writes PAPERS.md: each figure as the paper's value, the
-simulator's and the real daemon's (a recorded run where this machine can
-give one), verdicted by the rule in ``rows.py``.
+simulator's and the real daemon's (a recorded run, or one of ``--daemon``
+where this machine has the paper's cores), verdicted by the rule in ``rows.py``.
 
     PYTHONPATH=lab/src python -m vadapt_lab reproduce            # ~20 min on 2 cores: PAPERS.md
     PYTHONPATH=lab/src python -m vadapt_lab reproduce --quick    # < 3 min: a smoke run
+    PYTHONPATH=lab/src python -m vadapt_lab reproduce --daemon   # and the daemon column
+
+``--daemon`` also runs the papers' shapes on the real daemon with synthetic
+guests, each limited to as many cores as the paper's host had, and judges the
+daemon column by the same rule (``daemon.py``; it builds the release ``vadapt``
+when a shape fits this machine).
+A shape needing more cores than this machine gives is "not run: needs N cores".
 
 Why in the lab and not a ``vadapt`` sub-command: what it does is analysis
 (read result files with pandas, compare them with the papers' figures, write
@@ -28,7 +35,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import eekbp, netap, netap_ml, vspace
+from . import daemon, eekbp, netap, netap_ml, vspace
 from .papers_md import render
 from .runner import Sim
 
@@ -63,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         "--papers", type=Path, help="file to write (default: PAPERS.md, OUT/PAPERS.md with --quick)"
     )
     ap.add_argument("--repo", type=Path, default=REPO)
+    ap.add_argument(
+        "--daemon",
+        action="store_true",
+        help="also run the papers' shapes on the real daemon (needs the papers' core counts)",
+    )
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     out = a.out.resolve()
@@ -74,10 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     rows += netap_ml.rows(sim, out / "netap-ml", runs=2 if a.quick else 10)
     rows += vspace.rows(sim, plan)
     rows += eekbp.rows(sim, out / "eekbp", quick=a.quick)
-    command = "python -m vadapt_lab reproduce" + (" --quick" if a.quick else "")
+    rev = revision(sim.repo)
+    if a.daemon:
+        vadapt = sim.target / "release" / "vadapt"
+        runner = daemon.Runner(vadapt, out / "daemon", machine(), rev, sim.repo, log=sim.log)
+        daemon.fill(rows, runner)
+    command = (
+        "python -m vadapt_lab reproduce"
+        + (" --quick" if a.quick else "")
+        + (" --daemon" if a.daemon else "")
+    )
     meta = {
         "command": command,
-        "rev": revision(sim.repo),
+        "rev": rev,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "seconds": time.monotonic() - t0,
         "machine": machine(),

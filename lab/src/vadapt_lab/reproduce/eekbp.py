@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .rows import Row
+from .rows import DaemonRef, Row
 from .runner import Sim
 
 TABLE2 = {
@@ -574,6 +574,14 @@ def fig14_rows(sim: Sim, out: Path, quick: bool) -> list[Row]:
             "ee-kbp.txt §5.3 (1.4–3.1×), abstract",
             hi,
             daemon=daemon,
+            daemon_ref=DaemonRef(
+                "eekbp-uplink",
+                "mpps",
+                what=(
+                    "64 B only: B10's saturation, NIC to VM, the AF_XDP uplink under EE-KBP ÷ "
+                    "the kernel's bridge→TAP (NAPI), medians"
+                ),
+            ),
             neutral=1.0,
             tie=0.02,
             headline=True,

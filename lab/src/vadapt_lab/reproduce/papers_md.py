@@ -25,9 +25,12 @@ Each row is one figure of a paper (the papers are cited in
 [docs/papers.md](docs/papers.md)); every figure of each paper's abstract
 has a row, marked ★. Three columns: the paper's value, the simulator's
 (deterministic: the scenario and command are in the row) and the real
-daemon's where a machine could give one (a recorded run, with its source
-and machine; these 2-core VMs have no KVM at speed, no cpufreq and no
-RAPL). The verdict compares the simulator with the paper.
+daemon's where a machine could give one, with its command and machine:
+a recorded run, or one of `python -m vadapt_lab reproduce --daemon`, which
+runs each paper's shape with synthetic guests on as many cores as the
+paper's host had, and says "not run: needs N cores" on a smaller machine.
+The verdict compares the simulator with the paper; the daemon's figure is
+judged by the same rule, in its own cell.
 
 A ratio or a change is judged on its **effect**, its distance from the
 neutral value (1× or 100 % of a baseline, 0 for a change):
@@ -90,7 +93,7 @@ def render(rows: list[Row], meta: dict) -> str:
     if judged:
         daemon = Counter(r.daemon_verdict() for r in judged)
         out.append(
-            f"The real daemon has a recorded figure in {len(judged)} rows, judged by the same "
+            f"The real daemon has a figure in {len(judged)} rows, judged by the same "
             "rule (the machine and command are in each cell): "
             + ", ".join(f"{n} {v}" for v, n in daemon.most_common())
             + ".\n"

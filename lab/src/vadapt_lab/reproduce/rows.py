@@ -22,7 +22,9 @@ A row without a neutral value (an absolute level such as a knee in kQPS, or
 watts) has no direction: it **agrees** within 25 % of the paper's value and
 otherwise **differs**.
 
-A recorded daemon figure (``daemon_value``) is judged by the same rule.
+A daemon figure (``daemon_value``: recorded, or measured by ``reproduce
+--daemon`` from the run its ``daemon_ref`` names, see ``daemon.py``) is judged
+by the same rule.
 
 A row whose simulator figure is an input (calibrated from the paper's own
 figure, or equal to it by construction) is marked **input** and left out of
@@ -46,6 +48,20 @@ VERDICTS = (
     "input",
 )
 """Every verdict, in the order PAPERS.md counts them."""
+
+
+@dataclass(frozen=True)
+class DaemonRef:
+    """Where ``reproduce --daemon`` takes a row's daemon figure: ``metric`` of the run
+    ``case`` (a name in ``daemon.CASES``) times ``scale``."""
+
+    case: str
+    metric: str
+    scale: float = 1.0
+    """E.g. 100 for a ratio shown in %."""
+    what: str = ""
+    """What the figure measures where it is not the paper's measure, e.g. "NetAP ÷
+    interrupt mode (the paper: best fixed interval ÷ VirtIO)"."""
 
 
 @dataclass
@@ -89,6 +105,8 @@ class Row:
     daemon_value: float | None = None
     """The real daemon's figure in the row's unit, where one was recorded (``daemon`` says
     where, on what machine, with what command); judged by the same rule."""
+    daemon_ref: DaemonRef | None = None
+    """The daemon run that gives this row's figure under ``reproduce --daemon``."""
 
     def verdict(self) -> str:
         """The row's verdict by the module's rule."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..vspace_sim import parse_points
-from .rows import Row
+from .rows import DaemonRef, Row
 from .runner import Sim
 
 SCENARIO = "sim/scenarios/vspace-memcached-host.toml"
@@ -153,6 +153,7 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
     points = pd.concat([knees, at50], ignore_index=True)
     knee_common = {"scenario": SCENARIO, "command": "; ".join(cmds), "daemon": DAEMON}
     common = {"scenario": SCENARIO, "command": f"{cmds[0]}; {cmd50}", "daemon": DAEMON}
+    knee_common["daemon_ref"] = common["daemon_ref"] = DaemonRef("vspace", "")
     p_max, p_top = max_under_slo(points, "vSPACE-P")
     s_max, s_top = max_under_slo(points, "20vCPU-20NQ")
     one_max, one_top = max_under_slo(points, "20vCPU-1NQ")

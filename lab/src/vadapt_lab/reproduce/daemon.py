@@ -1,0 +1,263 @@
+"""``reproduce --daemon``: the papers' shapes on the real daemon, for the daemon column.
+
+Each :class:`Case` is one run of ``vadapt`` (the release build) on as many cores as
+the paper's host had: the process, its daemon and its synthetic guests are limited
+to the first ``cores`` CPUs this process may use (``taskset -c`` in the command
+shown). On a machine with fewer, the case is not run and every row it feeds says
+"not run: needs N cores"; nothing fails.
+
+The runners are ``vadapt``'s own, not a second one here: the NetAP and NetAP-ML
+shapes are ``vadapt demo`` (a daemon with synthetic guests sending a TCP stream
+to a sink, the baseline phase then the policy's, ``summary.json`` with each phase
+against the first); EE-KBP on the uplink is ``vadapt bench --only b10`` (the
+AF_XDP uplink on a veth wire against the kernel's bridge→TAP path, NAPI).
+
+A row names its figure with a :class:`~.rows.DaemonRef` (case, metric, scale);
+:func:`fill` runs every case a row names, once, and writes the figure and the
+machine it came from into the row, whose verdict is then judged by the same rule
+as the simulator's (``rows.py``). A row with a recorded figure (issue 39's
+16-core run) keeps it when its case cannot run here, and says so.
+
+What the daemon column measures is not always the paper's measure, and each
+cell says so: the demo's NetAP and NetAP-ML run with vadapt's defaults (ring
+guard, kick-driven check), against interrupt mode (vhost-net's behaviour), not
+the paper's NetAP against VirtIO or the best fixed interval; host CPU is the
+queue workers' CPU. Two cases have no runner yet and say so: NetAP Table 2
+(a sweep of fixed intervals: the simulator's fixed-interval probe is not a
+daemon policy) and vSPACE (nothing drives the core manager with a
+memcached-like load through the synthetic guest's QMP and guest agent).
+
+Run it alone on the machine: the figures are ratios within one run, but other
+load on the same cores moves them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..results import load_results
+from .rows import Row
+
+BUILD = ["cargo", "build", "--release", "-p", "vadapt"]
+"""The release ``vadapt`` the cases run (a no-op when it is up to date)."""
+
+NETAP_HOST = "the NetAP paper's 6-core host"
+NETAP_HOST7 = "the NetAP paper's second, 8-core host (Table 7)"
+NETAP_ML_HOST = "the NetAP-ML paper's 24-core host"
+EEKBP_HOST = "the EE-KBP paper's 14-core Xeon E5-2660 v4"
+VSPACE_HOST = "the vSPACE paper's 20-core Xeon Gold 6138"
+
+DEMO_SECONDS = 90
+"""A NetAP shape's run: half the baseline (interrupt mode), half the policy; NetAP's
+search takes 11 rounds of 1 s, so the policy's phase is mostly after adapting."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of ``vadapt`` for the daemon column."""
+
+    name: str
+    """Short name, also its output folder, e.g. ``netap-3vm-2t``."""
+    cores: int
+    """CPUs the run is limited to: the paper's host's cores."""
+    host: str
+    """The paper's host, as the "not run" cell names it."""
+    args: tuple[str, ...] = ()
+    """``vadapt``'s arguments; ``{out}`` stands for the case's output folder. Empty: no
+    runner exists yet, and ``missing`` says what is needed."""
+    read: Callable[[Path], dict[str, float]] | None = None
+    """The figures of a finished run, by metric name, from its output folder."""
+    missing: str = ""
+    """Why the case cannot run even on a large machine (when ``args`` is empty)."""
+
+
+def demo_ratios(out: Path) -> dict[str, float]:
+    """``vadapt demo``'s last phase against its first (``summary.json``'s ``ratios``):
+    ``payload_gbps``, ``worker_cpu_pct``, ``cpu_s_per_gb``..., the ratios that exist."""
+    ratios = json.loads((out / "summary.json").read_text())["ratios"]
+    if not ratios:
+        raise ValueError(f"{out}/summary.json: no phase after the baseline")
+    return {k: v for k, v in ratios[-1].items() if isinstance(v, (int, float))}
+
+
+def demo(
+    name: str,
+    cores: int,
+    host: str,
+    vms: int,
+    threads: int,
+    size: int = 64,
+    baseline: str = "interrupt",
+    policy: str = "netap",
+    seconds: int = DEMO_SECONDS,
+) -> Case:
+    """A ``vadapt demo`` case: ``vms`` × ``threads`` TCP senders, ``baseline`` then ``policy``."""
+    args = (
+        "demo", "--mode", "tcp-stream", "--vms", str(vms), "--threads", str(threads),
+        "--size", str(size), "--baseline", baseline, "--policy", policy,
+        "--duration", str(seconds), "--quiet", "--out", "{out}",
+    )  # fmt: skip
+    return Case(name, cores, host, args, demo_ratios)
+
+
+def b10_eekbp_over_napi(out: Path) -> dict[str, float]:
+    """B10's saturation, NIC to VM (``b10.json``): the uplink under EE-KBP ÷ the kernel's
+    bridge→TAP (NAPI), each the median over rounds, as ``mpps``."""
+    df = load_results(out / "b10.json")
+    sat = df[(df["table"] == "saturation") & (df["variant"] == "nic-to-vm")]
+
+    def median(backend: str, policy: str) -> float:
+        v = sat[(sat["backend"] == backend) & (sat["policy"] == policy)]["mpps"].dropna()
+        if v.empty:
+            raise ValueError(f"{out}/b10.json: no saturation row for {backend} {policy}")
+        return float(v.median())
+
+    return {"mpps": median("vadapt-uplink", "eekbp") / median("kernel-bridge-tap", "tap")}
+
+
+CASES = {
+    c.name: c
+    for c in (
+        # NetAP Tables 1–4 on its 6-core host, Table 7 on its 8-core one.
+        *(
+            demo(f"netap-{v}vm-{t}t", 6, NETAP_HOST, v, t)
+            for v, t in ((1, 6), (2, 3), (3, 2), (6, 1), (2, 4), (3, 3), (4, 2), (5, 1))
+        ),
+        demo("netap-5vm-1t-8cores", 8, NETAP_HOST7, 5, 1),
+        Case(
+            "netap-table2",
+            6,
+            NETAP_HOST,
+            missing=(
+                "a sweep of fixed intervals: `vadapt demo` runs policies by name only, and "
+                "has no fixed-interval NetAP to sweep"
+            ),
+        ),
+        # NetAP-ML Table 1's cases (VMs, threads, message size) on its 24-core host.
+        *(
+            demo(f"netap-ml-{c.lower()}", 24, NETAP_ML_HOST, v, t, s, "netap", "netap-ml")
+            for c, (v, t, s) in {"C1": (3, 2, 128), "C2": (2, 5, 96), "C3": (4, 1, 192)}.items()
+        ),
+        Case(
+            "eekbp-uplink",
+            14,
+            EEKBP_HOST,
+            ("bench", "--only", "b10", "--runs", "3", "--no-write", "--out", "{out}"),
+            b10_eekbp_over_napi,
+        ),
+        Case(
+            "vspace",
+            20,
+            VSPACE_HOST,
+            missing=(
+                "a runner that loads memcached-like requests through the synthetic guest's "
+                "QMP and guest agent under the core manager"
+            ),
+        ),
+    )
+}
+"""Every daemon case, by name."""
+
+
+@dataclass
+class Figure:
+    """What a case gave: its figures, or why there are none."""
+
+    values: dict[str, float] | None
+    """The figures by metric; ``None`` when the case was not run."""
+    text: str
+    """Where the figures came from (command, machine, revision), or why not run."""
+
+
+@dataclass
+class Runner:
+    """Runs the cases on this machine, each once, and writes its commands down."""
+
+    vadapt: Path
+    """The release ``vadapt``."""
+    out: Path
+    """Folder of the cases' outputs (one folder per case)."""
+    machine: str
+    """This machine, as the cells name it (CPU model and count)."""
+    rev: str
+    """The revision that ran."""
+    repo: Path | None = None
+    """Where to build ``vadapt`` (:data:`BUILD`) before the first case that runs; ``None``:
+    ``vadapt`` is already built. A machine too small for every case builds nothing."""
+    cpus: list[int] = field(default_factory=lambda: sorted(os.sched_getaffinity(0)))
+    """The CPUs this process may use (a test may pass fewer or more)."""
+    log: list[str] = field(default_factory=list)
+    """Every command run, as a shell line."""
+    done: dict[str, Figure] = field(default_factory=dict)
+
+    def figure(self, case: Case) -> Figure:
+        """``case``'s figures, running it the first time it is asked for."""
+        if case.name not in self.done:
+            self.done[case.name] = self.run(case)
+        return self.done[case.name]
+
+    def run(self, case: Case) -> Figure:
+        """Run ``case`` limited to its cores; "not run" when this machine has too few."""
+        no_runner = f"no daemon runner yet ({case.missing})"
+        if len(self.cpus) < case.cores:
+            why = f"needs {case.cores} cores ({case.host}); this machine gives {len(self.cpus)}"
+            return Figure(None, f"not run: {why}" + (f"; and {no_runner}" if not case.args else ""))
+        if not case.args:
+            return Figure(None, f"not run: {no_runner}")
+        if self.repo is not None:
+            subprocess.run(BUILD, cwd=self.repo, check=True)
+            self.repo = None
+        cpus = self.cpus[: case.cores]
+        out = self.out / case.name
+        out.mkdir(parents=True, exist_ok=True)
+        argv = [str(self.vadapt), *(a.replace("{out}", str(out)) for a in case.args)]
+        shown = shlex.join(
+            ["taskset", "-c", ",".join(map(str, cpus)), "vadapt"]
+            + [a.replace("{out}", f"OUT/{case.name}") for a in case.args]
+        )
+        self.log.append(shown)
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        )
+        (out / "stdout.txt").write_text(p.stdout)
+        (out / "stderr.txt").write_text(p.stderr)
+        if p.returncode != 0:
+            tail = p.stderr.strip().splitlines()[-1:] or ["no message"]
+            return Figure(None, f"failed (exit {p.returncode}): {tail[0]}; `{shown}`")
+        assert case.read is not None
+        try:
+            values = case.read(out)
+        except (OSError, ValueError, KeyError) as e:
+            return Figure(None, f"failed: its output unreadable ({e}); `{shown}`")
+        return Figure(
+            values, f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
+        )
+
+
+def fill(rows: list[Row], runner: Runner) -> None:
+    """Run every case a row names and write its daemon figure (or "not run") into it."""
+    for r in rows:
+        ref = r.daemon_ref
+        if ref is None:
+            continue
+        fig = runner.figure(CASES[ref.case])
+        what = f"{ref.what}; " if ref.what else ""
+        if fig.values is not None and ref.metric in fig.values:
+            r.daemon_value = fig.values[ref.metric] * ref.scale
+            r.daemon = what + fig.text
+        elif fig.values is not None:
+            r.daemon_value = None
+            r.daemon = f"no `{ref.metric}` in the run's figures; {fig.text}"
+        elif r.daemon_value is not None:
+            r.daemon += f" (rerun here: {fig.text})"
+        else:
+            r.daemon = fig.text
