@@ -114,7 +114,10 @@
 //!   synthetic guest; the kick's pass gives the arrival rate, and the next
 //!   sleeps are capped to end before the ring is half full (kick-driven
 //!   below `min_interval_us`). A TCP sender that runs out of room now and
-//!   then is left alone. It applies during the search as after it:
+//!   then is left alone, and so is a sleep that ran to its end past the
+//!   threshold from a guest that kicked there the last time (its kick
+//!   raced the timer, or the worker woke late: on a busy host every guard
+//!   action under B9's TCP senders). It applies during the search as after it:
 //!   the search's probes are cut to the cap, so while capped it searches
 //!   among intervals that the ring holds. Rings that stay below the safety
 //!   net's threshold during every sleep — the papers' senders at the
