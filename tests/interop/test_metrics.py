@@ -120,3 +120,33 @@ def test_head_answers_like_get_without_a_body(live):
     assert status == 200 and head_body == ""
     assert headers["Content-Type"] == get_headers["Content-Type"]
     assert int(headers["Content-Length"]) > 0
+
+
+def test_ports_that_share_a_thread_each_show_their_cpu_time(vadapt_bin, procs):
+    """The daemon on one CPU with two busy VM ports: their sets share one
+    queue worker thread (never more busy threads than CPUs), and each
+    port's worker still shows the CPU time of its own passes, not 0 (B9's
+    CPU per GB read 0 once the ports shared threads)."""
+    socks = {n: procs.workdir / f"{n}.sock" for n in ("vm1", "vm2")}
+    d = harness.Vadapt(
+        vadapt_bin,
+        procs.workdir,
+        procs,
+        [a for n, s in socks.items() for a in ("--vm", f"name={n},socket={s}")]
+        + ["--sink", "sink0,mac=02:00:00:00:00:02", "--policy", "busy-poll"],
+        cpus="1" if len(os.sched_getaffinity(0)) > 1 else None,
+    ).start(list(socks.values()))
+    guests = [
+        subprocess.Popen(
+            [str(vadapt_bin), "guest", "--socket", str(s), "--rate", "20k", "--duration", "3s"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in socks.values()
+    ]
+    for g in guests:
+        assert g.wait(timeout=60) == 0, g.stderr.read() if g.stderr else ""
+    workers = {w["name"]: w for w in d.stats()["workers"]}
+    for n in socks:
+        assert workers[n]["cpu_seconds"] > 0, workers

@@ -58,9 +58,11 @@
 //! what the port's NetAP-ML predicts for: from the config, a retune or the
 //! daemon's estimate (see [`crate::workload_loop`]).
 //!
-//! With `[cores] queue_workers = "per-nq-core"` a pool thread serves several
-//! ports, so `vadapt_worker_cpu_seconds_total` stays 0 for their workers; the
-//! NQ group's CPU time is `vadapt_cores_utilization{group="nq"}`.
+//! Where a thread serves several ports (more busy ports than CPUs, or
+//! `[cores] queue_workers = "per-nq-core"`), `vadapt_worker_cpu_seconds_total`
+//! of each port's worker is the thread time of that port's own polls and
+//! passes, measured around them; a thread of one port's own is read whole.
+//! The NQ group's CPU time is also `vadapt_cores_utilization{group="nq"}`.
 
 mod counters;
 mod declare;

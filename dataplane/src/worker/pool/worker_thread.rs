@@ -109,7 +109,9 @@ pub(crate) fn epoll_for(inbox: &Inbox) -> std::io::Result<Epoll> {
 /// A thread of one set's own (a pool of one) shows as the set's worker:
 /// its id and CPU time go to the set's counters while it serves the set.
 /// Only the first set a thread serves, and only while no other joined it:
-/// its CPU time is then the set's alone.
+/// its CPU time is then the set's alone. Every other set a thread serves
+/// (sets that share a thread, the NQ pool's) has the time of its own
+/// polls and passes measured and added to its counters (`run`).
 fn own(set: &QueueSet, tid: u32, serving: bool) {
     let Some(ws) = set.queues.worker_stats() else {
         return;
@@ -121,6 +123,11 @@ fn own(set: &QueueSet, tid: u32, serving: bool) {
         ws.cpu_ns_retired
             .fetch_add(crate::metrics::thread_cpu_ns(tid as i32), Ordering::Relaxed);
     }
+}
+
+/// The calling thread's CPU time, ns (0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    vadapt_host::cputime::current_thread_cpu_time().map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Runs worker `index` until [`Command::Exit`]; publishes its thread id in
@@ -203,12 +210,20 @@ pub(crate) fn run(
         let mut unwatched = false;
         for set in sets.iter_mut() {
             unwatched |= !set.is_stopped() && set.queues.waiter_fd().is_none();
+            // A set this thread is not its own of gets the thread's CPU
+            // time it uses, measured (two vDSO clock reads); the owner's
+            // is the thread's whole time, read from outside (see `own`).
+            let since = (owner != Some(set.id)).then(thread_cpu_ns);
             if set.poll() {
                 set.run_pass();
                 ran = true;
                 if set.is_stopped() {
                     watch(&epoll, ControlOperation::Delete, set);
                 }
+            }
+            if let (Some(t0), Some(ws)) = (since, set.queues.worker_stats()) {
+                ws.cpu_ns_retired
+                    .fetch_add(thread_cpu_ns().saturating_sub(t0), Ordering::Relaxed);
             }
         }
         if !ran && !unwatched {
