@@ -5,7 +5,7 @@ EE-KBP and writes PAPERS.md: each figure as the paper's value, the
 simulator's and the real daemon's (a recorded run, or one of ``--daemon``
 where this machine has the paper's cores), verdicted by the rule in ``rows.py``.
 
-    PYTHONPATH=lab/src python -m vadapt_lab reproduce            # ~20 min on 2 cores: PAPERS.md
+    PYTHONPATH=lab/src python -m vadapt_lab reproduce            # ~55 min on 2 cores: PAPERS.md
     PYTHONPATH=lab/src python -m vadapt_lab reproduce --quick    # < 3 min: a smoke run
     PYTHONPATH=lab/src python -m vadapt_lab reproduce --daemon   # and the daemon column
 
