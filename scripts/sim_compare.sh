@@ -8,7 +8,9 @@
 #   scripts/sim_compare.sh BEFORE_BIN AFTER_BIN OUT_DIR
 set -euo pipefail
 (($# == 3)) || { sed -n '2,9p' "$0" >&2; exit 2; }
-before="$1" after="$2" out="$3"
+mkdir -p "$3/before" "$3/after"
+# Absolute, before the cd below.
+before="$(realpath "$1")" after="$(realpath "$2")" out="$(realpath "$3")"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 differ=0
 for f in sim/scenarios/*.toml; do
