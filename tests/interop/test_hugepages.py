@@ -109,9 +109,7 @@ def traffic_both_ways(d: Vadapt, timeout: float = 30.0) -> bool:
     return False
 
 
-def start(
-    vadapt_bin, procs, hugetlbfs: Path, backend: str, accept: bool
-) -> tuple[Vadapt, Guest]:
+def start(vadapt_bin, procs, hugetlbfs: Path, backend: str, accept: bool) -> tuple[Vadapt, Guest]:
     sock = procs.workdir / "vmh.sock"
     spec = f"name=vmh,socket={sock}" + (",unsealed_memory=accept" if accept else "")
     d = Vadapt(
