@@ -330,14 +330,15 @@ fn live_line(rows: &[Sample], sec: u64, total: u64, policy: &str) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn bad_knobs_are_named() {
-        let mut a = DemoArgs {
-            policy: "netap".into(),
-            baseline: "interrupt".into(),
-            vms: 0,
-            threads: 3,
-            size: 64,
+    /// A demo of `policy` against `baseline` with `vms` VMs of `threads`
+    /// sender threads of `size`-byte messages, 30 s of TCP streams.
+    fn args(policy: &str, baseline: &str, vms: u32, threads: u32, size: u32) -> DemoArgs {
+        DemoArgs {
+            policy: policy.into(),
+            baseline: baseline.into(),
+            vms,
+            threads,
+            size,
             mode: Mode::TcpStream,
             duration: 30,
             out: "x".into(),
@@ -346,7 +347,12 @@ mod tests {
             write_cost_ns_per_kib: None,
             cpus: vec![],
             quiet: true,
-        };
+        }
+    }
+
+    #[test]
+    fn bad_knobs_are_named() {
+        let mut a = args("netap", "interrupt", 0, 3, 64);
         assert!(validate(&a).unwrap_err().contains("--vms"));
         a.vms = 2;
         a.policy = "netap,warp".into();
@@ -374,21 +380,7 @@ mod tests {
 
     #[test]
     fn netap_ml_is_told_the_demos_workload() {
-        let a = DemoArgs {
-            policy: "netap-ml".into(),
-            baseline: "netap".into(),
-            vms: 4,
-            threads: 1,
-            size: 192,
-            mode: Mode::TcpStream,
-            duration: 30,
-            out: "x".into(),
-            exit_cost_ns: 0,
-            write_cost_ns: None,
-            write_cost_ns_per_kib: None,
-            cpus: vec![],
-            quiet: true,
-        };
+        let a = args("netap-ml", "netap", 4, 1, 192);
         let PolicyConfig::NetapMl(p) = policy_config(PolicyKind::NetapMl, &a) else {
             panic!("not NetAP-ML");
         };
