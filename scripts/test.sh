@@ -45,7 +45,8 @@ pytest_run() {
 
 step_deps() { bash scripts/install-deps.sh; }
 step_guest_image() { bash scripts/guest-image.sh; }
-step_fmt() { cargo fmt --all --check; }
+# The fuzz crate is a workspace of its own.
+step_fmt() { cargo fmt --all --check && (cd fuzz && cargo fmt --all --check); }
 # No import cycle between the files of a crate (known ones listed in the script).
 step_imports() { python3 scripts/check-imports.py; }
 # Also the packaged daemon-only build (no dev-tools), which the package step makes.

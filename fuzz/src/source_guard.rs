@@ -73,13 +73,12 @@ fn rule_admits(p: &Port, frame: &[u8]) -> bool {
             let kind = v.icmp.map(|i| i.kind);
             let dad_or_mld = matches!(kind, Some(135 | 131 | 132 | 143));
             let src_ok = v6_ok(v.src) || (v.src.is_unspecified() && dad_or_mld);
-            let router = matches!(
-                kind,
-                Some(icmpv6::ROUTER_ADVERTISEMENT | icmpv6::REDIRECT)
-            );
+            let router = matches!(kind, Some(icmpv6::ROUTER_ADVERTISEMENT | icmpv6::REDIRECT));
             let lladdr_ok = v.icmp.and_then(|i| i.nd_lladdr).is_none_or(|m| m == p.mac);
             let target_ok = match v.icmp {
-                Some(i) if i.kind == icmpv6::NEIGHBOR_ADVERTISEMENT => i.nd_target.is_none_or(v6_ok),
+                Some(i) if i.kind == icmpv6::NEIGHBOR_ADVERTISEMENT => {
+                    i.nd_target.is_none_or(v6_ok)
+                }
                 _ => true,
             };
             src_ok && !router && lladdr_ok && target_ok

@@ -502,7 +502,11 @@ fn new_port(queues: u16, mtu: Option<u16>, policy: PolicyConfig) -> (Arc<VmPort>
         VmPort::new(cfg, policy, BACKLOG, None, freq, None).expect("creating a port (an eventfd)");
     let id = switch.add_port(vm.clone(), Arc::clone(&vm.stats));
     vm.attach(switch.ingress(id));
-    let stats = Arc::new(PortStats::new("echo", vadapt_dataplane::metrics::PortKind::Echo, 1));
+    let stats = Arc::new(PortStats::new(
+        "echo",
+        vadapt_dataplane::metrics::PortKind::Echo,
+        1,
+    ));
     let echo = Arc::new(Echo::new(Arc::clone(&stats)));
     let id = switch.add_port(echo.clone(), stats);
     echo.attach(switch.ingress(id));

@@ -84,7 +84,7 @@ use vadapt_results::ResultFile;
 /// `vadapt bench`.
 #[derive(Debug, Args)]
 #[command(after_help = "EXAMPLES:\n  \
-    vadapt bench --quick                 # smoke test, < 5 minutes, writes only --out\n  \
+    vadapt bench --quick                 # smoke test (about 11 minutes on 2 cores), writes only --out\n  \
     vadapt bench                         # full suite, rewrites BENCHMARKS.md\n  \
     vadapt bench --only b1,b4 --runs 5   # some benchmarks, more rounds\n  \
     vadapt bench --render --out DIR --markdown report.md   # the report of an earlier run's results\n\n\
