@@ -6,6 +6,11 @@
 //! that preceded it, what it moved) and the step its executor answered. A
 //! scripted `QueueIo` hands the set exactly those passes; every step the
 //! set then carries out must equal the simulator's.
+//!
+//! The other direction, on a real world and on every path a set runs (a
+//! thread of its own, the NQ pool, stepped): an uplink's NIC queue's passes,
+//! fed to an executor as the simulator feeds one, give the steps its worker
+//! got (`src/uplink/every_path_tests.rs`).
 
 use std::path::Path;
 use vadapt_dataplane::worker::{

@@ -2,7 +2,12 @@
 DST (EtherType 0x88b5, a sequence number in the payload), then count the
 distinct frames addressed back to us for up to 2 s. Prints "sent received".
 
-Usage (inside the wire's namespace): send_and_count.py IFACE DST_HEX COUNT LENGTH
+With LIARS, also send that many 802.3 frames to DST whose length field says
+1000 bytes in a 60-byte frame (a receiver must count them undersize and drop
+them), spread among the others; then it prints "sent received liars_sent".
+
+Usage (inside the wire's namespace):
+send_and_count.py IFACE DST_HEX COUNT LENGTH [LIARS]
 """
 
 import socket
@@ -16,6 +21,7 @@ iface, dst, count, length = (
     int(sys.argv[3]),
     int(sys.argv[4]),
 )
+liars = int(sys.argv[5]) if len(sys.argv) > 5 else None
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88B5))
 s.bind((iface, 0x88B5))
 # Frames come back while we still send: the default receive buffer (about
@@ -26,15 +32,29 @@ try:
 except OSError:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
 me = s.getsockname()[4]
-sent = 0
+liar = dst + me + (1000).to_bytes(2, "big") + bytes(46)
+
+
+def send(frame):
+    """True if the frame went out."""
+    try:
+        s.send(frame)
+        return True
+    except OSError:
+        return False
+
+
+sent, liars_sent = 0, 0
+# One liar after every `every` frames; any left over at the end.
+every = max(1, count // liars) if liars else 0
 for i in range(count):
     f = dst + me + b"\x88\xb5" + struct.pack("!I", i)
     f += bytes(max(0, length - len(f)))
-    try:
-        s.send(f)
-        sent += 1
-    except OSError:
-        pass
+    sent += send(f)
+    if liars_sent < (liars or 0) and (i + 1) % every == 0:
+        liars_sent += send(liar)
+for _ in range((liars or 0) - liars_sent):
+    liars_sent += send(liar)
 s.settimeout(0.2)
 got, end = set(), time.time() + 2
 while time.time() < end and len(got) < sent:
@@ -44,4 +64,7 @@ while time.time() < end and len(got) < sent:
         continue
     if r[:6] == me and r[12:14] == b"\x88\xb5":
         got.add(struct.unpack("!I", r[14:18])[0])
-print(sent, len(got))
+if liars is None:
+    print(sent, len(got))
+else:
+    print(sent, len(got), liars_sent)

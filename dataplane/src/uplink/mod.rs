@@ -22,6 +22,8 @@ pub mod worker;
 pub mod xsk;
 
 #[cfg(test)]
+mod every_path_tests;
+#[cfg(test)]
 mod tests;
 
 pub use port::Uplink;

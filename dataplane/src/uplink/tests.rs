@@ -164,11 +164,11 @@ fn a_socket_receives_the_wires_frames() {
 }
 
 /// The far end's traffic: see the script's docstring.
-const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py");
+pub(super) const SEND_AND_COUNT: &str = include_str!("../../../tests/wire/send_and_count.py");
 
 /// A switch with uplink `cfg` (backlogs of 1024 frames) and an echo port
 /// at the MAC of the name "echo" behind it; the switch is kept by the caller.
-fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
+pub(super) fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     let sw = Arc::new(Switch::new(Duration::from_secs(300)));
     let up = super::Uplink::new(cfg, 1024, PolicyConfig::Interrupt, None).unwrap();
     let id = sw.add_port(up.clone(), Arc::clone(&up.stats));
@@ -181,7 +181,7 @@ fn uplink_and_echo(cfg: UplinkPortConfig) -> (Arc<Switch>, Arc<super::Uplink>) {
     (sw, up)
 }
 
-fn hex(m: Mac) -> String {
+pub(super) fn hex(m: Mac) -> String {
     m.0.iter().map(|b| format!("{b:02x}")).collect()
 }
 

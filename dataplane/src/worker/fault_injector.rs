@@ -6,8 +6,9 @@
 //! accepted by a ring may be lost, whatever the timing. The tests below run
 //! every policy in a [`super::QueueSet`] stepped without a thread over a
 //! deterministic virtual guest wrapped in this injector; it wraps the
-//! daemon's own worlds (a VM port's rings, a NIC queue) as well, on a
-//! thread of their own or in the pool.
+//! daemon's own worlds as well, on a thread of their own, in the pool and
+//! stepped: a VM port's rings (`queue/fault_paths_tests.rs`) and an
+//! uplink's NIC queue (`uplink/every_path_tests.rs`).
 
 use super::pending_wait::PendingWait;
 use super::queue_io::{Control, QueueIo, Wait};
