@@ -537,6 +537,7 @@ mod tests {
                 "ctrl_accepted",
                 "ctrl_refused",
                 "dirty_log_shrank",
+                "capture_dropped",
                 "fdb_not_learned",
                 "queues",
             ])

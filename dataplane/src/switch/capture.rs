@@ -111,7 +111,7 @@ impl Drop for CaptureSession {
 mod tests {
     use super::super::capture_tap::{CaptureDir, Crossed};
     use super::super::test_utils::Recorder;
-    use super::super::FdbCache;
+    use super::super::learning_switch::FdbCache;
     use super::*;
     use crate::frames::FrameBatch;
     use crate::metrics::{PortKind, PortStats};
@@ -161,7 +161,8 @@ mod tests {
 
     #[test]
     fn retagged_frames_are_copied_as_the_port_is_handed_them() {
-        use super::super::{PortRules, PortVlan};
+        use super::super::port_rules::PortRules;
+        use super::super::vlan::PortVlan;
         let sw = Arc::new(Switch::new(Duration::from_secs(300)));
         let trunk = PortRules::open_in(PortVlan::Trunk {
             allowed: [10].into_iter().collect(),
