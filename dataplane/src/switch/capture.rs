@@ -110,8 +110,8 @@ impl Drop for CaptureSession {
 #[cfg(test)]
 mod tests {
     use super::super::capture_tap::{CaptureDir, Crossed};
-    use super::super::test_utils::Recorder;
     use super::super::learning_switch::FdbCache;
+    use super::super::test_utils::Recorder;
     use super::*;
     use crate::frames::FrameBatch;
     use crate::metrics::{PortKind, PortStats};
