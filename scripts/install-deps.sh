@@ -221,7 +221,7 @@ else
         log "creating venv $VENV with $($PY --version)"
         "$PY" -m venv "$VENV"
     fi
-    log "pip install -e lab[dev] (pandas, matplotlib, scikit-learn, pytest, ruff)"
+    log "pip install -e lab[dev] (pandas, matplotlib, scikit-learn, pytest, ruff, scapy)"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "lab[dev]"
     echo "$want" >"$STAMP"

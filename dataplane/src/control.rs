@@ -16,18 +16,26 @@
 //! | [`Request::SetLimits`] | `set-limits` | `vadapt set-limits` |
 //! | [`Request::Fdb`] | `fdb` | `vadapt fdb` |
 //! | [`Request::Trace`] | `trace` | `vadapt trace` |
+//! | [`Request::Capture`] | `capture` | `vadapt capture` |
 //!
 //! The requests that only read ([`Request::only_reads`]: stats, metrics,
 //! cores, fdb, trace) never wait on a port, a frontend or the port book.
 //!
 //! Protocol: the client sends one JSON [`Request`] on one line, the daemon
 //! answers one JSON [`Response`] on one line and closes the connection.
+//!
+//! Except a capture that starts: its answer line ([`Response::Capturing`])
+//! is followed by the capture itself, a pcapng stream, written by a thread
+//! of its own until the capture ends (`crate::capture_stream`); the client
+//! ends it early by shutting down its side of the connection (or closing
+//! it), and then reads the stream to its end.
 
+use crate::capture_stream::{write_capture, CaptureSpec, CaptureStartError};
 use crate::config::{PortLimits, PortSpec};
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
 use crate::socket_file::{self, Access, SocketFileError, SocketLedger};
-use crate::switch::{FdbListing, FrameSpec, FrameTrace};
+use crate::switch::{CaptureSession, FdbListing, FrameSpec, FrameTrace};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -104,6 +112,13 @@ pub enum Request {
         /// The frame.
         frame: FrameSpec,
     },
+    /// Capture a port's frames (`vadapt capture`): answered with
+    /// [`Response::Capturing`] and the capture's pcapng stream on the same
+    /// connection (see the module docs).
+    Capture {
+        /// What to capture.
+        spec: CaptureSpec,
+    },
 }
 
 /// The largest P95 sample `cores-report` takes, µs: an hour. Anything
@@ -144,6 +159,13 @@ pub enum Response {
     Trace {
         /// The path, check by check.
         trace: FrameTrace,
+    },
+    /// A capture started; its pcapng stream follows this line.
+    Capturing {
+        /// The port.
+        port: String,
+        /// The snap length, bytes.
+        snaplen: u32,
     },
     /// Done.
     Ok,
@@ -270,6 +292,14 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
 pub trait Handler: Send + Sync {
     /// Answer one request.
     fn handle(&self, req: Request) -> Response;
+
+    /// Start the capture `spec` asks for (a [`Request::Capture`], which
+    /// [`handle`](Self::handle) never gets from the server). By default
+    /// there is nothing to capture.
+    fn capture(&self, spec: &CaptureSpec) -> Result<CaptureSession, CaptureStartError> {
+        let _ = spec;
+        Err(CaptureStartError::Unavailable)
+    }
 }
 
 /// Bind the control socket (mode 0600, parent directory created) as
@@ -449,11 +479,13 @@ impl Request {
             Request::SetLimits { .. } => "set-limits",
             Request::Fdb => "fdb",
             Request::Trace { .. } => "trace",
+            Request::Capture { .. } => "capture",
         }
     }
 
     /// Whether the request only reads counters or state (never waits on a
-    /// port, a frontend or the port book).
+    /// port, a frontend or the port book). A capture reads frames, and
+    /// starting one takes the switch's lock once, as `trace` does.
     pub fn only_reads(&self) -> bool {
         matches!(
             self,
@@ -462,6 +494,7 @@ impl Request {
                 | Request::Cores
                 | Request::Fdb
                 | Request::Trace { .. }
+                | Request::Capture { .. }
         )
     }
 }
@@ -483,7 +516,21 @@ pub async fn answer(
     tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line))
         .await
         .map_err(|_| timed_out())??;
+    let mut capture = None;
     let resp = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Capture { spec }) => match dispatcher.handler.capture(&spec) {
+            Ok(session) => {
+                let resp = Response::Capturing {
+                    port: spec.port.clone(),
+                    snaplen: spec.snaplen,
+                };
+                capture = Some((session, spec));
+                resp
+            }
+            Err(e) => Response::Error {
+                error: e.to_string(),
+            },
+        },
         Ok(req) => dispatcher.dispatch(req).await,
         Err(e) => Response::Error {
             error: format!("bad request: {e}"),
@@ -494,7 +541,58 @@ pub async fn answer(
     tokio::time::timeout(REQUEST_TIMEOUT, wr.write_all(out.as_bytes()))
         .await
         .map_err(|_| timed_out())??;
+    if let Some((session, spec)) = capture {
+        let conn = reader
+            .into_inner()
+            .into_inner()
+            .reunite(wr)
+            .map_err(|e| ControlError::Io(std::io::Error::other(e.to_string())))?;
+        let conn = conn.into_std()?;
+        conn.set_nonblocking(false)?;
+        conn.set_write_timeout(Some(CAPTURE_SEND_TIMEOUT))?;
+        std::thread::Builder::new()
+            .name("vadapt-capture".into())
+            .spawn(move || stream_capture(&session, &spec, conn))
+            .map_err(ControlError::Spawn)?;
+    }
     Ok(())
+}
+
+/// Longest a capture's writer waits for its client to take more of the
+/// stream; past it the capture ends (a client that stopped reading).
+pub const CAPTURE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A capture's thread: write it to `conn` until it ends, then log how.
+fn stream_capture(session: &CaptureSession, spec: &CaptureSpec, conn: UnixStream) {
+    let gone = |wait: Duration| client_gone(&conn, wait);
+    let out = std::io::BufWriter::with_capacity(1 << 16, &conn);
+    match write_capture(session, spec, out, gone) {
+        Ok(s) => tracing::info!(
+            port = %spec.port,
+            end = ?s.end,
+            written = s.written,
+            dropped = s.dropped,
+            "capture ended"
+        ),
+        Err(e) => tracing::info!(port = %spec.port, error = %e, "capture ended: client gone"),
+    }
+}
+
+/// Whether the client of `conn` has closed or shut down its side (or sent
+/// anything, which a capture's client does not), waiting up to `wait`
+/// for it to.
+fn client_gone(conn: &UnixStream, wait: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `pfd` is one valid pollfd for the duration of the call, and
+    // its fd is `conn`'s, open while `conn` is borrowed.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n > 0 && pfd.revents != 0
 }
 
 #[cfg(test)]
@@ -516,6 +614,9 @@ mod tests {
                 },
                 Request::Trace { .. } => Response::Trace {
                     trace: FrameTrace::default(),
+                },
+                Request::Capture { .. } => Response::Error {
+                    error: "not here".into(),
                 },
                 Request::SetPolicy { port, .. } if port == "vm1" => Response::Ok,
                 Request::SetPolicy { port, .. }

@@ -7,6 +7,8 @@
 //!
 //! * [`daemon`] — config → ports → services, each a function; shutdown.
 //! * [`control`] — the control socket's requests and answers.
+//! * [`capture_stream`] — `vadapt capture`'s request and its writer: a
+//!   port's captured frames from the switch's tap to the client as pcapng.
 //! * [`cores`] — vSPACE's core manager (its step in `cores/manager_loop/`,
 //!   one peer thread per QMP socket and guest agent).
 //! * [`port`] — a VM port's vhost-user side: socket, protocol, guest
@@ -43,6 +45,7 @@
 
 #![deny(missing_docs)]
 
+pub mod capture_stream;
 pub mod clock;
 pub mod config;
 pub mod conn_limit;

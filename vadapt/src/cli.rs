@@ -34,6 +34,12 @@ pub enum Command {
     /// the ports it would leave by (the switch's own decision, against its
     /// table now; nothing is sent or learned).
     Trace(TraceArgs),
+    /// Capture a running port's frames, as the switch sees them, into a
+    /// pcapng file or onto stdout (`-w -`, for `tcpdump -r -`); bounded:
+    /// a snap length, a frame count or a duration, and frames the writer
+    /// cannot keep up with are dropped from the capture and counted, never
+    /// held up.
+    Capture(CaptureArgs),
     /// Change a VM port's policy in the running daemon.
     SetPolicy(SetPolicyArgs),
     /// Change one parameter of a VM port's running policy, keeping its state.
@@ -334,6 +340,66 @@ pub struct TraceArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `vadapt capture`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Directions are the port's, as tcpdump on a VM's host tap \
+    interface or OVS's vhost-user port counters name them: rx is what the port received from \
+    its VM (the guest's transmit), tx what the switch handed it for its VM (the guest's \
+    receive); `vadapt stats`' tx_pkts/rx_pkts are the guest's, the other way round. Frames are \
+    taken at the switch: rx frames as they enter it (those it then drops, by port security or \
+    a VLAN rule, included; those the port dropped before, over its MTU or rate limit, not), \
+    tx frames as the port's egress is handed them (a port's backlog or ring may still drop \
+    them). The file is pcapng: one interface named after the port, each frame's direction in \
+    epb_flags (inbound rx, outbound tx) and an rx frame's queue in its comment (`queue N`), and at the end \
+    the frames the capture saw and dropped (isb_ifrecv, isb_ifdrop; the port's \
+    capture_dropped in `vadapt stats`). One capture per port at a time. Ctrl-C ends it with a \
+    complete file.\n\nEXAMPLES:\n  \
+    vadapt capture vm1 -w vm1.pcapng\n  \
+    vadapt capture vm1 --dir rx --queue 1 -c 100 -w -  | tcpdump -n -r -\n  \
+    vadapt capture up0 --dir tx --snaplen 128 --duration 10 -w up0.pcapng"
+)]
+pub struct CaptureArgs {
+    /// The port to capture (any kind: VM, sink, echo, TAP, uplink).
+    #[arg(value_name = "PORT")]
+    pub port: String,
+    /// Where to write the pcapng stream: a file (replaced), or `-` for stdout.
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: PathBuf,
+    /// Which frames, from the port's point of view: `rx` those it received
+    /// from its VM, `tx` those the switch handed it for its VM, or both.
+    #[arg(long, value_enum, default_value_t = CaptureDirArg::Both)]
+    pub dir: CaptureDirArg,
+    /// Only the frames received on queue pair N (needs `--dir rx`: the
+    /// queue a tx frame leaves by is chosen inside the port, after the
+    /// switch, where the capture is taken).
+    #[arg(long, value_name = "N")]
+    pub queue: Option<u16>,
+    /// Bytes kept of each frame, 1 to 262144 (every frame fits the default).
+    #[arg(short = 's', long, value_name = "BYTES", default_value_t = 262_144)]
+    pub snaplen: u32,
+    /// Stop after N frames.
+    #[arg(short = 'c', long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Stop after this many seconds (fractions allowed).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
+    pub control: PathBuf,
+}
+
+/// `vadapt capture --dir`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CaptureDirArg {
+    /// Frames the port received from its VM (entering the switch).
+    Rx,
+    /// Frames the switch handed the port for its VM.
+    Tx,
+    /// Both.
+    Both,
 }
 
 /// `vadapt fdb`.

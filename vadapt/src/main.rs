@@ -1,5 +1,6 @@
 //! `vadapt`: parse the command line, run the subcommand.
 
+mod capture;
 mod cli;
 mod config_commands;
 mod control_client;
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
         cli::Command::Stats(args) => serve::stats(args),
         cli::Command::Fdb(args) => fdb::fdb(args),
         cli::Command::Trace(args) => trace::trace(args),
+        cli::Command::Capture(args) => capture::capture(args),
         cli::Command::SetPolicy(args) => serve::set_policy(args),
         cli::Command::Retune(args) => serve::retune(args),
         cli::Command::Cores(args) => serve::cores(args),

@@ -14,6 +14,7 @@ pub use error::DaemonError;
 use port_book::PortBook;
 use started::Started;
 
+use crate::capture_stream::{CaptureSpec, CaptureStartError};
 use crate::config::{DaemonConfig, PortLimits, PortSpec};
 use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US};
 use crate::cores::CoresStatus;
@@ -21,7 +22,7 @@ use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
 use crate::queue::{Roster, VmPort};
 use crate::socket_file::SocketLedger;
-use crate::switch::Switch;
+use crate::switch::{CaptureSession, Switch};
 use crate::worker::pool::NqWorkers;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,8 +53,15 @@ struct Shared {
 }
 
 impl Handler for Shared {
+    fn capture(&self, spec: &CaptureSpec) -> Result<CaptureSession, CaptureStartError> {
+        Ok(self.switch.capture(&spec.port, spec.filter()?)?)
+    }
+
     fn handle(&self, req: Request) -> Response {
         match req {
+            Request::Capture { .. } => Response::Error {
+                error: "a capture is started by the control server, on its own connection".into(),
+            },
             Request::Stats => Response::Stats {
                 stats: self.registry.snapshot(),
             },

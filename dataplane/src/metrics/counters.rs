@@ -355,6 +355,14 @@ declare_metrics! {
             /// `crate::migration`).
             dirty_log_shrank;
         }
+        family PORT_CAPTURE_DROPPED (Counter "vadapt_port_capture_dropped" ["port"]
+            "Frames a running capture of the port did not keep, its buffer being full."
+            "frames a `vadapt capture` of the port did not keep because its buffer was full (its writer behind); the frames themselves went on as ever") {
+            /// Frames a `vadapt capture` of the port did not keep because its
+            /// buffer was full (its writer behind); the frames themselves went
+            /// on (see `crate::switch`'s capture tap).
+            capture_dropped;
+        }
     }
 
     maps {
@@ -529,6 +537,7 @@ mod tests {
                 "ctrl_accepted",
                 "ctrl_refused",
                 "dirty_log_shrank",
+                "capture_dropped",
                 "fdb_not_learned",
                 "queues",
             ])

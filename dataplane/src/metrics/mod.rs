@@ -46,6 +46,7 @@
 //! | `vadapt_port_guest_memory_bytes` | gauge | port | guest memory mapped for the port's frontend, bytes |
 //! | `vadapt_port_ctrl_commands_total` | counter | port, outcome | control-queue commands answered (a frontend that gives the backend its control queue): `outcome="accepted"` `VIRTIO_NET_OK`, `outcome="refused"` `VIRTIO_NET_ERR` or a chain with no command |
 //! | `vadapt_port_dirty_log_shrank_total` | counter | port | times the frontend's dirty-page log shrank under the daemon (an unsealed log on an `unsealed_memory = "accept"` port; SIGBUS survived) and logging ended for the port |
+//! | `vadapt_port_capture_dropped_total` | counter | port | frames a `vadapt capture` of the port did not keep because its buffer was full (its writer behind); the frames themselves went on as ever |
 //! | `vadapt_port_fdb_not_learned_total` | counter | port, reason | source addresses of the port's frames the switch did not learn (the frames are forwarded all the same), once per source and second per worker: `reason="table_full"` the table holds `mac_table_size` learned addresses, `reason="port_limit"` the port holds its `max_learned_per_port`, `reason="owned_elsewhere"` another port owns the address (its `mac=`, `allowed_macs=`, a sink's or echo's MAC) |
 //! | `vadapt_worker_cpu_seconds_total` | counter | worker | CPU time of the queue worker thread |
 //! | `vadapt_worker_busy_cycles_total` | counter | worker | TSC cycles spent in passes that moved packets |

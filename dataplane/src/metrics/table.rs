@@ -86,6 +86,13 @@ impl StatsSnapshot {
                     "", p.dirty_log_shrank
                 );
             }
+            if p.capture_dropped > 0 {
+                let _ = writeln!(
+                    s,
+                    "{:>24} capture: {} frame(s) not kept (its writer behind)",
+                    "", p.capture_dropped
+                );
+            }
             for (r, n) in &p.fdb_not_learned {
                 let _ = writeln!(s, "{:>24} source addresses not learned, {r}: {n}", "");
             }

@@ -33,11 +33,21 @@
 //! port's untagged one), copied with its tag pushed or popped and
 //! delivered from a scratch batch (see `vlan.rs`).
 //!
+//! # Captures
+//!
+//! A port being captured (`vadapt capture`, `capture.rs`) has a
+//! [`CaptureTap`] in its entry, which each worker's cache copies with the
+//! ports. Forwarding hands the tap the batch as it enters through the
+//! port, and the frames handed to the port's egress, in the form the port
+//! gets them (retagged ones after their retag). Whether any port is
+//! captured is a flag of the worker's own cache, read once a batch.
+//!
 //! Its times come from [`coarse_now`]: learning and ageing count in
 //! seconds, and `forward` reads the clock once a batch, where a precise
 //! read had cost a busy-poll pass of a few frames several nanoseconds a
 //! frame.
 
+use super::capture_tap::CaptureTap;
 use super::egress::{Egress, PortId};
 use super::fdb::VlanMac;
 use super::fdb::{Fdb, DEFAULT_TABLE_SIZE};
@@ -63,6 +73,8 @@ pub(super) struct PortEntry {
     pub(super) stats: Arc<PortStats>,
     /// Its rules.
     pub(super) rules: Arc<PortRules>,
+    /// Its capture's tap, while one runs (`capture.rs`).
+    pub(super) capture: Option<Arc<CaptureTap>>,
 }
 
 /// What the switch's one lock guards.
@@ -127,6 +139,12 @@ pub struct FdbCache {
     rules: Vec<Option<Arc<PortRules>>>,
     /// The last flow routed, reused while the table stands (see [`Route`]).
     last_route: Option<Route>,
+    /// Each port's capture tap at `generation` (`None`: no capture, or a
+    /// free slot).
+    captures: Vec<Option<Arc<CaptureTap>>>,
+    /// Whether any port of `captures` has one: the one question a batch
+    /// asks about captures when none runs.
+    capturing: bool,
 }
 
 impl FdbCache {
@@ -225,6 +243,7 @@ impl Switch {
             egress,
             stats,
             rules: Arc::new(rules),
+            capture: None,
         });
         match t.ports.get_mut(id) {
             Some(free) => *free = entry,
@@ -245,7 +264,9 @@ impl Switch {
     pub fn remove_port(&self, id: PortId) {
         let mut t = self.tables();
         if let Some(slot) = t.ports.get_mut(id) {
-            *slot = None;
+            if let Some(tap) = slot.take().and_then(|e| e.capture) {
+                tap.detach();
+            }
         }
         let Tables { ports, fdb } = &mut *t;
         fdb.remove_port(id, |a| {
@@ -254,6 +275,11 @@ impl Switch {
                     .is_some_and(|p| p.rules.owns(a.mac) && p.rules.vlan.home() == a.vid)
             })
         });
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Tell every worker's cache that the ports or the table changed.
+    pub(super) fn moved(&self) {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -427,6 +453,13 @@ impl Switch {
                 .iter()
                 .map(|e| e.as_ref().map(|e| Arc::clone(&e.rules))),
         );
+        cache.captures.clear();
+        cache.captures.extend(
+            t.ports
+                .iter()
+                .map(|e| e.as_ref().and_then(|e| e.capture.clone())),
+        );
+        cache.capturing = cache.captures.iter().any(Option::is_some);
         cache.nports = t.ports.len();
         drop(t);
         cache.groups.resize_with(cache.nports, Vec::new);
@@ -552,6 +585,11 @@ impl Switch {
         let Some(rules) = cache.rules.get(ingress).cloned().flatten() else {
             return refused; // removed meanwhile
         };
+        if cache.capturing {
+            if let Some(Some(tap)) = cache.captures.get(ingress) {
+                tap.received(flow, frames);
+            }
+        }
         for i in 0..frames.len() {
             let frame = frames.get(i);
             let fate = decide(&rules, ingress, frame, |addrs, vid| {
@@ -594,15 +632,28 @@ impl Switch {
                 continue;
             }
             if let Some(egress) = &cache.egress[p] {
+                let tap = if cache.capturing {
+                    cache.captures[p].as_deref()
+                } else {
+                    None
+                };
                 if !cache.groups[p].is_empty() {
+                    if let Some(tap) = tap {
+                        tap.sent(frames, &cache.groups[p]);
+                    }
                     egress.deliver(frames, &cache.groups[p], flow);
                 }
                 if !cache.retagged[p].is_empty() {
                     let scratch = cache
                         .scratch
                         .get_or_insert_with(|| FrameBatch::new(RETAG_BATCH));
+                    let to = Delivery {
+                        egress: &**egress,
+                        tap,
+                        flow,
+                    };
                     refused.unretaggable +=
-                        deliver_retagged(&**egress, frames, &cache.retagged[p], scratch, flow);
+                        deliver_retagged(to, frames, &cache.retagged[p], scratch);
                 }
             }
             cache.groups[p].clear();
@@ -644,20 +695,32 @@ const SCRATCH_INDICES: [u16; RETAG_BATCH] = {
     a
 };
 
-/// Deliver frames `which` of `frames` to `egress`, each with its tag
+/// Where retagged frames go: the port, its capture's tap if one runs,
+/// and the flow they came in on.
+#[derive(Clone, Copy)]
+struct Delivery<'a> {
+    egress: &'a dyn Egress,
+    tap: Option<&'a CaptureTap>,
+    flow: u16,
+}
+
+/// Deliver frames `which` of `frames` as `to` says, each with its tag
 /// pushed or popped, through `scratch`; how many could not be (an offload
 /// the tag's pop would move into the Ethernet header).
 fn deliver_retagged(
-    egress: &dyn Egress,
+    to: Delivery<'_>,
     frames: &FrameBatch,
     which: &[(u16, Retag)],
     scratch: &mut FrameBatch,
-    flow: u16,
 ) -> u64 {
     let mut refused = 0;
     let flush = |scratch: &mut FrameBatch| {
         if !scratch.is_empty() {
-            egress.deliver(scratch, &SCRATCH_INDICES[..scratch.len()], flow);
+            let all = &SCRATCH_INDICES[..scratch.len()];
+            if let Some(tap) = to.tap {
+                tap.sent(scratch, all);
+            }
+            to.egress.deliver(scratch, all, to.flow);
             scratch.clear();
         }
     };

@@ -20,7 +20,14 @@
 //! the switch itself. The ports that live inside the daemon are here:
 //! [`Sink`] (count and drop), [`Echo`] (swap MACs and send back) and
 //! [`Tap`] (the host's network stack).
+//!
+//! A port can be captured while it runs (`vadapt capture`): a
+//! [`CaptureSession`] puts a [`CaptureTap`] on it, which copies the frames
+//! entering through the port and those handed to it, without ever making a
+//! worker wait (`capture_tap.rs`).
 
+mod capture;
+mod capture_tap;
 mod echo;
 mod egress;
 mod fdb;
@@ -37,6 +44,11 @@ mod tap;
 mod trace;
 mod vlan;
 
+pub use capture::{CaptureError, CaptureSession};
+pub use capture_tap::{
+    CaptureDir, CaptureFilter, CaptureFilterError, CaptureTap, CapturedFrame, Crossed,
+    BUFFER_BYTES, BUFFER_FRAMES, MAX_SNAPLEN,
+};
 pub use echo::Echo;
 pub use egress::{Egress, PortId};
 pub use fdb::{VlanMac, DEFAULT_TABLE_SIZE};
