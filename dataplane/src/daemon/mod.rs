@@ -19,7 +19,7 @@ use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US}
 use crate::cores::CoresStatus;
 use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
-use crate::queue::{Roster, VmPort};
+use crate::port::{Roster, VmPort};
 use crate::socket_file::SocketLedger;
 use crate::switch::Switch;
 use crate::worker::pool::NqWorkers;

@@ -17,7 +17,7 @@ use super::port_state::PortStore;
 use super::ports::{PortMaker, RunningHost, RunningVm};
 use crate::config::{DaemonConfig, PortLimits, PortSpec, VmOrHost};
 use crate::control::ReloadReport;
-use crate::queue::Roster;
+use crate::port::Roster;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

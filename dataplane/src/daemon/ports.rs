@@ -12,7 +12,7 @@ use crate::metrics::{PortStats, Registry};
 use crate::policing::LimitsSlot;
 use crate::port::frontend_socket::{self, Connector, FrontendSocket};
 use crate::port::serve;
-use crate::queue::VmPort;
+use crate::port::VmPort;
 use crate::socket_file::SocketLedger;
 use crate::switch::{Echo, PortId, PortRules, PortVlan, Sink, SourceGuard, Switch, Tap};
 use crate::worker::pool::NqWorkers;

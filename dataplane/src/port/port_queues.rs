@@ -10,13 +10,13 @@
 //! [`crate::port::handler`] honours; a frontend that gives it to the
 //! backend has it served beside the worker ([`super::ctrl_queue`]).
 
-use super::policy_slot::WorkerView;
-use super::ring::Pair;
-use super::ring_pass::RingPass;
-use super::rx::{RxPending, RxService};
-use super::tx::{Policing, TxService, TX_BATCH};
-use super::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
-use super::VmPort;
+use super::vm_port::VmPort;
+use crate::queue::policy_slot::WorkerView;
+use crate::queue::ring::Pair;
+use crate::queue::ring_pass::RingPass;
+use crate::queue::rx::{RxPending, RxService};
+use crate::queue::tx::{Policing, TxService, TX_BATCH};
+use crate::queue::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::policing::PortPolicers;
