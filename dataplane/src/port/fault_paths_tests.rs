@@ -6,10 +6,10 @@
 
 use super::port_queues::PortQueues;
 use super::vm_port::VmPort;
-use crate::queue::ring::test_utils::{frame, ring};
-use crate::queue::ring::Pair;
 use crate::config::VmPortConfig;
 use crate::metrics::Dir;
+use crate::queue::ring::test_utils::{frame, ring};
+use crate::queue::ring::Pair;
 use crate::worker::fault_injector::{FaultInjector, Faults};
 use crate::worker::pool::NqWorkers;
 use crate::worker::Runtime;

@@ -13,14 +13,14 @@
 //! the backend (QEMU and DPDK do not); it is served beside the worker, by
 //! [`super::ctrl_thread`], and stopped and started with it.
 
+use super::ctrl_thread::{self, CtrlThread};
+use super::port_queues::PortQueues;
+use super::vm_port::VmPort;
 use crate::migration::{MappedLog, RingLog};
 use crate::net::{self, VHOST_USER_F_PROTOCOL_FEATURES};
-use super::ctrl_thread::{self, CtrlThread};
 use crate::queue::ctrl_queue::CtrlQueue;
 use crate::queue::eventfd_io;
 use crate::queue::ring::{Pair, Ring};
-use super::port_queues::PortQueues;
-use super::vm_port::VmPort;
 use crate::worker::{Runtime, Served};
 use std::fs::File;
 use std::os::fd::AsRawFd;

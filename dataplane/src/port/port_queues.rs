@@ -11,15 +11,15 @@
 //! backend has it served beside the worker ([`super::ctrl_queue`]).
 
 use super::vm_port::VmPort;
+use crate::clock::{cycles, monotonic_now, PassClock};
+use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
+use crate::policing::PortPolicers;
 use crate::queue::policy_slot::WorkerView;
 use crate::queue::ring::Pair;
 use crate::queue::ring_pass::RingPass;
 use crate::queue::rx::{RxPending, RxService};
 use crate::queue::tx::{Policing, TxService, TX_BATCH};
 use crate::queue::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
-use crate::clock::{cycles, monotonic_now, PassClock};
-use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
-use crate::policing::PortPolicers;
 use crate::switch::{FdbCache, Forwarded, Ingress, Sender};
 use crate::worker::{Control, PassStats, PendingWait, QueueIo, RingBases, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -473,7 +473,7 @@ mod tests {
 
     /// A test port (not attached to a switch).
     fn port(name: &str) -> Arc<VmPort> {
-        super::vm_port::tests::port(name, 1)
+        crate::port::vm_port::tests::port(name, 1)
     }
 
     /// One vhost-user message: header (`code`, version 1 and `flags`) and

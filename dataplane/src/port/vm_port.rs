@@ -8,14 +8,14 @@
 //! buffers during its passes, so a policy that sleeps delays receive as well
 //! as transmit processing, exactly like the papers' vhost thread.
 
-use crate::queue::guest_offloads;
-use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::config::{PortLimits, VmPortConfig};
 use crate::frames::{Backlog, FrameBatch};
 use crate::log_limit::LogLimits;
 use crate::metrics::{DropReason, PortStats, WorkerStats};
 use crate::migration::MappedLog;
 use crate::policing::LimitsSlot;
+use crate::queue::guest_offloads;
+use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::switch::{Egress, Ingress, PortId};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -391,13 +391,21 @@ pub(crate) mod tests {
         let log = MappedLog::new(mapped, Some(guard));
         let port = port("shrunk-log", 1);
         port.end_dirty_log(&log);
-        assert_eq!(port.stats.dirty_log_shrank.load(Ordering::Relaxed), 0, "still live");
+        assert_eq!(
+            port.stats.dirty_log_shrank.load(Ordering::Relaxed),
+            0,
+            "still live"
+        );
         f.set_len(0).unwrap();
         log.log().mark(0, 1);
         assert!(!log.is_live(), "the guard took the fault");
         port.end_dirty_log(&log);
         port.end_dirty_log(&log);
-        assert_eq!(port.stats.dirty_log_shrank.load(Ordering::Relaxed), 1, "counted once");
+        assert_eq!(
+            port.stats.dirty_log_shrank.load(Ordering::Relaxed),
+            1,
+            "counted once"
+        );
         assert_eq!(port.log_totals("dirty log shrank"), (1, 0), "one line");
     }
 
