@@ -49,5 +49,5 @@ pub mod serve;
 mod unshared_memory;
 pub mod vm_port;
 
-pub use roster::Roster;
+pub use roster::{PortHandle, Roster, RunningPort};
 pub use vm_port::VmPort;
