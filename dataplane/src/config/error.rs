@@ -29,8 +29,9 @@ pub enum ConfigError {
     Field {
         /// Field as written by the user, e.g. `vm.queues` or `--vm queues`.
         field: String,
-        /// Why.
-        reason: FieldError,
+        /// Why (boxed: the reasons hold what they name, and every error
+        /// that carries a `ConfigError` stays small).
+        reason: Box<FieldError>,
     },
 }
 
@@ -323,6 +324,6 @@ impl FieldError {
 pub(crate) fn field(field: impl Into<String>, reason: FieldError) -> ConfigError {
     ConfigError::Field {
         field: field.into(),
-        reason,
+        reason: Box::new(reason),
     }
 }

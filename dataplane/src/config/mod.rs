@@ -354,7 +354,7 @@ impl DaemonConfig {
             if let Some(v) = vm.vlan {
                 vlan_keys::parse_vid("vm.vlan", &v.to_string()).map_err(|e| match e {
                     ConfigError::Field { reason, .. } => {
-                        field("vm.vlan", FieldError::of_port(&vm.name, reason))
+                        field("vm.vlan", FieldError::of_port(&vm.name, *reason))
                     }
                     e => e,
                 })?;
@@ -498,7 +498,7 @@ impl DaemonConfig {
             let allowed = vadapt_host::cputime::current_affinity()
                 .map_err(|e| field("cores.cpus", FieldError::Affinity(e)))?;
             check_cpus(&self.cores.cpus, &allowed).map_err(|e| match e {
-                ConfigError::Field { reason, .. } => field("cores.cpus", reason),
+                ConfigError::Field { reason, .. } => field("cores.cpus", *reason),
                 e => e,
             })?;
         }

@@ -1,14 +1,15 @@
 //! The worker's view of a VM port: its running rings as a [`QueueIo`].
 //!
-//! This is glue: the ring service is [`super::tx`] and [`super::rx`], the
-//! waiting [`super::waiting`], the rings themselves [`super::ring`]; here
-//! they are wired to the port (its switch, backlogs, counters, policy slot)
-//! and the results counted and logged.
+//! This is glue: the ring service is [`crate::queue::tx`] and
+//! [`crate::queue::rx`], the waiting [`crate::queue::waiting`], the rings
+//! themselves [`crate::queue::ring`]; here they are wired to the port (its
+//! switch, backlogs, counters, policy slot) and the results counted and
+//! logged.
 //!
 //! The control queue is not among these rings. QEMU and DPDK virtio-user
 //! keep it and translate `VQ_PAIRS_SET` into `SET_VRING_ENABLE`, which
-//! [`crate::port::handler`] honours; a frontend that gives it to the
-//! backend has it served beside the worker ([`super::ctrl_queue`]).
+//! [`super::handler`] honours; a frontend that gives it to the backend has
+//! it served beside the worker ([`super::ctrl_thread`]).
 
 use super::vm_port::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
