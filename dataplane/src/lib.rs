@@ -13,7 +13,7 @@
 //!   ([`port::VmPort`]), its vhost-user side (socket, protocol, guest
 //!   memory), its rings as its worker's world
 //!   ([`port::port_queues::PortQueues`]), the life of the connection's
-//!   worker, and the VM ports running now ([`port::Roster`]).
+//!   worker, and the one list of running ports ([`port::Roster`]).
 //! * [`uplink`] — the AF_XDP uplink: a NIC's queues as ports of the switch,
 //!   each served by a queue worker running the port's policy.
 //! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'

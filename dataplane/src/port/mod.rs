@@ -5,8 +5,9 @@
 //! * [`vm_port`] is what a port keeps across connections ([`VmPort`]:
 //!   counters, the frames waiting for the guest, the policy), and how
 //!   frames from the switch reach its worker.
-//! * [`roster`] is the VM ports running now ([`Roster`]), for what follows
-//!   them as ports come and go.
+//! * [`roster`] is the one list of running ports, of every kind
+//!   ([`Roster`]), for what follows them as ports come and go (the
+//!   counters' registry among them).
 //! * [`port_queues`] is the port's rings as a
 //!   [`QueueIo`](crate::worker::QueueIo): glue over the ring service of
 //!   [`crate::queue`], which needs no vhost-user connection.
