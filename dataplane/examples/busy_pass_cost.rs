@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use vadapt_dataplane::config::VmPortConfig;
 use vadapt_dataplane::metrics::PortStats;
-use vadapt_dataplane::queue::port_queues::PortQueues;
+use vadapt_dataplane::port::port_queues::PortQueues;
+use vadapt_dataplane::port::VmPort;
 use vadapt_dataplane::queue::ring::{Pair, Ring};
-use vadapt_dataplane::queue::VmPort;
 use vadapt_dataplane::switch::{Sink, Switch};
 use vadapt_dataplane::worker::{
     Control, PassStats, PendingWait, QueueIo, QueueSet, RingBases, Wait,

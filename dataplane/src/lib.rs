@@ -11,15 +11,18 @@
 //!   port's captured frames from the switch's tap to the client as pcapng.
 //! * [`cores`] — vSPACE's core manager (its step in `cores/manager_loop/`,
 //!   one peer thread per QMP socket and guest agent).
-//! * [`port`] — a VM port's vhost-user side: socket, protocol, guest
-//!   memory, the life of the connection's worker.
+//! * [`port`] — a VM port: the state that outlives a connection
+//!   ([`port::VmPort`]), its vhost-user side (socket, protocol, guest
+//!   memory), its rings as its worker's world
+//!   ([`port::port_queues::PortQueues`]), the life of the connection's
+//!   worker, and the one list of running ports ([`port::Roster`]).
 //! * [`uplink`] — the AF_XDP uplink: a NIC's queues as ports of the switch,
 //!   each served by a queue worker running the port's policy.
 //! * [`workload_loop`] — NetAP-ML's workload features: the VM ports'
 //!   counters through the policy crate's estimator to the `netap-ml` ports.
-//! * [`queue`] — a VM port's rings as a worker's world
-//!   ([`queue::port_queues::PortQueues`]): ring service, waiting, and the
-//!   port state that outlives a connection ([`queue::VmPort`]).
+//! * [`queue`] — the ring service: transmit and receive passes over a
+//!   VM port's rings, waiting, the control virtqueue, RSS, a port's
+//!   policy slot.
 //! * [`worker`] — the queue worker runtime: the [`worker::QueueIo`] trait,
 //!   the [`worker::QueueSet`] that steps a policy's executor over it, and
 //!   where sets run ([`worker::Runtime`]: a thread of their own, the NQ

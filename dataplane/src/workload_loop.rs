@@ -20,7 +20,7 @@
 
 use crate::log_limit::LogLimit;
 use crate::metrics::Dir;
-use crate::queue::{Roster, VmPort};
+use crate::port::{Roster, VmPort};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

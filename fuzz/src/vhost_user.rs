@@ -19,7 +19,7 @@
 //! the harness runs the worker's passes itself ([`Connection::step`]) after
 //! each operation: one pass at once (a worker woken early), then more while
 //! the policy's wait says it is due. The passes are the worker's own
-//! ([`PortQueues`](vadapt_dataplane::queue::port_queues::PortQueues) under the
+//! ([`PortQueues`](vadapt_dataplane::port::port_queues::PortQueues) under the
 //! policy's executor, as a pool worker runs them), so the ring service, the
 //! switch and the echo port run as in the daemon, on this thread.
 //!
@@ -43,7 +43,7 @@ use vadapt_dataplane::metrics::PortStats;
 use vadapt_dataplane::net::{offered_features, VHOST_USER_F_PROTOCOL_FEATURES};
 use vadapt_dataplane::port::handler::{offered_protocol_features, Connection};
 use vadapt_dataplane::port::serve::RequestStream;
-use vadapt_dataplane::queue::VmPort;
+use vadapt_dataplane::port::VmPort;
 use vadapt_dataplane::switch::Echo;
 use vadapt_dataplane::switch::Switch;
 use vadapt_host::cpufreq::CpuFreq;

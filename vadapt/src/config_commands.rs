@@ -17,19 +17,25 @@ pub fn run(c: ConfigCommand) -> ExitCode {
             }
             Err(e) => fail(chain(&e)),
         },
-        ConfigCommand::Show(args) => match build_config(&args).and_then(|cfg| effective(&cfg)) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(e),
+        ConfigCommand::Show(args) => match build_config(&args) {
+            Ok(cfg) => match effective(&cfg) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!(
+                    "cannot write the configuration as TOML: {}",
+                    chain(&e)
+                )),
+            },
+            Err(e) => fail(chain(&e)),
         },
     }
 }
 
 /// `cfg` as a config file that says every key it sets, defaults included.
-pub fn effective(cfg: &DaemonConfig) -> Result<String, String> {
-    toml::to_string(cfg).map_err(|e| format!("cannot write the configuration as TOML: {e}"))
+pub fn effective(cfg: &DaemonConfig) -> Result<String, toml::ser::Error> {
+    toml::to_string(cfg)
 }
 
 #[cfg(test)]

@@ -12,36 +12,53 @@ use crate::watchdog::Watchdog;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use vadapt_dataplane::config::{
-    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, DaemonConfig,
+    parse_local_spec, parse_tap_spec, parse_uplink_spec, parse_vm_spec, ConfigError, DaemonConfig,
+    ValueError,
 };
 use vadapt_dataplane::control::{Request, Response};
 use vadapt_dataplane::{Daemon, DaemonError};
 use vadapt_policy::PolicyConfig;
 
+/// Why the configuration of `vadapt serve` (or `vadapt config show`)
+/// could not be made from its file and command line.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildConfigError {
+    /// The config file cannot be read, a port given on the command line is
+    /// invalid, or the whole is.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `--policy` is not a policy.
+    #[error("invalid `--policy`")]
+    Policy(#[source] vadapt_policy::ConfigError),
+    /// `--cores-mode` is not a mode.
+    #[error("invalid `--cores-mode`")]
+    CoresMode(#[source] vadapt_policy::VspaceConfigError),
+    /// `--queue-workers` is not a placement of the queue workers.
+    #[error("invalid `--queue-workers`")]
+    QueueWorkers(#[source] ValueError),
+}
+
 /// Merge the config file and the command line into one configuration.
-pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
+pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, BuildConfigError> {
     let mut cfg = match &a.config {
         // Validated below, once the command line's ports are in.
-        Some(p) => DaemonConfig::read_file(p).map_err(|e| chain(&e))?,
+        Some(p) => DaemonConfig::read_file(p)?,
         None => DaemonConfig::default(),
     };
     for v in &a.vms {
-        cfg.vm.push(parse_vm_spec(v).map_err(|e| e.to_string())?);
+        cfg.vm.push(parse_vm_spec(v)?);
     }
     for s in &a.sinks {
-        cfg.sink
-            .push(parse_local_spec("--sink", s).map_err(|e| e.to_string())?);
+        cfg.sink.push(parse_local_spec("--sink", s)?);
     }
     for s in &a.echoes {
-        cfg.echo
-            .push(parse_local_spec("--echo", s).map_err(|e| e.to_string())?);
+        cfg.echo.push(parse_local_spec("--echo", s)?);
     }
     for t in &a.taps {
-        cfg.tap.push(parse_tap_spec(t).map_err(|e| e.to_string())?);
+        cfg.tap.push(parse_tap_spec(t)?);
     }
     for u in &a.uplinks {
-        cfg.uplink
-            .push(parse_uplink_spec(u).map_err(|e| e.to_string())?);
+        cfg.uplink.push(parse_uplink_spec(u)?);
     }
     if let Some(m) = &a.netap_ml_model {
         cfg.netap_ml_model = Some(m.clone());
@@ -49,7 +66,7 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
     if let Some(p) = &a.policy {
         cfg.policy = p
             .parse::<PolicyConfig>()
-            .map_err(|e| format!("invalid `--policy`: {e}"))?;
+            .map_err(BuildConfigError::Policy)?;
     }
     if let Some(c) = &a.control {
         cfg.control = c.clone();
@@ -67,14 +84,10 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
         cfg.cores.cpus = a.cores_cpus.clone();
     }
     if let Some(m) = &a.cores_mode {
-        cfg.cores.mode = m
-            .parse()
-            .map_err(|e| format!("invalid `--cores-mode`: {e}"))?;
+        cfg.cores.mode = m.parse().map_err(BuildConfigError::CoresMode)?;
     }
     if let Some(w) = &a.queue_workers {
-        cfg.cores.queue_workers = w
-            .parse()
-            .map_err(|e| format!("invalid `--queue-workers`: {e}"))?;
+        cfg.cores.queue_workers = w.parse().map_err(BuildConfigError::QueueWorkers)?;
     }
     cfg.state_dir = a
         .state_dir
@@ -82,7 +95,7 @@ pub fn build_config(a: &ServeArgs) -> Result<DaemonConfig, String> {
         .or(cfg.state_dir)
         .or_else(|| default_state_dir(std::env::var_os("STATE_DIRECTORY").as_deref()));
     cfg.state_strict |= a.strict;
-    cfg.validate().map_err(|e| e.to_string())?;
+    cfg.validate()?;
     Ok(cfg)
 }
 
@@ -109,7 +122,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     };
     let cfg = match build_config(&a) {
         Ok(c) => c,
-        Err(e) => return fail(e),
+        Err(e) => return fail(chain(&e)),
     };
     let empty = cfg.ports().is_empty();
     let daemon = match Daemon::start_until(cfg, signals.stop_flag()) {

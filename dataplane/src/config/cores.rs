@@ -19,7 +19,7 @@
 //! [`VspaceConfig`]; its `total_cores` is the length of `cpus` here, so the
 //! operator names the cores once.
 
-use super::error::ValueError;
+use super::value_error::ValueError;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vadapt_policy::vspace::{ThresholdParams, VspaceConfig, VspaceConfigError, VspaceMode};

@@ -1,7 +1,7 @@
 //! The ports that live inside the daemon: sink and echo (`[[sink]]`,
 //! `[[echo]]`, `--sink`, `--echo`) and TAP (`[[tap]]`, `--tap`).
 
-use super::error::{field, ConfigError};
+use super::error::{field, ConfigError, FieldError};
 use super::port_limits::PortLimits;
 use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
@@ -97,7 +97,7 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
     let mut it = spec.split(',');
     let name = it.next().unwrap_or_default().to_string();
     if name.is_empty() {
-        return Err(field("--tap", "missing port name"));
+        return Err(field("--tap", FieldError::MissingName));
     }
     let mut t = TapPortConfig::new(name);
     for kv in it {
@@ -106,7 +106,11 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
                 t.mtu = Some(v.parse::<u16>().map_err(|_| {
                     field(
                         "--tap mtu",
-                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                        FieldError::NotANumberIn {
+                            value: v.to_owned(),
+                            lo: MIN_MTU.into(),
+                            hi: MAX_MTU.into(),
+                        },
                     )
                 })?)
             }
@@ -117,10 +121,13 @@ pub fn parse_tap_spec(spec: &str) -> Result<TapPortConfig, ConfigError> {
             _ => {
                 return Err(field(
                     "--tap",
-                    format!(
-                        "unknown option `{kv}` (known: mtu=, vlan=, trunks=, native_vlan=, {}=)",
-                        PortLimits::KEYS.join("=, ")
-                    ),
+                    FieldError::UnknownOption {
+                        option: kv.to_owned(),
+                        known: format!(
+                            "mtu=, vlan=, trunks=, native_vlan=, {}=",
+                            PortLimits::KEYS.join("=, ")
+                        ),
+                    },
                 ))
             }
         }
@@ -136,7 +143,7 @@ pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, Confi
     let mut it = spec.split(',');
     let name = it.next().unwrap_or_default().to_string();
     if name.is_empty() {
-        return Err(field(flag, "missing port name"));
+        return Err(field(flag, FieldError::MissingName));
     }
     let mut mac = None;
     let mut vlan = None;
@@ -144,14 +151,17 @@ pub fn parse_local_spec(flag: &str, spec: &str) -> Result<LocalPortConfig, Confi
         match kv.split_once('=') {
             Some(("mac", v)) => {
                 mac = Some(v.parse().map_err(|e: vadapt_wire::MacParseError| {
-                    field(format!("{flag} mac"), e.to_string())
+                    field(format!("{flag} mac"), e.into())
                 })?)
             }
             Some(("vlan", v)) => vlan = Some(parse_vid(&format!("{flag} vlan"), v)?),
             _ => {
                 return Err(field(
                     flag,
-                    format!("unknown option `{kv}` (known: mac=, vlan=)"),
+                    FieldError::UnknownOption {
+                        option: kv.to_owned(),
+                        known: "mac=, vlan=".to_owned(),
+                    },
                 ))
             }
         }

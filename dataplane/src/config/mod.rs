@@ -37,11 +37,12 @@ mod host_port;
 mod port_limits;
 mod port_spec;
 mod uplink_port;
+mod value_error;
 mod vlan_keys;
 mod vm_port;
 
 use error::field;
-pub use error::{ConfigError, ValueError};
+pub use error::{ConfigError, FieldError};
 pub use host_port::{parse_local_spec, parse_tap_spec, LocalPortConfig, TapPortConfig};
 pub use port_limits::{PortLimits, RateLimit, DEFAULT_BURST_KB, DEFAULT_KPKTS_BURST};
 pub use port_spec::{HostPortSpec, PortSpec, VmOrHost};
@@ -53,6 +54,7 @@ pub use uplink_port::{parse_uplink_spec, UplinkPortConfig, XskMode, MAX_UPLINK_Q
 use vadapt_policy::PolicyConfig;
 use vadapt_qemu::peer_text::PeerText;
 use vadapt_wire::Mac;
+pub use value_error::ValueError;
 pub use vlan_keys::{Vid, VlanKeys, MAX_VID};
 pub use vm_port::{
     parse_mac_list, parse_prefix_list, parse_vm_spec, SocketMode, UnsealedMemory, VmPortConfig,
@@ -299,13 +301,13 @@ impl DaemonConfig {
             if name.is_empty() || name.len() > 32 || !name.chars().all(is_name_char) {
                 return Err(field(
                     format!("{kind}.name"),
-                    format!("`{name}` must be 1-32 characters of [A-Za-z0-9_.-]"),
+                    FieldError::BadPortName(name.clone()),
                 ));
             }
             if !names.insert(name.clone()) {
                 return Err(field(
                     format!("{kind}.name"),
-                    format!("port name `{name}` is used twice"),
+                    FieldError::NameUsedTwice(name.clone()),
                 ));
             }
         }
@@ -316,10 +318,13 @@ impl DaemonConfig {
             if !(1..=MAX_QUEUE_PAIRS).contains(&vm.queues) {
                 return Err(field(
                     "vm.queues",
-                    format!(
-                        "{} for port `{}`: must be 1..={MAX_QUEUE_PAIRS}",
-                        vm.queues, vm.name
-                    ),
+                    FieldError::PortOutOfRange {
+                        value: vm.queues.into(),
+                        port: vm.name.clone(),
+                        lo: 1,
+                        hi: MAX_QUEUE_PAIRS.into(),
+                        unit: "",
+                    },
                 ));
             }
             vm_port::check_mtu("vm.mtu", &vm.name, vm.mtu)?;
@@ -328,54 +333,59 @@ impl DaemonConfig {
             if !sockets.insert(vm.socket.clone()) {
                 return Err(field(
                     "vm.socket",
-                    format!("{} is used by two ports", PeerText::from_path(&vm.socket)),
+                    FieldError::SocketUsedTwice(PeerText::from_path(&vm.socket)),
                 ));
             }
             if let Some(p) = &vm.policy {
                 p.validate()
-                    .map_err(|e| field("vm.policy", format!("port `{}`: {e}", vm.name)))?;
+                    .map_err(|e| field("vm.policy", FieldError::of_port(&vm.name, e.into())))?;
             }
             if vm.allowed_macs.len() > MAX_ALLOWED_MACS {
                 return Err(field(
                     "vm.allowed_macs",
-                    format!(
-                        "{} addresses for port `{}`: at most {MAX_ALLOWED_MACS}",
-                        vm.allowed_macs.len(),
-                        vm.name
-                    ),
+                    FieldError::TooMany {
+                        count: vm.allowed_macs.len(),
+                        items: "addresses",
+                        port: vm.name.clone(),
+                        max: MAX_ALLOWED_MACS,
+                    },
                 ));
             }
             if let Some(v) = vm.vlan {
-                vlan_keys::parse_vid("vm.vlan", &v.to_string())
-                    .map_err(|e| field("vm.vlan", format!("port `{}`: {e}", vm.name)))?;
+                vlan_keys::parse_vid("vm.vlan", &v.to_string()).map_err(|e| match e {
+                    ConfigError::Field { reason, .. } => {
+                        field("vm.vlan", FieldError::of_port(&vm.name, *reason))
+                    }
+                    e => e,
+                })?;
             }
             if vm.allowed_ips.len() > MAX_ALLOWED_IPS {
                 return Err(field(
                     "vm.allowed_ips",
-                    format!(
-                        "{} prefixes for port `{}`: at most {MAX_ALLOWED_IPS}",
-                        vm.allowed_ips.len(),
-                        vm.name
-                    ),
+                    FieldError::TooMany {
+                        count: vm.allowed_ips.len(),
+                        items: "prefixes",
+                        port: vm.name.clone(),
+                        max: MAX_ALLOWED_IPS,
+                    },
                 ));
             }
             if !vm.allowed_ips.is_empty() && vm.owned_macs().is_empty() {
                 return Err(field(
                     "vm.allowed_ips",
-                    format!(
-                        "port `{}` has allowed_ips but no port security: they need \
-                         port_security on and a mac= (or allowed_macs=)",
-                        vm.name
-                    ),
+                    FieldError::AllowedIpsWithoutPortSecurity(vm.name.clone()),
                 ));
             }
             if let Some(n) = vm.max_learned.filter(|&n| !table_size_ok(n)) {
                 return Err(field(
                     "vm.max_learned",
-                    format!(
-                        "{n} for port `{}`: must be 1..={MAX_MAC_TABLE_SIZE} addresses",
-                        vm.name
-                    ),
+                    FieldError::PortOutOfRange {
+                        value: n as u64,
+                        port: vm.name.clone(),
+                        lo: 1,
+                        hi: MAX_MAC_TABLE_SIZE as u64,
+                        unit: " addresses",
+                    },
                 ));
             }
         }
@@ -393,10 +403,10 @@ impl DaemonConfig {
         {
             if let Some(m) = mac {
                 if m.is_multicast() {
-                    return Err(field(kind, format!("{m} is a multicast address")));
+                    return Err(field(kind, FieldError::Multicast(m)));
                 }
                 if !macs.insert(m) {
-                    return Err(field(kind, format!("{m} is used twice")));
+                    return Err(field(kind, FieldError::MacUsedTwice(m)));
                 }
             }
         }
@@ -405,12 +415,15 @@ impl DaemonConfig {
             let given = vm.mac.iter().map(|m| ("vm.mac", m));
             for (key, &m) in given.chain(vm.allowed_macs.iter().map(|m| ("vm.allowed_macs", m))) {
                 if m.is_multicast() {
-                    return Err(field(key, format!("{m} is a multicast address")));
+                    return Err(field(key, FieldError::Multicast(m)));
                 }
                 if macs.contains(&m) {
                     return Err(field(
                         key,
-                        format!("{m} of port `{}` is a sink or echo port's", vm.name),
+                        FieldError::MacOfLocalPort {
+                            mac: m,
+                            port: vm.name.clone(),
+                        },
                     ));
                 }
             }
@@ -427,19 +440,17 @@ impl DaemonConfig {
         if let Some((m, ports)) = shared.first() {
             return Err(field(
                 "vm.mac",
-                format!(
-                    "{m} is owned by {} ports ({}): only a migrating VM's source and destination \
-                     ports may share an address (or set port_security=off on a port)",
-                    ports.len(),
-                    ports.join(", ")
-                ),
+                FieldError::MacSharedBy {
+                    mac: *m,
+                    ports: ports.iter().map(|p| p.to_string()).collect(),
+                },
             ));
         }
         for t in &self.tap {
             if t.name.len() > 15 {
                 return Err(field(
                     "tap.name",
-                    format!("`{}` is longer than 15 bytes (IFNAMSIZ)", t.name),
+                    FieldError::TapNameTooLong(t.name.clone()),
                 ));
             }
             vm_port::check_mtu("tap.mtu", &t.name, t.mtu)?;
@@ -452,50 +463,42 @@ impl DaemonConfig {
             if !ifaces.insert(u.iface.as_str()) {
                 return Err(field(
                     "uplink.iface",
-                    format!("`{}` is served by two uplinks", u.iface),
+                    FieldError::IfaceUsedTwice(u.iface.clone()),
                 ));
             }
         }
         self.policy
             .validate()
-            .map_err(|e| field("policy", e.to_string()))?;
+            .map_err(|e| field("policy", e.into()))?;
         if self.backlog == 0 || self.backlog > 65536 {
-            return Err(field("backlog", "must be 1..=65536 frames"));
+            return Err(field("backlog", FieldError::MustBe("1..=65536 frames")));
         }
         if self.mac_ageing_s == 0 {
-            return Err(field("mac_ageing_s", "must be at least 1 second"));
+            return Err(field(
+                "mac_ageing_s",
+                FieldError::MustBe("at least 1 second"),
+            ));
         }
         check_table_size("mac_table_size", self.mac_table_size)?;
         check_table_size("max_learned_per_port", self.max_learned_per_port)?;
         if !self.cpus.is_empty() {
             // The daemon's own affinity: CPUs the machine lacks, or that a
             // cpuset or `taskset` excluded, would fail later in the worker.
-            let allowed = vadapt_host::cputime::current_affinity().map_err(|e| {
-                field(
-                    "cpus",
-                    format!("cannot read this process's CPU affinity: {e}"),
-                )
-            })?;
+            let allowed = vadapt_host::cputime::current_affinity()
+                .map_err(|e| field("cpus", FieldError::Affinity(e)))?;
             check_cpus(&self.cpus, &allowed)?;
         }
         self.cores
             .validate()
-            .map_err(|e| field("cores", e.to_string()))?;
+            .map_err(|e| field("cores", e.into()))?;
         if !self.cores.cpus.is_empty() && !self.cpus.is_empty() {
-            return Err(field(
-                "cpus",
-                "leave empty when [cores] manages CPUs (the core manager places the queue workers)",
-            ));
+            return Err(field("cpus", FieldError::CpusWithCoreManager));
         }
         if self.cores.mode != vadapt_policy::vspace::VspaceMode::Off {
-            let allowed = vadapt_host::cputime::current_affinity().map_err(|e| {
-                field(
-                    "cores.cpus",
-                    format!("cannot read this process's CPU affinity: {e}"),
-                )
-            })?;
+            let allowed = vadapt_host::cputime::current_affinity()
+                .map_err(|e| field("cores.cpus", FieldError::Affinity(e)))?;
             check_cpus(&self.cores.cpus, &allowed).map_err(|e| match e {
-                ConfigError::Field { reason, .. } => field("cores.cpus", reason),
+                ConfigError::Field { reason, .. } => field("cores.cpus", *reason),
                 e => e,
             })?;
         }
@@ -516,7 +519,12 @@ fn check_table_size(key: &str, n: usize) -> Result<(), ConfigError> {
     } else {
         Err(field(
             key,
-            format!("{n}: must be 1..={MAX_MAC_TABLE_SIZE} addresses"),
+            FieldError::OutOfRange {
+                value: n as u64,
+                lo: 1,
+                hi: MAX_MAC_TABLE_SIZE as u64,
+                unit: " addresses",
+            },
         ))
     }
 }
@@ -527,10 +535,10 @@ fn check_cpus(cpus: &[usize], allowed: &[usize]) -> Result<(), ConfigError> {
         if !allowed.contains(&c) {
             return Err(field(
                 "cpus",
-                format!(
-                    "CPU {c} is not available to vadapt (its affinity allows {})",
-                    cpu_list(allowed)
-                ),
+                FieldError::CpuNotAllowed {
+                    cpu: c,
+                    allowed: cpu_list(allowed),
+                },
             ));
         }
     }

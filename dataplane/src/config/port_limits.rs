@@ -19,7 +19,7 @@
 //! no burst gets its rate's worth). How the limits are applied is
 //! [`crate::policing`]'s.
 
-use super::error::{field, ConfigError};
+use super::error::{field, ConfigError, FieldError};
 use serde::{Deserialize, Serialize};
 
 /// A port's limits (see the module documentation); every field 0: none.
@@ -137,7 +137,10 @@ impl PortLimits {
         *slot = value.parse().map_err(|_| {
             field(
                 format!("{flag} {key}"),
-                format!("`{value}` is not a number 0..={} ({})", u32::MAX, unit(key)),
+                FieldError::NotALimit {
+                    value: value.to_owned(),
+                    unit: unit(key),
+                },
             )
         })?;
         Ok(true)
@@ -172,10 +175,10 @@ impl PortLimits {
             if burst > 0 && rate == 0 {
                 return Err(field(
                     format!("{prefix}{burst_key}"),
-                    format!(
-                        "given for port `{port}` without `{rate_key}`: a burst limits \
-                         nothing without its rate"
-                    ),
+                    FieldError::BurstWithoutRate {
+                        port: port.to_owned(),
+                        rate_key,
+                    },
                 ));
             }
         }
@@ -187,13 +190,13 @@ impl PortLimits {
             if bits.burst < frame_bits {
                 return Err(field(
                     format!("{prefix}ingress_policing_burst"),
-                    format!(
-                        "{} kb for port `{port}` is less than one frame of its MTU {mtu} \
-                         ({frame_bits} bits): every such frame would be dropped; give at \
-                         least {} kb (a guest using TSO: 525 kb, a 64 KiB frame)",
-                        bits.burst / 1000,
-                        frame_bits.div_ceil(1000)
-                    ),
+                    FieldError::BurstBelowFrame {
+                        burst_kb: bits.burst / 1000,
+                        port: port.to_owned(),
+                        mtu,
+                        frame_bits,
+                        least_kb: frame_bits.div_ceil(1000),
+                    },
                 ));
             }
         }

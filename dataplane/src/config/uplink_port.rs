@@ -1,8 +1,9 @@
 //! The uplink port (`[[uplink]]`, `--uplink`): AF_XDP sockets on a NIC's
 //! queues, on the switch like any port.
 
-use super::error::{field, ConfigError, ValueError};
+use super::error::{field, ConfigError, FieldError};
 use super::port_limits::PortLimits;
+use super::value_error::ValueError;
 use super::vlan_keys::{parse_trunks, parse_vid, VlanKeys};
 use super::vm_port::{check_mtu, MAX_MTU, MIN_MTU};
 use serde::{Deserialize, Serialize};
@@ -130,24 +131,24 @@ impl UplinkPortConfig {
         if self.iface.is_empty() || self.iface.len() > 15 || self.iface.contains(['/', '\0', ' ']) {
             return Err(field(
                 "uplink.iface",
-                format!(
-                    "`{}` is not an interface name (1-15 bytes, no `/` or spaces)",
-                    self.iface
-                ),
+                FieldError::NotAnInterface(self.iface.clone()),
             ));
         }
         if self.queues == 0 || self.queues > MAX_UPLINK_QUEUES {
             return Err(field(
                 "uplink.queues",
-                format!("{} is not 1..={MAX_UPLINK_QUEUES}", self.queues),
+                FieldError::NotInRange {
+                    value: self.queues.into(),
+                    lo: 1,
+                    hi: MAX_UPLINK_QUEUES.into(),
+                },
             ));
         }
         check_mtu("uplink.mtu", &self.name, self.mtu)?;
         self.vlan_keys().check("uplink.", &self.name)?;
         self.limits.check("uplink.limits.", &self.name, self.mtu)?;
         if let Some(p) = &self.policy {
-            p.validate()
-                .map_err(|e| field("uplink.policy", e.to_string()))?;
+            p.validate().map_err(|e| field("uplink.policy", e.into()))?;
         }
         Ok(())
     }
@@ -161,31 +162,35 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| field("--uplink", format!("`{kv}` is not key=value")))?;
+            .ok_or_else(|| field("--uplink", FieldError::NotKeyValue(kv.to_owned())))?;
         match k {
             "name" => name = Some(v.to_string()),
             "iface" => iface = Some(v.to_string()),
             "queues" => {
                 cfg.queues = v
                     .parse()
-                    .map_err(|_| field("--uplink queues", format!("`{v}` is not a number")))?
+                    .map_err(|_| field("--uplink queues", FieldError::NotANumber(v.to_owned())))?
             }
             "mode" => {
                 cfg.mode = v
                     .parse()
-                    .map_err(|e: ValueError| field("--uplink mode", e.to_string()))?
+                    .map_err(|e: ValueError| field("--uplink mode", e.into()))?
             }
             "policy" => {
                 cfg.policy = Some(
                     v.parse::<PolicyConfig>()
-                        .map_err(|e| field("--uplink policy", e.to_string()))?,
+                        .map_err(|e| field("--uplink policy", e.into()))?,
                 )
             }
             "mtu" => {
                 cfg.mtu = Some(v.parse::<u16>().map_err(|_| {
                     field(
                         "--uplink mtu",
-                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                        FieldError::NotANumberIn {
+                            value: v.to_owned(),
+                            lo: MIN_MTU.into(),
+                            hi: MAX_MTU.into(),
+                        },
                     )
                 })?)
             }
@@ -194,12 +199,7 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
                     .split(':')
                     .map(|c| c.parse::<usize>())
                     .collect::<Result<_, _>>()
-                    .map_err(|_| {
-                        field(
-                            "--uplink cpus",
-                            format!("`{v}` is not CPU numbers separated by `:`"),
-                        )
-                    })?
+                    .map_err(|_| field("--uplink cpus", FieldError::NotCpuList(v.to_owned())))?
             }
             "trunks" => cfg.trunks = parse_trunks("--uplink trunks", v)?,
             "native_vlan" => cfg.native_vlan = Some(parse_vid("--uplink native_vlan", v)?),
@@ -207,16 +207,18 @@ pub fn parse_uplink_spec(spec: &str) -> Result<UplinkPortConfig, ConfigError> {
             other => {
                 return Err(field(
                     "--uplink",
-                    format!(
-                        "unknown key `{other}` (known: name, iface, queues, mode, policy, mtu, \
-                         cpus, trunks, native_vlan, {})",
-                        PortLimits::KEYS.join(", ")
-                    ),
+                    FieldError::UnknownKey {
+                        key: other.to_owned(),
+                        known: format!(
+                            "name, iface, queues, mode, policy, mtu, cpus, trunks, native_vlan, {}",
+                            PortLimits::KEYS.join(", ")
+                        ),
+                    },
                 ))
             }
         }
     }
-    cfg.iface = iface.ok_or_else(|| field("--uplink", "missing iface=IFACE"))?;
+    cfg.iface = iface.ok_or_else(|| field("--uplink", FieldError::MissingIface))?;
     cfg.name = name.unwrap_or_else(|| cfg.iface.clone());
     cfg.validate()?;
     Ok(cfg)

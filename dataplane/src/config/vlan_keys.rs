@@ -8,7 +8,7 @@
 //! spec's keys), with ranges: `trunks=10:20:100-199`. In TOML it is a
 //! list of numbers: `trunks = [10, 20]`.
 
-use super::error::{field, ConfigError};
+use super::error::{field, ConfigError, FieldError};
 
 /// A VLAN id: 1..=[`MAX_VID`], or 0 for the untagged domain.
 pub type Vid = u16;
@@ -18,9 +18,15 @@ pub const MAX_VID: Vid = 4094;
 
 /// Reads VLAN id `v` of key `flag` (1..=4094).
 pub fn parse_vid(flag: &str, v: &str) -> Result<Vid, ConfigError> {
-    let vid = v
-        .parse::<Vid>()
-        .map_err(|_| field(flag, format!("`{v}` is not a VLAN id 1..={MAX_VID}")))?;
+    let vid = v.parse::<Vid>().map_err(|_| {
+        field(
+            flag,
+            FieldError::NotAVlanId {
+                value: v.to_owned(),
+                max: MAX_VID,
+            },
+        )
+    })?;
     check_vid(flag, vid)?;
     Ok(vid)
 }
@@ -31,7 +37,7 @@ fn check_vid(flag: &str, vid: Vid) -> Result<(), ConfigError> {
     } else {
         Err(field(
             flag,
-            format!("{vid} is not a VLAN id 1..={MAX_VID} (0 and 4095 are reserved)"),
+            FieldError::ReservedVlanId { vid, max: MAX_VID },
         ))
     }
 }
@@ -44,7 +50,7 @@ pub fn parse_trunks(flag: &str, v: &str) -> Result<Vec<Vid>, ConfigError> {
             Some((a, b)) => {
                 let (a, b) = (parse_vid(flag, a)?, parse_vid(flag, b)?);
                 if a > b {
-                    return Err(field(flag, format!("range `{part}` runs backwards")));
+                    return Err(field(flag, FieldError::BackwardsRange(part.to_owned())));
                 }
                 out.extend(a..=b);
             }
@@ -77,10 +83,7 @@ impl VlanKeys<'_> {
             if !self.trunks.is_empty() || self.native_vlan.is_some() {
                 return Err(field(
                     format!("{prefix}vlan"),
-                    format!(
-                        "port `{port}`: `vlan` makes an access port; it does not go with \
-                         `trunks` or `native_vlan`"
-                    ),
+                    FieldError::AccessWithTrunk(port.to_owned()),
                 ));
             }
         }

@@ -1,7 +1,8 @@
 //! One VM port's configuration: the `[[vm]]` table and the `--vm` spec.
 
-use super::error::{field, ConfigError, ValueError};
+use super::error::{field, ConfigError, FieldError};
 use super::port_limits::PortLimits;
+use super::value_error::ValueError;
 use super::vlan_keys::parse_vid;
 use crate::socket_file::MAX_PATH_BYTES;
 use serde::{Deserialize, Serialize};
@@ -158,7 +159,13 @@ pub fn check_mtu(flag: &str, port: &str, mtu: Option<u16>) -> Result<(), ConfigE
     match mtu {
         Some(m) if m < MIN_MTU => Err(field(
             flag,
-            format!("{m} for port `{port}`: must be {MIN_MTU}..={MAX_MTU}"),
+            FieldError::PortOutOfRange {
+                value: m.into(),
+                port: port.to_owned(),
+                lo: MIN_MTU.into(),
+                hi: MAX_MTU.into(),
+                unit: "",
+            },
         )),
         _ => Ok(()),
     }
@@ -174,21 +181,21 @@ pub fn check_socket_path(flag: &str, port: Option<&str>, path: &Path) -> Result<
     let whose = port.map(|p| format!(" for port `{p}`")).unwrap_or_default();
     let shown = PeerText::from_path(path);
     if path.as_os_str().is_empty() {
-        return Err(field(flag, format!("empty{whose}")));
+        return Err(field(flag, FieldError::EmptyPath { whose }));
     }
     if !path.is_absolute() {
-        return Err(field(
-            flag,
-            format!("{shown}{whose} is relative: a socket path must be absolute"),
-        ));
+        return Err(field(flag, FieldError::RelativePath { path: shown, whose }));
     }
     let len = path.as_os_str().len();
     if len > MAX_PATH_BYTES {
         return Err(field(
             flag,
-            format!(
-                "{shown}{whose} is {len} bytes: a Unix socket path holds at most {MAX_PATH_BYTES}"
-            ),
+            FieldError::PathTooLong {
+                path: shown,
+                whose,
+                len,
+                max: MAX_PATH_BYTES,
+            },
         ));
     }
     Ok(())
@@ -363,50 +370,50 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| field("--vm", format!("`{kv}` is not key=value")))?;
+            .ok_or_else(|| field("--vm", FieldError::NotKeyValue(kv.to_owned())))?;
         match k {
             "name" => name = Some(v.to_string()),
             "socket" => socket = Some(PathBuf::from(v)),
             "queues" => {
                 queues = v
                     .parse()
-                    .map_err(|_| field("--vm queues", format!("`{v}` is not a number")))?
+                    .map_err(|_| field("--vm queues", FieldError::NotANumber(v.to_owned())))?
             }
             "mac" => {
                 mac = Some(
                     v.parse()
-                        .map_err(|e: vadapt_wire::MacParseError| field("--vm mac", e.to_string()))?,
+                        .map_err(|e: vadapt_wire::MacParseError| field("--vm mac", e.into()))?,
                 )
             }
             "policy" => {
                 policy = Some(
                     v.parse::<PolicyConfig>()
-                        .map_err(|e| field("--vm policy", e.to_string()))?,
+                        .map_err(|e| field("--vm policy", e.into()))?,
                 )
             }
             "packed" => {
                 packed = match v {
                     "on" => true,
                     "off" => false,
-                    _ => return Err(field("--vm packed", format!("`{v}` is not on or off"))),
+                    _ => return Err(field("--vm packed", FieldError::NotOnOff(v.to_owned()))),
                 }
             }
             "rss" => {
                 rss = match v {
                     "on" => true,
                     "off" => false,
-                    _ => return Err(field("--vm rss", format!("`{v}` is not on or off"))),
+                    _ => return Err(field("--vm rss", FieldError::NotOnOff(v.to_owned()))),
                 }
             }
             "unsealed_memory" => {
                 unsealed_memory = v
                     .parse()
-                    .map_err(|e: ValueError| field("--vm unsealed_memory", e.to_string()))?
+                    .map_err(|e: ValueError| field("--vm unsealed_memory", e.into()))?
             }
             "mode" => {
                 mode = v
                     .parse()
-                    .map_err(|e: ValueError| field("--vm mode", e.to_string()))?
+                    .map_err(|e: ValueError| field("--vm mode", e.into()))?
             }
             "qmp" => qmp = Some(PathBuf::from(v)),
             "qemu_pidfile" => qemu_pidfile = Some(PathBuf::from(v)),
@@ -415,13 +422,17 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             "role" => {
                 role = v
                     .parse()
-                    .map_err(|e: ValueError| field("--vm role", e.to_string()))?
+                    .map_err(|e: ValueError| field("--vm role", e.into()))?
             }
             "mtu" => {
                 mtu = Some(v.parse::<u16>().map_err(|_| {
                     field(
                         "--vm mtu",
-                        format!("`{v}` is not a number {MIN_MTU}..={MAX_MTU}"),
+                        FieldError::NotANumberIn {
+                            value: v.to_owned(),
+                            lo: MIN_MTU.into(),
+                            hi: MAX_MTU.into(),
+                        },
                     )
                 })?)
             }
@@ -432,22 +443,22 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
                     _ => {
                         return Err(field(
                             "--vm port_security",
-                            format!("`{v}` is not on or off"),
+                            FieldError::NotOnOff(v.to_owned()),
                         ))
                     }
                 }
             }
             "allowed_macs" => {
                 allowed_macs =
-                    parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e.to_string()))?
+                    parse_mac_list(v).map_err(|e| field("--vm allowed_macs", e.into()))?
             }
             "allowed_ips" => {
                 allowed_ips =
-                    parse_prefix_list(v).map_err(|e| field("--vm allowed_ips", e.to_string()))?
+                    parse_prefix_list(v).map_err(|e| field("--vm allowed_ips", e.into()))?
             }
             "max_learned" => {
                 max_learned = Some(v.parse::<usize>().map_err(|_| {
-                    field("--vm max_learned", format!("`{v}` is not a number"))
+                    field("--vm max_learned", FieldError::NotANumber(v.to_owned()))
                 })?)
             }
             "vlan" => vlan = Some(parse_vid("--vm vlan", v)?),
@@ -455,21 +466,29 @@ pub fn parse_vm_spec(spec: &str) -> Result<VmPortConfig, ConfigError> {
             other => {
                 return Err(field(
                     "--vm",
-                    format!(
-                        "unknown key `{other}` (known: name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, allowed_ips, max_learned, vlan, {})",
-                        PortLimits::KEYS.join(", ")
-                    ),
+                    FieldError::UnknownKey {
+                        key: other.to_owned(),
+                        known: format!(
+                            "name, socket, mode, queues, mac, policy, packed, rss, unsealed_memory, qmp, qemu_pidfile, qga, guest_iface, role, mtu, port_security, allowed_macs, allowed_ips, max_learned, vlan, {}",
+                            PortLimits::KEYS.join(", ")
+                        ),
+                    },
                 ))
             }
         }
     }
-    let name = name.ok_or_else(|| field("--vm name", "missing"))?;
-    let socket = socket.ok_or_else(|| field("--vm socket", "missing"))?;
+    let name = name.ok_or_else(|| field("--vm name", FieldError::Missing))?;
+    let socket = socket.ok_or_else(|| field("--vm socket", FieldError::Missing))?;
     check_socket_path("--vm socket", Some(&name), &socket)?;
     if !(1..=MAX_QUEUE_PAIRS).contains(&queues) {
         return Err(field(
             "--vm queues",
-            format!("{queues}: must be 1..={MAX_QUEUE_PAIRS}"),
+            FieldError::OutOfRange {
+                value: queues.into(),
+                lo: 1,
+                hi: MAX_QUEUE_PAIRS.into(),
+                unit: "",
+            },
         ));
     }
     check_mtu("--vm mtu", &name, mtu)?;

@@ -204,7 +204,6 @@ fn encode(c: &CoresSnapshot, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Registry;
     use std::sync::Arc;
 
     #[test]
@@ -214,7 +213,7 @@ mod tests {
 
     #[test]
     fn every_family_is_exported_once_and_no_name_is_the_counters() {
-        let reg = Arc::new(Registry::default());
+        let (reg, _) = crate::metrics::registry_test_utils::registry();
         reg.add_exporter(Arc::new(CoresStatus::default()));
         let t = reg.openmetrics_text();
         for f in ALL {

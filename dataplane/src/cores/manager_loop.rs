@@ -52,7 +52,7 @@ use super::status::{CoresStatus, Placement, VmCores};
 use super::vm_qmp::{self, QmpReply, QmpRequest, RunFailure, VmQmp, VmRun};
 use crate::config::cores::{ApplyMethod, CoresConfig, VmRole};
 use crate::panic_message::panic_message;
-use crate::queue::{Roster, VmPort};
+use crate::port::{Roster, VmPort};
 use crate::worker::pool::NqWorkers;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

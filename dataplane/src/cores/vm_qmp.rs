@@ -10,7 +10,6 @@ use super::peer_worker::PeerWorker;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use vadapt_host::error_chain::error_chain;
 use vadapt_host::vm_process::VmProcess;
 use vadapt_host::TaskId;
 use vadapt_qemu::qmp::{QmpClient, QmpError, QmpLimits};
@@ -61,13 +60,16 @@ pub struct VcpuLookUp {
     pub refused: Vec<u32>,
 }
 
-/// Why a `stop` or `cont` did not happen.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a `stop` or `cont` did not happen: QMP's error, sorted by what it
+/// means for the VM.
+#[derive(Debug, thiserror::Error)]
 pub enum RunFailure {
     /// Nothing listens on the socket: the VM is gone.
-    Gone(String),
+    #[error(transparent)]
+    Gone(QmpError),
     /// QEMU refused, or did not answer in time.
-    Failed(String),
+    #[error(transparent)]
+    Failed(QmpError),
 }
 
 /// Why a VM's vCPU threads could not be looked up.
@@ -184,8 +186,8 @@ pub fn run_bounded(socket: &Path, run: VmRun, limits: QmpLimits) -> Result<(), R
                 Some(ErrorKind::NotFound | ErrorKind::ConnectionRefused)
             ) =>
         {
-            Err(RunFailure::Gone(error_chain(&e)))
+            Err(RunFailure::Gone(e))
         }
-        Err(e) => Err(RunFailure::Failed(error_chain(&e))),
+        Err(e) => Err(RunFailure::Failed(e)),
     }
 }

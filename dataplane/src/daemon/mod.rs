@@ -20,7 +20,7 @@ use crate::control::{self, Handler, ReloadReport, Request, Response, MAX_P95_US}
 use crate::cores::CoresStatus;
 use crate::lock_order::{Mutex, MutexGuard};
 use crate::metrics::Registry;
-use crate::queue::{Roster, VmPort};
+use crate::port::{Roster, VmPort};
 use crate::socket_file::SocketLedger;
 use crate::switch::{CaptureSession, Switch};
 use crate::worker::pool::NqWorkers;
@@ -39,12 +39,13 @@ pub type ConfigSource =
     Box<dyn Fn() -> Result<DaemonConfig, Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
 
 struct Shared {
+    /// Every counter: the running ports' read from `roster`.
     registry: Arc<Registry>,
     /// The switch, for its table (`vadapt fdb`).
     switch: Arc<Switch>,
-    /// The VM ports running now.
+    /// The one list of running ports.
     roster: Arc<Roster>,
-    /// Every port, to add and remove them.
+    /// What makes and unmakes ports, the roster's only writer.
     book: Arc<Mutex<PortBook>>,
     /// The core manager's state; `None` when `[cores]` names no CPUs.
     cores: Option<Arc<CoresStatus>>,
@@ -160,16 +161,12 @@ impl Shared {
         if let Some(p) = self.roster.find(name) {
             return Ok(PolicyPort::Vm(p));
         }
-        let book = self.book();
-        if let Some(u) = book.uplink(name) {
+        if let Some(u) = self.roster.find_uplink(name) {
             return Ok(PolicyPort::Uplink(u));
         }
-        let ports = self.roster.current();
-        let mut names: Vec<String> = ports.iter().map(|p| p.name().to_owned()).collect();
-        names.extend(book.uplink_names());
         Err(DaemonError::NoPolicyPort {
             port: name.to_owned(),
-            running: names,
+            running: self.roster.policy_port_names(),
         })
     }
 
@@ -372,7 +369,8 @@ impl Daemon {
     /// [`DaemonError::StopRequested`].
     pub fn start_until(cfg: DaemonConfig, stop: Arc<AtomicBool>) -> Result<Daemon, DaemonError> {
         prepare(&cfg)?;
-        let registry = Arc::new(Registry::default());
+        let roster = Arc::new(Roster::default());
+        let registry = Arc::new(Registry::new(Arc::clone(&roster) as _));
         let switch = Arc::new(Switch::with_table_size(
             Duration::from_secs(cfg.mac_ageing_s),
             cfg.mac_table_size,
@@ -381,12 +379,10 @@ impl Daemon {
         // removes the sockets already created.
         let mut started = Started::new(Arc::clone(&stop));
         let nq_workers = ports::nq_pool(&cfg)?;
-        let roster = Arc::new(Roster::default());
         let sockets = started.sockets.clone();
         let maker = ports::PortMaker::new(
             &cfg,
             Arc::clone(&switch),
-            Arc::clone(&registry),
             nq_workers.clone(),
             sockets.clone(),
         );
@@ -666,13 +662,12 @@ mod tests {
     #[test]
     fn a_stopped_core_manager_refuses_changes_and_shows_why() {
         let status = Arc::new(CoresStatus::default());
-        let registry = Arc::new(Registry::default());
         let roster = Arc::new(Roster::default());
+        let registry = Arc::new(Registry::new(Arc::clone(&roster) as _));
         let switch = Arc::new(Switch::new(Duration::from_secs(300)));
         let maker = ports::PortMaker::new(
             &DaemonConfig::default(),
             Arc::clone(&switch),
-            Arc::clone(&registry),
             None,
             SocketLedger::default(),
         );

@@ -17,15 +17,23 @@ use super::port_state::PortStore;
 use super::ports::{PortMaker, RunningHost, RunningVm};
 use crate::config::{DaemonConfig, PortLimits, PortSpec, VmOrHost};
 use crate::control::ReloadReport;
-use crate::queue::Roster;
+use crate::port::{Roster, RunningPort};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The ports that run, and the configuration they are now.
+///
+/// Every port that runs is in the roster, the one list of running ports
+/// that the rest of the daemon reads (the counters' registry included),
+/// and the book is its only writer. The book keeps beside it only what
+/// nobody else may touch, for each port: the threads it stops and joins
+/// when the port goes, its socket file, and its configuration.
 pub(super) struct PortBook {
     maker: PortMaker,
     roster: Arc<Roster>,
+    /// The VM ports' threads and socket files, by port.
     vms: Vec<RunningVm>,
+    /// The other ports' threads, by port.
     hosts: Vec<RunningHost>,
     /// The configuration as the ports are now (start-up's, with every
     /// change since): what a port to add is checked against.
@@ -159,35 +167,17 @@ impl PortBook {
                 crate::netap_ml_model::prepare(model, vm.policy.iter())?;
                 let running = self.maker.vm(self.made, &vm)?;
                 self.made += 1;
-                self.roster.add(Arc::clone(&running.port));
+                self.roster.add(RunningPort::vm(Arc::clone(&running.port)));
                 self.vms.push(running);
             }
             VmOrHost::Host(spec) => {
                 let host = self.maker.host(spec)?;
-                self.roster
-                    .add_nic_workers(host.spec.name(), host.nic_workers());
+                self.roster.add(host.running());
                 self.hosts.push(host);
             }
         }
         self.config = candidate;
         Ok(())
-    }
-
-    /// The uplink named `name`, if one runs.
-    pub(super) fn uplink(&self, name: &str) -> Option<Arc<crate::uplink::Uplink>> {
-        self.hosts
-            .iter()
-            .filter(|h| h.spec.name() == name)
-            .find_map(|h| h.uplink().cloned())
-    }
-
-    /// The names of the uplinks that run.
-    pub(super) fn uplink_names(&self) -> Vec<String> {
-        self.hosts
-            .iter()
-            .filter(|h| h.uplink().is_some())
-            .map(|h| h.spec.name().to_owned())
-            .collect()
     }
 
     /// Remove the port named `name`, of any kind.
@@ -199,7 +189,7 @@ impl PortBook {
             self.maker.remove_vm(vm);
         } else if let Some(i) = self.hosts.iter().position(|h| h.spec.name() == name) {
             let host = self.hosts.remove(i);
-            self.roster.remove_nic_workers(name);
+            self.roster.remove(name);
             self.maker.remove_host(host);
         } else {
             return Err(self.no_port(name));
@@ -349,7 +339,7 @@ impl PortBook {
             self.maker.remove_vm(v);
         }
         for h in std::mem::take(&mut self.hosts) {
-            self.roster.remove_nic_workers(h.spec.name());
+            self.roster.remove(h.spec.name());
             self.maker.remove_host(h);
         }
     }

@@ -2,17 +2,19 @@
 //! (`vadapt add-port`, `del-port`, `reload`): a VM port with its socket and
 //! the thread serving its frontend, and the sink, echo and TAP ports (a TAP
 //! port with its reader thread). The NQ workers' pool is made here too.
+//! What a port is made with goes on the switch; the one list of running
+//! ports (`crate::port::Roster`) is the port book's to keep.
 
 use super::error::DaemonError;
 use crate::config::cores::QueueWorkers;
 use crate::config::VmPortConfig;
 use crate::config::{DaemonConfig, HostPortSpec, LocalPortConfig, SocketMode, TapPortConfig};
 use crate::cores::ApplyMethod;
-use crate::metrics::{PortStats, Registry};
+use crate::metrics::PortStats;
 use crate::policing::LimitsSlot;
 use crate::port::frontend_socket::{self, Connector, FrontendSocket};
 use crate::port::serve;
-use crate::queue::VmPort;
+use crate::port::{RunningPort, VmPort};
 use crate::socket_file::SocketLedger;
 use crate::switch::{Echo, PortId, PortRules, PortVlan, Sink, SourceGuard, Switch, Tap};
 use crate::worker::pool::NqWorkers;
@@ -23,15 +25,14 @@ use std::thread::JoinHandle;
 use vadapt_host::cpufreq::CpuFreq;
 use vadapt_wire::Mac;
 
-/// What every port is made with: the daemon's settings, its switch,
-/// counters and pool.
+/// What every port is made with: the daemon's settings, its switch and
+/// pool.
 pub(super) struct PortMaker {
     /// The daemon's configuration at start-up: the settings ports are made
     /// with (`cpus`, `backlog`, the default policy, `socket_group`, the
     /// queue workers). Its port lists are not used here.
     pub(super) settings: DaemonConfig,
     pub(super) switch: Arc<Switch>,
-    pub(super) registry: Arc<Registry>,
     pub(super) pool: Option<Arc<NqWorkers>>,
     /// The daemon's sockets: a VM port's goes in as it is bound, and out
     /// (removed, if still the one bound) as the port goes.
@@ -67,6 +68,8 @@ const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 pub(super) struct RunningHost {
     pub(super) spec: HostPortSpec,
     id: PortId,
+    /// Its counters.
+    stats: Arc<PortStats>,
     /// A TAP port's reader.
     reader: Option<TapReader>,
     /// An uplink's queue workers.
@@ -86,14 +89,12 @@ impl PortMaker {
     pub(super) fn new(
         settings: &DaemonConfig,
         switch: Arc<Switch>,
-        registry: Arc<Registry>,
         pool: Option<Arc<NqWorkers>>,
         sockets: SocketLedger,
     ) -> Self {
         PortMaker {
             settings: settings.without_ports(),
             switch,
-            registry,
             pool,
             sockets,
             tsc_per_ns: crate::clock::invariant_tsc().then(|| crate::clock::calibrate_tsc(20)),
@@ -102,7 +103,7 @@ impl PortMaker {
 
     /// VM port `vm`, the `index`th made (for `--cpus`, taken in turn): its
     /// socket listening (server mode) or its connector (client mode), on the
-    /// switch and in the counters, its frontend served. A failure leaves
+    /// switch, its frontend served. A failure leaves
     /// nothing behind.
     pub(super) fn vm(&self, index: usize, vm: &VmPortConfig) -> Result<RunningVm, DaemonError> {
         let cfg = &self.settings;
@@ -155,8 +156,6 @@ impl PortMaker {
             .switch
             .add_port_with(port.clone(), Arc::clone(&port.stats), rules);
         port.attach(self.switch.ingress(id));
-        self.registry.add_port(Arc::clone(&port.stats));
-        self.registry.add_worker(Arc::clone(&port.worker_stats));
         let stop = Arc::new(AtomicBool::new(false));
         let (p, st, pool) = (Arc::clone(&port), Arc::clone(&stop), self.pool.clone());
         let live = Arc::clone(&port.live);
@@ -166,7 +165,7 @@ impl PortMaker {
         let thread = match thread {
             Ok(t) => t,
             Err(source) => {
-                self.detach(id, &vm.name);
+                self.switch.remove_port(id);
                 if let Some(f) = &socket_file {
                     self.sockets.release(f);
                 }
@@ -188,40 +187,42 @@ impl PortMaker {
 
     /// Stop `vm` and take it away: its frontend's connection is ended
     /// (its worker stops and hands its rings back first), it leaves the
-    /// switch and the counters, and its socket file (server mode) goes if
+    /// switch, and its socket file (server mode) goes if
     /// it is still the socket bound (see [`SocketLedger::release`]).
     pub(super) fn remove_vm(&self, mut vm: RunningVm) {
         vm.stop();
-        self.detach(vm.port.port_id(), vm.port.name());
+        self.switch.remove_port(vm.port.port_id());
         if let Some(f) = &vm.socket_file {
             self.sockets.release(f);
         }
     }
 
-    /// A sink, echo, TAP or uplink port, on the switch and in the counters.
+    /// A sink, echo, TAP or uplink port, on the switch.
     pub(super) fn host(&self, spec: HostPortSpec) -> Result<RunningHost, DaemonError> {
-        let (id, reader, uplink) = match &spec {
+        let ((id, stats), reader, uplink) = match &spec {
             HostPortSpec::Sink(s) => (self.sink(s), None, None),
             HostPortSpec::Echo(e) => (self.echo(e), None, None),
             HostPortSpec::Tap(t) => {
-                let (id, reader) = self.tap(t)?;
-                (id, Some(reader), None)
+                let (id, stats, reader) = self.tap(t)?;
+                ((id, stats), Some(reader), None)
             }
             HostPortSpec::Uplink(u) => {
                 let running = self.uplink(u)?;
-                (running.port.port_id(), None, Some(running))
+                let stats = Arc::clone(&running.port.stats);
+                ((running.port.port_id(), stats), None, Some(running))
             }
         };
         Ok(RunningHost {
             spec,
             id,
+            stats,
             reader,
             uplink,
         })
     }
 
-    /// Stop `host` (a TAP port's reader) and take it off the switch and
-    /// out of the counters.
+    /// Stop `host` (a TAP port's reader, an uplink's workers) and take it
+    /// off the switch.
     pub(super) fn remove_host(&self, host: RunningHost) {
         if let Some(r) = host.reader {
             r.stop.store(true, Ordering::Relaxed);
@@ -230,10 +231,10 @@ impl PortMaker {
         if let Some(u) = host.uplink {
             u.stop();
         }
-        self.detach(host.id, host.spec.name());
+        self.switch.remove_port(host.id);
     }
 
-    fn sink(&self, s: &LocalPortConfig) -> PortId {
+    fn sink(&self, s: &LocalPortConfig) -> (PortId, Arc<PortStats>) {
         let stats = Arc::new(PortStats::new(&s.name, crate::metrics::PortKind::Sink, 1));
         let id = self.switch.add_port_with(
             Arc::new(Sink::new(Arc::clone(&stats))),
@@ -242,11 +243,10 @@ impl PortMaker {
         );
         self.switch
             .add_static(s.mac.unwrap_or_else(|| Mac::from_name(&s.name)), id);
-        self.registry.add_port(stats);
-        id
+        (id, stats)
     }
 
-    fn echo(&self, e: &LocalPortConfig) -> PortId {
+    fn echo(&self, e: &LocalPortConfig) -> (PortId, Arc<PortStats>) {
         let stats = Arc::new(PortStats::new(&e.name, crate::metrics::PortKind::Echo, 1));
         let echo = Arc::new(Echo::new(Arc::clone(&stats)));
         let id = self.switch.add_port_with(
@@ -257,11 +257,10 @@ impl PortMaker {
         echo.attach(self.switch.ingress(id));
         self.switch
             .add_static(e.mac.unwrap_or_else(|| Mac::from_name(&e.name)), id);
-        self.registry.add_port(stats);
-        id
+        (id, stats)
     }
 
-    fn tap(&self, t: &TapPortConfig) -> Result<(PortId, TapReader), DaemonError> {
+    fn tap(&self, t: &TapPortConfig) -> Result<(PortId, Arc<PortStats>, TapReader), DaemonError> {
         let stats = Arc::new(PortStats::new(&t.name, crate::metrics::PortKind::Tap, 1));
         let tap = Arc::new(Tap::open(&t.name, t.mtu, Arc::clone(&stats))?);
         tap.limits().set(t.limits);
@@ -275,16 +274,15 @@ impl PortMaker {
             Arc::clone(&stats),
             PortRules::open_in(PortVlan::trunk_port(&t.vlan_keys())),
         );
-        self.registry.add_port(stats);
         let stop = Arc::new(AtomicBool::new(false));
         let (ingress, st, reader) = (self.switch.ingress(id), Arc::clone(&stop), tap.clone());
         let thread = std::thread::Builder::new()
             .name(format!("vadapt-tap-{}", t.name))
             .spawn(move || reader.run_reader(&ingress, &st));
         match thread {
-            Ok(thread) => Ok((id, TapReader { tap, stop, thread })),
+            Ok(thread) => Ok((id, stats, TapReader { tap, stop, thread })),
             Err(source) => {
-                self.detach(id, &t.name);
+                self.switch.remove_port(id);
                 Err(DaemonError::Port {
                     port: t.name.clone(),
                     source,
@@ -293,7 +291,7 @@ impl PortMaker {
         }
     }
 
-    /// An uplink: on the switch and in the counters, its interface taken,
+    /// An uplink: on the switch, its interface taken,
     /// a socket and a worker per NIC queue.
     fn uplink(
         &self,
@@ -315,32 +313,25 @@ impl PortMaker {
             PortRules::open_in(PortVlan::trunk_port(&u.vlan_keys())),
         );
         port.attach(self.switch.ingress(id));
-        self.registry.add_port(Arc::clone(&port.stats));
         let dir = crate::uplink::program::default_record_dir();
         let running = crate::uplink::start(port, &dir, self.pool.clone()).map_err(|source| {
-            self.detach(id, &u.name);
+            self.switch.remove_port(id);
             DaemonError::Uplink {
                 port: u.name.clone(),
                 source,
             }
         })?;
-        for w in &running.workers {
-            self.registry.add_worker(Arc::clone(w));
-        }
         Ok(running)
-    }
-
-    /// Port `id`, named `name`, leaves the switch and the counters.
-    fn detach(&self, id: PortId, name: &str) {
-        self.switch.remove_port(id);
-        self.registry.remove_port(name);
     }
 }
 
 impl RunningHost {
-    /// An uplink's queue workers' counters (none for other kinds).
-    pub(super) fn nic_workers(&self) -> &[Arc<crate::metrics::WorkerStats>] {
-        self.uplink.as_ref().map_or(&[], |u| &u.workers)
+    /// The port as the list of running ports has it.
+    pub(super) fn running(&self) -> RunningPort {
+        match &self.uplink {
+            Some(u) => RunningPort::uplink(Arc::clone(&u.port), &u.workers),
+            None => RunningPort::host(self.id, Arc::clone(&self.stats)),
+        }
     }
 
     /// The rate limits of a TAP port or an uplink (`None` for a sink or

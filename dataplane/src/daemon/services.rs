@@ -11,7 +11,7 @@ use crate::config::SocketMode;
 use crate::cores::manager_loop::{self, CoreManager};
 use crate::cores::CoresStatus;
 use crate::metrics::Registry;
-use crate::queue::Roster;
+use crate::port::Roster;
 use crate::switch::Switch;
 use crate::worker::pool::NqWorkers;
 use std::net::{SocketAddr, TcpListener};

@@ -340,7 +340,7 @@ declare_metrics! {
             "control-queue commands answered (a frontend that gives the backend its control queue): `outcome=\"accepted\"` `VIRTIO_NET_OK`, `outcome=\"refused\"` `VIRTIO_NET_ERR` or a chain with no command"
             only "vm") {
             /// Control-queue commands answered `VIRTIO_NET_OK` (VM ports that
-            /// serve a control queue, see `crate::queue::ctrl_queue`).
+            /// serve a control queue, see `crate::port::ctrl_thread`).
             ctrl_accepted = "accepted";
             /// Control-queue commands answered `VIRTIO_NET_ERR`, and chains that
             /// carried no command to answer.

@@ -207,8 +207,8 @@ mod tests {
     }
 
     fn reg() -> Arc<Registry> {
-        let reg = Arc::new(Registry::default());
-        reg.add_port(Arc::new(PortStats::new(
+        let (reg, counted) = crate::metrics::registry::test_utils::registry();
+        counted.add_port(Arc::new(PortStats::new(
             "vm1",
             crate::metrics::port_kind::PortKind::Vm,
             1,

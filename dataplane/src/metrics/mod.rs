@@ -10,8 +10,9 @@
 //! * `counters.rs`: the counters of a port, a queue pair, a queue worker,
 //!   declared so;
 //! * `port_kind.rs`: what kind of port a port's counters belong to;
-//! * `registry.rs`: the [`Registry`] that holds them, and the [`Exporter`]s
-//!   of other parts (the core manager's `vadapt_cores_*`, declared in
+//! * `registry.rs`: the [`Registry`] that exports them, read from the
+//!   daemon's one list of running ports ([`RunningCounters`], a handle the
+//!   list hands down), and the [`Exporter`]s of other parts (the core manager's `vadapt_cores_*`, declared in
 //!   [`crate::cores::export`]), so that the metrics import no part of the
 //!   daemon above them (only [`http`] uses two low helpers, `conn_limit`
 //!   and `local_server`);
@@ -87,7 +88,9 @@ pub use declare::{Column, Export, Sample};
 pub(crate) use family::assert_doc_table;
 pub use family::{Exporter, Family, Kind, Samples};
 pub use port_kind::PortKind;
-pub use registry::Registry;
+#[cfg(test)]
+pub(crate) use registry::test_utils as registry_test_utils;
+pub use registry::{Registry, RunningCounters};
 pub use snapshot::StatsSnapshot;
 pub use tally::{PassTally, PUBLISH_EVERY};
 pub use text004::openmetrics_to_prometheus;

@@ -168,12 +168,12 @@ mod tests {
     /// name, type and help text of its declaration.
     #[test]
     fn every_family_is_written_from_its_declaration() {
-        let reg = Arc::new(Registry::default());
+        let (reg, counted) = crate::metrics::registry::test_utils::registry();
         let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 1));
         p.predicted_us.store(1000, Relaxed);
-        reg.add_port(p);
-        reg.add_port(Arc::new(PortStats::new("up0", PortKind::Uplink, 1)));
-        reg.add_worker(Arc::new(WorkerStats::new("vm1")));
+        counted.add_port(p);
+        counted.add_port(Arc::new(PortStats::new("up0", PortKind::Uplink, 1)));
+        counted.add_worker(Arc::new(WorkerStats::new("vm1")));
         let t = reg.openmetrics_text();
         let meta: Vec<&str> = t
             .lines()
@@ -197,12 +197,12 @@ mod tests {
 
     #[test]
     fn prometheus_text_has_the_documented_names_and_values() {
-        let reg = Arc::new(Registry::default());
+        let (reg, counted) = crate::metrics::registry::test_utils::registry();
         let p = Arc::new(PortStats::new("vm1", PortKind::Vm, 2));
         p.queues[1].add(Dir::Tx, 3, 192);
         p.queues[0].drop(DropReason::BadAddress, 2);
-        reg.add_port(p);
-        reg.add_worker(Arc::new(WorkerStats::new("vm1")));
+        counted.add_port(p);
+        counted.add_worker(Arc::new(WorkerStats::new("vm1")));
         let t = reg.prometheus_text();
         for name in [
             "vadapt_queue_packets_total",
@@ -233,12 +233,12 @@ mod tests {
     /// counters end in `_total`, and nothing OpenMetrics-only is left.
     #[test]
     fn text_004_declares_every_sample_family() {
-        let reg = Arc::new(Registry::default());
-        reg.add_port(Arc::new(PortStats::new("vm1", PortKind::Vm, 2)));
+        let (reg, counted) = crate::metrics::registry::test_utils::registry();
+        counted.add_port(Arc::new(PortStats::new("vm1", PortKind::Vm, 2)));
         let w = Arc::new(WorkerStats::new("vm1"));
         w.overshoot_ns.lock().unwrap().record(3_000).unwrap();
         w.overshoot_ns.lock().unwrap().record(2_000_000).unwrap();
-        reg.add_worker(w);
+        counted.add_worker(w);
         let t = reg.prometheus_text();
         assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
         let mut types = BTreeMap::new();
@@ -273,15 +273,15 @@ mod tests {
 
     #[test]
     fn netap_ml_gauges_are_exported_for_netap_ml_ports_only() {
-        let reg = Arc::new(Registry::default());
+        let (reg, counted) = crate::metrics::registry::test_utils::registry();
         let ml = Arc::new(PortStats::new("ml", PortKind::Vm, 1));
         ml.predicted_us.store(1200, Relaxed);
         ml.search_lo_us.store(700, Relaxed);
         ml.search_hi_us.store(1700, Relaxed);
         ml.workload[0].store(2, Relaxed);
         ml.workload[2].store(64, Relaxed);
-        reg.add_port(ml);
-        reg.add_port(Arc::new(PortStats::new("plain", PortKind::Vm, 1)));
+        counted.add_port(ml);
+        counted.add_port(Arc::new(PortStats::new("plain", PortKind::Vm, 1)));
         let t = reg.prometheus_text();
         for line in [
             r#"vadapt_netap_ml_predicted_interval_seconds{port="ml"} 0.0012"#,

@@ -1,5 +1,10 @@
-//! The registry: every port's and worker's counters, and a copy of them
-//! for `vadapt stats`.
+//! The registry: the counters of the ports and workers running now, the
+//! other exporters, and a copy of every counter for `vadapt stats`.
+//!
+//! The registry keeps no list of ports of its own: it reads the running
+//! ports' counters, each time it is asked, from the daemon's one list of
+//! running ports ([`RunningCounters`], which `crate::port::Roster` is,
+//! handed down to this lower room as a handle).
 
 use super::counters::{PortSnapshot, WorkerSnapshot};
 use super::counters::{PortStats, WorkerStats};
@@ -8,36 +13,30 @@ use super::snapshot::StatsSnapshot;
 use crate::lock_order::RwLock;
 use std::sync::Arc;
 
+/// The counters of the ports and queue workers running now, as the list
+/// of running ports gives them.
+pub trait RunningCounters: std::fmt::Debug + Send + Sync {
+    /// Every running port's counters, in the order the ports were added.
+    fn ports(&self) -> Vec<Arc<PortStats>>;
+    /// Every running queue worker's counters (VM ports' and uplinks'), in
+    /// the order their ports were added.
+    fn workers(&self) -> Vec<Arc<WorkerStats>>;
+}
+
 /// All the daemon's counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
-    ports: RwLock<Vec<Arc<PortStats>>>,
-    workers: RwLock<Vec<Arc<WorkerStats>>>,
+    running: Arc<dyn RunningCounters>,
     exporters: RwLock<Vec<Arc<dyn Exporter>>>,
 }
 
 impl Registry {
-    /// Register a port's counters.
-    pub fn add_port(&self, p: Arc<PortStats>) {
-        self.ports.write().expect("poisoned").push(p);
-    }
-
-    /// Register a worker's counters.
-    pub fn add_worker(&self, w: Arc<WorkerStats>) {
-        self.workers.write().expect("poisoned").push(w);
-    }
-
-    /// Stop exporting port `name`'s counters and its worker's (the port
-    /// was removed at run time): its series end with it.
-    pub fn remove_port(&self, name: &str) {
-        self.ports
-            .write()
-            .expect("poisoned")
-            .retain(|p| p.name != name);
-        self.workers
-            .write()
-            .expect("poisoned")
-            .retain(|w| w.name != name && !w.name.starts_with(&format!("{name}/")));
+    /// The counters of the ports in `running`, as they come and go.
+    pub fn new(running: Arc<dyn RunningCounters>) -> Self {
+        Registry {
+            running,
+            exporters: RwLock::new(Vec::new()),
+        }
     }
 
     /// Export `e`'s families too (the core manager's `vadapt_cores_*`),
@@ -46,14 +45,14 @@ impl Registry {
         self.exporters.write().expect("poisoned").push(e);
     }
 
-    /// The ports' counters registered so far.
+    /// The running ports' counters.
     pub fn ports(&self) -> Vec<Arc<PortStats>> {
-        self.ports.read().expect("poisoned").clone()
+        self.running.ports()
     }
 
-    /// The workers' counters registered so far.
+    /// The running workers' counters.
     pub fn workers(&self) -> Vec<Arc<WorkerStats>> {
-        self.workers.read().expect("poisoned").clone()
+        self.running.workers()
     }
 
     /// The exporters added so far.
@@ -74,33 +73,56 @@ impl Registry {
     }
 }
 
+/// A list of counters that tests add to, standing in for the list of
+/// running ports in the metrics' own tests.
+#[cfg(test)]
+pub(crate) mod test_utils {
+    use super::*;
+
+    /// The ports and workers added so far.
+    #[derive(Debug, Default)]
+    pub(crate) struct Counted {
+        ports: std::sync::Mutex<Vec<Arc<PortStats>>>,
+        workers: std::sync::Mutex<Vec<Arc<WorkerStats>>>,
+    }
+
+    impl Counted {
+        /// Add a port's counters.
+        pub(crate) fn add_port(&self, p: Arc<PortStats>) {
+            self.ports.lock().unwrap().push(p);
+        }
+
+        /// Add a worker's counters.
+        pub(crate) fn add_worker(&self, w: Arc<WorkerStats>) {
+            self.workers.lock().unwrap().push(w);
+        }
+    }
+
+    impl RunningCounters for Counted {
+        fn ports(&self) -> Vec<Arc<PortStats>> {
+            self.ports.lock().unwrap().clone()
+        }
+        fn workers(&self) -> Vec<Arc<WorkerStats>> {
+            self.workers.lock().unwrap().clone()
+        }
+    }
+
+    /// A registry over no ports yet, and what adds them.
+    pub(crate) fn registry() -> (Arc<Registry>, Arc<Counted>) {
+        let counted = Arc::new(Counted::default());
+        (Arc::new(Registry::new(counted.clone())), counted)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_utils::registry;
     use super::*;
     use crate::metrics::counters::{Dir, DropReason};
     use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
-    fn a_removed_port_and_its_worker_are_no_longer_reported() {
-        let reg = Registry::default();
-        for n in ["a", "b"] {
-            reg.add_port(Arc::new(PortStats::new(
-                n,
-                crate::metrics::port_kind::PortKind::Vm,
-                1,
-            )));
-            reg.add_worker(Arc::new(WorkerStats::new(n)));
-        }
-        reg.remove_port("a");
-        let s = reg.snapshot();
-        assert_eq!(s.ports.len(), 1);
-        assert_eq!(s.ports[0].name, "b");
-        assert_eq!(s.workers.len(), 1);
-    }
-
-    #[test]
     fn snapshot_reports_only_nonzero_drops_and_sums() {
-        let reg = Registry::default();
         let p = Arc::new(PortStats::new(
             "s",
             crate::metrics::port_kind::PortKind::Sink,
@@ -108,7 +130,8 @@ mod tests {
         ));
         p.queues[0].add(Dir::Rx, 5, 320);
         p.queues[0].drop(DropReason::Oversize, 1);
-        reg.add_port(p);
+        let (reg, counted) = registry();
+        counted.add_port(p);
         let s = reg.snapshot();
         assert_eq!(s.port_total("s", |q| q.rx_packets), Some(5));
         assert_eq!(s.ports[0].queues[0].dropped.len(), 1);
@@ -130,14 +153,14 @@ mod tests {
 
     #[test]
     fn netap_ml_prediction_and_range_show_in_the_table_and_json() {
-        let reg = Registry::default();
         let p = Arc::new(PortStats::new(
             "vm1",
             crate::metrics::port_kind::PortKind::Vm,
             1,
         ));
         p.poll_interval_us.store(1318, Relaxed);
-        reg.add_port(Arc::clone(&p));
+        let (reg, counted) = registry();
+        counted.add_port(Arc::clone(&p));
         assert!(!reg.snapshot().to_table().contains("predicted"));
         p.predicted_us.store(1200, Relaxed);
         p.search_lo_us.store(700, Relaxed);

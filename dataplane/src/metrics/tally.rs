@@ -62,7 +62,7 @@ impl PassTally {
 
     /// Adds everything tallied to the shared counters and starts again from
     /// zero. `queues[i]` are the counters of pair `i` (pairs beyond them
-    /// count in the last, as [`crate::queue::VmPort`]'s do).
+    /// count in the last, as [`crate::port::VmPort`]'s do).
     pub fn publish(&mut self, worker: &WorkerStats, queues: &[QueueStats]) {
         self.since_publish = 0;
         if self.passes == 0 {

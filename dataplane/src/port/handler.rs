@@ -11,15 +11,16 @@
 //!
 //! Ring `2 × queues` is the control queue, for a frontend that gives it to
 //! the backend (QEMU and DPDK do not); it is served beside the worker, by
-//! [`crate::queue::ctrl_queue`], and stopped and started with it.
+//! [`super::ctrl_thread`], and stopped and started with it.
 
+use super::ctrl_thread::{self, CtrlThread};
+use super::port_queues::PortQueues;
+use super::vm_port::VmPort;
 use crate::migration::{MappedLog, RingLog};
 use crate::net::{self, VHOST_USER_F_PROTOCOL_FEATURES};
-use crate::queue::ctrl_queue::{CtrlQueue, CtrlThread};
+use crate::queue::ctrl_queue::CtrlQueue;
 use crate::queue::eventfd_io;
-use crate::queue::port_queues::PortQueues;
 use crate::queue::ring::{Pair, Ring};
-use crate::queue::VmPort;
 use crate::worker::{Runtime, Served};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -201,7 +202,7 @@ impl Connection {
     /// no pass was made.
     pub fn step(&mut self, force: bool) -> bool {
         if let (Some(CtrlService::Inline(q)), Some(mem)) = (self.ctrl.as_mut(), self.mem.as_ref()) {
-            crate::queue::ctrl_queue::serve_and_count(q, mem, &self.port, self.features);
+            ctrl_thread::serve_and_count(q, mem, &self.port, self.features);
         }
         self.worker.as_mut().is_some_and(|w| w.step(force))
     }

@@ -7,7 +7,7 @@ use super::frontend_socket::FrontendSocket;
 use super::handler::Connection;
 use super::raw_requests;
 use super::received_fds::recv_closing_fds;
-use crate::queue::VmPort;
+use super::vm_port::VmPort;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -473,7 +473,7 @@ mod tests {
 
     /// A test port (not attached to a switch).
     fn port(name: &str) -> Arc<VmPort> {
-        crate::queue::vm_port::tests::port(name, 1)
+        crate::port::vm_port::tests::port(name, 1)
     }
 
     /// One vhost-user message: header (`code`, version 1 and `flags`) and

@@ -29,7 +29,7 @@
 //! device start, not one per ring. Both were seen with QEMU 7.2 and a
 //! Linux guest here.
 
-use crate::queue::VmPort;
+use super::vm_port::VmPort;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use vadapt_virtq::mem::MappedRegion;

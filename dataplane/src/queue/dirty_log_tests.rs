@@ -162,11 +162,11 @@ fn without_a_log_nothing_is_marked_and_the_service_is_unchanged() {
 
 /// Issue 36, finding 4: a frontend that shrinks its (unsealed) log under a
 /// running ring. Before the fix the used-ring write killed the process
-/// (SIGBUS); now the guard takes the fault, logging ends, the ring goes on
-/// serving, and the port says so once and counts it.
+/// (SIGBUS); now the guard takes the fault, logging ends and the ring goes
+/// on serving (the port saying so once and counting it is
+/// `crate::port::vm_port`'s test).
 #[test]
 fn a_log_that_shrinks_under_the_ring_ends_logging_and_the_service_goes_on() {
-    use crate::config::VmPortConfig;
     let (mut r, mut g) = ring(256, RingFeatures::default());
     let bytes = MEM_SIZE / LOG_PAGE / 8;
     let f = log_file(bytes);
@@ -197,21 +197,5 @@ fn a_log_that_shrinks_under_the_ring_ends_logging_and_the_service_goes_on() {
     assert_eq!(send(&mut g, &mut r, 1), 1, "the write after the shrink");
     assert!(!log.is_live(), "the fault ended logging");
     assert_eq!(send(&mut g, &mut r, 2), 1, "and the ring goes on");
-    let port = crate::queue::VmPort::new(
-        VmPortConfig::new("shrunk-log", "/nonexistent/vm.sock"),
-        vadapt_policy::PolicyConfig::BusyPoll,
-        16,
-        None,
-        Arc::new(vadapt_host::cpufreq::CpuFreq::unavailable("test")),
-        None,
-    )
-    .unwrap();
-    port.end_dirty_log(&log);
-    port.end_dirty_log(&log);
-    let shrank = port
-        .stats
-        .dirty_log_shrank
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(shrank, 1, "counted once");
-    assert_eq!(port.log_totals("dirty log shrank"), (1, 0), "one line");
+    assert!(log.end(), "ended, and nobody said so yet");
 }

@@ -15,7 +15,7 @@
 //! them is refused.
 //!
 //! The config is the port's ([`RssState`]): the control queue service
-//! writes it, [`crate::queue::VmPort`]'s `deliver` reads it once per batch,
+//! writes it, [`crate::port::VmPort`]'s `deliver` reads it once per batch,
 //! a device reset or a new feature negotiation clears it. A refused command
 //! leaves the config in force as it was.
 

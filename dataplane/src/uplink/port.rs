@@ -1,7 +1,7 @@
 //! The uplink as the switch sees it: an [`Egress`] whose frames wait in a
 //! backlog per NIC queue for that queue's worker, and the notification
 //! between the switch and the workers (as a VM port's,
-//! [`crate::queue::VmPort`]).
+//! [`crate::port::VmPort`]).
 
 use crate::config::UplinkPortConfig;
 use crate::frames::{Backlog, FrameBatch};
@@ -121,7 +121,7 @@ impl Uplink {
     }
 
     /// Switch every queue's worker to `policy`, each after its current
-    /// pass (`vadapt set-policy`, as [`crate::queue::VmPort::set_policy`]).
+    /// pass (`vadapt set-policy`, as [`crate::port::VmPort::set_policy`]).
     /// Refused, nothing changed, if `policy` is invalid.
     pub fn set_policy(&self, policy: PolicyConfig) -> Result<(), PolicyRequestError> {
         policy.validate()?;

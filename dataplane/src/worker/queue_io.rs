@@ -1,7 +1,7 @@
 //! The one interface between a queue worker and the world ([`QueueIo`]):
 //! rings, kicks, calls, timers, the policy's slot (`docs/style.md` rule 2).
 //!
-//! A VM port's rings ([`crate::queue::port_queues::PortQueues`]) and an
+//! A VM port's rings ([`crate::port::port_queues::PortQueues`]) and an
 //! uplink's NIC queue (`crate::uplink::worker::UplinkQueue`) implement it;
 //! tests implement it over scripted worlds on a virtual clock, and
 //! [`super::fault_injector::FaultInjector`] wraps any of them to make timers

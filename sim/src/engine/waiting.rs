@@ -5,7 +5,7 @@
 //! The protocol itself — enable notifications, re-check the ring, arm a
 //! kick threshold, classify what ended a wait, disable notifications again —
 //! is the policy crate's [`wait_protocol`], which the daemon's
-//! `queue/port_queues.rs` follows with real rings and timers. This is the
+//! `port/port_queues.rs` follows with real rings and timers. This is the
 //! simulator's side of it: the modelled ring as its [`Notifications`]
 //! ([`QueueRing`]), a wait's deadline (the executor's
 //! [`Wake`](vadapt_policy::Wake)) becoming a timer event in

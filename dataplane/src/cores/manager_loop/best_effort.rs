@@ -75,7 +75,8 @@ pub(super) fn settle_run(
             vm.run_error = None;
             return Some(format!("{}: gone while paused", vm.name));
         }
-        (_, Err(RunFailure::Gone(e) | RunFailure::Failed(e))) => e,
+        // The whole chain, as one line: each distinct one is logged once.
+        (_, Err(e)) => vadapt_host::error_chain::error_chain(&e),
     };
     let wait = vm
         .run_retry

@@ -60,9 +60,9 @@ fn resume_in_background(vm: &ManagedVm) {
                 Ok(()) | Err(RunFailure::Gone(_)) => {
                     tracing::info!(vm = name, "core manager: removed VM resumed")
                 }
-                Err(RunFailure::Failed(e)) => tracing::error!(
+                Err(e @ RunFailure::Failed(_)) => tracing::error!(
                     vm = name,
-                    error = %e,
+                    error = %vadapt_host::error_chain::error_chain(&e),
                     "core manager: cannot resume the removed VM; resume it with QMP `cont`"
                 ),
             },

@@ -83,9 +83,9 @@ impl CoreManager {
                     vm.stop_sent = false;
                     tracing::info!(vm = vm.name, "core manager: best-effort VM resumed");
                 }
-                Err(RunFailure::Failed(e)) => tracing::error!(
+                Err(e @ RunFailure::Failed(_)) => tracing::error!(
                     vm = vm.name,
-                    error = %e,
+                    error = %vadapt_host::error_chain::error_chain(&e),
                     "core manager: cannot resume the best-effort VM; resume it with QMP `cont`"
                 ),
             }

@@ -532,7 +532,10 @@ fn uplink_queue_workers_are_placed_on_the_nq_group() {
     let roster = Arc::new(Roster::new(vec![port("name=vm1,socket=/nonexistent.sock")]));
     let w = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
     w.tid.store(tids[0] as i32, Ordering::Release);
-    roster.add_nic_workers("up0", &[w]);
+    let cfg = crate::config::parse_uplink_spec("iface=up0,name=up0").unwrap();
+    let up =
+        crate::uplink::Uplink::new(cfg, 8, vadapt_policy::PolicyConfig::BusyPoll, None).unwrap();
+    roster.add(crate::port::RunningPort::uplink(up, &[w]));
     let status = Arc::new(CoresStatus::default());
     let mut m = CoreManager::new(
         CoresConfig {
@@ -550,7 +553,7 @@ fn uplink_queue_workers_are_placed_on_the_nq_group() {
     });
     m.step(Instant::now() + Duration::from_millis(100));
     assert_eq!(allowed(tids[0]), status.snapshot().sets.nq, "{s:?}");
-    roster.remove_nic_workers("up0");
+    roster.remove("up0");
     drop(m);
     drop(stop);
     for h in hs {

@@ -1,6 +1,6 @@
 //! A VM port's state that outlives a frontend connection: its counters,
 //! its frames waiting for the guest, its policy, and the notification
-//! between the switch and its worker. The vhost-user side ([`crate::port`])
+//! between the switch and its worker. The vhost-user side ([`super::handler`])
 //! and the worker ([`super::port_queues`]) both work on it.
 //!
 //! Frames from other ports arrive through [`Egress::deliver`] into a
@@ -8,14 +8,14 @@
 //! buffers during its passes, so a policy that sleeps delays receive as well
 //! as transmit processing, exactly like the papers' vhost thread.
 
-use super::guest_offloads;
-use super::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::config::{PortLimits, VmPortConfig};
 use crate::frames::{Backlog, FrameBatch};
 use crate::log_limit::LogLimits;
 use crate::metrics::{DropReason, PortStats, WorkerStats};
 use crate::migration::MappedLog;
 use crate::policing::LimitsSlot;
+use crate::queue::guest_offloads;
+use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::switch::{Egress, Ingress, PortId};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
@@ -42,7 +42,7 @@ pub struct VmPort {
     /// Guest-side offloads the receiver takes now.
     pub guest_offloads: guest_offloads::GuestOffloadState,
     /// The guest's RSS config (`VIRTIO_NET_F_RSS`), once it set one.
-    pub rss: super::rss::RssState,
+    pub rss: crate::queue::rss::RssState,
     /// Queue pairs whose receive ring is running (flows are spread over them).
     pub(crate) rx_pairs: AtomicU16,
     /// Wakes a worker blocked waiting for kicks.
@@ -266,7 +266,7 @@ impl VmPort {
 impl Egress for VmPort {
     /// Frames onto the backlogs of the receive queues they are steered
     /// to: with more than one queue pair, by the guest's RSS config when
-    /// it set one ([`super::rss::RssConfig::queue_of`]: its key, hash
+    /// it set one ([`crate::queue::rss::RssConfig::queue_of`]: its key, hash
     /// types and indirection table), else by the Toeplitz hash of each
     /// frame's addresses and ports ([`rss_queue`]), so one flow stays on
     /// one queue as on a NIC, and a frame with no flow (not IP) by the
@@ -368,6 +368,45 @@ pub(crate) mod tests {
         assert_eq!(dropped(&port.stats.queues[0], DropReason::PortDown), 2);
         assert_eq!(dropped(&port.stats.queues[1], DropReason::PortDown), 1);
         assert_eq!(port.clear_backlogs(), 0, "nothing counted twice");
+    }
+
+    /// Issue 36, finding 4: when the frontend's dirty-page log shrinks
+    /// under the daemon (the SIGBUS guard took the fault), the port says so
+    /// once and counts it once, whichever of its threads sees it.
+    #[test]
+    fn a_log_that_shrank_is_reported_and_counted_once() {
+        use crate::migration::MappedLog;
+        use std::os::fd::FromRawFd;
+        use vadapt_virtq::{DirtyLog, LOG_PAGE};
+        let bytes = 4 * LOG_PAGE;
+        // SAFETY: a NUL-terminated name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"vadapt-dirty-log".as_ptr(), 0) };
+        assert!(fd >= 0);
+        // SAFETY: a fresh descriptor nothing else owns.
+        let f = unsafe { std::fs::File::from_raw_fd(fd) };
+        f.set_len(bytes).unwrap();
+        let mapped = DirtyLog::map(&f, 0, bytes).unwrap();
+        let (start, len) = mapped.mapping();
+        let guard = crate::sigbus_guard::guard(start, len, None).unwrap();
+        let log = MappedLog::new(mapped, Some(guard));
+        let port = port("shrunk-log", 1);
+        port.end_dirty_log(&log);
+        assert_eq!(
+            port.stats.dirty_log_shrank.load(Ordering::Relaxed),
+            0,
+            "still live"
+        );
+        f.set_len(0).unwrap();
+        log.log().mark(0, 1);
+        assert!(!log.is_live(), "the guard took the fault");
+        port.end_dirty_log(&log);
+        port.end_dirty_log(&log);
+        assert_eq!(
+            port.stats.dirty_log_shrank.load(Ordering::Relaxed),
+            1,
+            "counted once"
+        );
+        assert_eq!(port.log_totals("dirty log shrank"), (1, 0), "one line");
     }
 
     /// An IPv4 UDP frame of flow (`sport`, `dport`).

@@ -5,11 +5,11 @@
 //! taken, and the ring's position handed back is where the guest is.
 
 use super::port_queues::PortQueues;
-use super::ring::test_utils::{frame, ring};
-use super::ring::Pair;
-use super::VmPort;
+use super::vm_port::VmPort;
 use crate::config::VmPortConfig;
 use crate::metrics::Dir;
+use crate::queue::ring::test_utils::{frame, ring};
+use crate::queue::ring::Pair;
 use crate::worker::fault_injector::{FaultInjector, Faults};
 use crate::worker::pool::NqWorkers;
 use crate::worker::Runtime;

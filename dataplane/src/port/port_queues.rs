@@ -1,25 +1,26 @@
 //! The worker's view of a VM port: its running rings as a [`QueueIo`].
 //!
-//! This is glue: the ring service is [`super::tx`] and [`super::rx`], the
-//! waiting [`super::waiting`], the rings themselves [`super::ring`]; here
-//! they are wired to the port (its switch, backlogs, counters, policy slot)
-//! and the results counted and logged.
+//! This is glue: the ring service is [`crate::queue::tx`] and
+//! [`crate::queue::rx`], the waiting [`crate::queue::waiting`], the rings
+//! themselves [`crate::queue::ring`]; here they are wired to the port (its
+//! switch, backlogs, counters, policy slot) and the results counted and
+//! logged.
 //!
 //! The control queue is not among these rings. QEMU and DPDK virtio-user
 //! keep it and translate `VQ_PAIRS_SET` into `SET_VRING_ENABLE`, which
-//! [`crate::port::handler`] honours; a frontend that gives it to the
-//! backend has it served beside the worker ([`super::ctrl_queue`]).
+//! [`super::handler`] honours; a frontend that gives it to the backend has
+//! it served beside the worker ([`super::ctrl_thread`]).
 
-use super::policy_slot::WorkerView;
-use super::ring::Pair;
-use super::ring_pass::RingPass;
-use super::rx::{RxPending, RxService};
-use super::tx::{Policing, TxService, TX_BATCH};
-use super::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
-use super::VmPort;
+use super::vm_port::VmPort;
 use crate::clock::{cycles, monotonic_now, PassClock};
 use crate::metrics::{Dir, DropReason, PassTally, QueueStats};
 use crate::policing::PortPolicers;
+use crate::queue::policy_slot::WorkerView;
+use crate::queue::ring::Pair;
+use crate::queue::ring_pass::RingPass;
+use crate::queue::rx::{RxPending, RxService};
+use crate::queue::tx::{Policing, TxService, TX_BATCH};
+use crate::queue::waiting::{drain_kicks, EarlyWake, Waiter, Woken};
 use crate::switch::{FdbCache, Forwarded, Ingress, Sender};
 use crate::worker::{Control, PassStats, PendingWait, QueueIo, RingBases, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
