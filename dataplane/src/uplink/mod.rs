@@ -11,6 +11,8 @@
 //!   taking over one a killed daemon left.
 //! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): raised to
 //!   the uplink's queues where the driver allows, restored at stop.
+//! * [`promisc`] — the NIC in promiscuous mode while the uplink runs, so
+//!   that frames for the VMs' addresses pass its MAC filter.
 //! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
 //!   accessors of `<xdp/xsk.h>`.
 
@@ -18,6 +20,7 @@ pub mod channels;
 pub(crate) mod libxdp;
 pub mod port;
 pub mod program;
+pub mod promisc;
 pub mod worker;
 pub mod xsk;
 
@@ -50,6 +53,9 @@ pub enum UplinkError {
     /// A queue's AF_XDP socket could not be opened.
     #[error(transparent)]
     Socket(#[from] XskError),
+    /// The interface could not be put into promiscuous mode.
+    #[error(transparent)]
+    Promisc(#[from] promisc::PromiscError),
     /// The policy could not be built.
     #[error("bad policy for the uplink")]
     Policy(#[source] vadapt_policy::ConfigError),
@@ -75,6 +81,8 @@ pub struct RunningUplink {
     /// Sets the NIC's channel count back (if the uplink raised it) once
     /// the sockets are closed.
     channels: Option<channels::ChannelGuard>,
+    /// Holds the interface in promiscuous mode until the uplink stops.
+    promisc: Option<promisc::PromiscGuard>,
     owner: Option<OwnerRecord>,
 }
 
@@ -103,6 +111,7 @@ pub fn start(
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
     // Dropped after the sockets on every way out (declared before them).
     let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name, record_dir)?;
+    let promisc = promisc::PromiscGuard::take(&cfg.iface)?;
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
@@ -123,6 +132,7 @@ pub fn start(
         stop: Arc::clone(&stop),
         served: Vec::new(),
         channels,
+        promisc: Some(promisc),
         owner: Some(owner),
     };
     for (q, xsk) in sockets.into_iter().enumerate() {
@@ -153,7 +163,7 @@ pub fn start(
 impl RunningUplink {
     /// Stop the workers and close the sockets (libxdp detaches its program
     /// with the last one), set the NIC's channel count back if the uplink
-    /// raised it, then drop the owner record.
+    /// raised it, leave promiscuous mode, then drop the owner record.
     pub fn stop(mut self) {
         self.stop_now();
     }
@@ -168,6 +178,7 @@ impl RunningUplink {
             let _ = served.stop();
         }
         self.channels.take();
+        self.promisc.take();
         self.owner.take();
     }
 }

@@ -288,6 +288,35 @@ fn a_queue_reopens_and_the_program_goes_with_the_last_socket() {
     }
 }
 
+/// Whether `iface` is in promiscuous mode (`IFF_PROMISC` in its flags).
+fn promiscuous(iface: &str) -> bool {
+    let flags = std::fs::read_to_string(format!("/sys/class/net/{iface}/flags")).unwrap();
+    let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
+    flags & libc::IFF_PROMISC as u32 != 0
+}
+
+/// The NIC is promiscuous while the uplink runs, for the VMs' addresses,
+/// and no longer once it stops. (veth hands XDP every frame whatever its
+/// flags, so the traffic here checks only that the uplink still serves; the
+/// flag is what a real NIC's MAC filter obeys.)
+#[test]
+fn the_nic_is_promiscuous_while_the_uplink_runs() {
+    let Some(w) = Wire::new("y", 1) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!promiscuous(&w.host), "a fresh veth is not promiscuous");
+    let (_sw, up) = uplink_and_echo(UplinkPortConfig::new("up0", w.host.clone()));
+    let running = super::start(up.clone(), dir.path(), None).unwrap();
+    assert!(promiscuous(&w.host), "promiscuous while the uplink runs");
+    let out = w.python(
+        SEND_AND_COUNT,
+        &[&w.peer, &hex(Mac::from_name("echo")), "50", "60"],
+    );
+    running.stop();
+    let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(v[1], 50, "the echo's frames came back: {out}");
+    assert!(!promiscuous(&w.host), "promiscuous mode left at stop");
+}
+
 /// A two-queue veth: frames sent from each CPU arrive on their own queue
 /// (AF_PACKET's TX queue is the sending CPU's), and both queues' workers
 /// serve them both ways.
