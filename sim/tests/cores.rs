@@ -142,37 +142,25 @@ fn bad_core_alloc_tables_are_named() {
     assert_eq!(key, "host.core_alloc.mode");
 }
 
-/// vSPACE's explorer trace counts every round by its branch: at a light
-/// load every round is rewarded (the thresholds only climb); past the
-/// host's capacity periods violate the SLO and the violation branch runs.
+/// vSPACE's explorer trace counts every round by its branch and follows
+/// the thresholds: at a light load every round is rewarded, so they only
+/// climb from 0.7. (The violation branch is the policy crate's tests'.)
 #[test]
 fn vspace_explorer_trace_counts_rounds_by_branch() {
-    let run = |kqps: f64| {
-        let mut sc = rr(kqps, "kind = \"vspace\"\nmode = \"e\"");
-        sc.host.core_mgmt.samples_per_round = 4;
-        let ev = run_scenario(&sc, 1).unwrap().core_events;
-        ev.explorer.expect("vSPACE reports its explorer")
-    };
-    let light = run(20.0);
-    let t = light.trace;
-    assert!(light.rounds >= 3, "{light:?}");
+    let mut sc = rr(20.0, "kind = \"vspace\"\nmode = \"e\"");
+    sc.host.core_mgmt.samples_per_round = 4;
+    let ev = run_scenario(&sc, 1).unwrap().core_events;
+    let e = ev.explorer.expect("vSPACE reports its explorer");
+    let t = e.trace;
+    assert!(e.rounds >= 3, "{e:?}");
     assert_eq!(
         t.adjusted_rounds + t.rewarded_rounds + t.kept_rounds,
-        light.rounds
+        e.rounds
     );
     assert_eq!(
-        (t.adjusted_rounds, t.lowering_rounds, t.violating_samples),
-        (0, 0, 0)
+        (t.rewarded_rounds, t.lowering_rounds, t.violating_samples),
+        (e.rounds, 0, 0)
     );
-    assert_eq!(t.th_vcpu_range.0, 0.7);
-    assert_eq!(t.th_vcpu_range.1, light.th_vcpu);
-    assert!(light.th_vcpu > 0.7, "{light:?}");
-    // 8 cores of 20 µs requests serve at most 400 kQPS.
-    let over = run(600.0);
-    let t = over.trace;
-    assert!(t.violating_samples > 0 && t.adjusted_rounds > 0, "{over:?}");
-    assert_eq!(
-        t.adjusted_rounds + t.rewarded_rounds + t.kept_rounds,
-        over.rounds
-    );
+    assert_eq!(t.th_vcpu_range, (0.7, e.th_vcpu));
+    assert!(e.th_vcpu > 0.7, "{e:?}");
 }
