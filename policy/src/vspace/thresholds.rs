@@ -628,7 +628,11 @@ mod tests {
             let th = e.thresholds().vcpu;
             let util = th * (0.85 + 0.15 * f64::from(period % 100) / 99.0);
             period += 1;
-            let p95 = if util > KNEE { SLO_US + 100 } else { SLO_US / 2 };
+            let p95 = if util > KNEE {
+                SLO_US + 100
+            } else {
+                SLO_US / 2
+            };
             if let SampleOutcome::Explored(r) = e.record(ExplorationSample {
                 p95: Duration::from_micros(p95),
                 vcpu_util: util,
@@ -643,7 +647,10 @@ mod tests {
             .filter(|r| matches!(r.outcome, RoundOutcome::Adjusted { .. }))
             .filter(|r| r.after.vcpu < r.before.vcpu)
             .count();
-        let raised = rounds.iter().filter(|r| r.after.vcpu > r.before.vcpu).count();
+        let raised = rounds
+            .iter()
+            .filter(|r| r.after.vcpu > r.before.vcpu)
+            .count();
         assert!(lowered > 0 && raised > 0, "{rounds:?}");
         let t = e.thresholds();
         // Halted near the knee: the hottest periods (which run at the

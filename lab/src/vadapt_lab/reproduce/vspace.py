@@ -140,10 +140,11 @@ def explorer_row(run: dict, plan: Plan, command: str) -> Row:
         why.append("no round took the violation branch")
     elif run["lowering"] == 0:
         why.append(
-            "the violation branch ran but only raised the thresholds: the violating periods "
-            "ran hotter than the thresholds (the burst saturates the groups), and Algorithm 3 "
-            "takes the utilisation of violating periods as TH' (policy/src/vspace/"
-            "thresholds.rs); in the simulator no period violates the SLO below the thresholds"
+            "the violation branch ran but only raised the thresholds: Algorithm 3 takes the "
+            "utilisation of the hottest violating periods (decCount of them) as TH', and those "
+            "ran above the thresholds (the burst saturates the groups; "
+            "policy/src/vspace/thresholds.rs); the simulator's groups do not violate the SLO "
+            "often enough while running below them"
         )
     if not run["halted"]:
         why.append("exploration had not halted (not converged) by the end of the run")
