@@ -53,3 +53,29 @@ def test_command_line_says_what_is_wrong(tmp_path: Path, capsys):
     bad.write_text("nothing here")
     assert vspace_sim.main([str(bad), "--out", str(tmp_path)]) == 1
     assert "no points table" in capsys.readouterr().err
+
+
+EXPLORER = """# explorer (Algorithm 3 over each run; Th as fractions of a core: min/max/final)
+| allocator | kQPS | rounds | state | violation-branch rounds | rewarded rounds | kept rounds \
+| lowering rounds | SLO-violating periods | Th vCPU min/max/final | Th NQ min/max/final |
+|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|
+| vSPACE-E | 150 | 9 | halted | 3 | 4 | 2 | 3 | 212 | 0.700/0.812/0.771 | 0.700/0.788/0.788 |
+| vSPACE-P | 150 | 15 | exploring | 0 | 15 | 0 | 0 | 0 | 0.700/0.950/0.950 | 0.700/0.950/0.950 |
+"""
+
+
+def test_explorer_runs_are_parsed():
+    runs = vspace_sim.parse_explorer(OUTPUT + "\n" + EXPLORER)
+    assert [r["allocator"] for r in runs] == ["vSPACE-E", "vSPACE-P"]
+    e = runs[0]
+    assert (e["rounds"], e["halted"], e["adjusted"], e["rewarded"], e["kept"]) == (9, True, 3, 4, 2)
+    assert (e["lowering"], e["violating"]) == (3, 212)
+    assert e["th_vcpu"] == (0.7, 0.812, 0.771) and e["th_nq"] == (0.7, 0.788, 0.788)
+    assert runs[1]["halted"] is False
+
+
+def test_a_bad_explorer_table_is_refused():
+    with pytest.raises(vspace_sim.EvalOutputError, match="no explorer table"):
+        vspace_sim.parse_explorer(OUTPUT)
+    with pytest.raises(vspace_sim.EvalOutputError, match="bad row"):
+        vspace_sim.parse_explorer(EXPLORER.replace("0.700/0.812/0.771", "0.700/0.812"))

@@ -1,5 +1,7 @@
 //! vSPACE evaluation (issue 13, evaluation 1): max QPS under the SLO per
-//! core allocator, energy at 50 kQPS, cores lent to a best-effort VM.
+//! core allocator, energy at 50 kQPS, cores lent to a best-effort VM; and
+//! (issue 39) Algorithm 3's threshold explorer under a load that crosses the
+//! SLO.
 //!
 //! `cargo run --release -p vadapt-sim --example vspace_eval -- SCENARIO.toml`
 //! (see `sim/scripts/vspace-eval.sh`). The scenario gives the host, the LC
@@ -7,12 +9,20 @@
 //! (`[host.core_alloc]` and the VM's queue pairs are overwritten), at each
 //! constant load of `--qps`, for `--duration-s` simulated seconds of which
 //! the first `--warmup-s` are not measured.
+//!
+//! With `--cycle`, each allocator runs once instead, its load following the
+//! cycle (`time s:kQPS` points, linear between them, as the paper's §5.3
+//! dynamic load goes 50 → 250 → 50 kQPS) over and over for the whole run.
+//! The "# explorer" table then says what Algorithm 3 did: its rounds by
+//! branch, the SLO-violating periods it saw, and the range its thresholds
+//! went through. `--samples-per-round` shortens its rounds (paper: 1000
+//! periods, 100 s) for smoke runs.
 use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Mutex;
-use vadapt_policy::vspace::VspaceMode;
+use vadapt_policy::vspace::{ThresholdParams, VspaceMode};
 use vadapt_policy::Duration;
-use vadapt_sim::cores::{CoreAllocSpec, CoreMgmtSpec};
+use vadapt_sim::cores::{CoreAllocSpec, CoreMgmtSpec, ExplorerState};
 use vadapt_sim::scenario::{Period, Workload};
 use vadapt_sim::{run_scenario, Scenario};
 
@@ -39,6 +49,79 @@ struct Args {
     /// Only these allocators (labels as printed), comma-separated.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// A load cycle instead of `--qps`: `time s:kQPS` points, the first at
+    /// 0 s, times ascending, the last (the cycle's length) at the first's
+    /// load; repeated for the whole run.
+    #[arg(long, value_delimiter = ',', value_parser = parse_cycle_point)]
+    cycle: Vec<(f64, f64)>,
+    /// Algorithm 3's round: control periods with a P95 per exploration round
+    /// (paper: 1000; at most `ThresholdParams::MAX_SAMPLES_PER_ROUND`).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(ThresholdParams::MAX_SAMPLES_PER_ROUND)))]
+    samples_per_round: u32,
+}
+
+/// One `time s:kQPS` point of `--cycle`.
+fn parse_cycle_point(s: &str) -> Result<(f64, f64), String> {
+    let (t, q) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}` is not time_s:kQPS"))?;
+    let num = |v: &str| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| format!("`{v}` in `{s}` is not a number >= 0"))
+    };
+    Ok((num(t)?, num(q)?))
+}
+
+/// The RR load's `rate_qps` points (s, requests/s): `cycle` (s, kQPS)
+/// repeated until `duration_s`.
+fn repeat_cycle(cycle: &[(f64, f64)], duration_s: f64) -> Result<Vec<(f64, f64)>, String> {
+    let (first, last) = match (cycle.first(), cycle.last()) {
+        (Some(f), Some(l)) if cycle.len() >= 2 => (*f, *l),
+        _ => return Err("--cycle needs at least two points".into()),
+    };
+    if first.0 != 0.0 || first.1 != last.1 || !cycle.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Err(
+            "--cycle starts at 0 s, its times ascend, and it ends at the load it starts at".into(),
+        );
+    }
+    let len = last.0;
+    let mut pts = vec![(0.0, first.1 * 1000.0)];
+    let mut start = 0.0;
+    while start < duration_s {
+        pts.extend(cycle[1..].iter().map(|&(t, q)| (start + t, q * 1000.0)));
+        start += len;
+    }
+    Ok(pts)
+}
+
+/// The mean of a piecewise-linear load over `[from, to]` s, in the load's
+/// unit (trapezoids between the points).
+fn mean_load(pts: &[(f64, f64)], from: f64, to: f64) -> f64 {
+    let at = |t: f64| {
+        let i = pts.partition_point(|p| p.0 <= t);
+        match (i.checked_sub(1).map(|j| pts[j]), pts.get(i)) {
+            (Some(a), Some(b)) => a.1 + (b.1 - a.1) * (t - a.0) / (b.0 - a.0),
+            (Some(a), None) => a.1,
+            (None, Some(b)) => b.1,
+            (None, None) => 0.0,
+        }
+    };
+    let mut knots: Vec<f64> = pts
+        .iter()
+        .map(|p| p.0)
+        .filter(|&t| t > from && t < to)
+        .collect();
+    knots.insert(0, from);
+    knots.push(to);
+    let area: f64 = knots
+        .windows(2)
+        .map(|w| (at(w[0]) + at(w[1])) / 2.0 * (w[1] - w[0]))
+        .sum();
+    area / (to - from).max(f64::MIN_POSITIVE)
 }
 
 struct Alloc {
@@ -115,10 +198,21 @@ struct Point {
     /// Algorithm 3 at the end of the point: "rounds, halted or exploring,
     /// Th_vCPU/Th_NQ", or "-" for allocators without it.
     explorer: String,
+    /// Algorithm 3 over the point, for the "# explorer" table (vSPACE only).
+    trace: Option<ExplorerState>,
 }
 
+/// One run of allocator `a`: at the constant load `kqps`, or, with
+/// `--cycle`, under the cycle (then `kqps` is unused and the point reports
+/// the cycle's mean load over the measured span).
 fn point(base: &Scenario, a: &Alloc, kqps: f64, args: &Args) -> Result<Point, String> {
     let mut sc = base.clone();
+    let rate_qps = if args.cycle.is_empty() {
+        vec![(0.0, kqps * 1000.0)]
+    } else {
+        repeat_cycle(&args.cycle, args.duration_s)?
+    };
+    let kqps = mean_load(&rate_qps, args.warmup_s, args.duration_s) / 1000.0;
     let qps = kqps * 1000.0;
     sc.duration = Duration((args.duration_s * 1e9) as u64);
     sc.periods = vec![Period {
@@ -130,12 +224,13 @@ fn point(base: &Scenario, a: &Alloc, kqps: f64, args: &Args) -> Result<Point, St
     sc.host.core_mgmt = CoreMgmtSpec {
         alloc: a.alloc,
         be_vm: a.be_vm,
+        samples_per_round: args.samples_per_round,
         ..base.host.core_mgmt
     };
     for vm in &mut sc.vms {
         vm.queues = a.queues;
         if let Workload::Rr(r) = &mut vm.workload {
-            r.rate_qps = vec![(0.0, qps)];
+            r.rate_qps = rate_qps.clone();
         }
     }
     let r = run_scenario(&sc, sc.seed).map_err(|e| e.to_string())?;
@@ -163,6 +258,7 @@ fn point(base: &Scenario, a: &Alloc, kqps: f64, args: &Args) -> Result<Point, St
                 e.th_nq
             )
         }),
+        trace: ev.explorer,
     })
 }
 
@@ -179,8 +275,14 @@ fn main() -> ExitCode {
         .into_iter()
         .filter(|a| args.only.is_empty() || args.only.iter().any(|o| o == a.label))
         .collect();
+    // Under a cycle, one run per allocator (its load is the cycle's).
+    let loads: &[f64] = if args.cycle.is_empty() {
+        &args.qps
+    } else {
+        &[0.0]
+    };
     let jobs: Vec<(usize, f64)> = (0..allocs.len())
-        .flat_map(|a| args.qps.iter().map(move |&q| (a, q)))
+        .flat_map(|a| loads.iter().map(move |&q| (a, q)))
         .collect();
     let next = Mutex::new(0usize);
     let out = Mutex::new(Vec::new());
@@ -210,6 +312,16 @@ fn main() -> ExitCode {
             .expect("finite")
     });
     let slo = base.host.core_mgmt.slo_us;
+    if let Some(c) = args.cycle.last() {
+        let shape: Vec<String> = args.cycle.iter().map(|(t, q)| format!("{t}:{q}")).collect();
+        println!(
+            "# load: the cycle {} (s:kQPS) every {} s; Algorithm 3 rounds of {} periods",
+            shape.join(","),
+            c.0,
+            args.samples_per_round
+        );
+        println!();
+    }
     println!("# points (P95 in µs; cores = mean per control period: vCPU|shared, NQ, BE, parked)");
     println!("| allocator | kQPS | served kQPS | P95 µs | power W | cores v/nq/be/parked | preempt/req | slice waits/req | migrations/s | Algorithm 3: rounds, state, Th vCPU/NQ |");
     println!("|---|---:|---:|---:|---:|---|---:|---:|---:|---|");
@@ -230,6 +342,10 @@ fn main() -> ExitCode {
             p.migrations_per_s,
             p.explorer
         );
+    }
+    print_explorer(&allocs, &pts);
+    if !args.cycle.is_empty() {
+        return ExitCode::SUCCESS;
     }
     println!();
     println!("# summary (SLO: P95 <= {slo:.0} µs and >= 98 % of the offered load served)");
@@ -270,4 +386,40 @@ fn main() -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// The "# explorer" table: what Algorithm 3 did in each vSPACE run.
+fn print_explorer(allocs: &[Alloc], pts: &[Point]) {
+    let runs: Vec<(&Point, &ExplorerState)> = pts
+        .iter()
+        .filter_map(|p| p.trace.as_ref().map(|e| (p, e)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    println!();
+    println!("# explorer (Algorithm 3 over each run; Th as fractions of a core: min/max/final)");
+    println!("| allocator | kQPS | rounds | state | violation-branch rounds | rewarded rounds | kept rounds | lowering rounds | SLO-violating periods | Th vCPU min/max/final | Th NQ min/max/final |");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|");
+    for (p, e) in runs {
+        let t = &e.trace;
+        println!(
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {:.3}/{:.3}/{:.3} | {:.3}/{:.3}/{:.3} |",
+            allocs[p.alloc].label,
+            p.kqps,
+            e.rounds,
+            if e.exploring { "exploring" } else { "halted" },
+            t.adjusted_rounds,
+            t.rewarded_rounds,
+            t.kept_rounds,
+            t.lowering_rounds,
+            t.violating_samples,
+            t.th_vcpu_range.0,
+            t.th_vcpu_range.1,
+            e.th_vcpu,
+            t.th_nq_range.0,
+            t.th_nq_range.1,
+            e.th_nq,
+        );
+    }
 }

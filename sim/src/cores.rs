@@ -88,7 +88,8 @@
 //!   the same allocator over one queue pair or twenty.
 
 use vadapt_policy::vspace::{
-    CoreAllocation, CoreSets, PeriodMeasurement, VspaceConfig, VspaceManager, VspaceMode,
+    CoreAllocation, CoreSets, ExplorationRound, PeriodMeasurement, RoundOutcome, SampleOutcome,
+    ThresholdParams, VspaceConfig, VspaceManager, VspaceMode,
 };
 use vadapt_policy::Duration;
 
@@ -132,6 +133,10 @@ pub struct CoreMgmtSpec {
     pub migration_ns: f64,
     /// A CPU-bound best-effort VM runs on the cores vSPACE-R lends.
     pub be_vm: bool,
+    /// vSPACE's Algorithm 3: control periods with a P95 per exploration
+    /// round (paper: 1000, i.e. 100 s at 100 ms). Fewer make short runs
+    /// reach a round; the evaluation of record keeps the paper's.
+    pub samples_per_round: u32,
 }
 
 impl Default for CoreMgmtSpec {
@@ -142,6 +147,7 @@ impl Default for CoreMgmtSpec {
             slo_us: 1000.0,
             migration_ns: 50_000.0,
             be_vm: false,
+            samples_per_round: ThresholdParams::default().samples_per_round,
         }
     }
 }
@@ -182,7 +188,8 @@ pub struct CoreEvents {
     pub explorer: Option<ExplorerState>,
 }
 
-/// Where Algorithm 3 stood at the end of a run.
+/// Where Algorithm 3 stood at the end of a run, and what its rounds did on
+/// the way.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ExplorerState {
     /// Exploration rounds completed (one per `samples_per_round` periods
@@ -194,6 +201,61 @@ pub struct ExplorerState {
     pub th_vcpu: f64,
     /// `Th_NQ` in force, fraction of a core (initial 0.7).
     pub th_nq: f64,
+    /// What the rounds did.
+    pub trace: ExplorerTrace,
+}
+
+/// What Algorithm 3's rounds did over a run: how often each branch ran, the
+/// SLO violations they saw, and how far the thresholds went.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExplorerTrace {
+    /// Rounds that took the violation branch (`decCount > 0`, lines 11–27):
+    /// more periods violated the SLO than AllowVio allows.
+    pub adjusted_rounds: u64,
+    /// Rounds without a violation (lines 28–29: × Reward).
+    pub rewarded_rounds: u64,
+    /// Rounds with violations within the allowance (thresholds kept).
+    pub kept_rounds: u64,
+    /// Rounds that lowered a threshold.
+    pub lowering_rounds: u64,
+    /// Samples (periods) whose P95 was above the SLO, over every round.
+    pub violating_samples: u64,
+    /// Lowest and highest `Th_vCPU` in force over the run, the initial one
+    /// included, fraction of a core.
+    pub th_vcpu_range: (f64, f64),
+    /// Lowest and highest `Th_NQ`, as `th_vcpu_range`.
+    pub th_nq_range: (f64, f64),
+}
+
+impl ExplorerTrace {
+    /// Nothing explored yet, from the initial thresholds.
+    fn starting_at(th_vcpu: f64, th_nq: f64) -> Self {
+        ExplorerTrace {
+            adjusted_rounds: 0,
+            rewarded_rounds: 0,
+            kept_rounds: 0,
+            lowering_rounds: 0,
+            violating_samples: 0,
+            th_vcpu_range: (th_vcpu, th_vcpu),
+            th_nq_range: (th_nq, th_nq),
+        }
+    }
+
+    /// Count one round.
+    fn record(&mut self, r: &ExplorationRound) {
+        match r.outcome {
+            RoundOutcome::Adjusted { .. } => self.adjusted_rounds += 1,
+            RoundOutcome::Rewarded => self.rewarded_rounds += 1,
+            RoundOutcome::Kept => self.kept_rounds += 1,
+        }
+        if r.after.vcpu < r.before.vcpu || r.after.nq < r.before.nq {
+            self.lowering_rounds += 1;
+        }
+        self.violating_samples += r.violations as u64;
+        let widen = |(lo, hi): (f64, f64), v: f64| (lo.min(v), hi.max(v));
+        self.th_vcpu_range = widen(self.th_vcpu_range, r.after.vcpu);
+        self.th_nq_range = widen(self.th_nq_range, r.after.nq);
+    }
 }
 
 /// What the allocator saw over one control period.
@@ -209,8 +271,21 @@ pub(crate) struct Allocator {
     spec: CoreMgmtSpec,
     total: u32,
     vspace: Option<(VspaceManager, CoreSets)>,
+    /// What vSPACE's explorer did so far (vSPACE only).
+    explorer_trace: Option<ExplorerTrace>,
     floor: u32,
     pub groups: Groups,
+}
+
+/// The vSPACE configuration of `spec` in `mode` over `total` cores: the
+/// paper's constants, with `spec`'s control period and round length.
+fn vspace_config(spec: &CoreMgmtSpec, mode: VspaceMode, total: u32) -> VspaceConfig {
+    let mut cfg = VspaceConfig {
+        period_ms: spec.period.as_nanos() / 1_000_000,
+        ..VspaceConfig::new(mode, total as usize)
+    };
+    cfg.thresholds.samples_per_round = spec.samples_per_round;
+    cfg
 }
 
 fn groups_of(a: &CoreAllocation) -> Groups {
@@ -237,6 +312,7 @@ impl Allocator {
             spec,
             total,
             vspace: None,
+            explorer_trace: None,
             floor: 1,
             groups: all,
         };
@@ -257,12 +333,11 @@ impl Allocator {
                 }
             }
             CoreAllocSpec::Vspace { mode } => {
-                let cfg = VspaceConfig {
-                    period_ms: spec.period.as_nanos() / 1_000_000,
-                    ..VspaceConfig::new(mode, total as usize)
-                };
+                let cfg = vspace_config(&spec, mode, total);
                 // Validated when the scenario was parsed.
                 let m = VspaceManager::new(&cfg).expect("vSPACE config validated at parse time");
+                let th = m.thresholds();
+                a.explorer_trace = Some(ExplorerTrace::starting_at(th.vcpu, th.nq));
                 let cpus: Vec<usize> = (0..total as usize).collect();
                 let sets = CoreSets::place(&m.allocation(), &cpus, &CoreSets::default())
                     .expect("the initial allocation covers every core");
@@ -275,14 +350,15 @@ impl Allocator {
 
     /// vSPACE's threshold explorer as it stands; `None` for other allocators.
     pub(crate) fn explorer_state(&self) -> Option<ExplorerState> {
-        self.vspace.as_ref().map(|(m, _)| {
-            let e = m.explorer();
-            ExplorerState {
-                rounds: e.rounds(),
-                exploring: e.is_exploring(),
-                th_vcpu: e.thresholds().vcpu,
-                th_nq: e.thresholds().nq,
-            }
+        let (m, _) = self.vspace.as_ref()?;
+        let trace = self.explorer_trace?;
+        let e = m.explorer();
+        Some(ExplorerState {
+            rounds: e.rounds(),
+            exploring: e.is_exploring(),
+            th_vcpu: e.thresholds().vcpu,
+            th_nq: e.thresholds().nq,
+            trace,
         })
     }
 
@@ -351,6 +427,11 @@ impl Allocator {
                     },
                     p95: m.p95_us.map(|us| Duration::from_micros(us.round() as u64)),
                 });
+                if let (Some(SampleOutcome::Explored(round)), Some(trace)) =
+                    (out.sample, self.explorer_trace.as_mut())
+                {
+                    trace.record(&round);
+                }
                 let cpus: Vec<usize> = (0..total as usize).collect();
                 let sets = CoreSets::place(&out.allocation, &cpus, prev)
                     .expect("the allocation covers every core");

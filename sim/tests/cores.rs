@@ -141,3 +141,26 @@ fn bad_core_alloc_tables_are_named() {
     let (_, key, _) = bad("kind = \"vspace\"");
     assert_eq!(key, "host.core_alloc.mode");
 }
+
+/// vSPACE's explorer trace counts every round by its branch and follows
+/// the thresholds: at a light load every round is rewarded, so they only
+/// climb from 0.7. (The violation branch is the policy crate's tests'.)
+#[test]
+fn vspace_explorer_trace_counts_rounds_by_branch() {
+    let mut sc = rr(20.0, "kind = \"vspace\"\nmode = \"e\"");
+    sc.host.core_mgmt.samples_per_round = 4;
+    let ev = run_scenario(&sc, 1).unwrap().core_events;
+    let e = ev.explorer.expect("vSPACE reports its explorer");
+    let t = e.trace;
+    assert!(e.rounds >= 3, "{e:?}");
+    assert_eq!(
+        t.adjusted_rounds + t.rewarded_rounds + t.kept_rounds,
+        e.rounds
+    );
+    assert_eq!(
+        (t.rewarded_rounds, t.lowering_rounds, t.violating_samples),
+        (e.rounds, 0, 0)
+    );
+    assert_eq!(t.th_vcpu_range, (0.7, e.th_vcpu));
+    assert!(e.th_vcpu > 0.7, "{e:?}");
+}

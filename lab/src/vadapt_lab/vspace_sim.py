@@ -64,6 +64,52 @@ def parse_points(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+EXPLORER_HEADER = "| allocator | kQPS | rounds | state |"
+
+
+def parse_explorer(text: str) -> list[dict]:
+    """The "# explorer" table (Algorithm 3 over each vSPACE run), a dict a run:
+    allocator, kqps, rounds, halted, the rounds by branch (adjusted: the violation
+    branch; rewarded; kept), lowering (rounds that lowered a threshold), violating
+    (SLO-violating periods) and each threshold's (min, max, final)."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(EXPLORER_HEADER))
+    except StopIteration:
+        raise EvalOutputError(f"no explorer table (a line starting {EXPLORER_HEADER!r})") from None
+    runs = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 11:
+            raise EvalOutputError(f"short row: {line!r}")
+        try:
+            th_vcpu, th_nq = (tuple(float(x) for x in c.split("/")) for c in cells[9:11])
+            if len(th_vcpu) != 3 or len(th_nq) != 3:
+                raise ValueError("a threshold is not min/max/final")
+            runs.append(
+                {
+                    "allocator": cells[0],
+                    "kqps": float(cells[1]),
+                    "rounds": int(cells[2]),
+                    "halted": cells[3] == "halted",
+                    "adjusted": int(cells[4]),
+                    "rewarded": int(cells[5]),
+                    "kept": int(cells[6]),
+                    "lowering": int(cells[7]),
+                    "violating": int(cells[8]),
+                    "th_vcpu": th_vcpu,
+                    "th_nq": th_nq,
+                }
+            )
+        except ValueError as e:
+            raise EvalOutputError(f"bad row {line!r}: {e}") from None
+    if not runs:
+        raise EvalOutputError("the explorer table has no rows")
+    return runs
+
+
 def plot(points: pd.DataFrame, out: Path) -> Path:
     """Write ``vspace-allocators.png`` into ``out``; its path."""
     out.mkdir(parents=True, exist_ok=True)

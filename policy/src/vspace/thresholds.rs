@@ -611,6 +611,54 @@ mod tests {
         assert!(!r.stable);
     }
 
+    /// A closed loop where the SLO binds: the group runs at 85–100 % of its
+    /// threshold (whole cores), and a period violates the SLO above 0.8 of a
+    /// core. Rewarded rounds raise the thresholds until rounds violate too
+    /// often; the violation branch then lowers `Th_vCPU` (its violating
+    /// utilisations are nearest the threshold) and exploration halts below
+    /// the 0.95 ceiling. Without the violation branch every round but the
+    /// kept ones is rewarded and the thresholds end at the ceiling.
+    #[test]
+    fn thresholds_go_down_as_well_as_up_and_halt_below_the_ceiling() {
+        const KNEE: f64 = 0.8;
+        let mut e = ThresholdExplorer::new(params(100, 0.05)).unwrap();
+        let mut rounds = Vec::new();
+        let mut period = 0u32;
+        while e.is_exploring() {
+            let th = e.thresholds().vcpu;
+            let util = th * (0.85 + 0.15 * f64::from(period % 100) / 99.0);
+            period += 1;
+            let p95 = if util > KNEE {
+                SLO_US + 100
+            } else {
+                SLO_US / 2
+            };
+            if let SampleOutcome::Explored(r) = e.record(ExplorationSample {
+                p95: Duration::from_micros(p95),
+                vcpu_util: util,
+                nq_util: 0.3,
+            }) {
+                rounds.push(r);
+            }
+            assert!(rounds.len() < 100, "never halted: {rounds:?}");
+        }
+        let lowered = rounds
+            .iter()
+            .filter(|r| matches!(r.outcome, RoundOutcome::Adjusted { .. }))
+            .filter(|r| r.after.vcpu < r.before.vcpu)
+            .count();
+        let raised = rounds
+            .iter()
+            .filter(|r| r.after.vcpu > r.before.vcpu)
+            .count();
+        assert!(lowered > 0 && raised > 0, "{rounds:?}");
+        let t = e.thresholds();
+        // Halted near the knee: the hottest periods (which run at the
+        // threshold) within 5 % of it.
+        assert!(t.vcpu < 0.95 && t.vcpu > KNEE * 0.95, "{t:?}");
+        assert!(t.vcpu < KNEE / 0.95, "{t:?}");
+    }
+
     /// Violations within the allowance change nothing (neither branch).
     #[test]
     fn keeps_thresholds_with_violations_within_the_allowance() {

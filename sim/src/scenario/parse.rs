@@ -614,6 +614,7 @@ fn parse_core_alloc(
         slo_us,
         migration_ns: migration_us * 1e3,
         be_vm: r.be_vm.unwrap_or(false),
+        samples_per_round: d.samples_per_round,
     })
 }
 
