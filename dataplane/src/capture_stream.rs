@@ -32,7 +32,7 @@ use pcap_file::DataLink;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::io::Write;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// What `vadapt capture` asks for.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub fn write_capture<W: Write>(
 ) -> Result<CaptureSummary, CaptureStreamError> {
     let tap = session.tap();
     let started = Instant::now();
-    let started_wall = wall_clock();
+    let started_wall = crate::clock::since_epoch();
     let deadline = spec
         .duration_ms
         .map(|ms| started + Duration::from_millis(ms));
@@ -192,7 +192,7 @@ pub fn write_capture<W: Write>(
     };
     let dropped = tap.dropped();
     let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    let now = wall_clock();
+    let now = crate::clock::since_epoch();
     w.write_pcapng_block(InterfaceStatisticsBlock {
         interface_id: 0,
         timestamp: ns(now),
@@ -235,13 +235,6 @@ fn write_frame<W: Write>(
     })
     .map_err(CaptureStreamError::Write)?;
     Ok(())
-}
-
-/// Now, since the Unix epoch (0 if the clock is before it).
-fn wall_clock() -> Duration {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

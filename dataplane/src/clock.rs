@@ -11,6 +11,15 @@
 
 use vadapt_policy::Instant;
 
+/// Wall-clock time since the Unix epoch (zero if the clock is before it):
+/// for timestamps people and tools read (a capture's packets), never for
+/// intervals.
+pub fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 /// Monotonic clock, ns (`CLOCK_MONOTONIC`).
 pub fn monotonic_now() -> Instant {
     read_clock(libc::CLOCK_MONOTONIC)

@@ -25,7 +25,7 @@ use crossbeam_queue::ArrayQueue;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Which frames of a port a capture takes, by the way they crossed it
 /// (see the module docs for whose point of view).
@@ -190,7 +190,7 @@ impl CaptureTap {
         if !self.filter.takes_received(flow) {
             return;
         }
-        let at = wall_clock();
+        let at = crate::clock::since_epoch();
         for i in 0..frames.len() {
             self.keep(Crossed::Received, Some(flow), frames.get(i), at);
         }
@@ -202,7 +202,7 @@ impl CaptureTap {
         if !self.filter.takes_sent() {
             return;
         }
-        let at = wall_clock();
+        let at = crate::clock::since_epoch();
         for &i in which {
             self.keep(Crossed::Sent, None, frames.get(usize::from(i)), at);
         }
@@ -265,13 +265,6 @@ impl CaptureTap {
     pub(super) fn detach(&self) {
         self.detached.store(true, Relaxed);
     }
-}
-
-/// Now, since the Unix epoch (0 if the clock is before it).
-fn wall_clock() -> Duration {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
