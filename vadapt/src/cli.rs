@@ -560,6 +560,12 @@ pub struct SetLimitsArgs {
 
 /// `vadapt set-policy`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "A port added at run time (vadapt add-port, the libvirt hook) keeps the new \
+    policy across restarts: it is written to the state file before the answer. A port of the \
+    config file goes back to the file's policy at the next restart, or at a reload that changes \
+    the port."
+)]
 pub struct SetPolicyArgs {
     /// VM port or uplink name (an uplink switches every NIC queue).
     #[arg(long)]

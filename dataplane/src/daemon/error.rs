@@ -156,6 +156,16 @@ pub enum DaemonError {
         #[source]
         source: PortStateError,
     },
+    /// A run-time port's new policy runs, but the state file could not
+    /// keep it: a restart brings the port back with its earlier policy.
+    #[error("policy of `{port}` set, but not kept for a restart")]
+    KeepPolicy {
+        /// The port.
+        port: String,
+        /// Cause.
+        #[source]
+        source: PortStateError,
+    },
     /// Rate limits were asked of a port of a kind that has none.
     #[error("port `{port}` is a {kind} port: rate limits apply to VM, TAP and uplink ports")]
     NoLimits {

@@ -177,7 +177,7 @@ impl Shared {
         }
         .map_err(DaemonError::SetPolicy)?;
         tracing::info!(port = name, policy = %policy.kind(), "policy change requested");
-        Ok(())
+        self.book().keep_policy(name, policy)
     }
 
     fn retune(&self, name: &str, r: Retune) -> Result<(), DaemonError> {

@@ -20,6 +20,7 @@ use crate::control::ReloadReport;
 use crate::port::{Roster, RunningPort};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use vadapt_policy::PolicyConfig;
 
 /// The ports that run, and the configuration they are now.
 ///
@@ -150,6 +151,37 @@ impl PortBook {
             }
         }
         self.set_limits(name, limits)
+    }
+
+    /// Keep `policy`, just set on the running port `name`, as the policy of
+    /// a port added at run time: in the daemon's configuration and in the
+    /// state file, so that a restart brings the port back with it. A config
+    /// file's port keeps the file's policy in both: a restart or a reload
+    /// that changes the port goes back to it, as `vadapt set-policy` says.
+    pub(super) fn keep_policy(
+        &mut self,
+        name: &str,
+        policy: PolicyConfig,
+    ) -> Result<(), DaemonError> {
+        if !self.run_time.contains(name) {
+            return Ok(());
+        }
+        let c = &mut self.config;
+        let configured = (c.vm.iter_mut().find(|v| v.name == name)).map(|v| &mut v.policy);
+        let configured = configured
+            .or_else(|| (c.uplink.iter_mut().find(|u| u.name == name)).map(|u| &mut u.policy));
+        let Some(configured) = configured else {
+            return Ok(());
+        };
+        *configured = Some(policy);
+        let spec = self.config.ports().into_iter().find(|p| p.name() == name);
+        if let (Some(store), Some(spec)) = (&mut self.store, spec) {
+            store.put(spec).map_err(|source| DaemonError::KeepPolicy {
+                port: name.to_owned(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     /// Add `port`, checked against the ports there are (names, sockets and

@@ -70,6 +70,11 @@ fn ports_added_at_run_time_come_back_after_a_restart_and_deleted_ones_do_not() {
         ..PortLimits::NONE
     };
     d.set_limits("v2", limits).unwrap();
+    // So is a policy set at run time, and a later change of limits keeps it;
+    // the config file's sink has none to keep.
+    let eekbp = PolicyConfig::default_for(vadapt_policy::PolicyKind::Eekbp);
+    d.set_policy("v2", eekbp).unwrap();
+    d.set_limits("v2", limits).unwrap();
     d.shutdown();
 
     let d = Daemon::start(cfg(t.path())).unwrap();
@@ -84,6 +89,10 @@ fn ports_added_at_run_time_come_back_after_a_restart_and_deleted_ones_do_not() {
         .unwrap()
         .limits;
     assert_eq!(v2, limits);
+    let policy = (d.shared.book().config().vm.iter())
+        .find(|v| v.name == "v2")
+        .and_then(|v| v.policy);
+    assert_eq!(policy, Some(eekbp));
     assert!(t.path().join("v2.sock").exists());
     d.shutdown();
 }
