@@ -269,13 +269,17 @@ fn oversize_frames_from_the_wire_are_counted_drops() {
 
 /// A queue closed is free again at once (libxdp unmaps its rings through
 /// the pointers it kept: they must not have moved), and the program goes
-/// with the last socket.
+/// with the last socket. The socket is close-on-exec (a child would
+/// hold the queue).
 #[test]
 fn a_queue_reopens_and_the_program_goes_with_the_last_socket() {
     let Some(w) = Wire::new("z", 1) else { return };
     let index = super::program::ifindex(&w.host).unwrap();
     for _ in 0..3 {
         let q = XskQueue::open(&w.host, 0, XskMode::Copy).expect("the queue is free again");
+        // SAFETY: F_GETFD on the socket's descriptor reads its flags.
+        let flags = unsafe { libc::fcntl(q.fd(), libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC, "close-on-exec");
         assert!(matches!(
             super::program::attached(index),
             super::program::Attached::Programs(_)
@@ -902,7 +906,17 @@ fn a_failed_start_leaves_nothing_behind() {
 
     // Another process holds queue 1 (its program detached as a dead
     // vadapt's would be: the record names a process that is gone).
-    let mut holder = Command::new(std::env::current_exe().unwrap())
+    let mut holder = Command::new(std::env::current_exe().unwrap());
+    // libxdp's sockets are not close-on-exec: without this the holder
+    // would inherit (and hold) the queues of the tests running beside.
+    // SAFETY: close_range is a system call, safe after fork.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut holder, || {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let mut holder = holder
         .args(["--ignored", "--exact", "uplink::tests::hold_queue_one"])
         .args(["--nocapture", "--test-threads", "1"])
         .env("VADAPT_TEST_HOLD_QUEUE", &w.host)
