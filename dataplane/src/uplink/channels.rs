@@ -12,6 +12,16 @@
 //! (`EOPNOTSUPP`: tun, loopback, some virtual NICs) is used as it is, with
 //! one log line saying so.
 //!
+//! An interface with more RX queues than N gets N as well (ethtool -L
+//! lowers it, restored the same way): the NIC hashes flows over all its
+//! RX queues, and libxdp's program passes the frames of a queue with no
+//! socket to the host's stack, so the VMs would never see those flows.
+//! Where the driver refuses to lower the count, the uplink runs on the
+//! queues it has, with one WARN line naming the queues left unserved and
+//! the `ethtool -X IFACE equal N` that steers their flows (the RSS
+//! indirection table is the operator's: drivers differ in its size and in
+//! what they keep of it across a channel change).
+//!
 //! Drivers differ in what a channel is: most NICs have combined channels
 //! (an RX and a TX queue with one interrupt), so there the combined count
 //! is raised; veth and a few others have separate RX and TX channels, so
@@ -26,8 +36,9 @@
 //! and generic-netlink family resolution into the daemon for them. The
 //! kernel serves both interfaces from the same driver callbacks.
 //!
-//! A SIGKILL runs no code: the count stays raised, which leaves the NIC
-//! with more queues, not fewer, so its traffic still flows. The original
+//! A SIGKILL runs no code: the count stays as the uplink set it (raised,
+//! its traffic still flows; lowered, the NIC's flows all land on the
+//! queues left). The original
 //! count is written to a record beside the uplink's owner record
 //! (`uplink-IFACE.channels`) before the change, so the next uplink on the
 //! interface (which takes it over only from a process that is gone) sets
@@ -145,10 +156,13 @@ impl Channels {
 /// What an uplink asking for `want` RX queues does about `now`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// The interface has enough: nothing changes.
+    /// The interface has exactly `want`: nothing changes.
     Enough,
-    /// Set these channels.
+    /// Set these channels (more RX queues).
     Raise(Channels),
+    /// Set these channels (fewer RX queues: as close to `want` as the
+    /// kinds of channel allow, see [`plan`]).
+    Lower(Channels),
     /// The driver allows at most `max` RX queues.
     TooFew {
         /// The driver's maximum.
@@ -156,9 +170,26 @@ pub enum Plan {
     },
 }
 
-/// See [`Plan`].
+/// See [`Plan`]. Lowering takes combined channels first (down to one),
+/// then RX-only ones, and leaves at least one RX queue; TX-only channels stay (the
+/// host's stack sends on them; only RX queues receive what no socket
+/// serves).
 pub fn plan(now: &Channels, want: u32) -> Plan {
-    if now.rx_queues() >= want {
+    if now.rx_queues() > want {
+        let mut excess = now.rx_queues() - want;
+        let mut to = *now;
+        let cut = excess.min(to.combined.saturating_sub(1));
+        to.combined -= cut;
+        excess -= cut;
+        let cut = excess.min(to.rx.saturating_sub(u32::from(to.combined == 0)));
+        to.rx -= cut;
+        return if to == *now {
+            Plan::Enough
+        } else {
+            Plan::Lower(to)
+        };
+    }
+    if now.rx_queues() == want {
         return Plan::Enough;
     }
     if now.max_rx_queues() < want {
@@ -285,7 +316,7 @@ pub fn driver(iface: &str) -> String {
     String::from_utf8_lossy(&name[..end]).into_owned()
 }
 
-/// Channels an uplink raised, set back to `original` when dropped (and
+/// Channels an uplink changed, set back to `original` when dropped (and
 /// its record removed).
 #[derive(Debug)]
 pub struct ChannelGuard {
@@ -294,7 +325,7 @@ pub struct ChannelGuard {
     record: PathBuf,
 }
 
-/// Where the original count of `iface` is kept while an uplink raised it.
+/// Where the original count of `iface` is kept while an uplink changed it.
 fn record_path(dir: &Path, iface: &str) -> PathBuf {
     dir.join(format!("uplink-{iface}.channels"))
 }
@@ -330,7 +361,7 @@ impl Drop for ChannelGuard {
     }
 }
 
-/// Give `iface` at least `want` RX queues where its driver allows (see the
+/// Give `iface` exactly `want` RX queues where its driver allows (see the
 /// module docs), its original count recorded in `record_dir`; the guard
 /// that sets the count back, if it was changed (by this uplink, or by one
 /// killed before it could restore it).
@@ -350,7 +381,7 @@ pub fn ensure(
         );
         return Ok(None);
     };
-    // A count a killed uplink raised: the original is the record's.
+    // A count a killed uplink changed: the original is the record's.
     let mut original = now;
     if let Some([rx, tx, other, combined]) = read_record(&record) {
         (original.rx, original.tx, original.other, original.combined) = (rx, tx, other, combined);
@@ -360,58 +391,100 @@ pub fn ensure(
         original,
         record: record.clone(),
     };
-    match plan(&now, want) {
+    let to = match plan(&now, want) {
         Plan::Enough if original != now => {
             tracing::info!(
                 port,
                 iface,
                 now = %now,
                 original = %original,
-                "a stopped vadapt left the NIC's channel count raised; restored when this uplink stops"
+                "a stopped vadapt left the NIC's channel count {}; restored when this uplink stops",
+                if now.rx_queues() > original.rx_queues() { "raised" } else { "lowered" }
             );
-            Ok(Some(guard(original)))
+            warn_unserved(iface, want, now.rx_queues());
+            return Ok(Some(guard(original)));
         }
         Plan::Enough => {
             let _ = std::fs::remove_file(&record);
-            Ok(None)
+            warn_unserved(iface, want, now.rx_queues());
+            return Ok(None);
         }
-        Plan::TooFew { max } => Err(ChannelsError::TooFew {
-            iface: iface.into(),
-            driver: driver(iface),
-            have: now.rx_queues(),
-            max,
-            want,
-        }),
-        Plan::Raise(to) => {
-            // Recorded first: a SIGKILL between the two leaves the record.
-            let counts = format!(
-                "{} {} {} {}\n",
-                original.rx, original.tx, original.other, original.combined
-            );
-            if let Err(e) =
-                std::fs::create_dir_all(record_dir).and_then(|()| std::fs::write(&record, counts))
-            {
-                tracing::warn!(
-                    iface,
-                    record = %record.display(),
-                    error = %e,
-                    "cannot record the NIC's channel count: a killed daemon would leave it raised"
-                );
-            }
-            if let Err(e) = write(iface, &to) {
-                let _ = std::fs::remove_file(&record);
-                return Err(e);
-            }
-            tracing::info!(
+        Plan::TooFew { max } => {
+            return Err(ChannelsError::TooFew {
+                iface: iface.into(),
+                driver: driver(iface),
+                have: now.rx_queues(),
+                max,
+                want,
+            })
+        }
+        Plan::Raise(to) | Plan::Lower(to) => to,
+    };
+    let raise = to.rx_queues() > now.rx_queues();
+    // Recorded first: a SIGKILL between the two leaves the record.
+    let counts = format!(
+        "{} {} {} {}\n",
+        original.rx, original.tx, original.other, original.combined
+    );
+    if let Err(e) =
+        std::fs::create_dir_all(record_dir).and_then(|()| std::fs::write(&record, counts))
+    {
+        tracing::warn!(
+            iface,
+            record = %record.display(),
+            error = %e,
+            "cannot record the NIC's channel count: a killed daemon would leave it changed"
+        );
+    }
+    match write(iface, &to) {
+        Ok(()) => {}
+        // Fewer queues than asked: the uplink cannot run.
+        Err(e) if raise => {
+            let _ = std::fs::remove_file(&record);
+            return Err(e);
+        }
+        // More than asked: the uplink runs, and says where the rest go.
+        Err(e) => {
+            tracing::warn!(
                 port,
                 iface,
-                driver = driver(iface).as_str(),
-                before = %now,
-                after = %to,
-                "NIC channel count raised for the uplink's queues (ethtool -L); restored when it stops"
+                error = %vadapt_host::error_chain::error_chain(&e),
+                "the driver refuses to lower the NIC's channel count (ethtool -L)"
             );
-            Ok(Some(guard(original)))
+            warn_unserved(iface, want, now.rx_queues());
+            if original == now {
+                let _ = std::fs::remove_file(&record);
+                return Ok(None);
+            }
+            return Ok(Some(guard(original)));
         }
+    }
+    tracing::info!(
+        port,
+        iface,
+        driver = driver(iface).as_str(),
+        before = %now,
+        after = %to,
+        "NIC channel count {} to the uplink's queues (ethtool -L); restored when it stops",
+        if raise { "raised" } else { "lowered" }
+    );
+    warn_unserved(iface, want, to.rx_queues());
+    Ok(Some(guard(original)))
+}
+
+/// One WARN line where `iface` keeps `have` RX queues for an uplink
+/// serving `want`: the NIC hashes some flows to queues no socket serves,
+/// and libxdp's program passes their frames to the host's stack.
+fn warn_unserved(iface: &str, want: u32, have: u32) {
+    if have > want {
+        tracing::warn!(
+            iface,
+            rx_queues = have,
+            served = want,
+            "frames hashed to queues {want}..{} reach the host's stack, not the uplink: \
+             `ethtool -X {iface} equal {want}` steers them to the served queues",
+            have - 1
+        );
     }
 }
 
@@ -468,6 +541,35 @@ mod tests {
         }
         assert_eq!(plan(&now, 2), Plan::Enough);
         assert_eq!(plan(&now, 9), Plan::TooFew { max: 8 });
+    }
+
+    #[test]
+    fn more_rx_queues_than_asked_are_lowered_tx_ones_stay() {
+        match plan(&separate(4, 4, 4), 2) {
+            Plan::Lower(to) => assert_eq!((to.rx, to.tx, to.combined), (2, 4, 0)),
+            p => panic!("{p:?}"),
+        }
+        let combined = Channels {
+            max_combined: 8,
+            combined: 8,
+            other: 1,
+            ..Channels::default()
+        };
+        match plan(&combined, 3) {
+            Plan::Lower(to) => assert_eq!((to.combined, to.rx, to.other), (3, 0, 1)),
+            p => panic!("{p:?}"),
+        }
+        // Combined channels first, then RX-only ones, one queue left.
+        let both = Channels {
+            combined: 2,
+            rx: 2,
+            ..combined
+        };
+        match plan(&both, 1) {
+            Plan::Lower(to) => assert_eq!((to.combined, to.rx), (1, 0)),
+            p => panic!("{p:?}"),
+        }
+        assert_eq!(plan(&separate(4, 4, 4), 4), Plan::Enough);
     }
 
     #[test]

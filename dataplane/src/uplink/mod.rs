@@ -9,7 +9,7 @@
 //! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
 //! * [`program`] — the XDP program on the interface: its owner record, and
 //!   taking over one a killed daemon left.
-//! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): raised to
+//! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): set to
 //!   the uplink's queues where the driver allows, restored at stop.
 //! * [`promisc`] — the NIC in promiscuous mode while the uplink runs, so
 //!   that frames for the VMs' addresses pass its MAC filter.
@@ -78,7 +78,7 @@ pub struct RunningUplink {
     stop: Arc<AtomicBool>,
     /// The queues being served.
     served: Vec<Served>,
-    /// Sets the NIC's channel count back (if the uplink raised it) once
+    /// Sets the NIC's channel count back (if the uplink changed it) once
     /// the sockets are closed.
     channels: Option<channels::ChannelGuard>,
     /// Holds the interface in promiscuous mode until the uplink stops.
@@ -163,7 +163,7 @@ pub fn start(
 impl RunningUplink {
     /// Stop the workers and close the sockets (libxdp detaches its program
     /// with the last one), set the NIC's channel count back if the uplink
-    /// raised it, leave promiscuous mode, then drop the owner record.
+    /// changed it, leave promiscuous mode, then drop the owner record.
     pub fn stop(mut self) {
         self.stop_now();
     }

@@ -238,6 +238,10 @@ impl XskQueue {
         }
         // SAFETY: the socket was just created.
         q.fd = unsafe { (lib.xsk_socket__fd)(q.xsk) };
+        // libxdp opens it without close-on-exec: a child of the process
+        // would hold the queue (and the UMEM) until it exits.
+        // SAFETY: fcntl on the socket's own descriptor, flags only.
+        unsafe { libc::fcntl(q.fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         q.refill
             .extend((0..u64::from(RING_SIZE)).map(|i| i * u64::from(FRAME_SIZE)));
         q.give_back();
