@@ -799,6 +799,21 @@ fn a_stalled_tx_ring_is_retried_not_spun_on() {
     assert_eq!(line.trim(), "100 100", "the frames held went out");
 }
 
+/// A wire whose host end has 4 RX channels and whose far end sends on 2
+/// (veth takes an XDP program only with at least as many RX queues as its
+/// peer has TX queues); `None` (skipped) without root or ethtool.
+fn four_rx_wire(prefix: &str) -> Option<Wire> {
+    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
+        eprintln!("skipped: no ethtool to check the counts with");
+        return None;
+    }
+    let w = Wire::new(prefix, 4)?;
+    assert!(sh(&[
+        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "tx", "2"
+    ]));
+    Some(w)
+}
+
 /// `ethtool -L`: an uplink asking for 2 queues on a veth with 4 RX
 /// channels lowers them to 2 (its TX channels stay), serves the wire, and
 /// sets 4 back when it stops; after a SIGKILL (the count left lowered,
@@ -806,16 +821,7 @@ fn a_stalled_tx_ring_is_retried_not_spun_on() {
 /// the interface sets it back when it stops.
 #[test]
 fn the_nics_channel_count_is_lowered_to_the_uplinks_queues_and_restored() {
-    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
-        eprintln!("skipped: no ethtool to check the counts with");
-        return;
-    }
-    let Some(w) = Wire::new("g", 4) else { return };
-    // veth takes an XDP program only with at least as many RX queues as
-    // its peer has TX queues: the far end sends on two.
-    assert!(sh(&[
-        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "tx", "2"
-    ]));
+    let Some(w) = four_rx_wire("g") else { return };
     assert_eq!(ethtool_counts(&w.host), (4, 4));
     let dir = tempfile::tempdir().unwrap();
     let start = || {
@@ -870,14 +876,7 @@ fn hold_queue_one() {
 fn a_failed_start_leaves_nothing_behind() {
     use std::io::BufRead;
 
-    if !sh(&["sh", "-c", "command -v ethtool >/dev/null"]) {
-        eprintln!("skipped: no ethtool to check the counts with");
-        return;
-    }
-    let Some(w) = Wire::new("h", 4) else { return };
-    assert!(sh(&[
-        "ip", "netns", "exec", &w.ns, "ethtool", "-L", &w.peer, "tx", "2"
-    ]));
+    let Some(w) = four_rx_wire("h") else { return };
     let index = super::program::ifindex(&w.host).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let check = |what: &str, mode: XskMode| {
