@@ -249,7 +249,7 @@ impl Switch {
             Some(free) => *free = entry,
             None => t.ports.push(entry),
         }
-        self.generation.fetch_add(1, Ordering::Release);
+        self.moved();
         id
     }
 
@@ -275,7 +275,7 @@ impl Switch {
                     .is_some_and(|p| p.rules.owns(a.mac) && p.rules.vlan.home() == a.vid)
             })
         });
-        self.generation.fetch_add(1, Ordering::Release);
+        self.moved();
     }
 
     /// Tell every worker's cache that the ports or the table changed.
@@ -308,14 +308,14 @@ impl Switch {
         };
         t.fdb.pin(VlanMac::new(home, mac), port, coarse_now(), true);
         drop(t);
-        self.generation.fetch_add(1, Ordering::Release);
+        self.moved();
     }
 
     /// Forget every learned MAC of `port` (its frontend went away); its
     /// static ones stay.
     pub fn forget_port(&self, port: PortId) {
         if self.tables().fdb.forget_learned(port) {
-            self.generation.fetch_add(1, Ordering::Release);
+            self.moved();
         }
     }
 
@@ -323,7 +323,7 @@ impl Switch {
     pub fn age(&self, now: Instant) -> usize {
         let n = self.tables().fdb.age(now, self.ageing);
         if n > 0 {
-            self.generation.fetch_add(1, Ordering::Release);
+            self.moved();
         }
         n
     }
@@ -407,7 +407,7 @@ impl Switch {
         };
         let at = VlanMac::new(home, mac);
         if t.fdb.learn_if_unknown(at, port, coarse_now(), limit) {
-            self.generation.fetch_add(1, Ordering::Release);
+            self.moved();
         }
     }
 
@@ -422,7 +422,7 @@ impl Switch {
         };
         let (limit, owner) = (rules.learn_limit(), rules.owns(mac.mac));
         if t.fdb.learn(mac, port, now, limit, owner)? {
-            self.generation.fetch_add(1, Ordering::Release);
+            self.moved();
         }
         Ok(())
     }
