@@ -152,3 +152,43 @@ def test_b10_gives_ee_kbp_over_the_kernels_path_at_saturation(tmp_path):
     (tmp_path / "b10.json").write_text(json.dumps({"kind": "bench", "rows": rows[:3]}))
     with pytest.raises(ValueError, match="kernel-bridge-tap tap"):
         daemon.b10_eekbp_over_napi(tmp_path)
+
+
+def test_table2_takes_netaps_windows_against_the_best_fixed_interval(tmp_path):
+    """The reader of a Table 2 demo: NetAP's 30–60 s and 90–120 s ÷ the best interval."""
+    lines = ["t,vm,policy,payload_mbps,mbps,pps,kicks_per_s,calls_per_s,worker_cpu_pct,interval_us"]
+
+    def second(t, policy, mbps):
+        # Two VMs, each half the figure.
+        lines.extend(f"{t},vm{i},{policy},{mbps / 2},0,0,0,0,0,0" for i in (1, 2))
+
+    for t in range(1, 121):  # NetAP: 800 in its search (to 60 s), 1000 after
+        second(t, "netap", 800.0 if t <= 60 else 1000.0)
+    for i, (us, mbps) in enumerate(((250, 900.0), (1000, 1000.0), (4000, 600.0))):
+        start = 121 + 120 * i
+        second(start, f"fixed-interval:{us}", 5000.0)  # the switch-over second, skipped
+        for t in range(start + 1, start + 120):
+            second(t, f"fixed-interval:{us}", mbps)
+    (tmp_path / "timeseries.csv").write_text("\n".join(lines) + "\n")
+    got = daemon.table2_over_best(tmp_path)
+    assert got == {"while": pytest.approx(0.8), "after": pytest.approx(1.0)}
+    # A run without the sweep is unreadable, not a figure.
+    (tmp_path / "timeseries.csv").write_text("\n".join(lines[:241]) + "\n")
+    with pytest.raises(ValueError, match="no netap phase or no fixed-interval phase"):
+        daemon.table2_over_best(tmp_path)
+    case = daemon.CASES["netap-table2-6vm-1t"]
+    assert case.cores == 6 and "--baseline netap" in " ".join(case.args)
+    assert "fixed-interval:100,fixed-interval:250" in " ".join(case.args)
+
+
+@pytest.mark.skipif(not VADAPT.is_file(), reason="needs the release vadapt")
+def test_the_daemon_runs_a_fixed_interval_phase(tmp_path):
+    """NetAP then one fixed interval, 2 s each, on the real daemon: both phases carry."""
+    case = daemon.demo("netap-fixed", min(2, len(ALLOWED)), "a test", 1, 1, 64, "netap",
+                       "fixed-interval:500", 4)  # fmt: skip
+    fig = runner(tmp_path, VADAPT, ALLOWED).figure(case)
+    assert fig.values is not None, fig.text
+    summary = json.loads((tmp_path / "out" / "netap-fixed" / "summary.json").read_text())
+    phases = {p["policy"]: p for p in summary["phases"]}
+    assert set(phases) == {"netap", "fixed-interval:500"}
+    assert all(p["payload_gbps"] > 0 for p in phases.values())

@@ -8,6 +8,8 @@ use crate::busypoll::BusyPoll;
 use crate::eekbp::EeKbp;
 pub use crate::eekbp::EekbpParams;
 use crate::error::ConfigError;
+use crate::fixed::FixedInterval;
+pub use crate::fixed::FixedIntervalParams;
 use crate::growshrink::GrowShrink;
 pub use crate::growshrink::GrowShrinkParams;
 use crate::interface::Policy;
@@ -39,17 +41,21 @@ pub enum PolicyKind {
     Eekbp,
     /// NetAP with its search narrowed by a random forest ([`NetapMl`]).
     NetapMl,
+    /// One interval, no search: the NetAP paper's probe ([`FixedInterval`]),
+    /// an instrument for sweeps, not a policy for production ports.
+    FixedInterval,
 }
 
 impl PolicyKind {
     /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 6] = [
+    pub const ALL: [PolicyKind; 7] = [
         PolicyKind::Interrupt,
         PolicyKind::BusyPoll,
         PolicyKind::Growshrink,
         PolicyKind::Netap,
         PolicyKind::NetapMl,
         PolicyKind::Eekbp,
+        PolicyKind::FixedInterval,
     ];
 
     /// Command-line name.
@@ -61,6 +67,7 @@ impl PolicyKind {
             PolicyKind::Growshrink => "growshrink",
             PolicyKind::Eekbp => "eekbp",
             PolicyKind::NetapMl => "netap-ml",
+            PolicyKind::FixedInterval => "fixed-interval",
         }
     }
 }
@@ -81,6 +88,7 @@ impl FromStr for PolicyKind {
             "growshrink" | "grow-shrink" => Ok(PolicyKind::Growshrink),
             "eekbp" | "ee-kbp" => Ok(PolicyKind::Eekbp),
             "netap-ml" | "netapml" => Ok(PolicyKind::NetapMl),
+            "fixed-interval" => Ok(PolicyKind::FixedInterval),
             other => Err(ConfigError::UnknownPolicy(other.to_string())),
         }
     }
@@ -103,6 +111,8 @@ pub enum PolicyConfig {
     Eekbp(EekbpParams),
     /// See [`NetapMl`]; runs the built-in model.
     NetapMl(NetapMlParams),
+    /// See [`FixedInterval`].
+    FixedInterval(FixedIntervalParams),
 }
 
 impl PolicyConfig {
@@ -115,6 +125,9 @@ impl PolicyConfig {
             PolicyKind::Growshrink => PolicyConfig::Growshrink(GrowShrinkParams::default()),
             PolicyKind::Eekbp => PolicyConfig::Eekbp(EekbpParams::default()),
             PolicyKind::NetapMl => PolicyConfig::NetapMl(NetapMlParams::default()),
+            PolicyKind::FixedInterval => {
+                PolicyConfig::FixedInterval(FixedIntervalParams::default())
+            }
         }
     }
 
@@ -127,6 +140,7 @@ impl PolicyConfig {
             PolicyConfig::Growshrink(_) => PolicyKind::Growshrink,
             PolicyConfig::Eekbp(_) => PolicyKind::Eekbp,
             PolicyConfig::NetapMl(_) => PolicyKind::NetapMl,
+            PolicyConfig::FixedInterval(_) => PolicyKind::FixedInterval,
         }
     }
 
@@ -138,6 +152,7 @@ impl PolicyConfig {
             PolicyConfig::Growshrink(p) => GrowShrink::validate(p),
             PolicyConfig::Eekbp(p) => EeKbp::validate(p),
             PolicyConfig::NetapMl(p) => NetapMl::validate(p),
+            PolicyConfig::FixedInterval(p) => FixedInterval::validate(p),
         }
     }
 
@@ -148,7 +163,8 @@ impl PolicyConfig {
     /// `ring_guard` is off; the guard's shortest sleep is NetAP's smallest
     /// interval. Grow/shrink and EE-KBP never sleep with notifications off,
     /// so the guard never engages for them; it is there so that no adaptive
-    /// policy can lose what interrupt mode would carry.
+    /// policy can lose what interrupt mode would carry. The fixed interval
+    /// is not adaptive and runs unguarded, as the paper's probe did.
     pub fn build(&self) -> Result<Box<dyn Policy>, ConfigError> {
         self.validate()?;
         let guarded = |p: Box<dyn Policy>, floor_us: u64| -> Box<dyn Policy> {
@@ -172,13 +188,34 @@ impl PolicyConfig {
                     inner
                 }
             }
+            PolicyConfig::FixedInterval(p) => Box::new(FixedInterval::with(p)?),
         })
+    }
+
+    /// The name tables and phase labels show: the policy's name, and for
+    /// the fixed interval its interval (`fixed-interval:250`), the form
+    /// [`PolicyConfig::from_str`] reads back.
+    pub fn label(&self) -> String {
+        match self {
+            PolicyConfig::FixedInterval(p) => format!("fixed-interval:{}", p.interval_us),
+            other => other.kind().as_str().to_string(),
+        }
     }
 }
 
 impl FromStr for PolicyConfig {
     type Err = ConfigError;
+    /// A policy's name with its default parameters, or `fixed-interval:US`.
     fn from_str(s: &str) -> Result<Self, ConfigError> {
+        if let Some(us) = s.strip_prefix("fixed-interval:") {
+            let interval_us = us.parse().map_err(|e| ConfigError::InvalidParam {
+                param: "interval_us",
+                reason: format!("`{us}` in `{s}`: {e}"),
+            })?;
+            let c = PolicyConfig::FixedInterval(FixedIntervalParams { interval_us });
+            c.validate()?;
+            return Ok(c);
+        }
         Ok(PolicyConfig::default_for(s.parse()?))
     }
 }

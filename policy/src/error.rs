@@ -5,7 +5,7 @@
 pub enum ConfigError {
     /// The policy name is not one of [`crate::PolicyKind::ALL`].
     #[error(
-        "unknown policy `{0}` (expected one of: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp)"
+        "unknown policy `{0}` (expected one of: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp, fixed-interval[:US])"
     )]
     UnknownPolicy(String),
     /// A parameter is invalid; `param` names it as written in config files.

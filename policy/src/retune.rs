@@ -38,6 +38,11 @@ pub enum Retune {
         /// Packets.
         packets: u32,
     },
+    /// Fixed interval: the sleep between drains, µs, from the next sleep.
+    Interval {
+        /// Microseconds.
+        us: u64,
+    },
     /// NetAP-ML: the workload its model predicts for (0 = unknown: 1 VM, 1
     /// thread, message size estimated). A predicted range that moved restarts
     /// the running search in it at the next pass.
@@ -59,6 +64,7 @@ impl Retune {
             Retune::KickThreshold { .. } => "kick_threshold_permille",
             Retune::PollMax { .. } => "poll_max_ns",
             Retune::Quota { .. } => "quota",
+            Retune::Interval { .. } => "interval_us",
             Retune::Workload { .. } => "workload",
         }
     }
@@ -68,7 +74,7 @@ impl std::str::FromStr for Retune {
     type Err = String;
 
     /// `search-range=LO-HI` (µs), `kick-threshold=PERMILLE`, `poll-max=NS`,
-    /// `quota=PACKETS` or `workload=VMS/THREADS/MSG_SIZE`: the command-line
+    /// `quota=PACKETS`, `interval=US` or `workload=VMS/THREADS/MSG_SIZE`: the command-line
     /// form of `vadapt retune`.
     fn from_str(s: &str) -> Result<Self, String> {
         let (k, v) = s
@@ -115,9 +121,10 @@ impl std::str::FromStr for Retune {
             "quota" => Retune::Quota {
                 packets: small(v, u64::from(u32::MAX))? as u32,
             },
+            "interval" => Retune::Interval { us: num(v)? },
             other => {
                 return Err(format!(
-                    "unknown parameter `{other}` (known: search-range, kick-threshold, poll-max, quota, workload)"
+                    "unknown parameter `{other}` (known: search-range, kick-threshold, poll-max, quota, interval, workload)"
                 ))
             }
         })
@@ -181,6 +188,7 @@ mod tests {
         );
         assert_eq!("poll-max=32000".parse(), Ok(Retune::PollMax { ns: 32000 }));
         assert_eq!("quota=16".parse(), Ok(Retune::Quota { packets: 16 }));
+        assert_eq!("interval=250".parse(), Ok(Retune::Interval { us: 250 }));
         assert_eq!(
             "workload=3/2/128".parse(),
             Ok(Retune::Workload {

@@ -211,7 +211,8 @@ pub struct ServeArgs {
     #[arg(long = "uplink", value_name = "SPEC")]
     pub uplinks: Vec<String>,
     /// Default policy of VM ports: interrupt, busy-poll, netap, netap-ml, growshrink,
-    /// eekbp [default: netap, or the config file's].
+    /// eekbp, or `fixed-interval[:US]` (the NetAP paper's probe, for sweeps; no ring guard)
+    /// [default: netap, or the config file's].
     #[arg(long, value_name = "POLICY")]
     pub policy: Option<String>,
     /// Model file of `netap-ml` policies (the lab's forest JSON) [default: the
@@ -570,7 +571,8 @@ pub struct SetPolicyArgs {
     /// VM port or uplink name (an uplink switches every NIC queue).
     #[arg(long)]
     pub port: String,
-    /// New policy: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp (default parameters).
+    /// New policy: interrupt, busy-poll, netap, netap-ml, growshrink, eekbp (default parameters),
+    /// or fixed-interval:US (one interval, no search: the NetAP paper's probe, for sweeps).
     pub policy: String,
     /// The daemon's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/vadapt/control.sock")]
@@ -584,6 +586,7 @@ pub struct SetPolicyArgs {
     kick-threshold=P      NetAP: ring-full safety net, permille of the ring (0 = the paper's: off)\n  \
     poll-max=NS           grow/shrink: longest poll window, ns (QEMU's poll-max-ns)\n  \
     quota=N               EE-KBP: packets per queue per busy-poll pass\n  \
+    interval=US           fixed-interval: the sleep between drains, µs, from the next sleep\n  \
     workload=V/T/S        NetAP-ML: VMs, threads per VM, message size (B) it predicts for, from the next search on\n\n\
     EXAMPLE:\n  vadapt retune --port vm1 search-range=1600-2600")]
 pub struct RetuneArgs {

@@ -178,6 +178,10 @@ fn retuned_config(config: PolicyConfig, r: &Retune) -> PolicyConfig {
             p.quota = packets;
             PolicyConfig::Eekbp(p)
         }
+        (PolicyConfig::FixedInterval(mut p), Retune::Interval { us }) => {
+            p.interval_us = us;
+            PolicyConfig::FixedInterval(p)
+        }
         (PolicyConfig::NetapMl(mut p), Retune::KickThreshold { permille }) => {
             p.netap.kick_threshold_permille = permille;
             PolicyConfig::NetapMl(p)

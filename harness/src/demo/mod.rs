@@ -21,7 +21,7 @@ use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{Guest, GuestConfig, GuestCounters, GuestReport, Load, Mode};
 use vadapt_policy::netap_ml::NetapMlParams;
-use vadapt_policy::{PolicyConfig, PolicyKind};
+use vadapt_policy::PolicyConfig;
 use vadapt_wire::tcp_build::{MSS, TSO_SIZE_GOAL};
 use vadapt_wire::Mac;
 
@@ -36,14 +36,23 @@ use summary::{print_summary, summarize};
 
 /// The phases: `--baseline` (unless `none`, or already the first of
 /// `--policy`), then `--policy`'s list.
-fn parse_policies(policy: &str, baseline: &str) -> Result<Vec<PolicyKind>, String> {
-    let v: Result<Vec<PolicyKind>, _> = policy.split(',').map(|p| p.trim().parse()).collect();
+/// A phase is a policy with its defaults, or `fixed-interval:US` (a sweep of
+/// fixed intervals is one demo: `--baseline netap --policy
+/// fixed-interval:250,fixed-interval:1000,…`).
+fn parse_policies(policy: &str, baseline: &str) -> Result<Vec<PolicyConfig>, String> {
+    let v: Result<Vec<PolicyConfig>, _> = policy.split(',').map(|p| p.trim().parse()).collect();
     let mut v = v.map_err(|e| format!("invalid `--policy`: {e}"))?;
     if v.is_empty() {
         return Err("invalid `--policy`: empty".into());
     }
+    let mut labels: Vec<String> = v.iter().map(PolicyConfig::label).collect();
+    labels.sort();
+    labels.dedup();
+    if labels.len() != v.len() {
+        return Err("invalid `--policy`: a policy is named twice".into());
+    }
     if baseline.trim() != "none" {
-        let first: PolicyKind = baseline
+        let first: PolicyConfig = baseline
             .trim()
             .parse()
             .map_err(|e| format!("invalid `--baseline`: {e}"))?;
@@ -54,11 +63,11 @@ fn parse_policies(policy: &str, baseline: &str) -> Result<Vec<PolicyKind>, Strin
     Ok(v)
 }
 
-/// `kind` with its defaults, told the demo's workload where it takes one: NetAP-ML's
+/// `phase`, told the demo's workload where it takes one: NetAP-ML's
 /// model predicts from the VMs, threads per VM and message size, which the demo knows
 /// (a daemon is told them in its config or by `vadapt retune`).
-fn policy_config(kind: PolicyKind, a: &DemoArgs) -> PolicyConfig {
-    match PolicyConfig::default_for(kind) {
+fn policy_config(phase: PolicyConfig, a: &DemoArgs) -> PolicyConfig {
+    match phase {
         PolicyConfig::NetapMl(p) => PolicyConfig::NetapMl(NetapMlParams {
             vms: a.vms,
             threads: a.threads,
@@ -69,7 +78,7 @@ fn policy_config(kind: PolicyKind, a: &DemoArgs) -> PolicyConfig {
     }
 }
 
-fn validate(a: &DemoArgs) -> Result<Vec<PolicyKind>, String> {
+fn validate(a: &DemoArgs) -> Result<Vec<PolicyConfig>, String> {
     if a.vms == 0 || a.vms > 16 {
         return Err(format!("invalid `--vms` {}: must be 1..=16", a.vms));
     }
@@ -109,7 +118,7 @@ pub fn run(a: DemoArgs) -> ExitCode {
     }
 }
 
-fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
+fn demo(a: &DemoArgs, policies: &[PolicyConfig]) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("vadapt-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let sink_mac = Mac([0x02, 0x00, 0x00, 0x00, 0x5e, 0x01]);
@@ -132,7 +141,8 @@ fn demo(a: &DemoArgs, policies: &[PolicyKind]) -> Result<(), String> {
     daemon.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
     let (samples, reports, end) = result?;
-    let phases = summarize(&samples, policies);
+    let labels: Vec<String> = policies.iter().map(PolicyConfig::label).collect();
+    let phases = summarize(&samples, &labels);
     print_summary(a, &phases, &reports);
     print_offloads(&end);
     write_outputs(&a.out, a, &samples, &phases, &reports)?;
@@ -148,7 +158,7 @@ type Run = (Vec<Sample>, Vec<GuestReport>, StatsSnapshot);
 
 fn drive(
     a: &DemoArgs,
-    policies: &[PolicyKind],
+    policies: &[PolicyConfig],
     cfg: &DaemonConfig,
     daemon: &Daemon,
     sink_mac: Mac,
@@ -202,7 +212,7 @@ fn drive(
             a.duration,
             policies
                 .iter()
-                .map(|p| p.as_str())
+                .map(PolicyConfig::label)
                 .collect::<Vec<_>>()
                 .join(" then ")
         );
@@ -232,7 +242,8 @@ fn drive(
         let t = start.elapsed().as_secs_f64();
         let snap = reg.snapshot();
         let dt = (t - prev_t).max(1e-6);
-        let policy = policies[phase].as_str();
+        let policy = policies[phase].label();
+        let policy = policy.as_str();
         let mut rows = rates(&prev, &snap, dt, t, policy, cfg);
         for (i, (vm, c)) in counters.iter().enumerate() {
             let now = payload_of(c);
@@ -257,7 +268,10 @@ fn drive(
                     .map_err(|e| chain(&e))?;
             }
             if !a.quiet {
-                println!("--- switching every VM port to {} ---", policies[phase]);
+                println!(
+                    "--- switching every VM port to {} ---",
+                    policies[phase].label()
+                );
             }
         }
         next += 1;
@@ -329,6 +343,7 @@ fn live_line(rows: &[Sample], sec: u64, total: u64, policy: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vadapt_policy::PolicyKind;
 
     /// A demo of `policy` against `baseline` with `vms` VMs of `threads`
     /// sender threads of `size`-byte messages, 30 s of TCP streams.
@@ -365,15 +380,19 @@ mod tests {
         assert_eq!(validate(&a).map(|p| p.len()), Ok(2));
         // The baseline comes first, once; `none` drops it.
         a.policy = "eekbp".into();
+        let kinds = |v: Vec<PolicyConfig>| v.iter().map(PolicyConfig::kind).collect::<Vec<_>>();
         assert_eq!(
-            validate(&a),
+            validate(&a).map(kinds),
             Ok(vec![PolicyKind::Interrupt, PolicyKind::Eekbp])
         );
         a.baseline = "none".into();
-        assert_eq!(validate(&a), Ok(vec![PolicyKind::Eekbp]));
+        assert_eq!(validate(&a).map(kinds), Ok(vec![PolicyKind::Eekbp]));
         a.baseline = "warp".into();
         assert!(validate(&a).unwrap_err().contains("--baseline"));
         a.baseline = "interrupt".into();
+        a.policy = "netap,netap".into();
+        assert!(validate(&a).unwrap_err().contains("twice"));
+        a.policy = "eekbp".into();
         a.mode = Mode::Stream;
         assert!(validate(&a).unwrap_err().contains("--write-cost-ns"));
     }
@@ -381,13 +400,28 @@ mod tests {
     #[test]
     fn netap_ml_is_told_the_demos_workload() {
         let a = args("netap-ml", "netap", 4, 1, 192);
-        let PolicyConfig::NetapMl(p) = policy_config(PolicyKind::NetapMl, &a) else {
+        let ml = PolicyConfig::default_for(PolicyKind::NetapMl);
+        let PolicyConfig::NetapMl(p) = policy_config(ml, &a) else {
             panic!("not NetAP-ML");
         };
         assert_eq!((p.vms, p.threads, p.msg_size), (4, 1, 192));
+        let netap = PolicyConfig::default_for(PolicyKind::Netap);
+        assert_eq!(policy_config(netap, &a), netap);
+    }
+
+    #[test]
+    fn a_sweep_of_fixed_intervals_is_one_demo_with_a_phase_each() {
+        let a = args("fixed-interval:250,fixed-interval:1000", "netap", 1, 6, 64);
+        let labels: Vec<String> = validate(&a)
+            .unwrap()
+            .iter()
+            .map(PolicyConfig::label)
+            .collect();
         assert_eq!(
-            policy_config(PolicyKind::Netap, &a),
-            PolicyConfig::default_for(PolicyKind::Netap)
+            labels,
+            ["netap", "fixed-interval:250", "fixed-interval:1000"]
         );
+        let a = args("fixed-interval:0", "netap", 1, 6, 64);
+        assert!(validate(&a).unwrap_err().contains("interval_us"));
     }
 }

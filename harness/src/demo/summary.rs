@@ -7,7 +7,6 @@ use crate::rates::Sample;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vadapt_guest::GuestReport;
-use vadapt_policy::PolicyKind;
 
 /// One policy phase, summed over VMs.
 #[derive(Debug, Clone, Serialize)]
@@ -86,10 +85,10 @@ pub fn ratios(phases: &[PhaseSummary]) -> Vec<PhaseRatio> {
 }
 
 /// Per-phase means, skipping each phase's first second (the switch-over).
-pub fn summarize(samples: &[Sample], policies: &[PolicyKind]) -> Vec<PhaseSummary> {
+pub fn summarize(samples: &[Sample], policies: &[String]) -> Vec<PhaseSummary> {
     let mut out = Vec::new();
     for p in policies {
-        let rows: Vec<&Sample> = samples.iter().filter(|s| s.policy == p.as_str()).collect();
+        let rows: Vec<&Sample> = samples.iter().filter(|s| &s.policy == p).collect();
         let mut secs: Vec<f64> = rows.iter().map(|s| s.t).collect();
         secs.dedup();
         let skip = secs.first().copied();
@@ -260,7 +259,7 @@ mod tests {
             s(4.0, "vm1", "netap", 500.0),
             s(4.0, "vm2", "netap", 500.0),
         ];
-        let p = summarize(&samples, &[PolicyKind::Interrupt, PolicyKind::Netap]);
+        let p = summarize(&samples, &["interrupt".into(), "netap".into()]);
         assert_eq!(p[0].pps, 400.0);
         assert_eq!(p[1].pps, 1000.0);
         assert_eq!(p[1].worker_cpu_pct, 100.0);
