@@ -30,14 +30,22 @@
 //!   interface writes them back from the record ([`restore_left`]), as
 //!   [`super::channels`] does with the channel count;
 //! * `irq_suspend_timeout` (6.13 and later), a per-NAPI setting of the
-//!   `netdev` generic-netlink family, which suspends the IRQ for as long
-//!   as an epoll-based busy poller keeps finding events: not set (see
-//!   [`irq_suspend_note`]); the deferral above is the recipe for kernels
-//!   before it, and works on later ones.
+//!   `netdev` generic-netlink family: not set ([`irq_suspend_note`] says
+//!   so in one line). The kernel suspends the IRQ with it only from
+//!   `epoll_wait` on an epoll instance with `prefer_busy_poll` set
+//!   (`EPIOCSPARAMS`), while that epoll keeps finding events, and resumes
+//!   it when epoll finds none. The worker busy-polls through `recvfrom`
+//!   instead, and its epoll sleeps without busy polling, so the timeout
+//!   would never act: the deferral above is what brings the IRQ back.
 //!
-//! veth: its XDP NAPI instance gets an id, and the AF_XDP socket learns it
-//! from the first frame (`SO_INCOMING_NAPI_ID`); whether the busy poll
-//! then runs veth's poll is measured in the tests and in docs/uplink.md.
+//! Copy mode, veth included, cannot busy-poll on kernels from 6.13: an
+//! AF_XDP socket learns its queue's NAPI id at bind, and only in zero-copy
+//! mode (the kernel's "xsk: Bring back busy polling support", which
+//! followed the move of NAPI ids to `napi_enable`); a copy-mode socket's
+//! `SO_INCOMING_NAPI_ID` stays 0 and `sk_busy_loop` returns at once. The
+//! worker says so in one line after its first frames (`check_napi`); the
+//! interface's deferral still acts (fewer NET_RX softIRQs a frame:
+//! docs/uplink.md, `scripts/veth-busy-poll.sh`).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -398,16 +406,20 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// What the uplink says, once, about `irq_suspend_timeout` on a kernel of
-/// `release`: present from 6.13 (per NAPI instance, through the `netdev`
-/// generic-netlink family's `napi-set`), which vadapt does not set yet;
-/// absent before.
+/// `release`: present from 6.13 and not set (it acts only through epoll's
+/// own busy polling, which the worker does not use: see the module
+/// docs); absent before.
 pub fn irq_suspend_note(release: &str) -> &'static str {
     match kernel_version(release) {
         Some(v) if v >= (6, 13) => {
-            "irq_suspend_timeout exists on this kernel (netdev netlink napi-set) and is not set: \
-             the IRQ comes back through napi_defer_hard_irqs and gro_flush_timeout alone"
+            "irq_suspend_timeout (kernel 6.13+) not set: it acts only through epoll's prefer_busy_poll, \
+             and the worker busy-polls through recvfrom; the IRQ comes back through napi_defer_hard_irqs \
+             and gro_flush_timeout"
         }
-        Some(_) => "no irq_suspend_timeout before kernel 6.13: the IRQ comes back through napi_defer_hard_irqs and gro_flush_timeout",
+        Some(_) => {
+            "no irq_suspend_timeout before kernel 6.13: the IRQ comes back through \
+             napi_defer_hard_irqs and gro_flush_timeout"
+        }
         None => "kernel release unreadable: irq_suspend_timeout not set",
     }
 }
@@ -495,7 +507,7 @@ mod tests {
     fn irq_suspend_timeout_is_named_from_6_13() {
         assert_eq!(kernel_version("6.18.44-fc-v669"), Some((6, 18)));
         assert_eq!(kernel_version("5.10.0"), Some((5, 10)));
-        assert!(irq_suspend_note("6.13.0").contains("exists"));
+        assert!(irq_suspend_note("6.13.0").contains("not set"));
         assert!(irq_suspend_note("6.12.9-amd64").contains("before kernel 6.13"));
         assert!(irq_suspend_note("x").contains("unreadable"));
     }

@@ -391,7 +391,7 @@ impl UplinkQueue {
                 port = self.port.name(),
                 queue = self.q,
                 driver = super::channels::driver(&self.port.cfg.iface).as_str(),
-                "the AF_XDP socket knows no NAPI instance (SO_INCOMING_NAPI_ID 0): the kernel cannot busy-poll this queue, and EE-KBP's recvfrom runs no NAPI poll (see docs/uplink.md)"
+                "the AF_XDP socket knows no NAPI instance (SO_INCOMING_NAPI_ID 0; from kernel 6.13 only zero-copy sockets do, and veth has no zero-copy): the kernel cannot busy-poll this queue, EE-KBP's recvfrom runs no NAPI poll, and only the NIC's IRQ deferral acts (docs/uplink.md)"
             ),
             Ok(id) => tracing::info!(
                 port = self.port.name(),
