@@ -11,7 +11,10 @@
 //! * a timed sleep: the socket is not watched, so the NIC's interrupt
 //!   wakes nobody: NetAP's periodic service with the notification
 //!   suppressed;
-//! * no wait: busy-poll.
+//! * no wait: busy-poll, and EE-KBP while passes find frames. Under
+//!   EE-KBP the socket has the kernel's preferred busy polling on
+//!   (`super::busy_poll`), and each pass starts with a `recvfrom` that
+//!   runs the queue's NAPI poll in this thread.
 //!
 //! Frames for the wire that the TX ring cannot take wait for a later pass
 //! (see `transmit`): a full ring pushes back on the switch.
