@@ -71,10 +71,18 @@
 //!   and vSPACE-E may address one CPU: who owns its frequency then is
 //!   written in `docs/cpu-frequency.md`.
 //! - **A NIC uplink** (the AF_XDP uplink, `dataplane/src/uplink/`). There
-//!   the host kernel's NAPI does sit between the NIC and vadapt, but EE-KBP
-//!   still blocks in epoll as interrupt mode does (no `SO_BUSY_POLL`): B10
-//!   gives 0.500 against 0.500 Mpps and p99 248 against 252 µs. Busy-polling
-//!   the socket while packets arrive is not built yet.
+//!   the host kernel's NAPI does sit between the NIC and vadapt, and the
+//!   uplink's worker runs EE-KBP as today's kernel offers it: preferred
+//!   busy polling on the queue's AF_XDP socket (`SO_PREFER_BUSY_POLL`,
+//!   `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET` = the quota) with the
+//!   interface's IRQ deferral (`napi_defer_hard_irqs`, `gro_flush_timeout`),
+//!   so that each pass's `recvfrom` runs the NAPI poll in the worker while
+//!   packets arrive, and an epoll sleep on the socket (the re-armed IRQ)
+//!   when the queue is empty (`dataplane/src/uplink/busy_poll.rs`).
+//!   Interrupt mode sets none of it. In copy mode, the only mode a veth
+//!   has, the kernel (6.13 and later) gives the socket no NAPI id, so
+//!   nothing is busy-polled there and only the deferral acts:
+//!   docs/uplink.md and BENCHMARKS.md (B10 by load) give what it changes.
 
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, FreqHint, PassReport, Policy, PolicyStatus, WakeCause};

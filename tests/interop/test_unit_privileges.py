@@ -271,8 +271,12 @@ def run_under_the_unit(vadapt_bin, procs, caps, memlock, denied, ns, host, peer,
     poll(lambda: sum("WATCHDOG=1" in m for m in messages) >= 3, 10)
     assert any("READY=1" in m for m in messages), messages
     assert sum("WATCHDOG=1" in m for m in messages) >= 3, messages
+    # EE-KBP's IRQ deferral, written under the unit's capabilities.
+    defer = Path(f"/sys/class/net/{host}/napi_defer_hard_irqs")
+    assert defer.read_text().strip() == "2", d.tail()
     exercise(vadapt_bin, procs, control, config, ports, vm_sock, ns, peer, peer_mac, "1")
     assert d.stop(signal.SIGTERM, grace=10) == 0, d.tail()
+    assert defer.read_text().strip() == "0", "the IRQ deferral restored at stop"
 
     # Traced: the same again under strace, for every system call it makes.
     # (Its stop is not checked: under ptrace the shutdown can outlast the

@@ -9,6 +9,8 @@
 //! * [`xsk`] — one AF_XDP socket over its UMEM ([`XskQueue`]).
 //! * [`program`] — the XDP program on the interface: its owner record, and
 //!   taking over one a killed daemon left.
+//! * [`busy_poll`] — the kernel's preferred busy polling for EE-KBP: the
+//!   socket's options and the interface's IRQ deferral, restored at stop.
 //! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): set to
 //!   the uplink's queues where the driver allows, restored at stop.
 //! * [`promisc`] — the NIC in promiscuous mode while the uplink runs, so
@@ -16,6 +18,7 @@
 //! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
 //!   accessors of `<xdp/xsk.h>`.
 
+pub mod busy_poll;
 pub mod channels;
 pub(crate) mod libxdp;
 pub mod port;
@@ -59,6 +62,9 @@ pub enum UplinkError {
     /// The policy could not be built.
     #[error("bad policy for the uplink")]
     Policy(#[source] vadapt_policy::ConfigError),
+    /// The interface's IRQ deferral for EE-KBP could not be set.
+    #[error(transparent)]
+    BusyPoll(#[from] busy_poll::BusyPollError),
     /// A queue worker's epoll set could not be made.
     #[error("cannot start a queue worker")]
     Worker(#[source] std::io::Error),
@@ -112,9 +118,26 @@ pub fn start(
     // Dropped after the sockets on every way out (declared before them).
     let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name, record_dir)?;
     let promisc = promisc::PromiscGuard::take(&cfg.iface)?;
+    // A killed uplink's IRQ deferral, written back before anything else.
+    if let Err(e) = busy_poll::restore_left(Path::new("/sys"), &cfg.iface, record_dir) {
+        tracing::warn!(
+            port = cfg.name.as_str(),
+            error = %vadapt_host::error_chain::error_chain(&e),
+            "cannot restore the IRQ deferral a stopped vadapt left on the NIC"
+        );
+    }
     let mut sockets = Vec::new();
     for q in 0..u32::from(cfg.queues) {
         sockets.push(XskQueue::open(&cfg.iface, q, cfg.mode)?);
+    }
+    // Nothing fails between this and `running`, whose drop undoes it.
+    port.napi_start(record_dir)?;
+    if policy.kind() == vadapt_policy::PolicyKind::Eekbp {
+        tracing::info!(
+            port = cfg.name.as_str(),
+            "{}",
+            busy_poll::irq_suspend_note(&busy_poll::kernel_release())
+        );
     }
     tracing::info!(
         port = cfg.name.as_str(),
@@ -177,6 +200,7 @@ impl RunningUplink {
             // Released between two passes; the socket closes with it.
             let _ = served.stop();
         }
+        self.port.napi_stop();
         self.channels.take();
         self.promisc.take();
         self.owner.take();

@@ -3,16 +3,21 @@
 //! between the switch and the workers (as a VM port's,
 //! [`crate::port::VmPort`]).
 
+use super::busy_poll::{NapiDefer, NapiGuard};
 use crate::config::UplinkPortConfig;
 use crate::frames::{Backlog, FrameBatch};
 use crate::metrics::{DropReason, PortStats};
 use crate::policing::LimitsSlot;
 use crate::queue::policy_slot::{PolicyRequestError, PolicySlot};
 use crate::switch::{Egress, Ingress, PortId};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use vadapt_policy::{PolicyConfig, Retune};
+use std::sync::{Arc, Mutex, OnceLock};
+use vadapt_policy::{PolicyConfig, PolicyKind, Retune};
 use vmm_sys_util::eventfd::EventFd;
+
+/// The sysfs root the interface's settings are under.
+const SYS: &str = "/sys";
 
 /// One NIC queue's side of the switch.
 #[derive(Debug)]
@@ -48,6 +53,20 @@ pub struct Uplink {
     /// first; `vadapt set-limits` changes them), one set of buckets shared
     /// by the queue workers ([`LimitsSlot::with_shared`]).
     pub(crate) limits: LimitsSlot,
+    /// The interface's IRQ deferral while the uplink runs EE-KBP. A leaf
+    /// lock: nothing else is locked while it is held.
+    napi: Mutex<NapiSlot>,
+}
+
+/// The interface's IRQ deferral for preferred busy polling
+/// ([`super::busy_poll`]): set while the uplink runs and its policy is
+/// EE-KBP.
+#[derive(Debug, Default)]
+struct NapiSlot {
+    /// Where the old settings are recorded: set while the uplink runs.
+    record_dir: Option<PathBuf>,
+    /// The settings changed, written back when dropped.
+    guard: Option<NapiGuard>,
 }
 
 impl Uplink {
@@ -87,6 +106,7 @@ impl Uplink {
             queues,
             ingress: OnceLock::new(),
             tsc_per_ns,
+            napi: Mutex::new(NapiSlot::default()),
         }))
     }
 
@@ -130,7 +150,64 @@ impl Uplink {
             self.kick_worker(q);
         }
         *self.stats.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy.kind().to_string();
+        if let Err(e) = self.napi_follow(policy.kind()) {
+            tracing::warn!(
+                port = self.name(),
+                error = %vadapt_host::error_chain::error_chain(&e),
+                "cannot set the NIC's IRQ deferral for EE-KBP: its busy polling runs without it"
+            );
+        }
         Ok(())
+    }
+
+    /// The interface's IRQ deferral for `kind` while the uplink runs
+    /// (after [`Uplink::napi_start`]): EE-KBP's set, and the old settings
+    /// back for any other policy. Does nothing when the uplink is not
+    /// running.
+    pub(crate) fn napi_follow(
+        &self,
+        kind: PolicyKind,
+    ) -> Result<(), super::busy_poll::BusyPollError> {
+        let mut slot = self.napi.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dir) = slot.record_dir.clone() else {
+            return Ok(());
+        };
+        if kind != PolicyKind::Eekbp {
+            slot.guard = None;
+        } else if slot.guard.is_none() {
+            slot.guard = Some(NapiGuard::take(
+                Path::new(SYS),
+                &self.cfg.iface,
+                &dir,
+                NapiDefer::EEKBP,
+                self.name(),
+            )?);
+        }
+        Ok(())
+    }
+
+    /// The uplink starts: the interface's IRQ deferral follows the policy
+    /// from now on, the old settings recorded in `record_dir`.
+    pub(crate) fn napi_start(
+        &self,
+        record_dir: &Path,
+    ) -> Result<(), super::busy_poll::BusyPollError> {
+        self.napi
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record_dir = Some(record_dir.into());
+        let r = self.napi_follow(self.policy_config().kind());
+        if r.is_err() {
+            self.napi_stop();
+        }
+        r
+    }
+
+    /// The uplink stops: the interface's old IRQ deferral back.
+    pub(crate) fn napi_stop(&self) {
+        let mut slot = self.napi.lock().unwrap_or_else(|e| e.into_inner());
+        slot.record_dir = None;
+        slot.guard = None;
     }
 
     /// Change a parameter of every queue's running policy (`vadapt

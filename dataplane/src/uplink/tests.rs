@@ -945,3 +945,141 @@ fn a_failed_start_leaves_nothing_behind() {
     drop(holder.stdin.take());
     let _ = holder.wait();
 }
+
+/// EE-KBP's preferred busy polling on the socket (`SO_PREFER_BUSY_POLL`,
+/// `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET` = its quota), set when the worker
+/// takes the policy and cleared when it switches to interrupt mode, which
+/// sets none; back on when it switches to EE-KBP again. (veth: the
+/// options are taken on an AF_XDP socket in copy mode.)
+#[test]
+fn ee_kbp_busy_polls_the_socket_and_interrupt_mode_does_not() {
+    use super::busy_poll::{self, SocketBusyPoll};
+    use crate::worker::{Control, QueueIo};
+    use vadapt_host::cpufreq::CpuFreq;
+
+    let Some(w) = Wire::new("bp", 1) else { return };
+    let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+    cfg.policy = Some(PolicyConfig::default_for(PolicyKind::Interrupt));
+    let (_sw, up) = uplink_and_echo(cfg);
+    let xsk = XskQueue::open(&w.host, 0, XskMode::Copy).unwrap();
+    let fd = xsk.fd();
+    assert_eq!(busy_poll::socket(fd).unwrap(), (false, 0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stats = Arc::new(crate::metrics::WorkerStats::new("up0/0"));
+    let freq = Arc::new(CpuFreq::unavailable("test"));
+    let mut io = super::worker::UplinkQueue::new(up.clone(), 0, xsk, stop, freq, stats).unwrap();
+    let policy = io.take_policy();
+    assert_eq!(
+        busy_poll::socket(fd).unwrap(),
+        (false, 0),
+        "interrupt mode sets none"
+    );
+    io.park_policy(policy);
+    for (kind, want) in [
+        (
+            PolicyKind::Eekbp,
+            (true, SocketBusyPoll::preferred(64).usecs),
+        ),
+        (PolicyKind::Interrupt, (false, 0)),
+        (
+            PolicyKind::Eekbp,
+            (true, SocketBusyPoll::preferred(64).usecs),
+        ),
+    ] {
+        let _ = io.take_policy();
+        up.set_policy(PolicyConfig::default_for(kind)).unwrap();
+        assert!(matches!(io.control(), Control::Switch(_)), "{kind}");
+        assert_eq!(
+            busy_poll::socket(fd).unwrap(),
+            want,
+            "after the switch to {kind}"
+        );
+    }
+    // SO_BUSY_POLL_BUDGET cannot be read back (see `busy_poll::socket`):
+    // its setsockopt succeeded, or the switch above would have left
+    // busy polling off.
+}
+
+/// `napi_defer_hard_irqs` and `gro_flush_timeout` of a veth, read back.
+fn napi_defer(iface: &str) -> super::busy_poll::NapiDefer {
+    super::busy_poll::NapiDefer::read(std::path::Path::new("/sys"), iface).unwrap()
+}
+
+/// An EE-KBP uplink sets the interface's IRQ deferral at start (its old
+/// values recorded beside the owner record) and writes them back at stop;
+/// `set-policy` to interrupt mode writes them back, to EE-KBP sets them
+/// again; an interrupt-mode uplink leaves them alone. A killed daemon's
+/// record is written back by the next uplink on the interface.
+#[test]
+fn ee_kbp_sets_the_nics_irq_deferral_and_restores_it() {
+    use super::busy_poll::NapiDefer;
+
+    let Some(w) = Wire::new("bq", 1) else { return };
+    let old = NapiDefer {
+        defer_hard_irqs: 0,
+        gro_flush_timeout_ns: 0,
+    };
+    assert_eq!(napi_defer(&w.host), old);
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join(format!("uplink-{}.napi", w.host));
+    let start = |kind| {
+        let mut cfg = UplinkPortConfig::new("up0", w.host.clone());
+        cfg.policy = Some(PolicyConfig::default_for(kind));
+        let (sw, up) = uplink_and_echo(cfg);
+        (sw, super::start(up, dir.path(), None).unwrap())
+    };
+    let (_sw, running) = start(PolicyKind::Interrupt);
+    assert_eq!(napi_defer(&w.host), old, "interrupt mode sets none");
+    running
+        .port
+        .set_policy(PolicyConfig::default_for(PolicyKind::Eekbp))
+        .unwrap();
+    assert_eq!(
+        napi_defer(&w.host),
+        NapiDefer::EEKBP,
+        "set-policy eekbp sets them"
+    );
+    assert!(record.exists(), "the old values recorded");
+    running
+        .port
+        .set_policy(PolicyConfig::default_for(PolicyKind::Interrupt))
+        .unwrap();
+    assert_eq!(
+        napi_defer(&w.host),
+        old,
+        "set-policy interrupt restores them"
+    );
+    running.stop();
+
+    let (_sw, running) = start(PolicyKind::Eekbp);
+    assert_eq!(
+        napi_defer(&w.host),
+        NapiDefer::EEKBP,
+        "an EE-KBP start sets them"
+    );
+    let out = w.python(
+        SEND_AND_COUNT,
+        &[&w.peer, &hex(Mac::from_name("echo")), "100", "60"],
+    );
+    assert_eq!(
+        out.trim(),
+        "100 100",
+        "EE-KBP serves the wire with them set"
+    );
+    running.stop();
+    assert_eq!(napi_defer(&w.host), old, "restored at stop");
+    assert!(
+        !std::fs::read_dir(dir.path()).unwrap().any(|_| true),
+        "no records left"
+    );
+
+    // What a SIGKILL leaves: the settings changed, the record there.
+    NapiDefer::EEKBP
+        .write(std::path::Path::new("/sys"), &w.host)
+        .unwrap();
+    std::fs::write(&record, "0 0\n").unwrap();
+    let (_sw, running) = start(PolicyKind::Interrupt);
+    assert_eq!(napi_defer(&w.host), old, "the next uplink restored them");
+    assert!(!record.exists());
+    running.stop();
+}

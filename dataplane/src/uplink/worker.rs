@@ -11,11 +11,15 @@
 //! * a timed sleep: the socket is not watched, so the NIC's interrupt
 //!   wakes nobody: NetAP's periodic service with the notification
 //!   suppressed;
-//! * no wait: busy-poll.
+//! * no wait: busy-poll, and EE-KBP while passes find frames. Under
+//!   EE-KBP the socket has the kernel's preferred busy polling on
+//!   (`super::busy_poll`), and each pass starts with a `recvfrom` that
+//!   runs the queue's NAPI poll in this thread.
 //!
 //! Frames for the wire that the TX ring cannot take wait for a later pass
 //! (see `transmit`): a full ring pushes back on the switch.
 
+use super::busy_poll::{self, SocketBusyPoll};
 use super::port::Uplink;
 use super::xsk::{self, XskQueue, MAX_XSK_FRAME};
 use crate::clock::{cycles, PassClock};
@@ -79,6 +83,13 @@ pub struct UplinkQueue {
     log: LogLimit,
     /// What the worker has seen of its queue's policy slot (set by `run`).
     policy_view: Option<WorkerView>,
+    /// The socket's busy-poll options: on while the queue runs EE-KBP
+    /// (set when the worker takes its policy, see `busy_poll`), when
+    /// each pass's `recvfrom` runs the queue's NAPI poll.
+    busy_poll: SocketBusyPoll,
+    /// Whether the socket's NAPI id was looked at since busy polling
+    /// came on (once, after the first frames: see `check_napi`).
+    napi_checked: bool,
 }
 
 impl std::fmt::Debug for UplinkQueue {
@@ -121,6 +132,8 @@ impl UplinkQueue {
             clock: PassClock::new(port.tsc_per_ns),
             log: LogLimit::per_second(),
             policy_view: None,
+            busy_poll: SocketBusyPoll::OFF,
+            napi_checked: false,
             port,
         })
     }
@@ -155,6 +168,11 @@ impl UplinkQueue {
         let qs = &port.stats.queues[self.q];
         if self.xsk.fill_level() == 0 {
             qs.fill_ring_empty.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.busy_poll.is_on() {
+            // Preferred busy polling: this call runs the queue's NAPI poll
+            // here, filling the RX ring read below (xdpsock's recipe).
+            self.xsk.wake_rx();
         }
         let max_frame = self.port.max_frame();
         let (mut n, mut bytes, mut runts, mut over, mut foreign) = (0u64, 0u64, 0u64, 0u64, 0u32);
@@ -214,6 +232,9 @@ impl UplinkQueue {
         }
         if self.xsk.fill_needs_wakeup() {
             self.xsk.wake_rx();
+        }
+        if taken > 0 && !self.napi_checked && self.busy_poll.is_on() {
+            self.check_napi();
         }
         (n, bytes, taken == max)
     }
@@ -332,6 +353,59 @@ impl UplinkQueue {
             || self.xsk.tx_pending() > 0
     }
 
+    /// The socket's busy-poll options for `policy`: preferred busy
+    /// polling with its quota for EE-KBP, off for every other policy
+    /// (interrupt mode stays on epoll alone). A refusal is one WARN line:
+    /// the queue is served either way.
+    fn set_busy_poll(&mut self, policy: &dyn Policy) {
+        let to = if policy.name() == vadapt_policy::PolicyKind::Eekbp.as_str() {
+            SocketBusyPoll::preferred(policy.budget().packets)
+        } else {
+            SocketBusyPoll::OFF
+        };
+        if to == self.busy_poll {
+            return;
+        }
+        match busy_poll::set_socket(self.xsk.fd(), to) {
+            Ok(()) => {
+                self.busy_poll = to;
+                self.napi_checked = false;
+            }
+            Err(e) => {
+                // What was set of it is cleared again.
+                let _ = busy_poll::set_socket(self.xsk.fd(), SocketBusyPoll::OFF);
+                self.busy_poll = SocketBusyPoll::OFF;
+                tracing::warn!(
+                    port = self.port.name(),
+                    queue = self.q,
+                    error = %vadapt_host::error_chain::error_chain(&e),
+                    "the AF_XDP socket refuses busy polling: EE-KBP sleeps and wakes in epoll as interrupt mode"
+                );
+            }
+        }
+    }
+
+    /// Once frames came in under busy polling: a socket that knows no NAPI
+    /// instance (`SO_INCOMING_NAPI_ID` 0) cannot busy-poll, and says so.
+    fn check_napi(&mut self) {
+        self.napi_checked = true;
+        match busy_poll::napi_id(self.xsk.fd()) {
+            Ok(0) => tracing::warn!(
+                port = self.port.name(),
+                queue = self.q,
+                driver = super::channels::driver(&self.port.cfg.iface).as_str(),
+                "the AF_XDP socket knows no NAPI instance (SO_INCOMING_NAPI_ID 0; from kernel 6.13 only zero-copy sockets do, and veth has no zero-copy): the kernel cannot busy-poll this queue, EE-KBP's recvfrom runs no NAPI poll, and only the NIC's IRQ deferral acts (docs/uplink.md)"
+            ),
+            Ok(id) => tracing::info!(
+                port = self.port.name(),
+                queue = self.q,
+                napi_id = id,
+                "EE-KBP busy-polls the queue's NAPI instance through the AF_XDP socket"
+            ),
+            Err(e) => tracing::warn!(port = self.port.name(), queue = self.q, error = %e, "cannot read the socket's NAPI id"),
+        }
+    }
+
     /// Frames for the wire wait and the next pass can move them: not when
     /// the last kick moved none ([`XskQueue::tx_stalled`]).
     fn tx_work(&mut self) -> bool {
@@ -422,10 +496,23 @@ impl QueueIo for UplinkQueue {
             return Control::Continue;
         };
         let port = Arc::clone(&self.port);
-        port.queues[self.q]
+        let c = port.queues[self.q]
             .policy
             .control(view, port.name())
-            .unwrap_or(Control::Continue)
+            .unwrap_or(Control::Continue);
+        // The socket follows the policy: busy polling on for EE-KBP, off
+        // for the rest; a new quota is the poll's budget.
+        match &c {
+            Control::Switch(p) => self.set_busy_poll(p.as_ref()),
+            Control::Retune(vadapt_policy::Retune::Quota { packets }) if self.busy_poll.is_on() => {
+                let to = SocketBusyPoll::preferred(*packets);
+                if busy_poll::set_socket(self.xsk.fd(), to).is_ok() {
+                    self.busy_poll = to;
+                }
+            }
+            _ => {}
+        }
+        c
     }
 
     fn retune_refused(
@@ -440,6 +527,7 @@ impl QueueIo for UplinkQueue {
         let port = Arc::clone(&self.port);
         let (policy, view) = port.queues[self.q].policy.take(port.name());
         self.policy_view = Some(view);
+        self.set_busy_poll(policy.as_ref());
         policy
     }
 
