@@ -306,7 +306,8 @@ mod tests {
         let _ = sw.forward(0, 0, &b, &mut cache);
         let _ = sw.forward(1, 2, &from_b, &mut cache);
         let mut out = Vec::new();
-        let summary = write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| true).unwrap();
+        let summary =
+            write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| true).unwrap();
         assert_eq!(summary.end, CaptureEnd::ClientGone);
         assert_eq!((summary.written, summary.dropped), (2, 0));
         let blocks = blocks(&out);
@@ -359,7 +360,8 @@ mod tests {
         }
         let _ = sw.forward(1, 0, &b, &mut FdbCache::default());
         let mut out = Vec::new();
-        let summary = write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| false).unwrap();
+        let summary =
+            write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| false).unwrap();
         assert_eq!((summary.end, summary.written), (CaptureEnd::Count, 3));
         let packets = blocks(&out)
             .iter()
@@ -376,7 +378,10 @@ mod tests {
         let sp = spec(None, MAX_SNAPLEN);
         let session = sw.capture("b", sp.filter().unwrap()).unwrap();
         sw.remove_port(1);
-        let summary = write_capture(&session, &sp, Vec::new(), &AtomicBool::new(false), |_| false).unwrap();
+        let summary = write_capture(&session, &sp, Vec::new(), &AtomicBool::new(false), |_| {
+            false
+        })
+        .unwrap();
         assert_eq!(summary.end, CaptureEnd::PortRemoved);
     }
 
@@ -391,7 +396,10 @@ mod tests {
         let mut out = Vec::new();
         let stopping = AtomicBool::new(true);
         let summary = write_capture(&session, &sp, &mut out, &stopping, |_| false).unwrap();
-        assert_eq!((summary.end, summary.written), (CaptureEnd::DaemonStopping, 1));
+        assert_eq!(
+            (summary.end, summary.written),
+            (CaptureEnd::DaemonStopping, 1)
+        );
         let blocks = blocks(&out);
         assert!(matches!(blocks.last(), Some(Block::InterfaceStatistics(_))));
     }
