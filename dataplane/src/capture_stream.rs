@@ -170,10 +170,15 @@ pub fn write_capture<W: Write>(
     let mut written = 0u64;
     let end = loop {
         let mut took = false;
-        while spec.count.is_none_or(|c| written < c) {
+        // At most one drain's worth before the limits, the daemon and the
+        // client are looked at again: a port sending faster than the
+        // writer keeps the buffer from ever emptying.
+        let mut drained = 0;
+        while spec.count.is_none_or(|c| written < c) && drained < MAX_DRAIN {
             let Some(f) = tap.take() else { break };
             write_frame(&mut w, &f)?;
             written += 1;
+            drained += 1;
             took = true;
         }
         flush(&mut w)?;
@@ -219,6 +224,10 @@ pub fn write_capture<W: Write>(
         dropped,
     })
 }
+
+/// Most frames written between two looks at the capture's limits, the
+/// daemon's stop and the client.
+const MAX_DRAIN: usize = 1024;
 
 /// Longest the writer waits for frames before it looks at the client and
 /// its limits again.
@@ -402,6 +411,40 @@ mod tests {
         );
         let blocks = blocks(&out);
         assert!(matches!(blocks.last(), Some(Block::InterfaceStatistics(_))));
+    }
+
+    /// A client whose every write makes the port send another frame (a
+    /// port sending faster than the writer writes).
+    struct Refilling {
+        sw: Arc<Switch>,
+        batch: FrameBatch,
+        cache: FdbCache,
+    }
+    impl Write for Refilling {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.sw.forward(0, 0, &self.batch, &mut self.cache);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_buffer_that_never_empties_still_lets_the_capture_end() {
+        let sw = switch();
+        let sp = spec(None, MAX_SNAPLEN);
+        let session = sw.capture("b", sp.filter().unwrap()).unwrap();
+        let mut batch = FrameBatch::new(1);
+        batch.push(&[1; 60]);
+        let out = Refilling {
+            sw: Arc::clone(&sw),
+            batch,
+            cache: FdbCache::default(),
+        };
+        let stopping = AtomicBool::new(true);
+        let summary = write_capture(&session, &sp, out, &stopping, |_| false).unwrap();
+        assert_eq!(summary.end, CaptureEnd::DaemonStopping);
     }
 
     #[test]
