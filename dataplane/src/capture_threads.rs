@@ -72,11 +72,13 @@ impl CaptureThreads {
 
     /// Start `write` on a thread of its own, writing to `conn`. It gets the
     /// stop flag, which it must look at between writes and end at (a
-    /// daemon that stops). Finished writers are forgotten here.
+    /// daemon that stops). When it returns, the connection is shut down
+    /// (the client reads its end; the handle kept here would otherwise hold
+    /// it open). Finished writers are forgotten here.
     pub fn spawn(
         &self,
         conn: UnixStream,
-        write: impl FnOnce(UnixStream, &AtomicBool) + Send + 'static,
+        write: impl FnOnce(&UnixStream, &AtomicBool) + Send + 'static,
     ) -> Result<(), CaptureThreadError> {
         let mut writers = self.lock();
         // Under the lock, so that `end_all` (which sets the flag, then
@@ -89,7 +91,10 @@ impl CaptureThreads {
         let stopping = Arc::clone(&self.stopping);
         let thread = std::thread::Builder::new()
             .name("vadapt-capture".into())
-            .spawn(move || write(conn, &stopping))
+            .spawn(move || {
+                write(&conn, &stopping);
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+            })
             .map_err(CaptureThreadError::Spawn)?;
         writers.push(Writer { thread, conn: kept });
         Ok(())
@@ -141,6 +146,18 @@ mod tests {
         let mut got = Vec::new();
         client.read_to_end(&mut got).unwrap();
         assert_eq!(got, b"the end");
+    }
+
+    #[test]
+    fn the_client_reads_the_end_of_a_finished_capture_while_others_run() {
+        let t = CaptureThreads::default();
+        let (ours, mut client) = UnixStream::pair().unwrap();
+        t.spawn(ours, |mut conn, _| conn.write_all(b"done").unwrap())
+            .unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"done");
+        t.end_all(Duration::ZERO);
     }
 
     #[test]

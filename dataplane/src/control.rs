@@ -595,11 +595,11 @@ pub const CAPTURE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 fn stream_capture(
     session: &CaptureSession,
     spec: &CaptureSpec,
-    conn: UnixStream,
+    conn: &UnixStream,
     stopping: &AtomicBool,
 ) {
-    let gone = |wait: Duration| client_gone(&conn, wait);
-    let out = std::io::BufWriter::with_capacity(1 << 16, &conn);
+    let gone = |wait: Duration| client_gone(conn, wait);
+    let out = std::io::BufWriter::with_capacity(1 << 16, conn);
     match write_capture(session, spec, out, stopping, gone) {
         Ok(s) => tracing::info!(
             port = %spec.port,

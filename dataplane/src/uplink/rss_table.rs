@@ -95,7 +95,9 @@ impl RxfhIndir for EthtoolRxfh {
 /// The table `ethtool -X IFACE equal N` writes: entry `i` to queue `i mod N`.
 pub fn spread(size: usize, queues: u32) -> Vec<u32> {
     let n = queues.max(1);
-    (0..size).map(|i| (i as u64 % u64::from(n)) as u32).collect()
+    (0..size)
+        .map(|i| (i as u64 % u64::from(n)) as u32)
+        .collect()
 }
 
 /// Where the original table of `iface` is kept while an uplink changed it.
@@ -383,7 +385,11 @@ mod tests {
         let g = steer(nic.clone(), "eth0", 4, Some(8), "up0", dir.path()).expect("changed");
         assert_eq!(nic.table().unwrap(), spread(128, 4));
         drop(g);
-        assert_eq!(nic.table().unwrap(), original, "the table as this uplink found it");
+        assert_eq!(
+            nic.table().unwrap(),
+            original,
+            "the table as this uplink found it"
+        );
     }
 
     #[test]
