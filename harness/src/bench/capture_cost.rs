@@ -57,8 +57,14 @@ const CAPTURE_WAIT: Duration = Duration::from_secs(20);
 pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
     let window = ctx.secs(3.0, 0.5);
     f.run_seconds = window.as_secs_f64();
-    let vm = VmPort::new(&ctx.work, "cap", 1, PolicyKind::Interrupt);
-    let mut d = Daemon::spawn(ctx, "capcost-vadapt", std::slice::from_ref(&vm))?;
+    // A port per sender, as B1 has (a vhost-user socket takes one
+    // frontend, and DPDK's stays connected between its turns).
+    let vms = [
+        VmPort::new(&ctx.work, "capd", 1, PolicyKind::Interrupt),
+        VmPort::new(&ctx.work, "capg", 1, PolicyKind::Interrupt),
+    ];
+    let mut d = Daemon::spawn(ctx, "capcost-vadapt", &vms)?;
+    let vm = &vms[0];
     f.commands.push(ctx.show(&d.command));
     let mut fe = match testpmd::available() {
         Ok(()) => {
@@ -101,12 +107,12 @@ pub fn run(ctx: &Ctx, f: &mut ResultFile) -> Result<(), BenchError> {
         };
         for capture in order {
             if let Some((fe, variant)) = fe.as_mut() {
-                let r = dpdk_turn(ctx, &mut d, fe, &vm, capture, &file, window, run)?;
+                let r = dpdk_turn(ctx, &mut d, fe, vm, capture, &file, window, run)?;
                 f.rows.push(r.named("dpdk-fe", "dpdk-virtio-user", variant));
             }
         }
         for capture in order {
-            let r = guest_turn(ctx, &mut d, &vm, capture, &file, &opts, run)?;
+            let r = guest_turn(ctx, &mut d, &vms[1], capture, &file, &opts, run)?;
             f.rows.push(r.named("guest", "guest", ""));
         }
     }
