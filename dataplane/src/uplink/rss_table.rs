@@ -25,7 +25,7 @@
 //! `ETHTOOL_SRXFHINDIR`, the table alone, which every driver with a table
 //! serves; `ETHTOOL_GRSSH` would bring the hash key and function along,
 //! which vadapt leaves as they are), behind [`RxfhIndir`] so that the
-//! decisions are tested against a fake ([`tests`]).
+//! decisions are tested against a fake (the tests below).
 
 use super::channels::{ethtool_ioctl, valid_name};
 use std::path::{Path, PathBuf};
