@@ -13,8 +13,9 @@
 //! not keep (`isb_ifdrop`, the port's `capture_dropped`).
 //!
 //! It ends at the first of: the frame count written, the duration passed,
-//! the client gone (it closed or shut down its side), the port removed;
-//! the ending's statistics block is written and flushed first.
+//! the client gone (it closed or shut down its side), the port removed,
+//! the daemon stopping (`crate::capture_threads`); the ending's statistics
+//! block is written and flushed first.
 
 use crate::switch::{
     CaptureDir, CaptureError, CaptureFilter, CaptureFilterError, CaptureSession, CapturedFrame,
@@ -32,6 +33,7 @@ use pcap_file::DataLink;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What `vadapt capture` asks for.
@@ -92,6 +94,8 @@ pub enum CaptureEnd {
     ClientGone,
     /// The port left the switch.
     PortRemoved,
+    /// The daemon is stopping.
+    DaemonStopping,
 }
 
 /// What a capture wrote.
@@ -126,13 +130,14 @@ fn direction_flags(c: Crossed) -> u32 {
 }
 
 /// Write the capture `session` takes as `spec` limits it to `out`, as
-/// pcapng (see the module docs), until it ends. Between drains that find
-/// nothing, `client_gone` is asked, with how long it may wait, whether
-/// the client has gone.
+/// pcapng (see the module docs), until it ends. After every drain
+/// `stopping` is looked at (set: the daemon stops), and `client_gone` is
+/// asked, with how long it may wait, whether the client has gone.
 pub fn write_capture<W: Write>(
     session: &CaptureSession,
     spec: &CaptureSpec,
     out: W,
+    stopping: &AtomicBool,
     mut client_gone: impl FnMut(Duration) -> bool,
 ) -> Result<CaptureSummary, CaptureStreamError> {
     let tap = session.tap();
@@ -165,10 +170,15 @@ pub fn write_capture<W: Write>(
     let mut written = 0u64;
     let end = loop {
         let mut took = false;
-        while spec.count.is_none_or(|c| written < c) {
+        // At most one drain's worth before the limits, the daemon and the
+        // client are looked at again: a port sending faster than the
+        // writer keeps the buffer from ever emptying.
+        let mut drained = 0;
+        while spec.count.is_none_or(|c| written < c) && drained < MAX_DRAIN {
             let Some(f) = tap.take() else { break };
             write_frame(&mut w, &f)?;
             written += 1;
+            drained += 1;
             took = true;
         }
         flush(&mut w)?;
@@ -180,6 +190,9 @@ pub fn write_capture<W: Write>(
         }
         if tap.is_detached() && !took {
             break CaptureEnd::PortRemoved;
+        }
+        if stopping.load(Ordering::Acquire) {
+            break CaptureEnd::DaemonStopping;
         }
         // Busy: only look; idle: wait a while for frames (or the client).
         let wait = if took { Duration::ZERO } else { IDLE_WAIT };
@@ -211,6 +224,10 @@ pub fn write_capture<W: Write>(
         dropped,
     })
 }
+
+/// Most frames written between two looks at the capture's limits, the
+/// daemon's stop and the client.
+const MAX_DRAIN: usize = 1024;
 
 /// Longest the writer waits for frames before it looks at the client and
 /// its limits again.
@@ -298,7 +315,8 @@ mod tests {
         let _ = sw.forward(0, 0, &b, &mut cache);
         let _ = sw.forward(1, 2, &from_b, &mut cache);
         let mut out = Vec::new();
-        let summary = write_capture(&session, &sp, &mut out, |_| true).unwrap();
+        let summary =
+            write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| true).unwrap();
         assert_eq!(summary.end, CaptureEnd::ClientGone);
         assert_eq!((summary.written, summary.dropped), (2, 0));
         let blocks = blocks(&out);
@@ -351,7 +369,8 @@ mod tests {
         }
         let _ = sw.forward(1, 0, &b, &mut FdbCache::default());
         let mut out = Vec::new();
-        let summary = write_capture(&session, &sp, &mut out, |_| false).unwrap();
+        let summary =
+            write_capture(&session, &sp, &mut out, &AtomicBool::new(false), |_| false).unwrap();
         assert_eq!((summary.end, summary.written), (CaptureEnd::Count, 3));
         let packets = blocks(&out)
             .iter()
@@ -368,8 +387,64 @@ mod tests {
         let sp = spec(None, MAX_SNAPLEN);
         let session = sw.capture("b", sp.filter().unwrap()).unwrap();
         sw.remove_port(1);
-        let summary = write_capture(&session, &sp, Vec::new(), |_| false).unwrap();
+        let summary = write_capture(&session, &sp, Vec::new(), &AtomicBool::new(false), |_| {
+            false
+        })
+        .unwrap();
         assert_eq!(summary.end, CaptureEnd::PortRemoved);
+    }
+
+    #[test]
+    fn a_stopping_daemon_ends_the_capture_with_its_statistics() {
+        let sw = switch();
+        let sp = spec(None, MAX_SNAPLEN);
+        let session = sw.capture("b", sp.filter().unwrap()).unwrap();
+        let mut b = FrameBatch::new(1);
+        b.push(&[7; 60]);
+        let _ = sw.forward(0, 0, &b, &mut FdbCache::default());
+        let mut out = Vec::new();
+        let stopping = AtomicBool::new(true);
+        let summary = write_capture(&session, &sp, &mut out, &stopping, |_| false).unwrap();
+        assert_eq!(
+            (summary.end, summary.written),
+            (CaptureEnd::DaemonStopping, 1)
+        );
+        let blocks = blocks(&out);
+        assert!(matches!(blocks.last(), Some(Block::InterfaceStatistics(_))));
+    }
+
+    /// A client whose every write makes the port send another frame (a
+    /// port sending faster than the writer writes).
+    struct Refilling {
+        sw: Arc<Switch>,
+        batch: FrameBatch,
+        cache: FdbCache,
+    }
+    impl Write for Refilling {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.sw.forward(0, 0, &self.batch, &mut self.cache);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_buffer_that_never_empties_still_lets_the_capture_end() {
+        let sw = switch();
+        let sp = spec(None, MAX_SNAPLEN);
+        let session = sw.capture("b", sp.filter().unwrap()).unwrap();
+        let mut batch = FrameBatch::new(1);
+        batch.push(&[1; 60]);
+        let out = Refilling {
+            sw: Arc::clone(&sw),
+            batch,
+            cache: FdbCache::default(),
+        };
+        let stopping = AtomicBool::new(true);
+        let summary = write_capture(&session, &sp, out, &stopping, |_| false).unwrap();
+        assert_eq!(summary.end, CaptureEnd::DaemonStopping);
     }
 
     #[test]

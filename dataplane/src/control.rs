@@ -31,6 +31,7 @@
 //! it), and then reads the stream to its end.
 
 use crate::capture_stream::{write_capture, CaptureSpec, CaptureStartError};
+use crate::capture_threads::{CaptureThreadError, CaptureThreads, END_GRACE};
 use crate::config::{PortLimits, PortSpec};
 use crate::conn_limit::ConnLimit;
 use crate::metrics::StatsSnapshot;
@@ -271,6 +272,9 @@ pub enum ControlError {
     /// The control socket's thread could not be started.
     #[error("cannot start the control socket's thread")]
     Spawn(#[source] std::io::Error),
+    /// A capture's writer could not be started.
+    #[error("cannot start the capture")]
+    Capture(#[source] CaptureThreadError),
 }
 
 /// Send one request to the daemon at `path`.
@@ -322,6 +326,8 @@ pub fn serve(
     let spawned = std::thread::Builder::new()
         .name("vadapt-control".into())
         .spawn(move || {
+            let dispatcher = Arc::new(Dispatcher::new(handler));
+            let served = Arc::clone(&dispatcher);
             crate::local_server::run("control", &stop, |stop| async move {
                 let listener = match tokio::net::UnixListener::from_std(listener) {
                     Ok(l) => l,
@@ -331,7 +337,7 @@ pub fn serve(
                     }
                 };
                 let limit = ConnLimit::new("control", MAX_CONNECTIONS);
-                let dispatcher = Arc::new(Dispatcher::new(handler));
+                let dispatcher = served;
                 while let Some(accepted) = stop.until_stopped(listener.accept()).await {
                     match accepted {
                         Ok((conn, _)) => {
@@ -349,6 +355,9 @@ pub fn serve(
                     }
                 }
             });
+            // The running captures end with their statistics blocks
+            // before the daemon goes on to exit.
+            dispatcher.end_captures();
             ledger.release(&bound);
         });
     spawned.map_err(|e| {
@@ -385,6 +394,9 @@ pub const MAX_CHANGES_IN_FLIGHT: usize = 8;
 pub struct Dispatcher {
     handler: Arc<dyn Handler>,
     changes: Arc<tokio::sync::Semaphore>,
+    /// The running captures' writers, ended and joined when the server
+    /// ends ([`Dispatcher::end_captures`]).
+    captures: CaptureThreads,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -401,6 +413,20 @@ impl Dispatcher {
         Dispatcher {
             handler,
             changes: Arc::new(tokio::sync::Semaphore::new(MAX_CHANGES_IN_FLIGHT)),
+            captures: CaptureThreads::default(),
+        }
+    }
+
+    /// End every running capture cleanly (each writes its statistics
+    /// block) and join its thread, within about [`END_GRACE`]: a client
+    /// that does not read is cut off. New captures are refused from now on.
+    pub fn end_captures(&self) {
+        let cut = self.captures.end_all(END_GRACE);
+        if cut > 0 {
+            tracing::warn!(
+                cut,
+                "captures whose clients did not read were cut off at shutdown"
+            );
         }
     }
 
@@ -550,10 +576,12 @@ pub async fn answer(
         let conn = conn.into_std()?;
         conn.set_nonblocking(false)?;
         conn.set_write_timeout(Some(CAPTURE_SEND_TIMEOUT))?;
-        std::thread::Builder::new()
-            .name("vadapt-capture".into())
-            .spawn(move || stream_capture(&session, &spec, conn))
-            .map_err(ControlError::Spawn)?;
+        dispatcher
+            .captures
+            .spawn(conn, move |conn, stopping| {
+                stream_capture(&session, &spec, conn, stopping);
+            })
+            .map_err(ControlError::Capture)?;
     }
     Ok(())
 }
@@ -562,11 +590,17 @@ pub async fn answer(
 /// stream; past it the capture ends (a client that stopped reading).
 pub const CAPTURE_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A capture's thread: write it to `conn` until it ends, then log how.
-fn stream_capture(session: &CaptureSession, spec: &CaptureSpec, conn: UnixStream) {
-    let gone = |wait: Duration| client_gone(&conn, wait);
-    let out = std::io::BufWriter::with_capacity(1 << 16, &conn);
-    match write_capture(session, spec, out, gone) {
+/// A capture's thread: write it to `conn` until it ends (or `stopping`
+/// is set), then log how.
+fn stream_capture(
+    session: &CaptureSession,
+    spec: &CaptureSpec,
+    conn: &UnixStream,
+    stopping: &AtomicBool,
+) {
+    let gone = |wait: Duration| client_gone(conn, wait);
+    let out = std::io::BufWriter::with_capacity(1 << 16, conn);
+    match write_capture(session, spec, out, stopping, gone) {
         Ok(s) => tracing::info!(
             port = %spec.port,
             end = ?s.end,

@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 
 pub mod capture_stream;
+pub mod capture_threads;
 pub mod clock;
 pub mod config;
 pub mod conn_limit;

@@ -13,6 +13,8 @@ sent, those handed to vm1 (`--dir tx`) their echoes.
 - `-s 20`: each frame cut to 20 bytes, its length on the wire kept.
 - Ctrl-C: the file ends complete (its statistics block last), with every
   frame sent before it and the summary on stderr.
+- SIGTERM to the daemon while a capture runs: the daemon ends the capture
+  (its statistics block written) and joins its thread before it exits.
 - A second capture of a port is refused while the first runs; a capture
   whose client is killed frees the port; a queue for `tx` frames and a
   port that is not there are refused, saying why.
@@ -164,6 +166,32 @@ def test_ctrl_c_ends_a_capture_with_a_complete_file(vadapt_bin, procs):
         assert f"{N} frame(s) captured" in err and "0 dropped" in err, err
     finally:
         vm1.close()
+
+
+def test_a_stopping_daemon_ends_a_running_capture_with_a_complete_file(vadapt_bin, procs):
+    d, vm1 = start(vadapt_bin, procs)
+    sent = frames()
+    path = procs.workdir / "sigterm.pcapng"
+    try:
+        c = Capture(d, "vm1", "--dir", "rx", out=path)
+        c.wait_started()
+        vm1.send_frames(sent, N)
+
+        def written() -> bool:
+            try:
+                return len(packets(path.read_bytes())) == N
+            except Exception:  # noqa: BLE001 - a file cut inside a block
+                return False
+
+        assert harness.poll(written, 20), "the frames never reached the file"
+    finally:
+        vm1.close()
+    d.proc.popen.send_signal(signal.SIGTERM)
+    assert d.proc.wait_exit(30) == 0, d.proc.tail()
+    data, err = c.finish()
+    assert [bytes(p) for p in packets(data)] == sent
+    assert last_block_type(data) == 5, "the statistics block ends the file"
+    assert f"{N} frame(s) captured" in err and "0 dropped" in err, err
 
 
 def test_a_gone_client_frees_the_port_and_refusals_say_why(vadapt_bin, procs):

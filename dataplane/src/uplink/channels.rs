@@ -17,10 +17,10 @@
 //! RX queues, and libxdp's program passes the frames of a queue with no
 //! socket to the host's stack, so the VMs would never see those flows.
 //! Where the driver refuses to lower the count, the uplink runs on the
-//! queues it has, with one WARN line naming the queues left unserved and
-//! the `ethtool -X IFACE equal N` that steers their flows (the RSS
-//! indirection table is the operator's: drivers differ in its size and in
-//! what they keep of it across a channel change).
+//! queues it has, and `rss_table.rs` steers the flows of the others to the
+//! served queues through the RSS indirection table (`ethtool -X IFACE
+//! equal N`), or says, in one WARN line, which queues' frames reach the
+//! host's stack where it cannot.
 //!
 //! Drivers differ in what a channel is: most NICs have combined channels
 //! (an RX and a TX queue with one interrupt), so there the combined count
@@ -222,7 +222,7 @@ struct IfreqData {
 
 /// One `SIOCETHTOOL` request on `iface` with `data` (whose first field is
 /// the command).
-fn ethtool_ioctl(iface: &str, data: *mut c_void) -> std::io::Result<()> {
+pub(super) fn ethtool_ioctl(iface: &str, data: *mut c_void) -> std::io::Result<()> {
     let mut req = IfreqData {
         name: [0; libc::IFNAMSIZ],
         data,
@@ -250,8 +250,14 @@ fn ethtool_ioctl(iface: &str, data: *mut c_void) -> std::io::Result<()> {
     }
 }
 
+/// Whether `iface` fits an `ifreq` (under 16 bytes, no NUL): what
+/// [`ethtool_ioctl`]'s callers check first.
+pub(super) fn valid_name(iface: &str) -> bool {
+    !iface.is_empty() && iface.len() < libc::IFNAMSIZ && !iface.contains('\0')
+}
+
 fn check_name(iface: &str) -> Result<(), ChannelsError> {
-    if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.contains('\0') {
+    if !valid_name(iface) {
         return Err(ChannelsError::BadName(iface.into()));
     }
     Ok(())
@@ -401,12 +407,10 @@ pub fn ensure(
                 "a stopped vadapt left the NIC's channel count {}; restored when this uplink stops",
                 if now.rx_queues() > original.rx_queues() { "raised" } else { "lowered" }
             );
-            warn_unserved(iface, want, now.rx_queues());
             return Ok(Some(guard(original)));
         }
         Plan::Enough => {
             let _ = std::fs::remove_file(&record);
-            warn_unserved(iface, want, now.rx_queues());
             return Ok(None);
         }
         Plan::TooFew { max } => {
@@ -449,9 +453,9 @@ pub fn ensure(
                 port,
                 iface,
                 error = %vadapt_host::error_chain::error_chain(&e),
-                "the driver refuses to lower the NIC's channel count (ethtool -L)"
+                "the driver refuses to lower the NIC's channel count (ethtool -L): the RSS \
+                 indirection table is tried next"
             );
-            warn_unserved(iface, want, now.rx_queues());
             if original == now {
                 let _ = std::fs::remove_file(&record);
                 return Ok(None);
@@ -468,24 +472,7 @@ pub fn ensure(
         "NIC channel count {} to the uplink's queues (ethtool -L); restored when it stops",
         if raise { "raised" } else { "lowered" }
     );
-    warn_unserved(iface, want, to.rx_queues());
     Ok(Some(guard(original)))
-}
-
-/// One WARN line where `iface` keeps `have` RX queues for an uplink
-/// serving `want`: the NIC hashes some flows to queues no socket serves,
-/// and libxdp's program passes their frames to the host's stack.
-fn warn_unserved(iface: &str, want: u32, have: u32) {
-    if have > want {
-        tracing::warn!(
-            iface,
-            rx_queues = have,
-            served = want,
-            "frames hashed to queues {want}..{} reach the host's stack, not the uplink: \
-             `ethtool -X {iface} equal {want}` steers them to the served queues",
-            have - 1
-        );
-    }
 }
 
 #[cfg(test)]

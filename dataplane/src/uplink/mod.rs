@@ -13,6 +13,9 @@
 //!   socket's options and the interface's IRQ deferral, restored at stop.
 //! * [`channels`] — the NIC's channel count (`ethtool -l`/`-L`): set to
 //!   the uplink's queues where the driver allows, restored at stop.
+//! * [`rss_table`] — the NIC's RSS indirection table (`ethtool -x`/`-X`):
+//!   spread over the uplink's queues where the channel count could not be
+//!   lowered to them, restored at stop.
 //! * [`promisc`] — the NIC in promiscuous mode while the uplink runs, so
 //!   that frames for the VMs' addresses pass its MAC filter.
 //! * `libxdp` — the distribution's libxdp, declared, and the AF_XDP ring
@@ -24,6 +27,7 @@ pub(crate) mod libxdp;
 pub mod port;
 pub mod program;
 pub mod promisc;
+pub mod rss_table;
 pub mod worker;
 pub mod xsk;
 
@@ -87,6 +91,9 @@ pub struct RunningUplink {
     /// Sets the NIC's channel count back (if the uplink changed it) once
     /// the sockets are closed.
     channels: Option<channels::ChannelGuard>,
+    /// Writes the NIC's RSS indirection table back (if the uplink changed
+    /// it), before the channel count is.
+    rss: Option<rss_table::RssGuard>,
     /// Holds the interface in promiscuous mode until the uplink stops.
     promisc: Option<promisc::PromiscGuard>,
     owner: Option<OwnerRecord>,
@@ -117,6 +124,15 @@ pub fn start(
     let owner = OwnerRecord::take(record_dir, &cfg.iface)?;
     // Dropped after the sockets on every way out (declared before them).
     let channels = channels::ensure(&cfg.iface, u32::from(cfg.queues), &cfg.name, record_dir)?;
+    let have = channels::read(&cfg.iface).ok().flatten();
+    let rss = rss_table::steer(
+        Arc::new(rss_table::EthtoolRxfh),
+        &cfg.iface,
+        u32::from(cfg.queues),
+        have.map(|c| c.rx_queues()),
+        &cfg.name,
+        record_dir,
+    );
     let promisc = promisc::PromiscGuard::take(&cfg.iface)?;
     // A killed uplink's IRQ deferral, written back before anything else.
     if let Err(e) = busy_poll::restore_left(Path::new("/sys"), &cfg.iface, record_dir) {
@@ -155,6 +171,7 @@ pub fn start(
         stop: Arc::clone(&stop),
         served: Vec::new(),
         channels,
+        rss,
         promisc: Some(promisc),
         owner: Some(owner),
     };
@@ -185,8 +202,8 @@ pub fn start(
 
 impl RunningUplink {
     /// Stop the workers and close the sockets (libxdp detaches its program
-    /// with the last one), set the NIC's channel count back if the uplink
-    /// changed it, leave promiscuous mode, then drop the owner record.
+    /// with the last one), set the NIC's RSS indirection table and channel
+    /// count back if the uplink changed them, leave promiscuous mode, then drop the owner record.
     pub fn stop(mut self) {
         self.stop_now();
     }
@@ -201,6 +218,7 @@ impl RunningUplink {
             let _ = served.stop();
         }
         self.port.napi_stop();
+        self.rss.take();
         self.channels.take();
         self.promisc.take();
         self.owner.take();

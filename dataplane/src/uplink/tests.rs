@@ -329,6 +329,19 @@ fn the_nic_is_promiscuous_while_the_uplink_runs() {
     assert!(gone, "promiscuous mode left at stop");
 }
 
+/// veth has no RSS indirection table: the real ioctl says so (not an
+/// error), and steering degrades to nothing changed and nothing recorded.
+#[test]
+fn a_veth_has_no_rss_table_and_steering_leaves_it_alone() {
+    use super::rss_table::{steer, EthtoolRxfh, RxfhIndir};
+    let Some(w) = Wire::new("k", 4) else { return };
+    assert_eq!(EthtoolRxfh.read(&w.host).unwrap(), None);
+    let dir = tempfile::tempdir().unwrap();
+    let io = std::sync::Arc::new(EthtoolRxfh);
+    assert!(steer(io, &w.host, 2, Some(4), "up0", dir.path()).is_none());
+    assert!(!std::fs::read_dir(dir.path()).unwrap().any(|_| true));
+}
+
 /// A two-queue veth: frames sent from each CPU arrive on their own queue
 /// (AF_PACKET's TX queue is the sending CPU's), and both queues' workers
 /// serve them both ways.

@@ -22,6 +22,7 @@
 //! | id | file | question |
 //! |---|---|---|
 //! | `b1` | `saturation.rs` | how many packets a backend takes when the sender never waits |
+//! | `capture` | `capture_cost.rs` | what a running `vadapt capture` costs B1's port, busy cycles a packet with and without |
 //! | `b2` | `partial_load.rs` | what each packet costs at 10–75 % of saturation |
 //! | `b3` | `latency.rs` | round-trip latency through an echo |
 //! | `b4` | `idle.rs` | the backend's CPU with a connected, nearly silent guest |
@@ -45,6 +46,7 @@
 //! report (`scripts/check-imports.py` checks it).
 
 mod adaptation;
+mod capture_cost;
 pub mod child;
 pub mod ctx;
 pub mod error;

@@ -165,6 +165,7 @@ pub fn render(files: &[ResultFile], suite: &SuiteInfo, img_rel: &Path, img_abs: 
         }
         let body = match f.bench.as_str() {
             "b1" => super::saturation::render(f),
+            "capture" => super::capture_cost::render(f),
             "b2" => super::partial_load::render(f),
             "b3" => super::latency::render(f),
             "b4" => super::idle::render(f),

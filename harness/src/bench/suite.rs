@@ -4,8 +4,8 @@
 use super::ctx::Ctx;
 use super::error::BenchError;
 use super::{
-    adaptation, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep, papers_workload,
-    partial_load, policer_accuracy, saturation, timer, vm_to_vm,
+    adaptation, capture_cost, idle, latency, memory_per_port, nic_to_vm, ovs_pmd_sleep,
+    papers_workload, partial_load, policer_accuracy, saturation, timer, vm_to_vm,
 };
 use vadapt_results::ResultFile;
 
@@ -21,11 +21,16 @@ pub(super) struct Bench {
 }
 
 /// The suite, in run order (OVS-DPDK last: lowest priority, slowest to set up).
-pub(super) const SUITE: [Bench; 12] = [
+pub(super) const SUITE: [Bench; 13] = [
     Bench {
         name: "b1",
         title: saturation::TITLE,
         run: saturation::run,
+    },
+    Bench {
+        name: "capture",
+        title: capture_cost::TITLE,
+        run: capture_cost::run,
     },
     Bench {
         name: "b2",
