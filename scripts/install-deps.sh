@@ -54,6 +54,7 @@ log() { printf '[install-deps] %s\n' "$*"; }
 #   man-db          man: systemd-analyze verify checks the unit's Documentation=
 #   ethtool         ethtool: the uplink tests turn off a veth's TX checksum offload
 #                   (veth hands XDP frames with the partial checksum its sender left)
+#   tcpdump         tcpdump: reads `vadapt capture -w -` from a pipe (test_capture.py)
 #   libxdp1         libxdp.so.1 (and its default AF_XDP program): loaded at run
 #                   time by an uplink port (`--uplink`); the build never needs it
 DEB_PACKAGES=(
@@ -61,7 +62,7 @@ DEB_PACKAGES=(
     openvswitch-common prometheus busybox-static cpio xz-utils zstd dpkg apt
     iproute2 util-linux git python3-venv ca-certificates fonts-dejavu-core
     libvirt-daemon-system libvirt-daemon libvirt-clients systemd man-db libxdp1
-    ethtool
+    ethtool tcpdump
 )
 
 # Every external program the tests and benchmarks start, and the package in
@@ -90,6 +91,7 @@ PROGRAMS=(
     systemd-analyze=systemd
     man=man-db
     ethtool=ethtool
+    tcpdump=tcpdump
 )
 
 # cargo-deb builds the Debian package (scripts/package.sh); pinned, from

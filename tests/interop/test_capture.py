@@ -11,6 +11,8 @@ sent, those handed to vm1 (`--dir tx`) their echoes.
 - `-w FILE -c 2N`: both ways, every frame and every echo, each once.
 - `-w -`: the stream on stdout, `--queue 0`, in the order sent.
 - `-s 20`: each frame cut to 20 bytes, its length on the wire kept.
+- `-w - | tcpdump -r -`: tcpdump (libpcap's pcapng reader) prints every
+  frame sent, byte for byte in its hex dump.
 - Ctrl-C: the file ends complete (its statistics block last), with every
   frame sent before it and the summary on stderr.
 - SIGTERM to the daemon while a capture runs: the daemon ends the capture
@@ -25,6 +27,8 @@ No timing is asserted: counts and bytes only.
 from __future__ import annotations
 
 import io
+import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from scapy.utils import rdpcap
 
+from conftest import missing
 from test_tenancy import RawSender, mac_bytes
 
 import harness
@@ -136,6 +141,46 @@ def test_capture_reads_back_what_was_sent(vadapt_bin, procs):
         got = packets(data)
         assert [bytes(p) for p in got] == [echoed(f)[:20] for f in sent]
         assert [p.wirelen for p in got] == [len(f) for f in sent]
+    finally:
+        vm1.close()
+
+
+def tcpdump_frames(text: str) -> list[bytes]:
+    """The frames in `tcpdump -xx` output: each header line, then its hex
+    lines (`\t0x0000:  0200 0000 40ec ...`)."""
+    out: list[bytes] = []
+    for line in text.splitlines():
+        m = re.match(r"\s+0x[0-9a-f]+:\s+((?:[0-9a-f]{2,4}\s?)+)", line)
+        if m:
+            out[-1] += bytes.fromhex(m.group(1).replace(" ", ""))
+        elif line and not line[0].isspace():
+            out.append(b"")
+    return out
+
+
+def test_tcpdump_reads_the_stream_from_a_pipe(vadapt_bin, procs):
+    tcpdump = shutil.which("tcpdump")
+    if tcpdump is None:
+        missing("tcpdump (scripts/install-deps.sh installs it)")
+    d, vm1 = start(vadapt_bin, procs)
+    sent = frames()
+    try:
+        c = Capture(d, "vm1", "--dir", "rx", "-c", str(N))
+        c.wait_started()
+        td = subprocess.Popen(
+            [tcpdump, "-r", "-", "-nn", "-e", "-xx"],
+            stdin=c.popen.stdout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        c.popen.stdout.close()
+        vm1.send_frames(sent, N)
+        out, err = td.communicate(timeout=30)
+        assert c.popen.wait(timeout=30) == 0, c.popen.stderr.read().decode()
+        assert td.returncode == 0, err
+        assert tcpdump_frames(out) == sent, out[:2000]
+        assert out.count(f"{VM1} > {ECHO}") == N, out[:2000]
     finally:
         vm1.close()
 
