@@ -1,7 +1,9 @@
 """PAPERS.md's verdict rule and its rendering (no simulator run)."""
 
+import pytest
+
 from vadapt_lab.reproduce.goals import judge
-from vadapt_lab.reproduce.papers_md import render
+from vadapt_lab.reproduce.papers_md import SpliceError, render, splice
 from vadapt_lab.reproduce.rows import Row, counts, summary
 
 
@@ -119,3 +121,45 @@ def test_a_recorded_daemon_figure_is_judged_by_the_same_rule():
     text = render([r], meta)
     assert "| 147.0 %: same direction, different size (e = 0.75); 16-core Xeon, a4bfa1b |" in text
     assert "daemon has a figure in 1 rows" in text
+
+
+def meta(command, rev, date, machine, log):
+    return {"command": command, "rev": rev, "date": date, "seconds": 3, "machine": machine,
+            "log": log}  # fmt: skip
+
+
+def test_one_paper_rerun_rewrites_only_its_parts():
+    netap = row(100.0, 101.0, note="netap note")
+    knee_figure = "Fig. 2/8: static 20vCPU-1NQ's knee, max kQPS under the SLO"
+    knee = Row("vSPACE", knee_figure, "kQPS", 110.0, "p", 150.0, note="before")
+    ratio = Row("vSPACE", "Fig. 8, memcached: max QPS", "×", 4.18, "p", 4.8, neutral=1.0)
+    old = render([netap, ratio, knee], meta("full", "old", "d0", "m0", ["cmd-all"]))
+    assert "differs" in old and "before" in old
+    knee2 = Row("vSPACE", knee_figure, "kQPS", 110.0, "p", 120.0, note="after")
+    command = "python -m vadapt_lab reproduce --paper vspace"
+    text = splice(old, [ratio, knee2], "vSPACE", meta(command, "new", "d1", "m1", ["cmd-v"]))
+    vspace_part = text[text.index("## vSPACE (") : text.index("## Commands run")]
+    assert "after" in vspace_part and "before" not in text
+    assert f"`{command}`: revision `new`, d1, 3 s on m1" in vspace_part
+
+    # The other paper, the header's stamp and the commands' list are the full run's.
+    def others(t):
+        head = t[: t.index("## vSPACE (")].splitlines()
+        return [line for line in head if not line.startswith("| vSPACE |")]
+
+    assert others(text) == others(old)
+    assert text[text.index("## Commands run") :] == old[old.index("## Commands run") :]
+    assert "| vSPACE | 2 | 2 agrees |" in text and "| vSPACE | 2 | 1 agrees, 1 differs |" in old
+    # The goals table's vSPACE line follows the new rows: the knee is within 25 %.
+    goal = [line for line in text.splitlines() if line.startswith("| vSPACE | (issue 39) max")]
+    assert len(goal) == 1 and "knee at 120 kQPS" in goal[0] and goal[0].endswith("| met |")
+    assert text.count("## vSPACE (") == 1 and text.count("## NetAP (") == 1
+
+
+def test_one_paper_rerun_needs_its_section():
+    m = meta("c", "r", "d", "m", [])
+    old = render([row(100.0, 101.0)], m)
+    with pytest.raises(SpliceError, match="no section"):
+        splice(old, [Row("vSPACE", "Fig. 13: BE cores", "%", 20.9, "p", 1.0)], "vSPACE", m)
+    with pytest.raises(SpliceError, match="no rows"):
+        splice(old, [row(100.0, 101.0)], "vSPACE", m)

@@ -17,6 +17,11 @@
 //! branch, the SLO-violating periods it saw, and the range its thresholds
 //! went through. `--samples-per-round` shortens its rounds (paper: 1000
 //! periods, 100 s) for smoke runs.
+//!
+//! `20vCPU-20NQ-on-K` (named in `--only`) time-shares the VM's vCPUs and
+//! 20 queue workers on K cores with the rest parked: the fewest K that
+//! holds the SLO at a load is where a CoreNap-like allocator that meets
+//! the SLO would settle.
 use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -46,7 +51,9 @@ struct Args {
     /// Worker threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Only these allocators (labels as printed), comma-separated.
+    /// Only these allocators (labels as printed), comma-separated; without
+    /// it every allocator but the static time-shared `20vCPU-20NQ-on-K`
+    /// (K = 4..9 cores, the rest parked), which run only when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// A load cycle instead of `--qps`: `time s:kQPS` points, the first at
@@ -129,6 +136,20 @@ struct Alloc {
     queues: u32,
     alloc: CoreAllocSpec,
     be_vm: bool,
+    /// Run without `--only` (the static time-shared groups of 4 to 9 cores,
+    /// which measure the CoreNap-like allocator's floor, run only when named).
+    by_default: bool,
+}
+
+/// 20vCPU-20NQ time-shared on the first `cores` cores, the rest parked.
+fn time_shared_on(label: &'static str, cores: u32) -> Alloc {
+    Alloc {
+        label,
+        queues: 20,
+        alloc: CoreAllocSpec::TimeSharingOn { cores },
+        be_vm: false,
+        by_default: false,
+    }
 }
 
 fn allocators() -> Vec<Alloc> {
@@ -137,6 +158,7 @@ fn allocators() -> Vec<Alloc> {
         queues: 20,
         alloc: CoreAllocSpec::Vspace { mode },
         be_vm: mode == VspaceMode::Resource,
+        by_default: true,
     };
     vec![
         Alloc {
@@ -144,12 +166,14 @@ fn allocators() -> Vec<Alloc> {
             queues: 20,
             alloc: CoreAllocSpec::TimeSharing,
             be_vm: false,
+            by_default: true,
         },
         Alloc {
             label: "20vCPU-1NQ",
             queues: 1,
             alloc: CoreAllocSpec::TimeSharing,
             be_vm: false,
+            by_default: true,
         },
         Alloc {
             label: "16vCPU-4NQ-iso",
@@ -159,28 +183,38 @@ fn allocators() -> Vec<Alloc> {
                 nq_cores: 4,
             },
             be_vm: false,
+            by_default: true,
         },
         Alloc {
             label: "CoreNap-like",
             queues: 20,
             alloc: CoreAllocSpec::CoreNapLike,
             be_vm: false,
+            by_default: true,
         },
         Alloc {
             label: "Demeter-like(1NQ)",
             queues: 1,
             alloc: CoreAllocSpec::DemeterLike,
             be_vm: true,
+            by_default: true,
         },
         Alloc {
             label: "Demeter-like(20NQ)",
             queues: 20,
             alloc: CoreAllocSpec::DemeterLike,
             be_vm: true,
+            by_default: true,
         },
         v("vSPACE-P", VspaceMode::Performance),
         v("vSPACE-E", VspaceMode::Energy),
         v("vSPACE-R", VspaceMode::Resource),
+        time_shared_on("20vCPU-20NQ-on-4", 4),
+        time_shared_on("20vCPU-20NQ-on-5", 5),
+        time_shared_on("20vCPU-20NQ-on-6", 6),
+        time_shared_on("20vCPU-20NQ-on-7", 7),
+        time_shared_on("20vCPU-20NQ-on-8", 8),
+        time_shared_on("20vCPU-20NQ-on-9", 9),
     ]
 }
 
@@ -273,7 +307,13 @@ fn main() -> ExitCode {
     };
     let allocs: Vec<Alloc> = allocators()
         .into_iter()
-        .filter(|a| args.only.is_empty() || args.only.iter().any(|o| o == a.label))
+        .filter(|a| {
+            if args.only.is_empty() {
+                a.by_default
+            } else {
+                args.only.iter().any(|o| o == a.label)
+            }
+        })
         .collect();
     // Under a cycle, one run per allocator (its load is the cycle's).
     let loads: &[f64] = if args.cycle.is_empty() {

@@ -8,10 +8,10 @@
 //! cores, which are processor-shared among the group's runnable threads
 //! ([`Scheduler`](crate::sched::Scheduler) per group):
 //!
-//! * **time-shared** ([`CoreAllocSpec::TimeSharing`], the default, and
-//!   [`CoreAllocSpec::CoreNapLike`]): one group, vCPU threads and queue
-//!   workers together on the *active* cores (all of them for
-//!   time-sharing). The paper's static `20vCPU-20NQ` and `20vCPU-1NQ` are
+//! * **time-shared** ([`CoreAllocSpec::TimeSharing`], the default,
+//!   [`CoreAllocSpec::TimeSharingOn`] and [`CoreAllocSpec::CoreNapLike`]):
+//!   one group, vCPU threads and queue workers together on the *active*
+//!   cores (all of them for time-sharing). The paper's static `20vCPU-20NQ` and `20vCPU-1NQ` are
 //!   this with 20 or 1 queue pairs.
 //! * **isolated** ([`CoreAllocSpec::Isolated`], [`CoreAllocSpec::Vspace`]):
 //!   the vCPU group and the NQ group on disjoint cores, never sharing one
@@ -98,6 +98,13 @@ use vadapt_policy::Duration;
 pub enum CoreAllocSpec {
     /// Every thread on every core (the default).
     TimeSharing,
+    /// Every thread on the first `cores` cores, time-shared, the rest
+    /// parked: a static CoreNap-like group, to measure how few time-shared
+    /// cores hold the SLO at a load (vspace_eval's `20vCPU-20NQ-on-K`).
+    TimeSharingOn {
+        /// Cores of the one group.
+        cores: u32,
+    },
     /// Static isolation: `vcpu_cores` for the vCPU threads, the rest
     /// (`nq_cores`) for the queue workers, `cores − vcpu − nq` parked.
     Isolated {
@@ -320,6 +327,16 @@ impl Allocator {
             CoreAllocSpec::TimeSharing
             | CoreAllocSpec::CoreNapLike
             | CoreAllocSpec::DemeterLike => {}
+            CoreAllocSpec::TimeSharingOn { cores } => {
+                let cores = cores.clamp(1, total);
+                a.groups = Groups {
+                    shared: true,
+                    vcpu_cores: cores,
+                    nq_cores: 0,
+                    be_cores: 0,
+                    parked: total - cores,
+                }
+            }
             CoreAllocSpec::Isolated {
                 vcpu_cores,
                 nq_cores,
@@ -375,7 +392,9 @@ impl Allocator {
     pub(crate) fn on_period(&mut self, m: Measured) -> (u32, u32) {
         let total = self.total;
         match self.spec.alloc {
-            CoreAllocSpec::TimeSharing | CoreAllocSpec::Isolated { .. } => (0, 0),
+            CoreAllocSpec::TimeSharing
+            | CoreAllocSpec::TimeSharingOn { .. }
+            | CoreAllocSpec::Isolated { .. } => (0, 0),
             CoreAllocSpec::DemeterLike => {
                 let slo = self.spec.slo_us;
                 if let Some(p95) = m.p95_us {

@@ -100,6 +100,21 @@ fn corenap_like_time_shares_fewer_cores_than_the_host_has() {
 }
 
 #[test]
+fn time_sharing_on_fewer_cores_parks_the_rest_and_preempts_more() {
+    let all = run_scenario(&rr(40.0, "kind = \"time-sharing\"\ncores = 8"), 1).unwrap();
+    let r = run_scenario(&rr(40.0, "kind = \"time-sharing\"\ncores = 3"), 1).unwrap();
+    let ev = r.core_events;
+    assert_eq!(ev.core_periods[0], 3 * ev.periods, "{ev:?}");
+    assert_eq!(ev.core_periods[3], 5 * ev.periods, "{ev:?}");
+    assert_eq!(ev.migrations, 0);
+    // The same workers' wake-ups land on fewer cores.
+    assert!(ev.preemptions > all.core_events.preemptions, "{ev:?}");
+    assert_eq!(all.core_events.core_periods[3], 0);
+    // Parked cores draw less than idle ones of the group.
+    assert!(r.energy_j.unwrap() < all.energy_j.unwrap());
+}
+
+#[test]
 fn demeter_like_lends_every_core_it_does_not_give_the_lc_vm() {
     let r = run_scenario(&rr(20.0, "kind = \"demeter-like\"\nbe_vm = true"), 1).unwrap();
     let ev = r.core_events;
@@ -140,6 +155,8 @@ fn bad_core_alloc_tables_are_named() {
     assert_eq!(key, "host.core_alloc", "{msg}");
     let (_, key, _) = bad("kind = \"vspace\"");
     assert_eq!(key, "host.core_alloc.mode");
+    let (line, key, _) = bad("kind = \"time-sharing\"\ncores = 5");
+    assert_eq!((line, key.as_str()), (6, "host.core_alloc.cores"));
 }
 
 /// vSPACE's explorer trace counts every round by its branch and follows

@@ -31,8 +31,9 @@ class EvalOutputError(ValueError):
 
 
 def parse_points(text: str) -> pd.DataFrame:
-    """The "# points" table as a frame: allocator, kqps, served, p95_us, power_w, and
-    the cores per group (vcpu, nq, be, parked)."""
+    """The "# points" table as a frame: allocator, kqps, served, p95_us, power_w, the
+    cores per group (vcpu, nq, be, parked), and the time-sharing costs per request
+    (preempt, slice_waits; NaN where the table has no such columns)."""
     lines = text.splitlines()
     try:
         start = next(i for i, line in enumerate(lines) if line.startswith(POINTS_HEADER))
@@ -57,6 +58,8 @@ def parse_points(text: str) -> pd.DataFrame:
                 "nq": cores[1],
                 "be": cores[2],
                 "parked": cores[3],
+                "preempt": float(cells[6]) if len(cells) > 7 else float("nan"),
+                "slice_waits": float(cells[7]) if len(cells) > 7 else float("nan"),
             }
         )
     if not rows:

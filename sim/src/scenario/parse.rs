@@ -55,6 +55,7 @@ struct RawCoreAlloc {
     mode: Option<Spanned<String>>,
     vcpu_cores: Option<Spanned<i64>>,
     nq_cores: Option<Spanned<i64>>,
+    cores: Option<Spanned<i64>>,
     period_ms: Option<Spanned<f64>>,
     slo_us: Option<Spanned<f64>>,
     migration_us: Option<Spanned<f64>>,
@@ -553,7 +554,13 @@ fn parse_core_alloc(
     )?;
     let kind = r.kind.get_ref().as_str();
     let alloc = match kind {
-        "time-sharing" => CoreAllocSpec::TimeSharing,
+        "time-sharing" => match &r.cores {
+            None => CoreAllocSpec::TimeSharing,
+            Some(k) => match cx.int_in(k, "host.core_alloc.cores", 1, i64::from(cores))? as u32 {
+                k if k == cores => CoreAllocSpec::TimeSharing,
+                k => CoreAllocSpec::TimeSharingOn { cores: k },
+            },
+        },
         "corenap-like" => CoreAllocSpec::CoreNapLike,
         "demeter-like" => CoreAllocSpec::DemeterLike,
         "isolated" => {

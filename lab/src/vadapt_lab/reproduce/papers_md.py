@@ -133,3 +133,83 @@ def render(rows: list[Row], meta: dict) -> str:
     out.extend(meta["log"])
     out.append("```\n")
     return "\n".join(out)
+
+
+COUNTS_HEADER = "| paper | rows | verdicts |"
+GOALS_HEADER = "| paper | goal | simulator | met |"
+
+
+class SpliceError(ValueError):
+    """PAPERS.md lacks a part that one paper's rerun replaces."""
+
+
+def _table(lines: list[str], header: str) -> tuple[int, int]:
+    """The indexes of a table's body rows: from after its separator to its end."""
+    try:
+        start = lines.index(header) + 2
+    except ValueError:
+        raise SpliceError(f"no table headed {header!r}") from None
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return start, end
+
+
+def _section(lines: list[str], paper: str) -> tuple[int, int]:
+    """The indexes of a paper's section: its heading to the next heading."""
+    prefix = f"## {paper} ("
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+    except StopIteration:
+        raise SpliceError(f"no section headed {prefix!r}") from None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return start, end
+
+
+def _replace_rows(old: list[str], new: list[str], header: str, paper: str) -> list[str]:
+    """``old`` with ``paper``'s rows of the table under ``header`` replaced by ``new``'s,
+    where the first of them stood (or at the table's end)."""
+    o_start, o_end = _table(old, header)
+    n_start, n_end = _table(new, header)
+    mine = f"| {paper} |"
+    fresh = [line for line in new[n_start:n_end] if line.startswith(mine)]
+    body = old[o_start:o_end]
+    at = next((i for i, line in enumerate(body) if line.startswith(mine)), None)
+    kept = [line for line in body if not line.startswith(mine)]
+    if at is None:
+        # Before the "all" row of the counts table, else at the end.
+        at = next((i for i, line in enumerate(kept) if line.startswith("| all |")), len(kept))
+    else:
+        at = sum(1 for line in body[:at] if not line.startswith(mine))
+    return old[:o_start] + kept[:at] + fresh + kept[at:] + old[o_end:]
+
+
+def splice(old: str, rows: list[Row], paper: str, meta: dict) -> str:
+    """``old`` PAPERS.md with one paper rerun: its line of the counts table, its goals
+    and its section come from ``rows`` (that paper's rows only), and the section is
+    stamped with this run's command, revision, date and machine. Everything else, the
+    header's stamp, the "all" counts and the commands' list included, stays as the last
+    full run wrote it.
+
+    Raises [`SpliceError`] when ``old`` lacks one of those parts."""
+    if paper not in PAPERS:
+        raise SpliceError(f"unknown paper {paper!r} (one of {', '.join(PAPERS)})")
+    mine = [r for r in rows if r.paper == paper]
+    if not mine:
+        raise SpliceError(f"no rows of {paper}")
+    new = render(mine, meta).splitlines()
+    lines = old.splitlines()
+    lines = _replace_rows(lines, new, COUNTS_HEADER, paper)
+    if any(line.startswith(f"| {paper} |") for line in new[slice(*_table(new, GOALS_HEADER))]):
+        lines = _replace_rows(lines, new, GOALS_HEADER, paper)
+    o_start, o_end = _section(lines, paper)
+    n_start, n_end = _section(new, paper)
+    stamp = (
+        f"_This section was regenerated alone by `{meta['command']}`: revision "
+        f"`{meta['rev']}`, {meta['date']}, {meta['seconds']:.0f} s on {meta['machine']}; "
+        "the rest of the file, its commands' list included, is from the run named at the "
+        "top._\n"
+    )
+    section = new[n_start : n_start + 2] + [stamp] + new[n_start + 2 : n_end]
+    lines = lines[:o_start] + section + lines[o_end:]
+    return "\n".join(lines) + ("\n" if old.endswith("\n") else "")

@@ -40,6 +40,130 @@ HOST = (
     "literature-sized PLACEHOLDERs (sim/calibration/vspace-host.toml)"
 )
 
+POWER = (
+    "PLACEHOLDER power model of the Xeon Gold 6138 (sim/scenarios/vspace-memcached-host.toml: "
+    "5.5 W a busy core, 1.8 W an idle one of an active group in C1, 0.1 W a parked one in C6, "
+    "20 W uncore; the paper gives no P-/C-state figures, its energy is normalized)"
+)
+PAPER_E_CORES = 5.0
+"""vSPACE-E's active cores at 50 kQPS (vspace.txt §5.2: "an average of 5 pCPUs")."""
+PAPER_CORENAP_CORES = 9.0
+"""CoreNap's active cores at 50 kQPS (vspace.txt §5.2: "an average of 9 pCPUs")."""
+TOTAL_CORES = 20.0
+TIME_SHARED_ON = "20vCPU-20NQ-on-"
+"""vspace_eval's static time-shared groups: ``20vCPU-20NQ-on-K``, K cores, the rest parked."""
+
+
+def meets_slo(p: pd.Series) -> bool:
+    """Whether a point meets the SLO (P95 and served load)."""
+    return p["p95_us"] <= SLO_US and p["served"] >= 0.98 * p["kqps"]
+
+
+def knee_reason(points: pd.DataFrame) -> str:
+    """Why static 20vCPU-1NQ's knee sits where it does, from the sweep's points: the
+    served rate of its saturated point gives its one NQ core's CPU a request."""
+    mine = points[
+        (points["allocator"] == "20vCPU-1NQ") & (points["served"] < 0.98 * points["kqps"])
+    ]
+    if mine.empty:
+        return "its one NQ core did not saturate within the sweep"
+    served = mine["served"].max()
+    per_req, paper_per_req = 1e3 / served, 1e3 / 120.0
+    return (
+        f"its one NQ core saturates at {served:.0f} kQPS served, {per_req:.1f} µs of that "
+        "core a request (a request and a response packet, each 1.906 µs of softIRQ and 1 µs "
+        "of vhost-net, and the vIRQ injection once a batch); the paper's 1pNQ-1vNQ is at "
+        f"'nearly 100 % CPU utilization' around 120 kQPS (§3.1), {paper_per_req:.1f} µs a "
+        f"request or more: the model's NQ core lacks {paper_per_req - per_req:.1f} µs a "
+        "request, which the paper does not break down (no per-packet figure for vhost-net's "
+        "copies or the vIRQ, both PLACEHOLDERs, nor packets a request over TCP); not fitted"
+    )
+
+
+def energy_reason(e50: pd.Series | None, p50: pd.Series | None, s50: pd.Series | None) -> str:
+    """Why mode E's saving against P and 20vCPU-20NQ has the size it has, from the
+    points at 50 kQPS: watts saved a parked core, as a share of P's power."""
+    if e50 is None or p50 is None:
+        return "no vSPACE-P or vSPACE-E point at 50 kQPS"
+    parked = e50["parked"] - p50["parked"]
+    if parked <= 0:
+        return f"vSPACE-E parked no more cores than vSPACE-P ({e50['parked']:.1f})"
+    per_core = (p50["power_w"] - e50["power_w"]) / parked
+    paper_share = 19.6 / (TOTAL_CORES - PAPER_E_CORES)
+    text = (
+        f"vSPACE-P draws {p50['power_w']:.1f} W, vSPACE-E {e50['power_w']:.1f} W with "
+        f"{parked:.1f} more cores parked: {per_core:.2f} W, {100 * per_core / p50['power_w']:.2f} "
+        f"% of P's power, a parked core; the paper's −19.6 % over its "
+        f"{TOTAL_CORES - PAPER_E_CORES:.0f} parked cores is {paper_share:.2f} % a core, which at "
+        f"the model's {per_core:.2f} W a core needs P to draw {100 * per_core / paper_share:.0f} W "
+        "(one 6138's TDP is 125 W): the paper's energy counts more than the model's one "
+        f"package (its measure is not named), or its idle cores cost less above C6 than "
+        f"{per_core:.2f} W"
+    )
+    if s50 is not None:
+        text += (
+            f"; vSPACE-P and 20vCPU-20NQ draw {p50['power_w']:.1f} and {s50['power_w']:.1f} W "
+            "(the paper's P draws 6 % less, 0.756 ÷ 0.804 from its −19.6 and −24.4 %): the "
+            "model's time-sharing costs delay requests but add no CPU work"
+        )
+    return text
+
+
+def fewest_time_shared(points: pd.DataFrame, kqps: float) -> tuple[int, pd.Series] | None:
+    """The fewest cores of a static time-shared group (``20vCPU-20NQ-on-K``) that hold
+    the SLO at ``kqps``, with its point; ``None`` if none was run or none holds."""
+    mine = points[points["allocator"].str.startswith(TIME_SHARED_ON) & (points["kqps"] == kqps)]
+    holding = [
+        (int(p["allocator"][len(TIME_SHARED_ON) :]), p) for _, p in mine.iterrows() if meets_slo(p)
+    ]
+    return min(holding, key=lambda kp: kp[0]) if holding else None
+
+
+def corenap_reason(
+    e50: pd.Series, c50: pd.Series, p50: pd.Series | None, points: pd.DataFrame
+) -> str:
+    """Why mode E's saving against the CoreNap-like allocator has the size it has, from
+    the points at 50 kQPS: the cores each allocator keeps, whether the CoreNap-like one
+    meets the SLO, the fewest static time-shared cores that do, and what a core costs."""
+    e_cores, c_cores = e50["vcpu"] + e50["nq"], TOTAL_CORES - c50["parked"]
+    text = (
+        f"cores vSPACE-E {e_cores:.1f} active, CoreNap-like {c_cores:.1f} unparked (paper: "
+        f"{PAPER_E_CORES:.0f} and {PAPER_CORENAP_CORES:.0f}); the CoreNap-like allocator "
+        f"{'meets' if meets_slo(c50) else 'violates'} the SLO (P95 {c50['p95_us']:.0f} µs"
+    )
+    if c50["preempt"] == c50["preempt"]:  # not NaN
+        text += (
+            f"; {c50['preempt']:.2f} preemptions and {c50['slice_waits']:.3f} 3-ms slice "
+            "waits a request"
+        )
+    text += ")"
+    fewest = fewest_time_shared(points, 50.0)
+    if fewest is not None:
+        k, f = fewest
+        below = at(points, f"{TIME_SHARED_ON}{k - 1}", 50.0)
+        text += (
+            f"; a static time-shared group (the rest parked) holds it with {k} cores "
+            f"(P95 {f['p95_us']:.0f} µs, {f['power_w']:.1f} W"
+            + (f"; {k - 1}: P95 {below['p95_us']:.0f} µs" if below is not None else "")
+            + f"), against which vSPACE-E saves {100 * (1 - e50['power_w'] / f['power_w']):.1f} "
+            f"%: the model's time-sharing needs {k - e_cores:.0f} cores more than vSPACE-E, "
+            "the paper's CoreNap 4 more even with fewer vCPUs and NQs (§5.2)"
+        )
+    if p50 is not None and e50["parked"] > p50["parked"]:
+        per_core = (p50["power_w"] - e50["power_w"]) / (e50["parked"] - p50["parked"])
+        extra = (PAPER_CORENAP_CORES - PAPER_E_CORES) * per_core
+        # The paper's energies in units of vSPACE-E's: CoreNap 1 ÷ (1 − 0.165), P 1 ÷ (1 − 0.196).
+        paper_corenap = (1 / (1 - 0.165) - 1) / (PAPER_CORENAP_CORES - PAPER_E_CORES)
+        paper_p = (1 / (1 - 0.196) - 1) / (TOTAL_CORES - PAPER_E_CORES)
+        text += (
+            f"; each extra core costs its idle {per_core:.2f} W (at the paper's 5 and 9 cores: "
+            f"{-100 * extra / (e50['power_w'] + extra):.1f} %), where in the paper each of "
+            f"CoreNap's 4 extra cores costs {paper_corenap / paper_p:.1f}× each of P's 15 "
+            "(1 ÷ 0.835 − 1 over 4 against 1 ÷ 0.804 − 1 over 15): its CoreNap's cores are busy "
+            "with time-sharing's overhead, which the model charges as delay, not CPU"
+        )
+    return text
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -69,7 +193,8 @@ FULL = Plan(
     qps="50,100,125,150,175",
     knee_only="20vCPU-20NQ,20vCPU-1NQ,vSPACE-P",
     more_qps=("200,300", "400,500", "600,700", "800,1000"),
-    at50_only="vSPACE-E,vSPACE-R,CoreNap-like,Demeter-like(1NQ),Demeter-like(20NQ)",
+    at50_only="vSPACE-E,vSPACE-R,CoreNap-like,Demeter-like(1NQ),Demeter-like(20NQ),"
+    + ",".join(f"{TIME_SHARED_ON}{k}" for k in range(4, 10)),
     duration_s=6,
     warmup_s=3,
     # One cycle a round; 3 rounds to the ceiling and 3 stable ones.
@@ -178,6 +303,37 @@ def explorer_row(run: dict, plan: Plan, command: str) -> Row:
     )
 
 
+def corenap_cores_row(c50: pd.Series | None, points: pd.DataFrame, common: dict) -> Row:
+    """CoreNap's active cores at 50 kQPS, which the paper's held the SLO with: the
+    CoreNap-like allocator's, judged "disagrees" when it violates the SLO."""
+    note = "the CoreNap-like allocator is our reading of §5.1 (sim/src/cores.rs)"
+    judged = None
+    if c50 is not None and not meets_slo(c50):
+        judged = "disagrees"
+        note += (
+            f"; it violates the SLO (P95 {c50['p95_us']:.0f} µs) where the paper's CoreNap held "
+            "it (§5.2: at 50 kQPS all dynamic policies satisfy the SLO): its floor falls a core "
+            "a period while the P95 is under half the SLO, down to too few cores"
+        )
+    fewest = fewest_time_shared(points, 50.0)
+    if fewest is not None:
+        note += (
+            f"; the fewest cores a static time-shared group needs to hold the SLO here are "
+            f"{fewest[0]} ({TIME_SHARED_ON}K, K = 4–9)"
+        )
+    return Row(
+        "vSPACE",
+        "§5.2, memcached 50 kQPS: CoreNap's active cores, holding the SLO",
+        "cores",
+        PAPER_CORENAP_CORES,
+        "vspace.txt §5.2 (an average of 9 pCPUs)",
+        None if c50 is None else TOTAL_CORES - c50["parked"],
+        judged=judged,
+        note=note,
+        **common,
+    )
+
+
 def max_under_slo(points: pd.DataFrame, allocator: str) -> tuple[float | None, bool]:
     """Highest load before the first that violates the SLO, and whether it is the
     top of the sweep (then a lower bound)."""
@@ -244,7 +400,8 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
             one_max,
             lower_bound=one_top,
             note=(
-                "the one NQ core saturates at ~163 kQPS served (~6 µs a request with batching); "
+                knee_reason(points)
+                + "; "
                 + HOST
                 + (top if one_top else "")
                 + (" (the lowest load swept already violates)" if one_max is None else "")
@@ -264,11 +421,7 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
         ),
     ]
     e50, p50, s50 = (at(points, a, 50.0) for a in ("vSPACE-E", "vSPACE-P", "20vCPU-20NQ"))
-    power_note = (
-        "PLACEHOLDER power model of the Xeon Gold 6138 (5.5 W a busy core, 1.8 W an idle one "
-        "of an active group in C1, 0.1 W a parked one in C6, 20 W uncore; the paper gives no "
-        "P-/C-state figures): each core mode E parks saves 1.7 W"
-    )
+    power_note = POWER + "; " + energy_reason(e50, p50, s50)
     for other, ref, paper_value in ((p50, "vSPACE-P", -19.6), (s50, "20vCPU-20NQ", -24.4)):
         sim_value = None
         if e50 is not None and other is not None:
@@ -288,16 +441,13 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
             )
         )
     c50 = at(points, "CoreNap-like", 50.0)
-    corenap_note = power_note + (
+    corenap_note = POWER + (
         "; CoreNap's paper is not available here: the CoreNap-like allocator is "
         "sim/src/cores.rs's reading of §5.1 (the LC VM's vCPUs and queue workers time-share "
         "max(ceil(CPU time ÷ 0.7), an SLO-driven floor) cores, the rest parked)"
     )
     if c50 is not None and e50 is not None:
-        corenap_note += (
-            f"; cores vSPACE-E {e50['vcpu'] + e50['nq']:.1f} active, CoreNap-like "
-            f"{20 - c50['parked']:.1f} unparked (paper: 5 and 9)"
-        )
+        corenap_note += "; " + corenap_reason(e50, c50, p50, points)
     result.append(
         Row(
             "vSPACE",
@@ -324,6 +474,7 @@ def rows(sim: Sim, plan: Plan) -> list[Row]:
             **common,
         )
     )
+    result.append(corenap_cores_row(c50, points, common))
     r50, d50, d20 = (
         at(points, a, 50.0) for a in ("vSPACE-R", "Demeter-like(1NQ)", "Demeter-like(20NQ)")
     )
