@@ -105,6 +105,19 @@ def packets(pcapng: bytes) -> list:
     return list(rdpcap(io.BytesIO(pcapng)))
 
 
+def wait_written(path: Path, n: int) -> None:
+    """Until the file at `path` holds `n` frames (a file cut inside a block
+    reads as not yet)."""
+
+    def written() -> bool:
+        try:
+            return len(packets(path.read_bytes())) == n
+        except Exception:  # noqa: BLE001 - a file cut inside a block
+            return False
+
+    assert harness.poll(written, 20), "the frames never reached the file"
+
+
 def last_block_type(pcapng: bytes) -> int:
     """The type of the stream's last block (native byte order: the
     daemon's host is this one)."""
@@ -196,14 +209,7 @@ def test_ctrl_c_ends_a_capture_with_a_complete_file(vadapt_bin, procs):
         err = run_refused(d, "vm1", "-w", str(procs.workdir / "second.pcapng"))
         assert "being captured already" in err, err
         vm1.send_frames(sent, N)
-
-        def written() -> bool:
-            try:
-                return len(packets(path.read_bytes())) == N
-            except Exception:  # noqa: BLE001 - a file cut inside a block
-                return False
-
-        assert harness.poll(written, 20), "the frames never reached the file"
+        wait_written(path, N)
         c.popen.send_signal(signal.SIGINT)
         data, err = c.finish()
         assert [bytes(p) for p in packets(data)] == sent
@@ -221,14 +227,7 @@ def test_a_stopping_daemon_ends_a_running_capture_with_a_complete_file(vadapt_bi
         c = Capture(d, "vm1", "--dir", "rx", out=path)
         c.wait_started()
         vm1.send_frames(sent, N)
-
-        def written() -> bool:
-            try:
-                return len(packets(path.read_bytes())) == N
-            except Exception:  # noqa: BLE001 - a file cut inside a block
-                return False
-
-        assert harness.poll(written, 20), "the frames never reached the file"
+        wait_written(path, N)
     finally:
         vm1.close()
     d.proc.popen.send_signal(signal.SIGTERM)
