@@ -32,6 +32,7 @@ use super::table::{label, metric_table, LabelCol};
 use super::testpmd::{self, Testpmd, UserRing};
 use super::vadapt_proc::{delta, Daemon, GuestOpts, GuestProc, PortDelta, VmPort, SINK_MAC};
 use std::time::{Duration, Instant};
+use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_policy::PolicyKind;
 use vadapt_results::{ratio, ResultFile, Row, Spread};
 
@@ -243,11 +244,51 @@ impl RunningCapture {
 }
 
 /// The port's `capture_dropped` in snapshot `s`.
-fn capture_dropped(s: &vadapt_dataplane::metrics::StatsSnapshot, port: &str) -> u64 {
+fn capture_dropped(s: &StatsSnapshot, port: &str) -> u64 {
     s.ports
         .iter()
         .find(|p| p.name == port)
         .map_or(0, |p| p.capture_dropped)
+}
+
+/// A turn's start: the port busy polling, and with `capture` a capture of
+/// it running into `file`.
+fn begin_turn(
+    ctx: &Ctx,
+    d: &mut Daemon,
+    vm: &VmPort,
+    capture: bool,
+    file: &std::path::Path,
+) -> Result<Option<RunningCapture>, BenchError> {
+    d.set_policy(&vm.name, PolicyKind::BusyPoll)?;
+    capture
+        .then(|| RunningCapture::start(ctx, d, &vm.name, file))
+        .transpose()
+}
+
+/// A turn's end: its capture stopped (the frames it wrote), the port back
+/// in interrupt mode, and the turn from the port's counters `(before,
+/// after)` a window of `secs`.
+fn end_turn(
+    d: &mut Daemon,
+    vm: &VmPort,
+    cap: Option<RunningCapture>,
+    run: u32,
+    (s0, s1): (&StatsSnapshot, &StatsSnapshot),
+    secs: f64,
+) -> Result<Turn, BenchError> {
+    let capture = cap.is_some();
+    let written = cap.map(RunningCapture::stop).transpose()?.flatten();
+    d.set_policy(&vm.name, PolicyKind::Interrupt)?;
+    Ok(Turn {
+        capture,
+        run,
+        x: delta(s0, s1, &vm.name),
+        secs,
+        written,
+        capture_dropped: capture_dropped(s1, &vm.name)
+            .saturating_sub(capture_dropped(s0, &vm.name)),
+    })
 }
 
 /// The DPDK sender's turn.
@@ -262,11 +303,7 @@ fn dpdk_turn(
     window: Duration,
     run: u32,
 ) -> Result<Turn, BenchError> {
-    d.set_policy(&vm.name, PolicyKind::BusyPoll)?;
-    let cap = match capture {
-        true => Some(RunningCapture::start(ctx, d, &vm.name, file)?),
-        false => None,
-    };
+    let cap = begin_turn(ctx, d, vm, capture, file)?;
     fe.start()?;
     ctx.sleep(SETTLE)?;
     let s0 = d.stats()?;
@@ -275,17 +312,7 @@ fn dpdk_turn(
     let s1 = d.stats()?;
     let secs = t0.elapsed().as_secs_f64();
     fe.stop()?;
-    let written = cap.map(RunningCapture::stop).transpose()?.flatten();
-    d.set_policy(&vm.name, PolicyKind::Interrupt)?;
-    Ok(Turn {
-        capture,
-        run,
-        x: delta(&s0, &s1, &vm.name),
-        secs,
-        written,
-        capture_dropped: capture_dropped(&s1, &vm.name)
-            .saturating_sub(capture_dropped(&s0, &vm.name)),
-    })
+    end_turn(d, vm, cap, run, (&s0, &s1), secs)
 }
 
 /// The synthetic guest's turn.
@@ -298,26 +325,12 @@ fn guest_turn(
     opts: &GuestOpts,
     run: u32,
 ) -> Result<Turn, BenchError> {
-    d.set_policy(&vm.name, PolicyKind::BusyPoll)?;
-    let cap = match capture {
-        true => Some(RunningCapture::start(ctx, d, &vm.name, file)?),
-        false => None,
-    };
+    let cap = begin_turn(ctx, d, vm, capture, file)?;
     let s0 = d.stats()?;
     let g = GuestProc::spawn(ctx, "capcost-guest", &vm.socket, opts)?;
     let res = g.finish()?;
     let s1 = d.stats()?;
-    let written = cap.map(RunningCapture::stop).transpose()?.flatten();
-    d.set_policy(&vm.name, PolicyKind::Interrupt)?;
-    Ok(Turn {
-        capture,
-        run,
-        x: delta(&s0, &s1, &vm.name),
-        secs: res.elapsed,
-        written,
-        capture_dropped: capture_dropped(&s1, &vm.name)
-            .saturating_sub(capture_dropped(&s0, &vm.name)),
-    })
+    end_turn(d, vm, cap, run, (&s0, &s1), res.elapsed)
 }
 
 /// Busy cycles a packet with a capture over without, per round, for the
