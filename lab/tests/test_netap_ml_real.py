@@ -44,16 +44,12 @@ def test_point_row_is_rates_over_the_window():
     assert grid_real.COLUMNS[-1] == "machine" and "gbps" in grid_real.COLUMNS
 
 
-def test_pinned_netap_and_config_name_every_port(tmp_path):
-    p = dm.pinned_netap(2100)
-    assert (p["min_interval_us"], p["max_interval_us"], p["kick_threshold_permille"]) == (
-        2100,
-        2101,
-        0,
-    )
+def test_fixed_interval_and_config_name_every_port(tmp_path):
+    p = dm.fixed_interval(2100)
+    assert p == {"kind": "fixed-interval", "interval_us": 2100}
     text = dm.config_text(tmp_path, 2, 3, p)
     assert text.count("[[vm]]") == 2 and "queues = 3" in text and 'name = "vm2"' in text
-    assert 'policy = { kind = "netap", min_interval_us = 2100, max_interval_us = 2101' in text
+    assert 'policy = { kind = "fixed-interval", interval_us = 2100 }' in text
     assert f'mac = "{dm.SINK_MAC}"' in text and "cpus = [1]" in text
     assert "netap_ml_model" not in text, "the shipped forest by default"
     with_model = dm.config_text(tmp_path, 2, 3, p, tmp_path / "forest.json")

@@ -145,9 +145,12 @@ def test_one_paper_rerun_rewrites_only_its_parts():
     # The other paper, the header's stamp and the commands' list are the full run's.
     def others(t):
         head = t[: t.index("## vSPACE (")].splitlines()
-        return [line for line in head if not line.startswith("| vSPACE |")]
+        return [line for line in head if not line.startswith(("| vSPACE |", "| all |"))]
 
     assert others(text) == others(old)
+    # The "all" counts are the papers' lines summed again.
+    assert "| all | 3 | 2 agrees, 1 differs |" in old
+    assert "| all | 3 | 3 agrees |" in text
     assert text[text.index("## Commands run") :] == old[old.index("## Commands run") :]
     assert "| vSPACE | 2 | 2 agrees |" in text and "| vSPACE | 2 | 1 agrees, 1 differs |" in old
     # The goals table's vSPACE line follows the new rows: the knee is within 25 %.

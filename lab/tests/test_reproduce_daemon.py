@@ -59,15 +59,18 @@ def test_every_row_reference_names_a_case_with_the_paper_hosts_cores():
     assert cores["netap-ml-c2"] == 24
     assert cores["eekbp-uplink"] == 14
     assert cores["vspace"] == 20
-    assert all(c.args or c.missing for c in daemon.CASES.values())
+    assert all(c.args or c.drive or c.missing for c in daemon.CASES.values())
 
 
-def test_a_shape_needing_more_cores_than_the_machine_gives_is_not_run(tmp_path):
+def test_a_shape_needing_more_cores_than_the_machine_gives_is_not_run(tmp_path, monkeypatch):
     # Two cores, a 6-core shape: nothing runs (the binary does not even exist).
     r = runner(tmp_path, tmp_path / "no-such-vadapt", [0, 1])
+    future = daemon.Case("future", 20, daemon.VSPACE_HOST, missing="a load generator")
+    monkeypatch.setitem(daemon.CASES, "future", future)
     plain, recorded = table1_row(), table1_row(recorded=121.0)
-    no_runner = replace(table1_row(), daemon_ref=DaemonRef("vspace", ""))
-    daemon.fill([plain, recorded, no_runner], r)
+    no_runner = replace(table1_row(), daemon_ref=DaemonRef("future", ""))
+    vspace = replace(table1_row(), daemon_ref=DaemonRef("vspace", "max_qps_ratio"))
+    daemon.fill([plain, recorded, no_runner, vspace], r)
     assert r.log == []
     assert plain.daemon.startswith("not run: needs 6 cores (the NetAP paper's 6-core host)")
     assert plain.daemon_value is None and plain.daemon_verdict() is None
@@ -77,10 +80,12 @@ def test_a_shape_needing_more_cores_than_the_machine_gives_is_not_run(tmp_path):
     assert "rerun here: not run: needs 6 cores" in recorded.daemon
     assert recorded.daemon_verdict() == "same direction, different size"  # e = 0.5
     assert no_runner.daemon.startswith("not run: needs 20 cores (the vSPACE paper's 20-core")
-    assert "; and no daemon runner yet (" in no_runner.daemon
+    assert "; and no daemon runner yet (a load generator)" in no_runner.daemon
+    assert vspace.daemon.startswith("not run: needs 20 cores (the vSPACE paper's 20-core")
+    assert "no daemon runner" not in vspace.daemon
     # On a machine with the cores, a case without a runner says only that.
     big = runner(tmp_path, tmp_path / "no-such-vadapt", list(range(64)))
-    assert big.figure(daemon.CASES["vspace"]).text.startswith("not run: no daemon runner yet (")
+    assert big.figure(future).text.startswith("not run: no daemon runner yet (")
     assert big.log == []
 
 
@@ -192,3 +197,53 @@ def test_the_daemon_runs_a_fixed_interval_phase(tmp_path):
     phases = {p["policy"]: p for p in summary["phases"]}
     assert set(phases) == {"netap", "fixed-interval:500"}
     assert all(p["payload_gbps"] > 0 for p in phases.values())
+
+
+def test_vspace_steps_each_arrangement_up_to_the_slo(tmp_path, monkeypatch):
+    """The vSPACE driver's stepping, with a stand-in for one run's P95: vSPACE-P holds
+    up to 300 kQPS, static time-sharing to 100; a failed run ends its arrangement."""
+    from vadapt_lab.reproduce import vspace_daemon as vd
+
+    held = {"vspace-p": 300_000, "static": 100_000}
+
+    def p95(vadapt, cpus, work, arrangement, qps, seconds, log):
+        log.append(f"{arrangement} {qps}")
+        return vd.SLO_NS / 2 if qps <= held[arrangement] else vd.SLO_NS * 3
+
+    monkeypatch.setattr(vd, "p95_ns", p95)
+    log: list[str] = []
+    got = vd.max_qps(Path("vadapt"), [0, 1], tmp_path, log)
+    assert got == {"vspace_p_kqps": 300.0, "static_kqps": 100.0, "max_qps_ratio": 3.0}
+    assert log[-1] == "static 150000" and "vspace-p 400000" in log
+
+    def failing(vadapt, cpus, work, arrangement, qps, seconds, log):
+        raise RuntimeError("vadapt serve exited (2)")
+
+    monkeypatch.setattr(vd, "p95_ns", failing)
+    got = vd.max_qps(Path("vadapt"), [0, 1], tmp_path, [])
+    assert got == {"vspace_p_kqps": 0.0, "static_kqps": 0.0}
+    assert "exited (2)" in (tmp_path / "static" / "25000" / "failed.txt").read_text()
+    # The arrangements' daemons: the manager's cores and mode only for vSPACE-P.
+    assert "--cores-mode" in vd.serve_args(tmp_path, [0, 1], "vspace-p")
+    assert "--cores-mode" not in vd.serve_args(tmp_path, [0, 1], "static")
+    assert "--cores-control" in vd.guest_args(tmp_path, "vspace-p", 1000, 2)
+    assert "--cores-control" not in vd.guest_args(tmp_path, "static", 1000, 2)
+
+
+@pytest.mark.skipif(not VADAPT.is_file(), reason="needs the release vadapt")
+def test_vspace_runs_on_the_real_daemon_at_a_small_scale(tmp_path):
+    """Both arrangements on this machine's cores at two low rates of 2 s: each run
+    completes round trips, and the figures are the rates that held (which depend on
+    how busy the machine is, so they are not asserted)."""
+    from vadapt_lab.reproduce import vspace_daemon as vd
+
+    log: list[str] = []
+    got = vd.max_qps(VADAPT, ALLOWED[:2], tmp_path, log, qps=(2_000, 4_000), seconds=2)
+    for arrangement in vd.ARRANGEMENTS:
+        first = tmp_path / arrangement / "2000"
+        assert not (first / "failed.txt").exists(), (first / "failed.txt").read_text()
+        report = json.loads((first / "guest.json").read_text())
+        assert report["latency"]["count"] > 0, arrangement
+    assert sum("--cores-mode p" in c for c in log) in (1, 2), log
+    assert got["vspace_p_kqps"] in (0.0, 2.0, 4.0) and got["static_kqps"] in (0.0, 2.0, 4.0)
+    assert ("max_qps_ratio" in got) == (got["static_kqps"] > 0)

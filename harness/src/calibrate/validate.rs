@@ -14,6 +14,7 @@ use vadapt_dataplane::config::{DaemonConfig, LocalPortConfig, VmPortConfig};
 use vadapt_dataplane::metrics::StatsSnapshot;
 use vadapt_dataplane::Daemon;
 use vadapt_guest::{GuestConfig, Load};
+use vadapt_policy::config::FixedIntervalParams;
 use vadapt_policy::PolicyConfig;
 use vadapt_sim::scenario::{SimPolicy, Workload};
 use vadapt_sim::Scenario;
@@ -106,12 +107,14 @@ fn real_setup(sc: &Scenario) -> Result<RealSetup> {
     }
     let mut timeline = Vec::new();
     for t in &sc.timeline {
-        match t.policy {
-            SimPolicy::Policy(p) => timeline.push((t.at.as_nanos(), p)),
-            SimPolicy::FixedInterval { .. } => {
-                return Err(bad("the fixed-interval probe is not a daemon policy".into()))
+        let policy = match t.policy {
+            SimPolicy::Policy(p) => p,
+            // The simulator's probe is the daemon's fixed-interval policy.
+            SimPolicy::FixedInterval { interval_us } => {
+                PolicyConfig::FixedInterval(FixedIntervalParams { interval_us })
             }
-        }
+        };
+        timeline.push((t.at.as_nanos(), policy));
     }
     Ok(RealSetup {
         vms,

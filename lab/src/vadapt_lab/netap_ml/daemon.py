@@ -10,16 +10,13 @@ mirrors the benchmarks' set-up (``harness/src/bench/vadapt_proc.rs``):
 the daemon and its workers pinned to CPU 1, the guests to CPU 0, the
 emulated VM-exit cost left at the guest's default.
 
-Polling at a fixed interval: the daemon has no fixed-interval policy (the
-simulator's ``probe_fixed_interval_us`` is not a daemon policy, see
-``policy/src/fixed.rs``), and NetAP refuses an empty range. ``pinned_netap``
-is NetAP searching ``I..=I+1`` µs with the ring-full safety net off: it
-probes ``I + 1`` then ``I`` and settles on the better, so the interval stays
-within 1 µs of ``I``; with the safety net off each pass is the same as the
-simulator's fixed-interval probe (drain, poll again while work is left, else
-sleep the interval with notifications off). Policies are switched at run
-time with the control socket's ``set-policy`` request, which takes the
-parameters (``vadapt set-policy`` on the command line sends the defaults).
+Polling at a fixed interval: the daemon's ``fixed-interval`` policy
+(``fixed_interval``), the same ``policy/src/fixed.rs`` the simulator's
+sweeps run: drain, poll again while work is left, else sleep the interval
+with notifications off. (The grid and timeline recorded in docs/netap-ml.md
+were measured before the daemon had it, with NetAP searching ``I..=I+1`` µs,
+its safety net off, in its place.) Policies are switched at run time with
+the control socket's ``set-policy`` request, which takes the parameters.
 
 Counters come from the control socket's ``stats`` request (the JSON of
 ``vadapt stats --json``); the functions that read them are pure, for tests.
@@ -71,14 +68,9 @@ class TestbedError(RuntimeError):
     """The daemon or a guest failed; the message names which and why."""
 
 
-def pinned_netap(interval_us: int) -> dict:
-    """NetAP held at ``interval_us`` (within 1 µs), no ring-full safety net."""
-    return {
-        "kind": "netap",
-        "min_interval_us": interval_us,
-        "max_interval_us": interval_us + 1,
-        "kick_threshold_permille": 0,
-    }
+def fixed_interval(interval_us: int) -> dict:
+    """The daemon's fixed-interval policy at ``interval_us``."""
+    return {"kind": "fixed-interval", "interval_us": interval_us}
 
 
 def toml_value(v) -> str:

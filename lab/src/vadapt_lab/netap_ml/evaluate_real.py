@@ -6,7 +6,7 @@ The paper's C1-C3 need 3-4 VMs x up to 5 threads; with the daemon on one
 core and every guest on the other that is not a fair load here.
 
 Each run (``daemon.Testbed``, synthetic guests, daemon on CPU 1, guests on
-CPU 0): 0-10 s NetAP pinned at 2100 µs (``daemon.pinned_netap``), at 10 s
+CPU 0): 0-10 s a fixed 2100 µs interval (``daemon.fixed_interval``), at 10 s
 ``set-policy`` on every port to NetAP or NetAP-ML (paper defaults, ring-full
 safety net off, as ``evaluate``; NetAP-ML is told the workload through its
 parameters, as the paper's ML-Predictor was), and at 20 s each port is
@@ -91,7 +91,7 @@ def run_once(
     fixed_end, adapt_end, end = timeline
     vms, threads, size = REAL_CASES[case]
     bed = dm.Testbed(
-        vadapt, work, vms, threads, size, dm.pinned_netap(FIXED_US), end + 5, mode, model
+        vadapt, work, vms, threads, size, dm.fixed_interval(FIXED_US), end + 5, mode, model
     )
     samples, kept = [], {}
     with bed:
@@ -107,7 +107,7 @@ def run_once(
             elif sec == adapt_end and keep_found:
                 kept = dm.port_intervals(now)
                 for port, iv in kept.items():
-                    bed.set_policy(port, dm.pinned_netap(iv))
+                    bed.set_policy(port, dm.fixed_interval(iv))
     return pd.DataFrame(samples), kept
 
 

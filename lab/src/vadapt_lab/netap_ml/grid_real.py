@@ -4,7 +4,7 @@ VMs {1, 2} x threads {1, 3} x message sizes {64, 512} B x 20 polling
 intervals (50..3850 µs step 200) = 160 points, with the synthetic guest
 (``daemon.Testbed``). Each (VMs, threads, size) combination is one testbed
 whose guests run through all its intervals; each point switches every port
-to NetAP pinned at the interval (``daemon.pinned_netap``), waits the warm-up
+to the daemon's fixed-interval policy at the interval (``daemon.fixed_interval``), waits the warm-up
 (1 s) and measures over the window (2 s). A fresh policy per point, but the
 same guests and daemon: starting them per point would add ~1 s a point.
 
@@ -77,7 +77,7 @@ def scenario(bed: dm.Testbed, interval_us: int, warmup_s: float, window_s: float
     """The command lines of ``bed`` and what one point does."""
     return (
         f"{bed.commands()}; then set-policy on every port to "
-        f"{json.dumps(dm.pinned_netap(interval_us))}, {warmup_s:g} s warm-up, "
+        f"{json.dumps(dm.fixed_interval(interval_us))}, {warmup_s:g} s warm-up, "
         f"{window_s:g} s window"
     )
 
@@ -115,13 +115,13 @@ def run_real_grid(
                 vms,
                 threads,
                 size,
-                dm.pinned_netap(intervals[0]),
+                dm.fixed_interval(intervals[0]),
                 guest_s,
                 mode,
             )
             with bed:
                 for iv in intervals:
-                    bed.set_policy_all(dm.pinned_netap(iv))
+                    bed.set_policy_all(dm.fixed_interval(iv))
                     time.sleep(warmup_s)
                     a, ga, ta = bed.stats(), bed.guest_cpu_seconds(), time.monotonic()
                     time.sleep(window_s)

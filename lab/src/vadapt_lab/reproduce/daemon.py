@@ -25,9 +25,9 @@ the paper's NetAP against VirtIO or the best fixed interval; host CPU is the
 queue workers' CPU. NetAP Table 2 is one demo per shape: NetAP first, for the
 paper's 120 s, then each interval of a sweep with the daemon's ``fixed-interval``
 policy (the paper's probe, no search); the rows take NetAP's 30–60 s and 90–120 s
-against the best interval's mean. One case has no runner yet and says so: vSPACE
-(nothing drives the core manager with a memcached-like load through the synthetic
-guest's QMP and guest agent).
+against the best interval's mean. vSPACE is a driver of its own (``vspace_daemon.py``):
+daemons with and without the core manager under a request/response guest that serves
+QMP and a guest agent, each stepped up to its highest rate under the SLO.
 
 Run it alone on the machine: the figures are ratios within one run, but other
 load on the same cores moves them.
@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..results import load_results
+from . import vspace_daemon
 from .rows import Row
 
 BUILD = ["cargo", "build", "--release", "-p", "vadapt"]
@@ -78,6 +79,9 @@ class Case:
     """The figures of a finished run, by metric name, from its output folder."""
     missing: str = ""
     """Why the case cannot run even on a large machine (when ``args`` is empty)."""
+    drive: Callable[[Path, list[int], Path, list[str]], dict[str, float]] | None = None
+    """A case of several processes runs itself: given ``vadapt``, the cores, its output
+    folder and the runner's log of commands, it returns the figures (``args`` empty)."""
 
 
 def demo_ratios(out: Path) -> dict[str, float]:
@@ -199,15 +203,7 @@ CASES = {
             ("bench", "--only", "b10", "--runs", "3", "--no-write", "--out", "{out}"),
             b10_eekbp_over_napi,
         ),
-        Case(
-            "vspace",
-            20,
-            VSPACE_HOST,
-            missing=(
-                "a runner that loads memcached-like requests through the synthetic guest's "
-                "QMP and guest agent under the core manager"
-            ),
-        ),
+        Case("vspace", 20, VSPACE_HOST, drive=vspace_daemon.max_qps),
     )
 }
 """Every daemon case, by name."""
@@ -253,10 +249,11 @@ class Runner:
     def run(self, case: Case) -> Figure:
         """Run ``case`` limited to its cores; "not run" when this machine has too few."""
         no_runner = f"no daemon runner yet ({case.missing})"
+        runnable = bool(case.args) or case.drive is not None
         if len(self.cpus) < case.cores:
             why = f"needs {case.cores} cores ({case.host}); this machine gives {len(self.cpus)}"
-            return Figure(None, f"not run: {why}" + (f"; and {no_runner}" if not case.args else ""))
-        if not case.args:
+            return Figure(None, f"not run: {why}" + ("" if runnable else f"; and {no_runner}"))
+        if not case.args and case.drive is None:
             return Figure(None, f"not run: {no_runner}")
         if self.repo is not None:
             subprocess.run(BUILD, cwd=self.repo, check=True)
@@ -264,6 +261,17 @@ class Runner:
         cpus = self.cpus[: case.cores]
         out = self.out / case.name
         out.mkdir(parents=True, exist_ok=True)
+        if case.drive is not None:
+            first = len(self.log)
+            values = case.drive(self.vadapt, cpus, out, self.log)
+            shown = "; ".join(self.log[first:first + 2]) + (
+                f"; … ({len(self.log) - first} commands, OUT/{case.name})"
+            )  # fmt: skip
+            if not values:
+                return Figure(None, f"failed: no figure; `{shown}`")
+            return Figure(
+                values, f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
+            )
         argv = [str(self.vadapt), *(a.replace("{out}", str(out)) for a in case.args)]
         shown = shlex.join(
             ["taskset", "-c", ",".join(map(str, cpus)), "vadapt"]

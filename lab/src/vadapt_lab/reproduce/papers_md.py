@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from .goals import judge
-from .rows import SIZE_TOLERANCE, Row, summary
+from .rows import SIZE_TOLERANCE, VERDICTS, Row, summary, summary_of
 
 # Each paper's short citation and its entry in docs/papers.md, the
 # repository's one bibliography.
@@ -166,6 +167,33 @@ def _section(lines: list[str], paper: str) -> tuple[int, int]:
     return start, end
 
 
+def _parse_summary(text: str) -> Counter:
+    """The verdict counts a :func:`~.rows.summary` text states."""
+    c: Counter = Counter()
+    for v in VERDICTS:
+        pattern = r"\((\d+) inputs, not counted\)" if v == "input" else rf"(\d+) {re.escape(v)}\b"
+        m = re.search(pattern, text)
+        if m:
+            c[v] = int(m.group(1))
+    return c
+
+
+def _recount_all(lines: list[str]) -> list[str]:
+    """``lines`` with the counts table's "all" row the sum of its papers' rows."""
+    start, end = _table(lines, COUNTS_HEADER)
+    rows, c, at = 0, Counter(), None
+    for i in range(start, end):
+        cells = [x.strip() for x in lines[i].strip().strip("|").split("|")]
+        if cells[0] == "all":
+            at = i
+        elif cells[0] in PAPERS:
+            rows += int(cells[1])
+            c += _parse_summary(cells[2])
+    if at is None:
+        raise SpliceError('no "all" row in the counts table')
+    return lines[:at] + [f"| all | {rows} | {summary_of(c)} |"] + lines[at + 1 :]
+
+
 def _replace_rows(old: list[str], new: list[str], header: str, paper: str) -> list[str]:
     """``old`` with ``paper``'s rows of the table under ``header`` replaced by ``new``'s,
     where the first of them stood (or at the table's end)."""
@@ -187,9 +215,9 @@ def _replace_rows(old: list[str], new: list[str], header: str, paper: str) -> li
 def splice(old: str, rows: list[Row], paper: str, meta: dict) -> str:
     """``old`` PAPERS.md with one paper rerun: its line of the counts table, its goals
     and its section come from ``rows`` (that paper's rows only), and the section is
-    stamped with this run's command, revision, date and machine. Everything else, the
-    header's stamp, the "all" counts and the commands' list included, stays as the last
-    full run wrote it.
+    stamped with this run's command, revision, date and machine; the "all" counts are
+    summed again from the papers' lines. Everything else, the header's stamp and the
+    commands' list included, stays as the last full run wrote it.
 
     Raises [`SpliceError`] when ``old`` lacks one of those parts."""
     if paper not in PAPERS:
@@ -200,6 +228,7 @@ def splice(old: str, rows: list[Row], paper: str, meta: dict) -> str:
     new = render(mine, meta).splitlines()
     lines = old.splitlines()
     lines = _replace_rows(lines, new, COUNTS_HEADER, paper)
+    lines = _recount_all(lines)
     if any(line.startswith(f"| {paper} |") for line in new[slice(*_table(new, GOALS_HEADER))]):
         lines = _replace_rows(lines, new, GOALS_HEADER, paper)
     o_start, o_end = _section(lines, paper)
@@ -208,7 +237,7 @@ def splice(old: str, rows: list[Row], paper: str, meta: dict) -> str:
         f"_This section was regenerated alone by `{meta['command']}`: revision "
         f"`{meta['rev']}`, {meta['date']}, {meta['seconds']:.0f} s on {meta['machine']}; "
         "the rest of the file, its commands' list included, is from the run named at the "
-        "top._\n"
+        'top (the "all" counts summed again)._\n'
     )
     section = new[n_start : n_start + 2] + [stamp] + new[n_start + 2 : n_end]
     lines = lines[:o_start] + section + lines[o_end:]

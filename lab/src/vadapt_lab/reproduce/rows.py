@@ -174,7 +174,11 @@ def counts(rows: list[Row]) -> Counter:
 
 def summary(rows: list[Row]) -> str:
     """ "N agrees, ... (M inputs not counted)": the verdicts of ``rows``, inputs apart."""
-    c = counts(rows)
+    return summary_of(counts(rows))
+
+
+def summary_of(c: Counter) -> str:
+    """:func:`summary`'s text for the verdict counts ``c``."""
     judged = ", ".join(f"{c[v]} {v}" for v in VERDICTS if v != "input" and c[v])
     judged = judged or "none judged"
     return judged + (f" ({c['input']} inputs, not counted)" if c["input"] else "")
