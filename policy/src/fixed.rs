@@ -18,7 +18,7 @@
 use crate::error::ConfigError;
 use crate::interface::{Budget, Decision, PassReport, Policy, PolicyStatus, MAX_SLEEP};
 use crate::interrupt::{BYTE_WEIGHT, PKT_WEIGHT};
-use crate::retune::{self, Retune, RetuneError};
+use crate::retune::{Retune, RetuneError};
 use crate::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
@@ -103,15 +103,8 @@ impl Policy for FixedInterval {
     fn retune(&mut self, r: &Retune) -> Result<(), RetuneError> {
         match *r {
             Retune::Interval { us } => {
-                let mut p = FixedIntervalParams {
-                    interval_us: self.interval.as_micros(),
-                };
-                retune::apply(
-                    &mut p,
-                    FixedIntervalParams { interval_us: us },
-                    Self::validate,
-                )?;
-                self.interval = Duration::from_micros(p.interval_us);
+                Self::validate(&FixedIntervalParams { interval_us: us })?;
+                self.interval = Duration::from_micros(us);
                 Ok(())
             }
             _ => Err(r.not_applicable(self.name())),

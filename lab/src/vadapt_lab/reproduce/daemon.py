@@ -253,7 +253,7 @@ class Runner:
         if len(self.cpus) < case.cores:
             why = f"needs {case.cores} cores ({case.host}); this machine gives {len(self.cpus)}"
             return Figure(None, f"not run: {why}" + ("" if runnable else f"; and {no_runner}"))
-        if not case.args and case.drive is None:
+        if not runnable:
             return Figure(None, f"not run: {no_runner}")
         if self.repo is not None:
             subprocess.run(BUILD, cwd=self.repo, check=True)
@@ -269,9 +269,7 @@ class Runner:
             )  # fmt: skip
             if not values:
                 return Figure(None, f"failed: no figure; `{shown}`")
-            return Figure(
-                values, f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
-            )
+            return self.measured(case, values, shown)
         argv = [str(self.vadapt), *(a.replace("{out}", str(out)) for a in case.args)]
         shown = shlex.join(
             ["taskset", "-c", ",".join(map(str, cpus)), "vadapt"]
@@ -294,6 +292,10 @@ class Runner:
             values = case.read(out)
         except (OSError, ValueError, KeyError) as e:
             return Figure(None, f"failed: its output unreadable ({e}); `{shown}`")
+        return self.measured(case, values, shown)
+
+    def measured(self, case: Case, values: dict[str, float], shown: str) -> Figure:
+        """``case``'s figures, with the command ``shown``, this machine and revision."""
         return Figure(
             values, f"`{shown}` on {self.machine} ({case.cores} cores used), rev {self.rev}"
         )
