@@ -70,3 +70,22 @@ def test_a_violation_branch_that_only_raised_says_why():
     rows, ok = met([raised])
     assert ok is False
     assert "only raised" in rows[0].note and "no round took" not in rows[0].note
+
+
+def test_the_flat_latency_under_the_slo_is_the_reason_given():
+    import pandas as pd
+
+    points = pd.DataFrame(
+        [
+            {"allocator": "vSPACE-P", "kqps": 600.0, "p95_us": 133.0, "served": 599.7},
+            {"allocator": "vSPACE-P", "kqps": 700.0, "p95_us": 3.2e5, "served": 649.4},
+            {"allocator": "20vCPU-1NQ", "kqps": 100.0, "p95_us": 900.0, "served": 100.0},
+        ]
+    )
+    under = vspace.highest_p95_under_slo(points)
+    # The violating 700 kQPS point and the static allocator are not counted.
+    assert under == (133.0, 600.0, "vSPACE-P")
+    raised = run(lowering=0, th_vcpu=(0.7, 0.95, 0.95), th_nq=(0.7, 0.95, 0.95))
+    row = vspace.explorer_row(raised, vspace.QUICK, "vspace_eval ...", under)
+    assert "at most 133 µs (vSPACE-P at 600 kQPS), 13 % of the SLO" in row.note
+    assert vspace.highest_p95_under_slo(points[points["kqps"] > 650]) is None
