@@ -18,6 +18,13 @@ guest (`vadapt guest`, one thread, closed loop, exit cost 0, pinned to CPU 0),
 a fresh connection per policy run. It blocks at a full ring and kicks at the
 safety net's threshold, where testpmd drops and does not kick.
 
+With `--probe`, each second also runs scripts/core_latency_probe.c (built
+here with `cc`, run under SCHED_FIFO for about a millisecond): the round trip
+of a cache line between CPU 0 and CPU 1. On these 2-vCPU VMs it moves
+between about 60-110 ns and 700-1000 ns as the hypervisor places the vCPUs,
+and the senders' rates move with it, so each second is labelled "near" (under
+--near-ns) or "far", and the summary compares the policies within a label.
+
 Prints one line per policy run: the per-second Mpps, then a summary per
 second of netap ÷ interrupt of the same repeat. Nothing here is timed
 against a goal; it measures.
@@ -38,7 +45,42 @@ import time
 SINK_MAC = "02:00:00:00:5e:01"
 
 
+def build_probe(work):
+    """The core-to-core probe, compiled into `work`."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_latency_probe.c")
+    exe = os.path.join(work, "core_latency_probe")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", exe, src], check=True)
+    return exe
+
+
+def probe_ns(exe):
+    """One core-to-core round trip reading, ns (2000 round trips, SCHED_FIFO so a
+    busy worker or sender cannot preempt it halfway); None if it failed."""
+    try:
+        r = subprocess.run(
+            ["chrt", "-f", "1", exe, "2000"], capture_output=True, text=True, timeout=2
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return float(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def by_state(runs, near_ns):
+    """Median Mpps of each policy over its "near" and its "far" seconds."""
+    out = {}
+    for r in runs:
+        for rate, ns in zip(r["mpps_per_second"], r["probe_ns_per_second"], strict=True):
+            if ns is None:
+                continue
+            state = "near" if ns < near_ns else "far"
+            out.setdefault((r["policy"], state), []).append(rate)
+    return {k: (statistics.median(v), min(v), max(v), len(v)) for k, v in out.items()}
+
+
 def stats(vadapt, control):
+    """The port's guest-to-host packets, its interval gauge, and the counters that
+    say how the worker served it (`vadapt stats`): kicks and calls, the worker's
+    passes, sleeps and wake-ups by cause, and its CPU time."""
     out = subprocess.run(
         [vadapt, "stats", "--json", "--control", control],
         check=True,
@@ -47,9 +89,19 @@ def stats(vadapt, control):
     ).stdout
     s = json.loads(out)
     port = next(p for p in s["ports"] if p["name"] == "fe")
+    worker = next(w for w in s["workers"] if w["name"] == "fe")
+    counters = {
+        "kicks": sum(q["kicks"] for q in port["queues"]),
+        "calls": sum(q["calls"] for q in port["queues"]),
+        "passes": worker["passes"],
+        "sleeps": worker["sleeps"],
+        "cpu_seconds": worker["cpu_seconds"],
+    }
+    counters.update({f"wake_{k}": v for k, v in worker["wakeups"].items()})
     return (
         sum(q["tx_packets"] for q in port["queues"]),
         port.get("poll_interval_us", 0),
+        counters,
     )
 
 
@@ -99,10 +151,13 @@ def main():
     a.add_argument("--repeats", type=int, default=1)
     a.add_argument("--policies", default="interrupt,netap")
     a.add_argument("--sender", choices=["dpdk", "guest"], default="dpdk")
+    a.add_argument("--probe", action="store_true", help="label each second near/far")
+    a.add_argument("--near-ns", type=float, default=300.0)
     args = a.parse_args()
     if args.sender == "dpdk" and not shutil.which("dpdk-testpmd"):
         sys.exit("dpdk-testpmd not installed: scripts/install-deps.sh")
     work = tempfile.mkdtemp(prefix="vadapt-trace-")
+    probe = build_probe(work) if args.probe else None
     control = os.path.join(work, "c.sock")
     sock = os.path.join(work, "fe.sock")
     serve = [
@@ -186,19 +241,24 @@ def main():
                     check=True,
                     capture_output=True,
                 )
-                c0, _ = stats(args.vadapt, control)
+                c0, _, k0 = stats(args.vadapt, control)
                 if fe:
                     fe.cmd("clear port stats all", 0.2)
                     fe.cmd("start", 0.0)
                 else:
                     g = subprocess.Popen(guest, stdout=subprocess.PIPE, text=True)
                 t0 = time.monotonic()
-                prev, rates, intervals = c0, [], []
+                prev, rates, intervals, probes = c0, [], [], []
+                kprev, per_second = k0, {k: [] for k in k0}
                 for k in range(1, args.seconds + 1):
                     time.sleep(max(0.0, t0 + k - time.monotonic()))
-                    c, iv = stats(args.vadapt, control)
+                    c, iv, kc = stats(args.vadapt, control)
                     rates.append((c - prev) / 1e6)
                     intervals.append(iv)
+                    for name, v in kc.items():
+                        per_second[name].append(v - kprev[name])
+                    kprev = kc
+                    probes.append(probe_ns(probe) if probe else None)
                     prev = c
                 if fe:
                     fe.cmd("stop", 1.0)
@@ -213,6 +273,8 @@ def main():
                     "policy": pol,
                     "mpps_per_second": rates,
                     "interval_us_per_second": intervals,
+                    "probe_ns_per_second": probes,
+                    "counters_per_second": per_second,
                     "sender_tx": tx,
                     "sender_dropped": dropped,
                     "carried": prev - c0,
@@ -225,6 +287,8 @@ def main():
                     f"| sender dropped {dropped} of {tx + dropped}",
                     flush=True,
                 )
+                if probe:
+                    print("  probe ns", " ".join(f"{p:.0f}" if p else "-" for p in probes))
                 subprocess.run(
                     [args.vadapt, "set-policy", "--control", control, "--port", "fe", "interrupt"],
                     check=True,
@@ -257,6 +321,15 @@ def main():
                 f"repeat {rep}: netap ÷ interrupt per second min {min(ratio):.2f} "
                 f"median {statistics.median(ratio):.2f} max {max(ratio):.2f}; whole run {tot:.2f}"
             )
+    if probe:
+        states = by_state(runs, args.near_ns)
+        res["by_state"] = {f"{p} {s}": v for (p, s), v in states.items()}
+        for (pol, state), (med, lo, hi, n) in sorted(states.items()):
+            print(f"{pol} {state}: {n} s, median {med:.2f} Mpps ({lo:.2f}-{hi:.2f})")
+        for state in ("near", "far"):
+            n, i = states.get(("netap", state)), states.get(("interrupt", state))
+            if n and i:
+                print(f"{state}: netap ÷ interrupt of the medians {n[0] / i[0]:.2f}")
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
 

@@ -34,10 +34,21 @@
 //!   arrival rate from below only. A sender that fills the ring in
 //!   microseconds (DPDK's `txonly`) is cut below `floor` within a few
 //!   sleeps, and then gets **kick-driven** service for a hold time. A sleep
-//!   becomes a wait for a kick with notifications on, timed out where the
-//!   sleep would have ended, so the policy's own clock (NetAP's rounds) runs
-//!   on. Every guest kicks when asked to, so this is interrupt mode's
-//!   service, which loses nothing interrupt mode would carry. The hold
+//!   becomes interrupt mode's wait for a kick with notifications on, with
+//!   no timeout of its own: the executor's `IDLE_RECHECK` (100 ms) bounds
+//!   it, so the policy's clock (NetAP's 1-s rounds) runs on when the guest
+//!   goes quiet, at most that late. Every guest kicks when asked to, so
+//!   this is interrupt mode's service, which loses nothing interrupt mode
+//!   would carry. The first version timed the wait out where the sleep
+//!   would have ended (50 µs to 4 ms during NetAP's search), and that alone
+//!   cost B1's synthetic guest a third of its rate whenever the two vCPUs
+//!   of the 2-core VM ran close (a 50-ns core-to-core round trip): 5.0
+//!   against interrupt mode's 7.5 Mpps in the search's seconds, with the
+//!   same passes, kicks and wake-ups. A wait that ends within microseconds
+//!   lets the idle CPU poll instead of halting (cpuidle picks the state by
+//!   the next timer), and a polling CPU takes cycles from a sender on its
+//!   sibling. Without the timeout, 0.96× interrupt mode's rate in those
+//!   seconds (`scripts/ring_guard_trace.py --probe`, docs/netap.md). The hold
 //!   starts at [`MIN_HOLD`] and doubles, up to [`MAX_HOLD`], each time the
 //!   ring fills again soon after a hold (within the hold's length): a guest
 //!   that fills the ring at every try is tried about once a minute.
@@ -386,9 +397,9 @@ impl RingGuard {
         self.hold
     }
 
-    /// `d` as the guard lets it through: a sleep capped, or turned into a
-    /// wait for a kick that times out where the sleep would have ended;
-    /// polls and waits for a kick unchanged.
+    /// `d` as the guard lets it through: a sleep capped, or turned into
+    /// interrupt mode's wait for a kick (no timeout of its own; module
+    /// docs); polls and waits for a kick unchanged.
     pub fn bound(&mut self, d: Decision) -> Decision {
         let out = match (d.action, self.state) {
             (
@@ -404,10 +415,8 @@ impl RingGuard {
                 },
                 ..d
             },
-            (Action::Sleep { duration, .. }, GuardState::KickDriven { .. }) => Decision {
-                action: Action::WaitKick {
-                    timeout: Some(duration.min(MAX_SLEEP)),
-                },
+            (Action::Sleep { .. }, GuardState::KickDriven { .. }) => Decision {
+                action: Action::WaitKick { timeout: None },
                 ..d
             },
             _ => d,
@@ -702,16 +711,12 @@ mod tests {
         assert_eq!(g.fills(), 3);
         let until = Instant(3_002_000) + MIN_HOLD;
         assert_eq!(g.state(), GuardState::KickDriven { until });
-        // A sleep becomes a wait for a kick that ends where the sleep would
-        // have; the frequency hint is kept.
+        // A sleep becomes interrupt mode's wait for a kick, with no timeout
+        // of its own (a short one lets the idle CPU poll: module docs); the
+        // frequency hint is kept.
         let d = g
             .bound(Decision::sleep(us(1590), Some(750)).with_freq(crate::interface::FreqHint::Min));
-        assert_eq!(
-            d.action,
-            Action::WaitKick {
-                timeout: Some(us(1590))
-            }
-        );
+        assert_eq!(d.action, Action::WaitKick { timeout: None });
         assert_eq!(d.freq, crate::interface::FreqHint::Min);
         // Kick-driven passes before the hold ends change nothing.
         g.observe(&PassReport::empty(
