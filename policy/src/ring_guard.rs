@@ -44,11 +44,15 @@
 //!   cost B1's synthetic guest a third of its rate whenever the two vCPUs
 //!   of the 2-core VM ran close (a 50-ns core-to-core round trip): 5.0
 //!   against interrupt mode's 7.5 Mpps in the search's seconds, with the
-//!   same passes, kicks and wake-ups. A wait that ends within microseconds
-//!   lets the idle CPU poll instead of halting (cpuidle picks the state by
-//!   the next timer), and a polling CPU takes cycles from a sender on its
-//!   sibling. Without the timeout, 0.96× interrupt mode's rate in those
-//!   seconds (`scripts/ring_guard_trace.py --probe`, docs/netap.md). The hold
+//!   same passes, kicks and wake-ups and the same worker profile. Without
+//!   the timeout, 0.99× interrupt mode's rate in those seconds
+//!   (`scripts/ring_guard_trace.py --probe`, docs/netap.md). The likely
+//!   mechanism, which cannot be seen from inside that VM: the halt polling
+//!   of the host under it (KVM's `halt_poll_ns` grows while wake-ups come
+//!   soon after a halt), whose spinning takes cycles from the sender's
+//!   vCPU on the sibling thread of the same core. A bare-metal worker
+//!   next to a vCPU has the same cpuidle polling; interrupt mode never
+//!   had the short timers. The hold
 //!   starts at [`MIN_HOLD`] and doubles, up to [`MAX_HOLD`], each time the
 //!   ring fills again soon after a hold (within the hold's length): a guest
 //!   that fills the ring at every try is tried about once a minute.
