@@ -228,8 +228,8 @@ fn netap_carries_what_interrupt_mode_carries_from_a_sender_that_never_blocks() {
             "window {k}: {moved} of {generated}"
         );
     }
-    // NetAP's rounds still close: the kick waits time out where the sleeps
-    // would have ended.
+    // NetAP's rounds still close: the sender's kicks end the kick waits (they
+    // have no timeout of their own; the executor's idle re-check bounds them).
     assert!(guarded.status().round.is_some());
     // Only the first sleep was the search's, and the two cuts after it; the
     // others were the guard's retries at NetAP's shortest interval.
