@@ -152,7 +152,7 @@ def main():
     a.add_argument("--policies", default="interrupt,netap")
     a.add_argument("--sender", choices=["dpdk", "guest"], default="dpdk")
     a.add_argument("--probe", action="store_true", help="label each second near/far")
-    a.add_argument("--near-ns", type=float, default=300.0)
+    a.add_argument("--near-ns", type=float, default=200.0)
     args = a.parse_args()
     if args.sender == "dpdk" and not shutil.which("dpdk-testpmd"):
         sys.exit("dpdk-testpmd not installed: scripts/install-deps.sh")

@@ -50,11 +50,9 @@
 //!   mechanism, which cannot be seen from inside that VM: the halt polling
 //!   of the host under it (KVM's `halt_poll_ns` grows while wake-ups come
 //!   soon after a halt), whose spinning takes cycles from the sender's
-//!   vCPU on the sibling thread of the same core. A bare-metal worker
-//!   next to a vCPU has the same cpuidle polling; interrupt mode never
-//!   had the short timers. The hold
-//!   starts at [`MIN_HOLD`] and doubles, up to [`MAX_HOLD`], each time the
-//!   ring fills again soon after a hold (within the hold's length): a guest
+//!   vCPU on the sibling thread of the same core. The hold starts at
+//!   [`MIN_HOLD`] and doubles, up to [`MAX_HOLD`], each time the ring
+//!   fills again soon after a hold (within the hold's length): a guest
 //!   that fills the ring at every try is tried about once a minute.
 //!   Except from a guest seen kicking at the threshold: when the last sleep
 //!   that found the ring past its threshold was ended by the guest's kick,
@@ -716,8 +714,8 @@ mod tests {
         let until = Instant(3_002_000) + MIN_HOLD;
         assert_eq!(g.state(), GuardState::KickDriven { until });
         // A sleep becomes interrupt mode's wait for a kick, with no timeout
-        // of its own (a short one lets the idle CPU poll: module docs); the
-        // frequency hint is kept.
+        // of its own (a short one cost a fast sender its rate: module docs);
+        // the frequency hint is kept.
         let d = g
             .bound(Decision::sleep(us(1590), Some(750)).with_freq(crate::interface::FreqHint::Min));
         assert_eq!(d.action, Action::WaitKick { timeout: None });
