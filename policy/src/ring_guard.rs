@@ -44,7 +44,8 @@
 //!   cost B1's synthetic guest a third of its rate whenever the two vCPUs
 //!   of the 2-core VM ran close (a 50-ns core-to-core round trip): 5.0
 //!   against interrupt mode's 7.5 Mpps in the search's seconds, with the
-//!   same passes, kicks and wake-ups and the same worker profile. Without
+//!   same kicks, kick wake-ups and worker CPU and the same worker profile
+//!   (fewer re-check passes: the guest added less). Without
 //!   the timeout, 0.99× interrupt mode's rate in those seconds
 //!   (`scripts/ring_guard_trace.py --probe`, docs/netap.md). The likely
 //!   mechanism, which cannot be seen from inside that VM: the halt polling
