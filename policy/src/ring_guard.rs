@@ -46,7 +46,7 @@
 //!   against interrupt mode's 7.5 Mpps in the search's seconds, with the
 //!   same kicks, kick wake-ups and worker CPU and the same worker profile
 //!   (fewer re-check passes: the guest added less). Without
-//!   the timeout, 0.99× interrupt mode's rate in those seconds
+//!   the timeout, 1.01× interrupt mode's rate in such seconds
 //!   (`scripts/ring_guard_trace.py --probe`, docs/netap.md). The likely
 //!   mechanism, which cannot be seen from inside that VM: the halt polling
 //!   of the host under it (KVM's `halt_poll_ns` grows while wake-ups come
