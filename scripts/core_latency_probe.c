@@ -2,8 +2,8 @@
  * Core-to-core round trip between CPU 0 and CPU 1, in ns: one cache line
  * bounced ROUNDS times (argv[1], default 2000) between two pinned threads.
  *
- * On these 2-vCPU VMs the round trip moves between about 60-110 ns and
- * 700-1000 ns as the hypervisor places the two vCPUs, and so does every
+ * On these 2-vCPU VMs the round trip moves between about 50-65 ns and
+ * 300-360 ns as the hypervisor places the two vCPUs, and so does every
  * ring-based sender's rate (the "fast" and "slow" states of BENCHMARKS.md).
  * scripts/ring_guard_trace.py --probe runs it once a second to label each
  * second with the state it ran in. Built by that script with `cc -O2`.
